@@ -1,0 +1,5 @@
+import sys
+
+from hicache_mooncake.cli import main
+
+sys.exit(main())

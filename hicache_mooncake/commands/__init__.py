@@ -1,0 +1,1 @@
+"""CLI subcommands: each module defines ``register(subparsers)`` (see ``hicache_mooncake.cli``)."""

@@ -1,0 +1,96 @@
+"""The eviction-policy contract shared by every tier and by the trace replayer.
+
+A policy tracks keys, never bytes. The tier that owns the bytes tells the policy what happened
+(``on_insert``, ``on_hit``, ``on_remove``) and asks it which key to give up (``pop_victim``). A policy
+may also refuse an insertion (``should_admit``), which the tier turns into "not stored here".
+
+Invariants every policy keeps:
+- ``pop_victim`` returns a key that was inserted and not yet removed or popped, and forgets it;
+  it returns ``None`` only when the policy tracks no key.
+- ``on_remove`` of an unknown key is a no-op (tiers remove keys the policy may already have popped).
+- ``len(policy)`` is the number of tracked (resident) keys; ghost entries do not count.
+- No method does I/O or blocks; callers hold their own lock around a policy (policies are not
+  thread-safe on their own).
+
+What a policy may look at is only what the backend sees at run time (``AccessContext``): the key,
+its place in the current call (SGLang passes a request's pages in prefix order), the time, the
+object size and type. Never the future.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+
+class ObjectType(enum.IntEnum):
+    """What an object holds (DESIGN.md §3); policies may weigh types differently."""
+
+    KV_PAGE = 0
+    INDEX = 1
+    CONFIG = 2
+    SIDECAR = 3
+
+
+@dataclass(frozen=True, slots=True)
+class AccessContext:
+    """What the backend knew about one key when it touched it.
+
+    ``position`` is the key's index in the current call's key list (prefix order) and
+    ``batch_len`` that list's length; ``prefix_hits`` is how many leading keys of the call were
+    already cached when the call arrived (for a set: the keys found; for a get: the hit run).
+    ``prev_key`` is the key just before this one in the chain (``None`` for a chain head).
+    """
+
+    now: float = 0.0
+    position: int = 0
+    batch_len: int = 1
+    prefix_hits: int = 0
+    size: int = 0
+    prev_key: str | None = None
+    obj_type: ObjectType = ObjectType.KV_PAGE
+
+
+DEFAULT_CONTEXT = AccessContext()
+
+
+class EvictionPolicy(ABC):
+    """Base class of all policies; subclasses register themselves by ``name``."""
+
+    name: ClassVar[str] = ""
+
+    @abstractmethod
+    def on_insert(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
+        """``key`` became resident. Inserting a tracked key counts as a hit."""
+
+    @abstractmethod
+    def on_hit(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
+        """A resident ``key`` was read (or found by exists). Unknown keys are ignored."""
+
+    @abstractmethod
+    def on_remove(self, key: str) -> None:
+        """``key`` left the tier for a reason other than ``pop_victim``; unknown keys are ignored."""
+
+    @abstractmethod
+    def pop_victim(self) -> str | None:
+        """Choose the key to evict, stop tracking it and return it (``None`` when empty)."""
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def __contains__(self, key: object) -> bool: ...
+
+    def should_admit(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
+        """Whether ``key`` may be inserted at all; the default admits everything."""
+        return True
+
+    def on_miss(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:  # noqa: B027
+        """A lookup of ``key`` missed; policies that learn from misses (ghosts) override this."""
+
+    def clear(self) -> None:
+        """Forget every key (resident and ghost)."""
+        while self.pop_victim() is not None:
+            pass

@@ -1,0 +1,69 @@
+"""The contract between ``TieredStore`` and each storage tier (DRAM, remote DRAM, SSD).
+
+A tier stores immutable objects addressed by string keys. Payloads move as *parts*: a sequence
+of writable/readable ``memoryview``s (one per contiguous run of SGLang's host pool, e.g. K and V
+of a page). ``put`` gathers the parts into one object; ``get_into`` scatters an object back into
+parts whose total length must equal the object's length.
+
+Failure semantics, for every tier:
+- ``put`` returns False when the object was not stored (no space, refused by admission, I/O
+  error); it never raises for those. A key that is already present is left unchanged and
+  ``put`` returns True (values are immutable).
+- ``get_into`` returns False on a miss, a size mismatch or an I/O error; on False the contents of
+  the destination parts are unspecified (the caller treats the page as not loaded).
+- No method blocks longer than the tier's configured timeout.
+- Every method is thread-safe.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from .policy.base import DEFAULT_CONTEXT, AccessContext
+
+Parts = Sequence[memoryview]
+
+
+def parts_nbytes(parts: Parts) -> int:
+    return sum(p.nbytes for p in parts)
+
+
+class Tier(ABC):
+    """One storage tier; see the module docstring for the failure semantics."""
+
+    name: str = ""
+
+    @abstractmethod
+    def contains(self, key: str) -> bool: ...
+
+    @abstractmethod
+    def put(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool: ...
+
+    @abstractmethod
+    def get_into(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool: ...
+
+    @abstractmethod
+    def remove(self, key: str) -> bool:
+        """Drop ``key``; True if it was present."""
+
+    @abstractmethod
+    def clear(self) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release memory, files, threads and sockets; idempotent; never raises."""
+
+    @abstractmethod
+    def stats(self) -> dict[str, Any]: ...
+
+    # Batched forms. Tiers that can coalesce I/O (SSD, remote) override these.
+    def put_batch(self, items: Sequence[tuple[str, Parts, AccessContext]]) -> list[bool]:
+        return [self.put(key, parts, ctx) for key, parts, ctx in items]
+
+    def get_batch_into(self, items: Sequence[tuple[str, Parts, AccessContext]]) -> list[bool]:
+        return [self.get_into(key, parts, ctx) for key, parts, ctx in items]
+
+    def contains_batch(self, keys: Sequence[str]) -> list[bool]:
+        return [self.contains(key) for key in keys]
