@@ -42,6 +42,11 @@ class AccessContext:
     ``batch_len`` that list's length; ``prefix_hits`` is how many leading keys of the call were
     already cached when the call arrived (for a set: the keys found; for a get: the hit run).
     ``prev_key`` is the key just before this one in the chain (``None`` for a chain head).
+    For a ``batch_set`` whose call carries the request's already-stored prefix (SGLang's
+    ``prefix_keys``), ``prefix_hits`` is that prefix's length, so ``prefix_hits + position`` is the
+    key's depth in the request and ``prev_key`` of the first key is the last prefix key.
+    ``demoted`` is True when a lower tier receives the key from an upper tier's eviction (the other
+    fields then repeat what the upper tier was told when the key was set).
     """
 
     now: float = 0.0
@@ -51,6 +56,7 @@ class AccessContext:
     size: int = 0
     prev_key: str | None = None
     obj_type: ObjectType = ObjectType.KV_PAGE
+    demoted: bool = False
 
 
 DEFAULT_CONTEXT = AccessContext()
