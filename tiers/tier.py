@@ -21,13 +21,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
+from .parts import Parts
 from .policy.base import DEFAULT_CONTEXT, AccessContext
-
-Parts = Sequence[memoryview]
-
-
-def parts_nbytes(parts: Parts) -> int:
-    return sum(p.nbytes for p in parts)
 
 
 class Tier(ABC):

@@ -221,7 +221,7 @@ class SimTieredStore:
             return
         self.ssd_policy.on_remove(key)
         self.counters["promotions"] += 1
-        self._dram_insert(key, ctx)
+        self._dram_insert(key, dataclasses.replace(ctx, promoted=True))
 
 
 @dataclass

@@ -1,0 +1,297 @@
+"""``HiCacheMooncakeBackend``: the ``HiCacheStorage`` subclass SGLang loads by name.
+
+SGLang constructs it as ``HiCacheMooncakeBackend(storage_config, {})`` through its ``dynamic``
+loader (``module_path: hicache_mooncake.backend``), then calls ``register_mem_pool_host``. With
+``interface_v1: 1`` pages move zero-copy between SGLang's host pool and our tiers
+(``batch_get_v1``/``batch_set_v1``); otherwise SGLang copies flat pages through ``batch_get``/``batch_set``.
+
+Promises to SGLang:
+- a bad configuration raises ``ConfigError`` from the constructor (the attach fails with the
+  message); nothing was allocated;
+- data-path calls never raise: a failure is a miss / False, counted, logged once per cause;
+- a page is one object (K and V, or every layer's parts, together), namespaced by model, layout
+  and rank (``keys.py``), so incompatible runs never read each other's bytes;
+- with a rank-replicated KV (MLA), only the storage writer (TP rank 0) stores; every rank reads;
+- ``close()`` releases every buffer, thread, socket and file, is idempotent and never raises;
+  every call after it is a miss / False.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from hicache_mooncake.sglang_compat import check_sglang_version, config_field
+
+SGLANG_VERSION = check_sglang_version()
+
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorage  # noqa: E402
+
+from hicache_mooncake.config import BackendConfig, load_backend_config  # noqa: E402
+from hicache_mooncake.failures import FailureLog  # noqa: E402
+from hicache_mooncake.host_memory import HostMemoryMap, pool_tensors  # noqa: E402
+from hicache_mooncake.keys import KeySpace, RankInfo, build_keyspace, pool_geometry  # noqa: E402
+from hicache_mooncake.metrics import BackendMetrics  # noqa: E402
+from hicache_mooncake.store_builder import build_store  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+
+class HiCacheMooncakeBackend(HiCacheStorage):
+    def __init__(self, storage_config: Any, kwargs: dict[str, Any] | None = None) -> None:
+        extra = dict(config_field(storage_config, "extra_config", {}) or {})
+        self.config: BackendConfig = load_backend_config(extra)
+        logging.getLogger("hicache_mooncake").setLevel(self.config.log_level.upper())
+        is_mla = bool(config_field(storage_config, "is_mla_model", False))
+        tp_rank = int(config_field(storage_config, "tp_rank", 0))
+        writer = getattr(storage_config, "is_storage_writer", None)
+        self.is_storage_writer = bool(writer) if writer is not None else (not is_mla or tp_rank == 0)
+        self.ranks = RankInfo(
+            tp_rank=tp_rank,
+            tp_size=int(config_field(storage_config, "tp_size", 1)),
+            pp_rank=int(config_field(storage_config, "pp_rank", 0)),
+            pp_size=int(config_field(storage_config, "pp_size", 1)),
+            cp_rank=int(config_field(storage_config, "attn_cp_rank", 0)),
+            cp_size=int(config_field(storage_config, "attn_cp_size", 1)),
+            dcp_rank=int(config_field(storage_config, "dcp_rank", 0)),
+            dcp_size=int(config_field(storage_config, "dcp_size", 1)),
+            replicated_kv=is_mla,
+        )
+        self.model_name = self.config.namespace.model or config_field(storage_config, "model_name", "") or "model"
+        self.io_path = "v1" if self.config.interface_v1 else "flat"
+        self.mem_pool_host: Any = None
+        self._host_map: HostMemoryMap | None = None
+        self._keys: KeySpace | None = None
+        self._failures = FailureLog()
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self.store = build_store(self.config)
+        self.metrics = BackendMetrics(self.store.stats)
+        self.metrics_port: int | None = None
+        if self.config.metrics.port is not None:
+            try:
+                self.metrics_port = self.metrics.serve(self.config.metrics.host, self.config.metrics.port)
+            except OSError as exc:
+                self.store.close()
+                raise RuntimeError(
+                    f"metrics.port {self.config.metrics.port} on {self.config.metrics.host}: {exc}"
+                ) from exc
+        log.info(
+            "hicache-mooncake backend: model=%s ranks=%s writer=%s tiers=%s sglang=%s",
+            self.model_name,
+            self.ranks.suffix() or "(replicated)",
+            self.is_storage_writer,
+            [t.name for t in self.store.tiers],
+            SGLANG_VERSION,
+        )
+
+    # ------------------------------------------------------------------ registration
+    def register_mem_pool_host(self, mem_pool_host: Any) -> None:
+        super().register_mem_pool_host(mem_pool_host)
+        self._host_map = HostMemoryMap(pool_tensors(mem_pool_host))
+        self._keys = build_keyspace(
+            self.model_name, self.config.namespace.tenant, pool_geometry(mem_pool_host), self.io_path, self.ranks
+        )
+        log.info("hicache-mooncake: host pool %s registered, key prefix %s", type(mem_pool_host).__name__,
+                 self._keys.prefix)
+
+    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
+        if str(getattr(host_pool_name, "value", host_pool_name)) != "kv":
+            self._failures.record(f"sidecar host pool {host_pool_name!r} is not stored (hybrid models: misses)")
+
+    # ------------------------------------------------------------------ helpers
+    def _ready(self, op: str, count: int) -> KeySpace | None:
+        if self._closed:
+            return None
+        if self._keys is None:
+            self._failures.record(f"{op} before register_mem_pool_host")
+            return None
+        if count > self.config.io.max_batch_pages:
+            self._failures.record(f"{op} of {count} pages exceeds io.max_batch_pages")
+            return None
+        return self._keys
+
+    @staticmethod
+    def _prev_key(keys: KeySpace, extra_info: Any) -> str | None:
+        prefix = getattr(extra_info, "prefix_keys", None)
+        if isinstance(prefix, list) and prefix and isinstance(prefix[-1], str):
+            return keys.key(prefix[-1])
+        return None
+
+    def _v1_parts(self, keys: Sequence[str], host_indices: Any) -> list[list[memoryview]]:
+        assert self._host_map is not None
+        ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
+        return self._host_map.page_parts(ptrs, sizes, len(keys))
+
+    # ------------------------------------------------------------------ zero-copy path
+    def batch_set_v1(self, keys: list[str], host_indices: torch.Tensor, extra_info: Any = None) -> list[bool]:
+        if not keys:
+            return []
+        space = self._ready("batch_set_v1", len(keys))
+        if space is None:
+            return [False] * len(keys)
+        if not self.is_storage_writer:
+            return [True] * len(keys)  # replicated KV: the writer rank stores the one copy
+        try:
+            parts = self._v1_parts(keys, host_indices)
+            return self._put(space, keys, parts, extra_info)
+        except Exception as exc:
+            self._failures.record("batch_set_v1 failed", exc)
+            self.metrics.failures.labels("set").inc()
+            return [False] * len(keys)
+
+    def batch_get_v1(self, keys: list[str], host_indices: torch.Tensor, extra_info: Any = None) -> list[bool]:
+        if not keys:
+            return []
+        space = self._ready("batch_get_v1", len(keys))
+        if space is None:
+            return [False] * len(keys)
+        try:
+            parts = self._v1_parts(keys, host_indices)
+            return self._get(space, keys, parts, extra_info)
+        except Exception as exc:
+            self._failures.record("batch_get_v1 failed", exc)
+            self.metrics.failures.labels("get").inc()
+            return [False] * len(keys)
+
+    def _put(self, space: KeySpace, keys: Sequence[str], parts: list[list[memoryview]], extra_info: Any) -> list[bool]:
+        start = time.perf_counter()
+        result = self.store.put_batch(space.keys(list(keys)), parts, self._prev_key(space, extra_info))
+        nbytes = sum(p.nbytes for ok, ps in zip(result, parts, strict=True) if ok for p in ps)
+        self.metrics.record("set", sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start)
+        return result
+
+    def _get(self, space: KeySpace, keys: Sequence[str], parts: list[list[memoryview]], extra_info: Any) -> list[bool]:
+        start = time.perf_counter()
+        result = self.store.get_batch_into(space.keys(list(keys)), parts, self._prev_key(space, extra_info))
+        nbytes = sum(p.nbytes for ok, ps in zip(result, parts, strict=True) if ok for p in ps)
+        self.metrics.record("get", sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start)
+        return result
+
+    # ------------------------------------------------------------------ existence
+    def batch_exists(self, keys: list[str], extra_info: Any = None) -> int:
+        if not keys:
+            return 0
+        space = self._ready("batch_exists", len(keys))
+        if space is None:
+            return 0
+        try:
+            return self.store.exists_prefix(space.keys(keys))
+        except Exception as exc:
+            self._failures.record("batch_exists failed", exc)
+            return 0
+
+    def exists(self, key: str) -> bool:
+        return self.batch_exists([key]) == 1
+
+    # ------------------------------------------------------------------ legacy copy path
+    def batch_set(
+        self, keys: list[str], values: Any = None, target_locations: Any = None, target_sizes: Any = None
+    ) -> bool:
+        if not keys:
+            return True
+        space = self._ready("batch_set", len(keys))
+        if space is None or values is None or len(values) != len(keys):
+            return False
+        if not self.is_storage_writer:
+            return True
+        try:
+            parts = [[_tensor_bytes(v)] for v in values]
+            return all(self._put(space, keys, parts, None))
+        except Exception as exc:
+            self._failures.record("batch_set failed", exc)
+            return False
+
+    def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
+        return self.batch_set([key], [value] if value is not None else None)
+
+    def batch_get(
+        self, keys: list[str], target_locations: Any = None, target_sizes: Any = None
+    ) -> list[torch.Tensor | None]:
+        if not keys:
+            return []
+        space = self._ready("batch_get", len(keys))
+        if space is None:
+            return [None] * len(keys)
+        try:
+            targets = list(target_locations) if target_locations is not None else [None] * len(keys)
+            targets = [t if t is not None else self.mem_pool_host.get_dummy_flat_data_page() for t in targets]
+            parts = [[_tensor_bytes(t, writable=True)] for t in targets]
+            ok = self._get(space, keys, parts, None)
+            return [t if hit else None for t, hit in zip(targets, ok, strict=True)]
+        except Exception as exc:
+            self._failures.record("batch_get failed", exc)
+            return [None] * len(keys)
+
+    def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> torch.Tensor | None:
+        return self.batch_get([key], [target_location] if target_location is not None else None)[0]
+
+    # ------------------------------------------------------------------ hybrid (v2) pools
+    def batch_exists_v2(self, keys: list[str], pool_transfers: Any = None, extra_info: Any = None) -> Any:
+        from sglang.srt.mem_cache.hicache_storage import PoolTransferResult
+
+        sidecars = [t for t in pool_transfers or [] if str(getattr(t.name, "value", t.name)) != "kv"]
+        hits = 0 if sidecars else self.batch_exists(keys, extra_info)
+        return PoolTransferResult(kv_hit_pages=hits, extra_pool_hit_pages={str(t.name): 0 for t in sidecars})
+
+    def batch_get_v2(self, transfers: Any, extra_info: Any = None) -> dict[str, list[bool]]:
+        return {str(t.name): [False] * len(t.keys or []) for t in transfers}
+
+    def batch_set_v2(self, transfers: Any, extra_info: Any = None) -> dict[str, list[bool]]:
+        return {str(t.name): [False] * len(t.keys or []) for t in transfers}
+
+    # ------------------------------------------------------------------ admin
+    def clear(self) -> None:
+        if self._closed:
+            return
+        try:
+            self.store.clear()
+        except Exception as exc:
+            self._failures.record("clear failed", exc)
+
+    def get_stats(self) -> Any:
+        try:
+            from sglang.srt.observability.metrics_collector import StorageMetrics
+        except ImportError:
+            return None
+        samples = self.metrics.drain_samples()
+        return StorageMetrics(
+            prefetch_pgs=[int(x) for x in samples["prefetch_pgs"]],
+            backup_pgs=[int(x) for x in samples["backup_pgs"]],
+            prefetch_bandwidth=samples["prefetch_bandwidth"],
+            backup_bandwidth=samples["backup_bandwidth"],
+        )
+
+    def tier_stats(self) -> dict[str, Any]:
+        """Per-tier figures plus failure counts (for operators; SGLang does not call this)."""
+        return {"tiers": self.store.stats(), "failures": self._failures.snapshot(), "closed": self._closed}
+
+    def close(self) -> None:
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        for step in (self.store.close, self.metrics.close):
+            try:
+                step()
+            except Exception as exc:
+                self._failures.record(f"close step {step.__qualname__} failed", exc)
+        if self._host_map is not None:
+            self._host_map.close()
+        self.mem_pool_host = None
+
+
+def _tensor_bytes(tensor: torch.Tensor, writable: bool = False) -> memoryview:
+    """A byte view of a tensor (legacy path); a non-contiguous source is copied once."""
+    flat = tensor.detach()
+    if not flat.is_contiguous():
+        if writable:
+            raise ValueError("legacy get target must be contiguous")
+        flat = flat.contiguous()
+    return memoryview(flat.reshape(-1).view(torch.uint8).numpy())

@@ -1,0 +1,20 @@
+"""Configuration: the YAML schema and how it is loaded (see schema.py for every key)."""
+
+from .errors import ConfigError
+from .loader import CONFIG_ENV, deep_merge, load_backend_config, read_yaml_file, validate_config
+from .schema import BackendConfig, DramTierConfig, IoConfig, MetricsConfig, NamespaceConfig, TiersConfig
+
+__all__ = [
+    "CONFIG_ENV",
+    "BackendConfig",
+    "ConfigError",
+    "DramTierConfig",
+    "IoConfig",
+    "MetricsConfig",
+    "NamespaceConfig",
+    "TiersConfig",
+    "deep_merge",
+    "load_backend_config",
+    "read_yaml_file",
+    "validate_config",
+]

@@ -1,0 +1,112 @@
+"""The YAML schema of hicache-mooncake (pydantic v2). Every key, its default and its meaning.
+
+One document carries SGLang's ``dynamic`` loader keys (``backend_name``, ``module_path``,
+``class_name``, ``interface_v1``) next to ours, so ``--hicache-storage-backend dynamic
+--hicache-storage-backend-extra-config @configs/default.yaml`` is the whole setup. Unknown keys
+are refused (a typo never silently falls back to a default). Sizes take ints (bytes) or strings
+such as ``64GiB`` / ``512MB``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from hicache_mooncake.sizes import parse_size
+
+ByteSize = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
+
+# Keys that SGLang itself consumes from the extra config. SGLang pops them before our class sees
+# the dict, but a dict passed straight to the factory (tests, tools) still has them.
+SGLANG_CONSUMED_KEYS = frozenset(
+    {
+        "prefetch_threshold",
+        "prefetch_timeout_base",
+        "prefetch_timeout_per_ki_token",
+        "hicache_storage_pass_prefix_keys",
+        "tp_lcm_size",
+    }
+)
+LOADER_KEYS = frozenset({"backend_name", "module_path", "class_name", "interface_v1"})
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class DramTierConfig(StrictModel):
+    """Local host-DRAM tier: a pre-allocated, page-aligned arena carved into size-class slabs."""
+
+    enabled: bool = True
+    capacity: ByteSize = parse_size("4GiB")
+    """Bytes of the arena; allocated (and touched, see ``prefault``) when the backend attaches."""
+    slab_size: ByteSize = parse_size("64MiB")
+    """Arena granule given to one size class; the largest storable object. Multiple of 4096."""
+    policy: str = "s3fifo"
+    """Eviction policy name from the policy registry (``lru``, ``s3fifo``, ...)."""
+    policy_options: dict[str, Any] = Field(default_factory=dict)
+    """Keyword options passed to the policy's constructor."""
+    prefault: bool = True
+    """Fault the whole arena in at attach (MAP_POPULATE), so the first sets do not pay for it."""
+
+    @model_validator(mode="after")
+    def _check(self) -> DramTierConfig:
+        if self.slab_size <= 0 or self.slab_size % 4096:
+            raise ValueError(f"slab_size must be a positive multiple of 4096, got {self.slab_size}")
+        if self.enabled and self.capacity < self.slab_size:
+            raise ValueError(
+                f"capacity ({self.capacity}) must be at least one slab_size ({self.slab_size})"
+            )
+        return self
+
+
+class TiersConfig(StrictModel):
+    dram: DramTierConfig = DramTierConfig()
+
+
+class NamespaceConfig(StrictModel):
+    """What goes into every object key besides SGLang's page hash (DESIGN.md §3)."""
+
+    model: str | None = None
+    """Model identity in keys; default: SGLang's served model name."""
+    tenant: str = ""
+    """Salt that separates caches sharing one store (e.g. two tenants, or test runs)."""
+
+
+class IoConfig(StrictModel):
+    timeout_s: float = Field(default=5.0, gt=0)
+    """Upper bound of any blocking tier call; past it a get is a miss and a set is refused."""
+    max_batch_pages: int = Field(default=128, ge=1)
+    """Pages per call above which a call is refused as malformed (SGLang sends at most 128)."""
+
+
+class MetricsConfig(StrictModel):
+    port: int | None = Field(default=None, ge=0, le=65535)
+    """Serve Prometheus metrics on this port (0: any free port); None: do not serve."""
+    host: str = "127.0.0.1"
+
+
+class BackendConfig(StrictModel):
+    """The whole document. Loader keys first, then SGLang's own keys, then ours."""
+
+    backend_name: str = "hicache-mooncake"
+    module_path: str = "hicache_mooncake.backend"
+    class_name: str = "HiCacheMooncakeBackend"
+    interface_v1: int = Field(default=1, ge=0, le=1)
+    """1: SGLang uses the zero-copy batch_get_v1/batch_set_v1 path (recommended)."""
+
+    prefetch_threshold: int | None = None
+    prefetch_timeout_base: float | None = None
+    prefetch_timeout_per_ki_token: float | None = None
+    hicache_storage_pass_prefix_keys: bool | None = None
+    tp_lcm_size: int | None = None
+
+    config_file: str | None = None
+    """Inline (JSON) extra config may point at a YAML file; its keys are the base, inline keys win."""
+
+    namespace: NamespaceConfig = NamespaceConfig()
+    tiers: TiersConfig = TiersConfig()
+    io: IoConfig = IoConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    log_level: str = "INFO"

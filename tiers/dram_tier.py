@@ -1,0 +1,265 @@
+"""Local host-DRAM tier: objects in a pre-allocated arena, one eviction policy per size class.
+
+Concurrency: one lock guards the index, the allocator and the policies; it is never held while
+bytes are copied or while an evicted object is demoted. A reader pins the slot it copies from;
+a slot evicted or removed while pinned becomes a *zombie* that is freed by its last reader, so a
+reader never sees another object's bytes. A writer copies into a reserved slot that no reader
+can find until the copy is complete and the key is published.
+
+Eviction: when no slot of the needed size class is free, the class's policy picks a victim
+(a class that owns no keys steals from the class with the most slabs). If ``on_evict`` is set
+(write-on-evict demotion), the victim is pinned, handed to ``on_evict(key, bytes)`` outside the
+lock, and freed afterwards; an exception from ``on_evict`` only loses that copy (logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .dram_arena import DramArena
+from .parts import Parts, gather, parts_nbytes, scatter
+from .policy import DEFAULT_CONTEXT, AccessContext, EvictionPolicy, policy_factory
+from .slab_allocator import SlabAllocator, slot_size_for
+from .tier import Tier
+
+log = logging.getLogger(__name__)
+EvictHook = Callable[[str, np.ndarray], None]
+
+
+class DramTier(Tier):
+    name = "dram"
+
+    def __init__(
+        self,
+        capacity: int,
+        slab_size: int = 64 << 20,
+        policy: str = "s3fifo",
+        policy_options: dict[str, Any] | None = None,
+        prefault: bool = True,
+        on_evict: EvictHook | None = None,
+    ) -> None:
+        self._allocator = SlabAllocator(capacity, slab_size)
+        self._new_policy = policy_factory(policy, **(policy_options or {}))
+        self.policy_name = policy
+        self._arena = DramArena(self._allocator.capacity, prefault=prefault)
+        self._policies: dict[int, EvictionPolicy] = {}
+        self._index: dict[str, tuple[int, int]] = {}
+        self._pins: dict[int, int] = {}
+        self._zombies: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self.on_evict: EvictHook | None = on_evict
+        self._counts = dict.fromkeys(
+            (
+                "puts",
+                "put_bytes",
+                "hits",
+                "hit_bytes",
+                "misses",
+                "evictions",
+                "demotions",
+                "demotion_errors",
+                "rejected_too_large",
+                "rejected_admission",
+                "rejected_no_space",
+                "size_mismatch",
+            ),
+            0,
+        )
+
+    # ------------------------------------------------------------------ queries
+    def contains(self, key: str) -> bool:
+        with self._lock:
+            return key in self._index
+
+    def contains_batch(self, keys: Any) -> list[bool]:
+        with self._lock:
+            return [k in self._index for k in keys]
+
+    def object_size(self, key: str) -> int | None:
+        with self._lock:
+            entry = self._index.get(key)
+        return None if entry is None else entry[1]
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._index)
+
+    # ------------------------------------------------------------------ writes
+    def put(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
+        nbytes = parts_nbytes(parts)
+        with self._lock:
+            if self._closed:
+                return False
+            if key in self._index:
+                self._policy_for(nbytes).on_hit(key, ctx)
+                return True
+            if not self._allocator.fits(nbytes):
+                self._counts["rejected_too_large"] += 1
+                return False
+            if not self._policy_for(nbytes).should_admit(key, ctx):
+                self._counts["rejected_admission"] += 1
+                return False
+        offset = self._reserve(nbytes)
+        if offset is None:
+            with self._lock:
+                self._counts["rejected_no_space"] += 1
+            return False
+        gather(self._arena.view(offset, nbytes), parts)
+        with self._lock:
+            if self._closed:
+                return False
+            if key in self._index:  # another thread stored the same (immutable) value first
+                self._allocator.free(offset, nbytes)
+                return True
+            self._index[key] = (offset, nbytes)
+            self._policy_for(nbytes).on_insert(key, ctx)
+            self._counts["puts"] += 1
+            self._counts["put_bytes"] += nbytes
+        return True
+
+    def _reserve(self, nbytes: int) -> int | None:
+        """A free slot for ``nbytes``, evicting (and demoting) victims one at a time."""
+        for _ in range(len(self._index) + 2):
+            with self._lock:
+                if self._closed:
+                    return None
+                offset = self._allocator.alloc(nbytes)
+                if offset is not None:
+                    return offset
+                victim = self._evict_one_locked(slot_size_for(nbytes))
+                if victim is None:
+                    return None
+                vkey, voff, vbytes = victim
+                hook = self.on_evict
+                if hook is None:
+                    self._release_locked(voff, vbytes)
+                    continue
+                self._pins[voff] = self._pins.get(voff, 0) + 1
+                self._zombies[voff] = vbytes
+                view = self._arena.view(voff, vbytes)
+            outcome = "demotion_errors"
+            try:
+                hook(vkey, view)
+                outcome = "demotions"
+            except Exception:  # a failed demotion loses one copy, never the caller's put
+                log.exception("demotion of %s failed; the object is dropped from DRAM", vkey)
+            finally:
+                with self._lock:
+                    self._counts[outcome] += 1
+                    self._unpin_locked(voff)
+        return None
+
+    def _evict_one_locked(self, slot_size: int) -> tuple[str, int, int] | None:
+        policy = self._policies.get(slot_size)
+        if policy is None or not len(policy):
+            victim_class = self._allocator.largest_class()
+            policy = self._policies.get(victim_class) if victim_class is not None else None
+            if policy is None or not len(policy):
+                return None
+        key = policy.pop_victim()
+        if key is None:
+            return None
+        entry = self._index.pop(key, None)
+        if entry is None:
+            return None
+        self._counts["evictions"] += 1
+        return key, entry[0], entry[1]
+
+    def remove(self, key: str) -> bool:
+        with self._lock:
+            entry = self._index.pop(key, None)
+            if entry is None:
+                return False
+            self._policy_for(entry[1]).on_remove(key)
+            self._release_locked(*entry)
+            return True
+
+    def clear(self) -> None:
+        with self._lock:
+            for offset, nbytes in self._index.values():
+                self._release_locked(offset, nbytes)
+            self._index.clear()
+            for policy in self._policies.values():
+                policy.clear()
+
+    # ------------------------------------------------------------------ reads
+    def get_into(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
+        with self._lock:
+            entry = self._index.get(key)
+            if entry is None or self._closed:
+                self._counts["misses"] += 1
+                return False
+            offset, nbytes = entry
+            if parts_nbytes(parts) != nbytes:
+                self._counts["size_mismatch"] += 1
+                return False
+            self._policy_for(nbytes).on_hit(key, ctx)
+            self._pins[offset] = self._pins.get(offset, 0) + 1
+            view = self._arena.view(offset, nbytes)
+        try:
+            scatter(view, parts)
+        finally:
+            with self._lock:
+                self._unpin_locked(offset)
+                self._counts["hits"] += 1
+                self._counts["hit_bytes"] += nbytes
+        return True
+
+    def touch(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
+        """Record an access that did not read bytes (e.g. an exists hit)."""
+        with self._lock:
+            entry = self._index.get(key)
+            if entry is not None:
+                self._policy_for(entry[1]).on_hit(key, ctx)
+
+    # ------------------------------------------------------------------ internals
+    def _policy_for(self, nbytes: int) -> EvictionPolicy:
+        size = slot_size_for(nbytes)
+        policy = self._policies.get(size)
+        if policy is None:
+            policy = self._policies[size] = self._new_policy()
+        return policy
+
+    def _release_locked(self, offset: int, nbytes: int) -> None:
+        if offset in self._pins:
+            self._zombies[offset] = nbytes
+        else:
+            self._allocator.free(offset, nbytes)
+
+    def _unpin_locked(self, offset: int) -> None:
+        left = self._pins[offset] - 1
+        if left:
+            self._pins[offset] = left
+            return
+        del self._pins[offset]
+        nbytes = self._zombies.pop(offset, None)
+        if nbytes is not None and not self._closed:
+            self._allocator.free(offset, nbytes)
+
+    # ------------------------------------------------------------------ lifecycle
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "tier": self.name,
+                "policy": self.policy_name,
+                "entries": len(self._index),
+                "used_bytes": self._allocator.used_bytes,
+                "capacity_bytes": self._allocator.capacity,
+                "free_slabs": self._allocator.free_slab_count,
+                **self._counts,
+            }
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._index.clear()
+            self._policies.clear()
+        self._arena.close()

@@ -1,0 +1,124 @@
+"""The one place that decides which tier serves a get and where a set goes.
+
+Tiers are ordered fastest first (DRAM, remote DRAM, SSD). Semantics SGLang relies on:
+- ``exists_prefix`` counts the leading keys present in any tier and stops at the first miss.
+- ``get_batch_into`` tries each tier in order for the keys still missing; a key's result is True
+  only if its bytes were copied in full. Results after the first miss are False (SGLang uses only
+  the leading run, so later keys are not fetched at all).
+- ``put_batch`` stores keys that no tier holds yet into the first tier that accepts them; a key
+  already present anywhere counts as stored (values are immutable).
+
+Each call builds one ``AccessContext`` per key from the call's key order, so policies see
+prefix positions and chain parents exactly as SGLang sent them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .parts import Parts
+from .policy import AccessContext
+from .tier import Tier
+
+
+def call_contexts(
+    keys: Sequence[str], prefix_hits: int, sizes: Sequence[int], prev_key: str | None = None
+) -> list[AccessContext]:
+    now = time.monotonic()
+    out = []
+    for i in range(len(keys)):
+        out.append(
+            AccessContext(
+                now=now,
+                position=i,
+                batch_len=len(keys),
+                prefix_hits=prefix_hits,
+                size=sizes[i],
+                prev_key=keys[i - 1] if i else prev_key,
+            )
+        )
+    return out
+
+
+class TieredStore:
+    def __init__(self, tiers: Sequence[Tier]) -> None:
+        if not tiers:
+            raise ValueError("TieredStore needs at least one tier")
+        self.tiers = list(tiers)
+
+    def tier(self, name: str) -> Tier | None:
+        return next((t for t in self.tiers if t.name == name), None)
+
+    def exists_prefix(self, keys: Sequence[str]) -> int:
+        present = [False] * len(keys)
+        pending = list(range(len(keys)))
+        for tier in self.tiers:
+            if not pending:
+                break
+            found = tier.contains_batch([keys[i] for i in pending])
+            for i, ok in zip(pending, found, strict=True):
+                present[i] = ok
+            pending = [i for i in pending if not present[i]]
+        for i, ok in enumerate(present):
+            if not ok:
+                return i
+        return len(keys)
+
+    def get_batch_into(
+        self, keys: Sequence[str], parts: Sequence[Parts], prev_key: str | None = None
+    ) -> list[bool]:
+        sizes = [sum(p.nbytes for p in ps) for ps in parts]
+        ctxs = call_contexts(keys, len(keys), sizes, prev_key)
+        done = [False] * len(keys)
+        pending = list(range(len(keys)))
+        for tier in self.tiers:
+            if not pending:
+                break
+            got = tier.get_batch_into([(keys[i], parts[i], ctxs[i]) for i in pending])
+            for i, ok in zip(pending, got, strict=True):
+                done[i] = ok
+            pending = [i for i in pending if not done[i]]
+        if False in done:
+            first_miss = done.index(False)
+            done[first_miss:] = [False] * (len(done) - first_miss)
+        return done
+
+    def put_batch(
+        self, keys: Sequence[str], parts: Sequence[Parts], prev_key: str | None = None
+    ) -> list[bool]:
+        stored = [False] * len(keys)
+        pending = list(range(len(keys)))
+        for tier in self.tiers:
+            found = tier.contains_batch([keys[i] for i in pending])
+            for i, ok in zip(pending, found, strict=True):
+                stored[i] = ok
+            pending = [i for i in pending if not stored[i]]
+        if not pending:
+            return stored
+        prefix_hits = pending[0]
+        sizes = [sum(p.nbytes for p in ps) for ps in parts]
+        ctxs = call_contexts(keys, prefix_hits, sizes, prev_key)
+        for tier in self.tiers:
+            if not pending:
+                break
+            ok_list = tier.put_batch([(keys[i], parts[i], ctxs[i]) for i in pending])
+            for i, ok in zip(pending, ok_list, strict=True):
+                stored[i] = ok
+            pending = [i for i in pending if not stored[i]]
+        return stored
+
+    def remove(self, key: str) -> bool:
+        return any([tier.remove(key) for tier in self.tiers])
+
+    def clear(self) -> None:
+        for tier in self.tiers:
+            tier.clear()
+
+    def close(self) -> None:
+        for tier in self.tiers:
+            tier.close()
+
+    def stats(self) -> dict[str, Any]:
+        return {tier.name: tier.stats() for tier in self.tiers}
