@@ -1,0 +1,155 @@
+"""A client connection to a node (handshake, framed request/reply) and a pool of them per peer."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from . import auth, wire
+from .errors import AuthError, PeerUnavailable, ProtocolError
+from .options import ClientOptions
+from .sockio import recv_exact, recv_into_exact, send_all
+from .wire import FrameHeader, Op, Status
+
+_req_ids = itertools.count(1)
+
+
+class Connection:
+    def __init__(self, host: str, port: int, opts: ClientOptions) -> None:
+        self.opts = opts
+        self.limits = opts.limits
+        deadline = time.monotonic() + opts.connect_timeout_s
+        try:
+            self.sock = socket.create_connection((host, port), timeout=opts.connect_timeout_s)
+        except OSError as exc:
+            raise PeerUnavailable(f"connect {host}:{port}: {exc}") from exc
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            self.segment = self._handshake(deadline)
+        except BaseException:
+            self.close()
+            raise
+
+    def _handshake(self, deadline: float) -> dict[str, Any]:
+        h, meta = self._read_reply(deadline, allow_payload=False)
+        if h.op != Op.CHALLENGE or len(meta) != auth.NONCE_LEN:
+            raise ProtocolError("peer did not send a challenge")
+        cnonce = auth.new_nonce()
+        proof = auth.client_proof(self.opts.secret, bytes(meta))
+        rid = next(_req_ids)
+        head = wire.pack_header(FrameHeader(Op.AUTH, 0, rid, len(proof) + len(cnonce), 0))
+        send_all(self.sock, [memoryview(head), memoryview(proof + cnonce)], deadline)
+        h, meta = self._read_reply(deadline, allow_payload=False)
+        if h.status == Status.AUTH_FAILED:
+            raise AuthError("node refused our shared secret")
+        if h.op != Op.AUTH or h.status != Status.OK or len(meta) < auth.PROOF_LEN:
+            raise ProtocolError("bad AUTH reply")
+        if not auth.verify(auth.server_proof(self.opts.secret, cnonce), meta[: auth.PROOF_LEN]):
+            raise AuthError("node failed to prove the shared secret")
+        info: dict[str, Any] = json.loads(bytes(meta[auth.PROOF_LEN :]))
+        return info
+
+    def _read_reply(self, deadline: float, allow_payload: bool = True) -> tuple[FrameHeader, bytearray]:
+        h = wire.unpack_header(recv_exact(self.sock, wire.HEADER_SIZE, deadline), self.limits)
+        if h.payload_len and not allow_payload:
+            raise ProtocolError("unexpected payload")
+        return h, recv_exact(self.sock, h.meta_len, deadline)
+
+    def request(
+        self, op: Op, meta: bytes, payload: Sequence[memoryview] = (), deadline: float | None = None
+    ) -> tuple[FrameHeader, bytearray]:
+        """Send one request and read the reply's header and meta; the reply payload (if any)
+        is left on the socket for the caller to ``recv_into``."""
+        deadline = deadline if deadline is not None else time.monotonic() + self.opts.timeout_s
+        rid = next(_req_ids)
+        plen = sum(len(p) for p in payload)
+        head = wire.pack_header(FrameHeader(op, 0, rid, len(meta), plen))
+        send_all(self.sock, [memoryview(head), memoryview(meta), *payload], deadline)
+        h, rmeta = self._read_reply(deadline)
+        if h.req_id != rid:
+            raise ProtocolError(f"reply id {h.req_id} does not match request {rid}")
+        if h.status != Status.OK:
+            raise ProtocolError(
+                f"node answered {Status(h.status).name if h.status in Status._value2member_map_ else h.status}"
+            )
+        return h, rmeta
+
+    def recv_into(self, view: memoryview, deadline: float) -> None:
+        recv_into_exact(self.sock, view, deadline)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+class ConnectionPool:
+    """Up to ``opts.connections_per_peer`` connections to one node. A failed connect marks the
+    peer down for ``retry_interval_s``: meanwhile ``acquire`` fails at once (callers miss fast)."""
+
+    def __init__(self, host: str, port: int, opts: ClientOptions) -> None:
+        self.host, self.port, self.opts = host, port, opts
+        self._idle: list[Connection] = []
+        self._total = 0
+        self._cond = threading.Condition()
+        self._down_until = 0.0
+        self._closed = False
+        self.segment: dict[str, Any] = {}
+
+    def acquire(self, deadline: float) -> Connection:
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise PeerUnavailable("pool closed")
+                if self._idle:
+                    return self._idle.pop()
+                if time.monotonic() < self._down_until:
+                    raise PeerUnavailable(f"{self.host}:{self.port} is marked down")
+                if self._total < self.opts.connections_per_peer:
+                    self._total += 1
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._cond.wait(left):
+                    raise PeerUnavailable("no free connection before the deadline")
+        try:
+            conn = Connection(self.host, self.port, self.opts)
+        except AuthError:
+            with self._cond:
+                self._total -= 1
+                self._cond.notify()
+            raise
+        except BaseException:
+            with self._cond:
+                self._total -= 1
+                self._down_until = time.monotonic() + self.opts.retry_interval_s
+                self._cond.notify()
+            raise
+        self.segment = conn.segment
+        return conn
+
+    def release(self, conn: Connection, ok: bool) -> None:
+        """Return ``conn``; ``ok=False`` (any error mid-request) closes it: the stream is lost."""
+        with self._cond:
+            if ok and not self._closed:
+                self._idle.append(conn)
+            else:
+                conn.close()
+                self._total -= 1
+                if not ok:
+                    # the node may be dying: new calls should not queue behind connect timeouts
+                    self._down_until = time.monotonic() + min(self.opts.retry_interval_s, 0.2)
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            for c in self._idle:
+                c.close()
+            self._total -= len(self._idle)
+            self._idle.clear()
+            self._cond.notify_all()

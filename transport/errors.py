@@ -1,0 +1,24 @@
+"""Exceptions of the transport layer. Callers of ``NodeClient``/``ClusterClient`` never see them:
+those turn every failure into a miss / ``False`` and count it."""
+
+from __future__ import annotations
+
+
+class TransportError(Exception):
+    """Base class: anything that went wrong moving bytes or talking to a peer."""
+
+
+class ProtocolError(TransportError):
+    """A frame that breaks the wire format or its limits (bad magic, version, sizes)."""
+
+
+class AuthError(TransportError):
+    """The shared-secret handshake failed (wrong secret, or the peer is not a node)."""
+
+
+class PeerUnavailable(TransportError):
+    """The peer could not be reached, or it was marked down after a recent failure."""
+
+
+class MetadataUnavailable(TransportError):
+    """The metadata service (Redis) could not be reached within its timeout."""

@@ -1,0 +1,17 @@
+"""Client-side options shared by every backend (timeouts, pool size, secret, limits)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .wire import Limits
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    timeout_s: float = 2.0  # whole-call deadline of every batched operation
+    connect_timeout_s: float = 1.0
+    connections_per_peer: int = 4
+    retry_interval_s: float = 1.0  # a peer that failed is not retried (calls miss at once) for this long
+    secret: bytes = b""
+    limits: Limits = field(default_factory=Limits)

@@ -1,0 +1,334 @@
+"""The binary wire format shared by the node server and its clients (pure functions, no I/O).
+
+A frame is a fixed 28-byte header, then ``meta_len`` bytes of metadata (keys, sizes, statuses),
+then ``payload_len`` bytes of bulk payload (object bodies back to back). The header::
+
+    magic u16 | version u8 | op u8 | status u16 | flags u16 | req_id u64 | meta_len u32 | payload_len u64
+
+All integers are big-endian (network order). Keys are UTF-8, at most ``Limits.max_key_len``
+bytes, encoded as ``u16 length + bytes``. Payload is never encoded here: the sender passes the
+caller's memoryviews to ``sendmsg`` and the receiver ``recv_into``s straight into its destination.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .errors import ProtocolError
+
+MAGIC = 0x484D  # "HM"
+VERSION = 1
+HEADER = struct.Struct("!HBBHHQIQ")
+HEADER_SIZE = HEADER.size  # 28
+_U16 = struct.Struct("!H")
+_U32 = struct.Struct("!I")
+_PUT_ITEM = struct.Struct("!QB")  # size, object type
+_GET_ITEM = struct.Struct("!Q")  # expected size
+_GET_RESP = struct.Struct("!BQB")  # found, size, type
+_LOOKUP_RESP = struct.Struct("!BQQQB")  # found, offset, size, version, type
+_ALLOC_RESP = struct.Struct("!BQQ")  # status, offset, version
+_COMMIT_ITEM = struct.Struct("!Q")  # version
+
+
+class Op(enum.IntEnum):
+    CHALLENGE = 1  # server -> client: nonce
+    AUTH = 2  # client -> server: hmac + client nonce; reply: server proof + segment info
+    PING = 3
+    EXISTS = 4
+    PUT = 5
+    GET = 6
+    REMOVE = 7
+    CLEAR = 8
+    STATS = 9
+    LOOKUP = 10  # one-sided readers: where does each key live (offset, size, version)
+    ALLOC = 11  # one-sided writers: reserve slots
+    COMMIT = 12  # one-sided writers: publish reserved slots
+    READ_AT = 13  # address-based read (the tcp engine's one-sided emulation)
+    WRITE_AT = 14  # address-based write into reserved slots
+
+
+class Status(enum.IntEnum):
+    OK = 0
+    BAD_REQUEST = 1
+    TOO_LARGE = 2
+    AUTH_FAILED = 3
+    UNKNOWN_OP = 4
+    DRAINING = 5
+    INTERNAL = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Hard limits a node enforces on every frame (and a client on every reply)."""
+
+    max_key_len: int = 1024
+    max_batch: int = 1024
+    max_meta: int = 4 << 20
+    max_payload: int = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class FrameHeader:
+    op: int
+    status: int
+    req_id: int
+    meta_len: int
+    payload_len: int
+    flags: int = 0
+
+
+def pack_header(h: FrameHeader) -> bytes:
+    return HEADER.pack(MAGIC, VERSION, h.op, h.status, h.flags, h.req_id, h.meta_len, h.payload_len)
+
+
+def unpack_header(buf: bytes | bytearray | memoryview, limits: Limits) -> FrameHeader:
+    """Parse and check a header; raise ``ProtocolError`` on bad magic, version or sizes."""
+    magic, version, op, status, flags, req_id, meta_len, payload_len = HEADER.unpack(buf)
+    if magic != MAGIC:
+        raise ProtocolError(f"bad magic {magic:#x}")
+    if version != VERSION:
+        raise ProtocolError(f"unsupported wire version {version}")
+    if meta_len > limits.max_meta:
+        raise ProtocolError(f"meta of {meta_len} bytes exceeds limit {limits.max_meta}")
+    if payload_len > limits.max_payload:
+        raise ProtocolError(f"payload of {payload_len} bytes exceeds limit {limits.max_payload}")
+    return FrameHeader(op, status, req_id, meta_len, payload_len, flags)
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes | bytearray | memoryview) -> None:
+        self.buf = memoryview(buf)
+        self.pos = 0
+
+    def take(self, n: int) -> memoryview:
+        end = self.pos + n
+        if end > len(self.buf):
+            raise ProtocolError("truncated meta")
+        out = self.buf[self.pos : end]
+        self.pos = end
+        return out
+
+    def unpack(self, st: struct.Struct) -> tuple[int, ...]:
+        return st.unpack(self.take(st.size))
+
+    def done(self) -> None:
+        if self.pos != len(self.buf):
+            raise ProtocolError("trailing bytes in meta")
+
+
+def _encode_key(key: str, limits: Limits) -> bytes:
+    raw = key.encode()
+    if not raw or len(raw) > limits.max_key_len:
+        raise ProtocolError(f"key length {len(raw)} outside 1..{limits.max_key_len}")
+    return _U16.pack(len(raw)) + raw
+
+
+def _read_key(r: _Reader, limits: Limits) -> str:
+    (n,) = r.unpack(_U16)
+    if n == 0 or n > limits.max_key_len:
+        raise ProtocolError(f"key length {n} outside 1..{limits.max_key_len}")
+    try:
+        return bytes(r.take(n)).decode()
+    except UnicodeDecodeError as exc:
+        raise ProtocolError("key is not UTF-8") from exc
+
+
+def _read_count(r: _Reader, limits: Limits) -> int:
+    (n,) = r.unpack(_U32)
+    if n > limits.max_batch:
+        raise ProtocolError(f"batch of {n} exceeds limit {limits.max_batch}")
+    return n
+
+
+# ---- keys only (EXISTS, REMOVE, LOOKUP requests) -------------------------------------------
+
+
+def encode_keys(keys: Sequence[str], limits: Limits) -> bytes:
+    if len(keys) > limits.max_batch:
+        raise ProtocolError(f"batch of {len(keys)} exceeds limit {limits.max_batch}")
+    return b"".join([_U32.pack(len(keys)), *(_encode_key(k, limits) for k in keys)])
+
+
+def decode_keys(meta: bytes | bytearray | memoryview, limits: Limits) -> list[str]:
+    r = _Reader(meta)
+    keys = [_read_key(r, limits) for _ in range(_read_count(r, limits))]
+    r.done()
+    return keys
+
+
+def encode_flags(flags: Sequence[bool | int]) -> bytes:
+    return _U32.pack(len(flags)) + bytes(int(f) & 0xFF for f in flags)
+
+
+def decode_flags(meta: bytes | bytearray | memoryview, expected: int) -> list[int]:
+    r = _Reader(meta)
+    (n,) = r.unpack(_U32)
+    if n != expected:
+        raise ProtocolError(f"reply has {n} entries, expected {expected}")
+    out = list(r.take(n))
+    r.done()
+    return out
+
+
+# ---- PUT ------------------------------------------------------------------------------------
+
+
+def encode_put(items: Sequence[tuple[str, int, int]], limits: Limits) -> bytes:
+    """``items``: (key, size, object type); the payload follows in the same order."""
+    if len(items) > limits.max_batch:
+        raise ProtocolError(f"batch of {len(items)} exceeds limit {limits.max_batch}")
+    parts = [_U32.pack(len(items))]
+    for key, size, otype in items:
+        parts.append(_encode_key(key, limits))
+        parts.append(_PUT_ITEM.pack(size, otype))
+    return b"".join(parts)
+
+
+def decode_put(
+    meta: bytes | bytearray | memoryview, payload_len: int | None, limits: Limits
+) -> list[tuple[str, int, int]]:
+    """PUT (``payload_len`` checked against the sizes) and ALLOC (``payload_len=None``) items."""
+    r = _Reader(meta)
+    out = []
+    for _ in range(_read_count(r, limits)):
+        key = _read_key(r, limits)
+        size, otype = r.unpack(_PUT_ITEM)
+        out.append((key, size, otype))
+    r.done()
+    if payload_len is not None and sum(s for _, s, _ in out) != payload_len:
+        raise ProtocolError("payload length does not match the item sizes")
+    return out
+
+
+# ---- GET ------------------------------------------------------------------------------------
+
+
+def encode_get(items: Sequence[tuple[str, int]], limits: Limits) -> bytes:
+    """``items``: (key, expected size); a stored object of another size is a miss."""
+    if len(items) > limits.max_batch:
+        raise ProtocolError(f"batch of {len(items)} exceeds limit {limits.max_batch}")
+    parts = [_U32.pack(len(items))]
+    for key, size in items:
+        parts.append(_encode_key(key, limits))
+        parts.append(_GET_ITEM.pack(size))
+    return b"".join(parts)
+
+
+def decode_get(meta: bytes | bytearray | memoryview, limits: Limits) -> list[tuple[str, int]]:
+    r = _Reader(meta)
+    out = []
+    for _ in range(_read_count(r, limits)):
+        key = _read_key(r, limits)
+        (size,) = r.unpack(_GET_ITEM)
+        out.append((key, size))
+    r.done()
+    return out
+
+
+def encode_get_reply(entries: Sequence[tuple[bool, int, int]]) -> bytes:
+    """(found, size, type) per requested key; found bodies follow as payload, in order."""
+    return _U32.pack(len(entries)) + b"".join(_GET_RESP.pack(int(f), s, t) for f, s, t in entries)
+
+
+def decode_get_reply(meta: bytes | bytearray | memoryview, expected: int) -> list[tuple[bool, int, int]]:
+    r = _Reader(meta)
+    (n,) = r.unpack(_U32)
+    if n != expected:
+        raise ProtocolError(f"reply has {n} entries, expected {expected}")
+    out = []
+    for _ in range(n):
+        f, s, t = r.unpack(_GET_RESP)
+        out.append((bool(f), s, t))
+    r.done()
+    return out
+
+
+# ---- LOOKUP / ALLOC / COMMIT (one-sided data paths) ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRef:
+    """Where an object lives in a node's arena (offset of its header), for one-sided access."""
+
+    found: bool
+    offset: int = 0
+    size: int = 0
+    version: int = 0
+    obj_type: int = 0
+
+
+def encode_lookup_reply(refs: Sequence[SlotRef]) -> bytes:
+    return _U32.pack(len(refs)) + b"".join(
+        _LOOKUP_RESP.pack(int(x.found), x.offset, x.size, x.version, x.obj_type) for x in refs
+    )
+
+
+def decode_lookup_reply(meta: bytes | bytearray | memoryview, expected: int) -> list[SlotRef]:
+    r = _Reader(meta)
+    (n,) = r.unpack(_U32)
+    if n != expected:
+        raise ProtocolError(f"reply has {n} entries, expected {expected}")
+    out = []
+    for _ in range(n):
+        f, off, size, ver, t = r.unpack(_LOOKUP_RESP)
+        out.append(SlotRef(bool(f), off, size, ver, t))
+    r.done()
+    return out
+
+
+def encode_alloc_reply(entries: Sequence[tuple[int, int, int]]) -> bytes:
+    """(status: 0 stored-new / 1 already present / 2 no space, offset, version) per item."""
+    return _U32.pack(len(entries)) + b"".join(_ALLOC_RESP.pack(*e) for e in entries)
+
+
+def decode_alloc_reply(meta: bytes | bytearray | memoryview, expected: int) -> list[tuple[int, int, int]]:
+    r = _Reader(meta)
+    (n,) = r.unpack(_U32)
+    if n != expected:
+        raise ProtocolError(f"reply has {n} entries, expected {expected}")
+    out = [r.unpack(_ALLOC_RESP) for _ in range(n)]
+    r.done()
+    return [(int(a), int(b), int(c)) for a, b, c in out]
+
+
+def encode_commit(items: Sequence[tuple[str, int]], limits: Limits) -> bytes:
+    """(key, version) per reserved slot; the top bit set in version means abort."""
+    if len(items) > limits.max_batch:
+        raise ProtocolError(f"batch of {len(items)} exceeds limit {limits.max_batch}")
+    return b"".join(
+        [_U32.pack(len(items)), *(_encode_key(k, limits) + _COMMIT_ITEM.pack(v) for k, v in items)]
+    )
+
+
+def decode_commit(meta: bytes | bytearray | memoryview, limits: Limits) -> list[tuple[str, int]]:
+    r = _Reader(meta)
+    out = []
+    for _ in range(_read_count(r, limits)):
+        key = _read_key(r, limits)
+        (ver,) = r.unpack(_COMMIT_ITEM)
+        out.append((key, ver))
+    r.done()
+    return out
+
+
+# ---- READ_AT / WRITE_AT (address-based, what a one-sided engine does, emulated over TCP) ----
+
+_EXTENT = struct.Struct("!QQ")
+
+
+def encode_extents(extents: Sequence[tuple[int, int]], limits: Limits) -> bytes:
+    if len(extents) > limits.max_batch:
+        raise ProtocolError(f"batch of {len(extents)} exceeds limit {limits.max_batch}")
+    return _U32.pack(len(extents)) + b"".join(_EXTENT.pack(o, n) for o, n in extents)
+
+
+def decode_extents(meta: bytes | bytearray | memoryview, limits: Limits) -> list[tuple[int, int]]:
+    r = _Reader(meta)
+    out = [r.unpack(_EXTENT) for _ in range(_read_count(r, limits))]
+    r.done()
+    return [(int(o), int(n)) for o, n in out]
