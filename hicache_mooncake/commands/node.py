@@ -1,0 +1,123 @@
+"""``hicache-mooncake node --config FILE``: run a memory node in the foreground until SIGTERM.
+
+Reads the ``node:`` and ``metadata:`` sections of the YAML (e.g. ``configs/cluster.yaml``); other
+top-level sections (the client side's ``tiers.remote`` ...) are ignored here. Sizes may be written
+``4GiB``. A bad key is refused with its YAML path and the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+import yaml
+from hicache_mooncake.transport.metadata import MetadataConfig, make_metadata
+from hicache_mooncake.transport.node_config import NodeConfig
+from hicache_mooncake.transport.node_server import NodeServer
+from pydantic import ValidationError, field_validator
+
+from hicache_mooncake.sizes import parse_size
+
+log = logging.getLogger("hicache_mooncake.node")
+_SIZE_FIELDS = ("capacity", "max_meta", "max_payload")
+
+
+class NodeSection(NodeConfig):
+    """``NodeConfig`` with sizes accepted as strings (``"4GiB"``)."""
+
+    @field_validator(*_SIZE_FIELDS, mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> int:
+        return parse_size(value)
+
+
+class _PolicyEvictor:
+    """Adapts a ``tiers.policy`` eviction policy to the node store's evictor contract."""
+
+    def __init__(self, name: str) -> None:
+        from hicache_mooncake.tiers.policy import make_policy
+
+        self.policy = make_policy(name)
+
+    def on_insert(self, key: str) -> None:
+        self.policy.on_insert(key)
+
+    def on_hit(self, key: str) -> None:
+        self.policy.on_hit(key)
+
+    def on_remove(self, key: str) -> None:
+        self.policy.on_remove(key)
+
+    def pop_victim(self) -> str | None:
+        return self.policy.pop_victim()
+
+
+def load(path: str) -> tuple[NodeSection, MetadataConfig]:
+    with open(path) as f:
+        raw = yaml.safe_load(f) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: top level must be a mapping")
+    try:
+        node = NodeSection.model_validate(raw.get("node") or {})
+    except ValidationError as exc:
+        raise ValueError(_explain(path, "node", exc)) from None
+    try:
+        meta = MetadataConfig.model_validate(raw.get("metadata") or {})
+    except ValidationError as exc:
+        raise ValueError(_explain(path, "metadata", exc)) from None
+    return node, meta
+
+
+def _explain(path: str, section: str, exc: ValidationError) -> str:
+    lines = [f"{path}: invalid '{section}' section:"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in (section, *err["loc"]))
+        lines.append(f"  {loc}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        node_cfg, meta_cfg = load(args.config)
+    except (OSError, ValueError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.port is not None:
+        node_cfg = node_cfg.model_copy(update={"port": args.port})
+    if args.ready_file:
+        node_cfg = node_cfg.model_copy(update={"ready_file": args.ready_file})
+    evictor = None if node_cfg.eviction == "lru" else _PolicyEvictor(node_cfg.eviction)
+    metadata = make_metadata(meta_cfg)
+    server = NodeServer(
+        node_cfg,
+        metadata if meta_cfg.backend == "redis" else None,
+        evictor,
+        heartbeat_interval_s=meta_cfg.heartbeat_interval_s,
+        heartbeat_ttl_s=meta_cfg.heartbeat_ttl_s,
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %d: draining", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    while not stop.wait(0.5):
+        pass
+    server.drain()
+    metadata.close()
+    return 0
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("node", help="run a memory node (remote DRAM pool) until SIGTERM")
+    parser.add_argument("--config", required=True, help="YAML with node: and metadata: sections")
+    parser.add_argument("--port", type=int, default=None, help="override node.port")
+    parser.add_argument("--ready-file", default=None, help="write 'host port' here once listening")
+    parser.set_defaults(func=run)

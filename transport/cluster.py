@@ -1,0 +1,130 @@
+"""``ClusterClient``: the pool of memory nodes as one batched object store.
+
+Each key lives on its home node (rendezvous hashing over the live members the metadata service
+reports). A batch is split by home and each node gets ONE request per operation, all nodes in
+parallel. While the metadata service is unreachable the client is ``detached``: every call
+answers misses / ``False`` at once, and it re-attaches by itself when the service is back.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from .metadata.base import MetadataService, NodeInfo
+from .metadata.membership import Membership
+from .node_client import Item, NodeClient
+from .options import ClientOptions
+from .wire import SlotRef
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class ClusterClient:
+    def __init__(
+        self,
+        metadata: MetadataService,
+        options: ClientOptions | None = None,
+        engine: str = "tcp",
+        refresh_interval_s: float = 1.0,
+    ) -> None:
+        self.opts = options or ClientOptions()
+        self.engine_name = engine
+        self._clients: dict[str, tuple[NodeInfo, NodeClient]] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="hicache-cluster")
+        self.counters: Counter[str] = Counter()
+        self.membership = Membership(metadata, refresh_interval_s)
+
+    @property
+    def detached(self) -> bool:
+        return self.membership.detached
+
+    def nodes(self) -> list[NodeInfo]:
+        return self.membership.nodes()
+
+    def _client(self, info: NodeInfo) -> NodeClient:
+        with self._lock:
+            cur = self._clients.get(info.node_id)
+            if cur is not None and (cur[0].host, cur[0].port, cur[0].epoch) == (
+                info.host,
+                info.port,
+                info.epoch,
+            ):
+                return cur[1]
+            client = NodeClient(info.host, info.port, self.opts, self.engine_name)
+            self._clients[info.node_id] = (info, client)
+        if cur is not None:
+            cur[1].close()
+        return client
+
+    def _fan_out(
+        self,
+        items: Sequence[T],
+        key_of: Callable[[T], str],
+        call: Callable[[NodeClient, list[T]], list[R]],
+        miss: R,
+    ) -> list[R]:
+        out: list[R] = [miss] * len(items)
+        nodes = self.membership.nodes()
+        if not nodes:
+            self.counters["detached_calls" if self.detached else "no_nodes_calls"] += 1
+            return out
+        by_id = {n.node_id: n for n in nodes}
+        routes = self.membership.route([key_of(it) for it in items])
+        jobs: list[tuple[list[int], Future[list[R]] | None, list[R] | None]] = []
+        for node_id, idx in routes.items():
+            client = self._client(by_id[node_id])
+            sub = [items[i] for i in idx]
+            if len(routes) == 1:
+                jobs.append((idx, None, call(client, sub)))
+            else:
+                jobs.append((idx, self._pool.submit(call, client, sub), None))
+        for idx, fut, res in jobs:
+            got = fut.result() if fut is not None else res
+            assert got is not None
+            for i, r in zip(idx, got, strict=True):
+                out[i] = r
+        return out
+
+    def exists_batch(self, keys: Sequence[str]) -> list[bool]:
+        return self._fan_out(keys, lambda k: k, lambda c, ks: c.exists_batch(ks), False)
+
+    def lookup_batch(self, keys: Sequence[str]) -> list[SlotRef]:
+        """Per key: found, and its object type (``SlotRef.obj_type``), one request per node."""
+        return self._fan_out(keys, lambda k: k, lambda c, ks: c.lookup_batch(ks), SlotRef(False))
+
+    def put_batch(self, items: Sequence[Item], obj_type: int = 0) -> list[bool]:
+        return self._fan_out(items, lambda it: it[0], lambda c, its: c.put_batch(its, obj_type), False)
+
+    def get_batch_into(self, items: Sequence[Item]) -> list[bool]:
+        return self._fan_out(items, lambda it: it[0], lambda c, its: c.get_batch_into(its), False)
+
+    def remove_batch(self, keys: Sequence[str]) -> list[bool]:
+        return self._fan_out(keys, lambda k: k, lambda c, ks: c.remove_batch(ks), False)
+
+    def clear(self) -> int:
+        total = 0
+        for info in self.membership.nodes():
+            total += max(0, self._client(info).clear())
+        return total
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "detached": self.detached,
+            "nodes": {info.node_id: self._client(info).stats() for info in self.membership.nodes()},
+            "client": dict(self.counters),
+        }
+
+    def close(self) -> None:
+        self.membership.close()
+        self._pool.shutdown(wait=False)
+        with self._lock:
+            clients = [c for _, c in self._clients.values()]
+            self._clients.clear()
+        for c in clients:
+            c.close()

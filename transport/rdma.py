@@ -1,0 +1,5 @@
+"""placeholder"""
+
+
+def rdma_unavailable_reason() -> str | None:
+    return "not implemented yet"
