@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from hicache_mooncake.sizes import parse_size
+from hicache_mooncake.tiers.policy import policy_names
 
 ByteSize = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
 
@@ -49,6 +50,14 @@ class DramTierConfig(StrictModel):
     """Keyword options passed to the policy's constructor."""
     prefault: bool = True
     """Fault the whole arena in at attach (MAP_POPULATE), so the first sets do not pay for it."""
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, name: str) -> str:
+        known = policy_names()
+        if name not in known:
+            raise ValueError(f"unknown policy {name!r}; known: {', '.join(known)}")
+        return name
 
     @model_validator(mode="after")
     def _check(self) -> DramTierConfig:
