@@ -1,0 +1,93 @@
+"""Options of one SSD engine (:class:`SsdOptions`), validated on construction.
+
+Invariants enforced here (a bad value raises ``ValueError`` naming the field):
+
+* ``region_size`` is a multiple of 4096 and at least 64 KiB;
+* ``capacity_bytes`` holds at least two regions (one being written, one to reclaim);
+* ``dirs`` is non-empty and has no duplicates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .format import BLOCK, ENTRY_FIXED_SIZE
+
+_MIN_REGION = 64 << 10
+
+
+@dataclass(frozen=True)
+class SsdOptions:
+    """Configuration of one :class:`~hicache_mooncake.ssd.engine.SsdEngine`.
+
+    ``dirs``: one or more directories; region ``r`` lives in ``dirs[r % len(dirs)]``.
+    ``capacity_bytes``: total bytes of region files (rounded down to whole regions).
+    ``min_free_bytes``: floor of free space on each directory's filesystem (``statvfs``,
+    so foreign usage counts); below it puts fail with reason ``floor`` and old regions of that
+    directory are released (their files unlinked).
+    ``direct_io``: ``"auto"`` (O_DIRECT if every directory accepts it), ``"on"`` (refuse to open
+    otherwise), ``"off"``.
+    ``verify_on_recover``: recovery hashes every payload (finds torn/corrupt entries at open);
+    when False only headers are checked at open and payloads are verified on each read anyway.
+    ``reinsertion_hits``: on region reclaim, entries hit at least this often since they were
+    written are rewritten into the active region (0 disables reinsertion).
+    ``reinsertion_fraction``: at most this fraction of a region is reinserted per reclaim.
+    ``write_chunk_bytes``: large batch writes / coalesced reads are split at entry boundaries
+    into I/Os of about this size that run in parallel on the I/O pool.
+    """
+
+    dirs: tuple[str, ...]
+    capacity_bytes: int
+    region_size: int = 64 << 20
+    min_free_bytes: int = 0
+    direct_io: str = "auto"
+    strict: bool = False
+    io_threads: int = 4
+    reinsertion_hits: int = 1
+    max_key_bytes: int = 1024
+    verify_on_recover: bool = True
+    reinsertion_fraction: float = 0.5
+    write_chunk_bytes: int = 8 << 20
+    max_read_run_bytes: int = 32 << 20
+
+    def __post_init__(self) -> None:
+        if isinstance(self.dirs, str):
+            object.__setattr__(self, "dirs", (self.dirs,))
+        else:
+            object.__setattr__(self, "dirs", tuple(str(d) for d in self.dirs))
+        if not self.dirs:
+            raise ValueError("SsdOptions.dirs: at least one directory is required")
+        if len(set(self.dirs)) != len(self.dirs):
+            raise ValueError(f"SsdOptions.dirs: duplicate directory in {self.dirs!r}")
+        if self.region_size % BLOCK or self.region_size < _MIN_REGION:
+            raise ValueError(
+                f"SsdOptions.region_size: {self.region_size} must be a multiple of {BLOCK} and >= {_MIN_REGION}"
+            )
+        if self.capacity_bytes < 2 * self.region_size:
+            raise ValueError(
+                f"SsdOptions.capacity_bytes: {self.capacity_bytes} must hold at least 2 regions "
+                f"of region_size={self.region_size}"
+            )
+        if self.min_free_bytes < 0:
+            raise ValueError("SsdOptions.min_free_bytes: must be >= 0")
+        if self.direct_io not in ("auto", "on", "off"):
+            raise ValueError(f"SsdOptions.direct_io: {self.direct_io!r} is not one of auto, on, off")
+        if self.io_threads < 1:
+            raise ValueError("SsdOptions.io_threads: must be >= 1")
+        if self.reinsertion_hits < 0:
+            raise ValueError("SsdOptions.reinsertion_hits: must be >= 0")
+        if not 1 <= self.max_key_bytes <= BLOCK - ENTRY_FIXED_SIZE:
+            raise ValueError(f"SsdOptions.max_key_bytes: must be in 1..{BLOCK - ENTRY_FIXED_SIZE}")
+        if not 0.0 <= self.reinsertion_fraction <= 1.0:
+            raise ValueError("SsdOptions.reinsertion_fraction: must be in [0, 1]")
+        if self.write_chunk_bytes < BLOCK or self.max_read_run_bytes < BLOCK:
+            raise ValueError("SsdOptions.write_chunk_bytes / max_read_run_bytes: must be >= 4096")
+
+    @property
+    def num_regions(self) -> int:
+        return self.capacity_bytes // self.region_size
+
+    @property
+    def max_object_bytes(self) -> int:
+        """Largest payload one entry can hold (a region minus its header and the entry header)."""
+        return self.region_size - 2 * BLOCK

@@ -1,0 +1,57 @@
+"""Region reclaim policy: FIFO victim choice and hit-based reinsertion selection.
+
+Regions are evicted whole, oldest sealed first (FIFO by generation). A region with readers or
+writers in flight is skipped (never evicted under I/O). When reinsertion is enabled, entries of
+the victim that were hit at least ``reinsertion_hits`` times while the region aged are rewritten
+into the active region (up to ``reinsertion_fraction`` of a region per reclaim); the others are
+dropped from the index and reported through ``on_evict``. This approximates LRU on FIFO regions
+(CacheLib Navy's hits-based reinsertion).
+
+Functions here only decide; the engine holds its lock while calling them and does the I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .format import entry_size
+from .index import Index, Location
+from .region import Region, RegionState
+
+
+def pick_victim(fifo: Sequence[int], regions: Sequence[Region], dir_index: int | None) -> Region | None:
+    """Oldest sealed, unpinned region (of ``dir_index`` when given)."""
+    for rid in fifo:
+        r = regions[rid]
+        if r.state is RegionState.SEALED and not r.pinned and (dir_index is None or r.dir_index == dir_index):
+            return r
+    return None
+
+
+def split_for_reinsertion(
+    victim: Region, index: Index, reinsertion_hits: int, budget_bytes: int
+) -> tuple[list[tuple[str, Location]], list[str]]:
+    """Return ``(hot, evicted)``: hot entries stay indexed (to be rewritten), the others are removed."""
+    hot: list[tuple[str, Location]] = []
+    evicted: list[str] = []
+    used = 0
+    for key in victim.keys:
+        loc = index.get(key)
+        if loc is None or loc.region != victim.rid or loc.gen != victim.gen:
+            continue
+        size = entry_size(loc.length)
+        if reinsertion_hits > 0 and loc.hits >= reinsertion_hits and used + size <= budget_bytes:
+            hot.append((key, loc))
+            used += size
+        else:
+            index.pop(key)
+            evicted.append(key)
+    return hot, evicted
+
+
+def drop_all(victim: Region, index: Index) -> list[str]:
+    """Remove every index entry still pointing into ``victim``; returns the keys removed."""
+    out = [k for k in victim.keys if index.pop_if(k, victim.rid, victim.gen) is not None]
+    victim.keys = []
+    victim.live_bytes = 0
+    return out
