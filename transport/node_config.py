@@ -30,6 +30,9 @@ class NodeConfig(BaseModel):
     idle_timeout_s: float = Field(default=300.0, gt=0)
     handshake_timeout_s: float = Field(default=5.0, gt=0)
     drain_timeout_s: float = Field(default=10.0, ge=0)
+    rdma_device: str = ""  # e.g. "mlx5_0" or "rxe0": serve one-sided RDMA too (needs pyverbs)
+    rdma_port: int = Field(default=1, ge=1)
+    rdma_gid_index: int = Field(default=0, ge=0)
     ready_file: str = ""  # written with "host port" once listening (tests, supervisors)
 
     def limits(self) -> Limits:

@@ -24,6 +24,7 @@ from .errors import AuthError, ProtocolError, TransportError
 from .eviction import Evictor
 from .metadata.base import MetadataService, NodeInfo
 from .node_config import NodeConfig
+from .rdma_handshake import QpInfo
 from .sockio import drain, recv_exact, recv_into_exact, send_all
 from .store import RESERVED_NEW, RESERVED_PRESENT, NodeStore
 from .wire import FrameHeader, Op, Status
@@ -66,6 +67,11 @@ class NodeServer:
         self.arena = Arena(cfg.capacity, shm_path or None)
         self.store = NodeStore(self.arena, evictor)
         self.info = NodeInfo(self.node_id, self.host, self.port, self.arena.size, self.epoch, shm_path)
+        self._rdma: Any = None
+        if cfg.rdma_device:
+            from .rdma import RdmaResponder
+
+            self._rdma = RdmaResponder(self.arena.view, cfg.rdma_device, cfg.rdma_port, cfg.rdma_gid_index)
         self.requests: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self._conns: set[_Conn] = set()
@@ -296,6 +302,11 @@ class NodeServer:
                 reply = json.dumps({"removed": self.store.clear()}).encode()
             elif op is Op.STATS:
                 reply = json.dumps(self.stats()).encode()
+            elif op is Op.RDMA_CONNECT:
+                if self._rdma is None:
+                    self._reply_error(sock, h.req_id, Status.BAD_REQUEST, op)
+                    return True
+                reply = self._rdma.accept(QpInfo.decode(meta)).encode()
             elif op is Op.PING:
                 reply = b""
             else:

@@ -84,7 +84,7 @@ class NodeStore:
             if key in self._pending:
                 return RESERVED_BUSY, None
             offset = self._alloc.alloc(need)
-            if offset is None:
+            if offset is None and need <= self._alloc.capacity:  # never evict for the impossible
                 offset = self._make_room(need)
             if offset is None:
                 self.counters["no_space"] += 1

@@ -48,6 +48,7 @@ class Op(enum.IntEnum):
     COMMIT = 12  # one-sided writers: publish reserved slots
     READ_AT = 13  # address-based read (the tcp engine's one-sided emulation)
     WRITE_AT = 14  # address-based write into reserved slots
+    RDMA_CONNECT = 15  # exchange QpInfo (rdma_handshake) to set up an RC QP pair
 
 
 class Status(enum.IntEnum):

@@ -1,0 +1,193 @@
+"""Unit tests that start no process: wire format, arena/store, eviction, rendezvous, embedded
+metadata, leader lease, and the device-free parts of the RDMA backend."""
+
+from __future__ import annotations
+
+import ctypes
+import time
+
+import pytest
+from hicache_mooncake.transport import wire
+from hicache_mooncake.transport.arena import Allocator, Arena
+from hicache_mooncake.transport.errors import ProtocolError, TransportError
+from hicache_mooncake.transport.metadata import EmbeddedMetadata, LeaderLease, NodeInfo, home_of, route
+from hicache_mooncake.transport.metadata.election import FencingGuard
+from hicache_mooncake.transport.object_header import HEADER_SIZE, ObjectHeader
+from hicache_mooncake.transport.rdma_errors import Outcome, WcStatus, classify
+from hicache_mooncake.transport.rdma_handshake import QPINFO_SIZE, QpInfo
+from hicache_mooncake.transport.rdma_mr import RegionTable, RemoteArena, buffer_address
+from hicache_mooncake.transport.rdma_wr import build_work_requests, post_batches
+from hicache_mooncake.transport.registry import engine_names, make_engine
+from hicache_mooncake.transport.store import RESERVED_NEW, RESERVED_NO_SPACE, RESERVED_PRESENT, NodeStore
+
+LIM = wire.Limits(max_key_len=64, max_batch=8)
+
+
+def test_header_roundtrip_and_limits() -> None:
+    h = wire.FrameHeader(wire.Op.GET, 0, 42, 10, 20)
+    assert wire.unpack_header(wire.pack_header(h), LIM) == h
+    with pytest.raises(ProtocolError):
+        wire.unpack_header(b"\0" * wire.HEADER_SIZE, LIM)
+    bad_version = wire.HEADER.pack(wire.MAGIC, 9, 1, 0, 0, 1, 0, 0)
+    with pytest.raises(ProtocolError, match="version"):
+        wire.unpack_header(bad_version, LIM)
+    huge = wire.HEADER.pack(wire.MAGIC, wire.VERSION, 1, 0, 0, 1, LIM.max_meta + 1, 0)
+    with pytest.raises(ProtocolError, match="exceeds"):
+        wire.unpack_header(huge, LIM)
+
+
+def test_meta_encodings_roundtrip_and_reject_bad_input() -> None:
+    keys = ["a", "ключ", "c" * 64]
+    assert wire.decode_keys(wire.encode_keys(keys, LIM), LIM) == keys
+    with pytest.raises(ProtocolError):
+        wire.encode_keys(["x" * 65], LIM)
+    with pytest.raises(ProtocolError):
+        wire.encode_keys(["k"] * 9, LIM)
+    with pytest.raises(ProtocolError):
+        wire.decode_keys(wire.encode_keys(keys, LIM)[:-1], LIM)
+    with pytest.raises(ProtocolError):
+        wire.decode_keys(wire.encode_keys(keys, LIM) + b"!", LIM)
+    items = [("a", 10, 0), ("b", 5, 2)]
+    assert wire.decode_put(wire.encode_put(items, LIM), 15, LIM) == items
+    with pytest.raises(ProtocolError):
+        wire.decode_put(wire.encode_put(items, LIM), 16, LIM)
+    assert wire.decode_get(wire.encode_get([("a", 3)], LIM), LIM) == [("a", 3)]
+    assert wire.decode_get_reply(wire.encode_get_reply([(True, 3, 1), (False, 0, 0)]), 2) == [
+        (True, 3, 1),
+        (False, 0, 0),
+    ]
+    refs = [wire.SlotRef(True, 4096, 10, 7, 1), wire.SlotRef(False)]
+    assert wire.decode_lookup_reply(wire.encode_lookup_reply(refs), 2) == refs
+    assert wire.decode_commit(wire.encode_commit([("a", 5)], LIM), LIM) == [("a", 5)]
+    assert wire.decode_extents(wire.encode_extents([(0, 4)], LIM), LIM) == [(0, 4)]
+    assert wire.decode_flags(wire.encode_flags([True, False]), 2) == [1, 0]
+
+
+def test_allocator_first_fit_and_coalescing() -> None:
+    a = Allocator(16 * 4096)
+    offs = [a.alloc(4096) for _ in range(16)]
+    assert offs == [i * 4096 for i in range(16)] and a.alloc(1) is None
+    for o in offs[4:8]:
+        a.free(o, 4096)
+    assert a.largest_free() == 4 * 4096
+    assert a.alloc(4 * 4096) == 4 * 4096
+    for o in offs:
+        if not 4 <= o // 4096 < 8:
+            a.free(o, 4096)
+    a.free(4 * 4096, 4 * 4096)
+    assert a.free_bytes == 16 * 4096 and a.largest_free() == 16 * 4096
+
+
+def test_store_evicts_lru_respects_pins_and_invalidates_headers() -> None:
+    arena = Arena(4 * 8192)
+    store = NodeStore(arena)
+    slots = []
+    for k in "abcd":
+        status, slot = store.reserve(k, 8192 - HEADER_SIZE, 0)
+        assert status == RESERVED_NEW and slot is not None
+        assert store.commit(slot)
+        slots.append(slot)
+    assert store.reserve("a", 10, 0)[0] == RESERVED_PRESENT
+    pinned = store.pin("b", 8192 - HEADER_SIZE)  # "a" was just hit, so "b" is the LRU victim
+    assert pinned is not None
+    hdr_c = ObjectHeader.unpack(arena.view[slots[2].offset :])
+    assert hdr_c.matches("c", slots[2].version, slots[2].size)
+    status, new = store.reserve("e", 8192 - HEADER_SIZE, 0)
+    assert status == RESERVED_NEW and new is not None
+    assert store.exists(["a", "b", "c", "d"]) == [True, True, False, True]  # b pinned, c evicted
+    assert not ObjectHeader.unpack(arena.view[slots[2].offset :]).matches(
+        "c", slots[2].version, slots[2].size
+    )
+    store.abort(new)
+    store.unpin(pinned)
+    assert store.reserve("huge", 10 * 8192, 0)[0] == RESERVED_NO_SPACE
+    assert store.clear() == 3 and store.stats()["used"] == 0
+    arena.close()
+
+
+def test_rendezvous_is_stable_and_moves_only_departed_keys() -> None:
+    nodes = [NodeInfo(f"n{i}", "127.0.0.1", 7000 + i) for i in range(3)]
+    keys = [f"k{i}" for i in range(3000)]
+    before = {k: home_of(k, nodes).node_id for k in keys}  # type: ignore[union-attr]
+    groups = route(keys, nodes)
+    assert sorted(i for idx in groups.values() for i in idx) == list(range(3000))
+    assert all(800 < len(v) < 1200 for v in groups.values())
+    assert all(before[keys[i]] == nid for nid, idx in groups.items() for i in idx)
+    after = {k: home_of(k, nodes[:2]).node_id for k in keys}  # type: ignore[union-attr]
+    assert all(after[k] == before[k] for k in keys if before[k] != "n2")
+
+
+def test_embedded_membership_ttl_and_leader_lease() -> None:
+    md = EmbeddedMetadata()
+    md.register_node(NodeInfo("a", "h", 1), ttl_s=0.1)
+    md.register_node(NodeInfo("b", "h", 2), ttl_s=5)
+    assert [n.node_id for n in md.live_nodes()] == ["a", "b"]
+    time.sleep(0.15)
+    assert [n.node_id for n in md.live_nodes()] == ["b"]
+    l1, l2 = LeaderLease(md, "coord", "x", 100), LeaderLease(md, "coord", "y", 100)
+    t1 = l1.try_acquire()
+    assert t1 == 1 and l1.is_leader and l2.try_acquire() is None
+    assert l1.try_acquire() == 1  # renewal keeps the token
+    time.sleep(0.12)
+    t2 = l2.try_acquire()
+    assert t2 == 2 and md.leader("coord") == ("y", 2)
+    guard = FencingGuard()
+    assert guard.admit(t2) and not guard.admit(t1)
+
+
+def test_rdma_handshake_encoding() -> None:
+    info = QpInfo(
+        qpn=0x123456, psn=77, lid=3, gid=bytes(range(16)), mtu=5, addr=1 << 40, length=1 << 30, rkey=0xABCD
+    )
+    raw = info.encode()
+    assert len(raw) == QPINFO_SIZE and QpInfo.decode(raw) == info
+    with pytest.raises(ProtocolError):
+        QpInfo.decode(raw[:-1])
+    with pytest.raises(ProtocolError):
+        QpInfo.decode(b"\x09" + raw[1:])
+    with pytest.raises(ProtocolError):
+        QpInfo(1 << 24, 0, 0, bytes(16), 5, 0, 0, 0).encode()
+
+
+def test_rdma_region_table_and_work_request_batching() -> None:
+    buf = bytearray(1 << 20)
+    base = buffer_address(memoryview(buf))
+    assert base == ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    with pytest.raises(TransportError):
+        buffer_address(memoryview(b"readonly"))
+    regions = RegionTable()
+    regions.add(base, len(buf), lkey=11, rkey=12)
+    with pytest.raises(TransportError):
+        regions.add(base + 10, 10, 1, 1)
+    assert regions.find(base + 100, 100) is not None and regions.find(base + len(buf) - 1, 2) is None
+    arena = RemoteArena(addr=1 << 32, length=1 << 20, rkey=99)
+    extents = [
+        (0, [(base, 4096), (base + 8192, 4096)]),  # two parts -> one WR, two SGEs
+        (8192, [(base + 65536, 40 * 1024)]),  # split into 4 SGEs of 10 KiB -> two WRs (max_sge 3)
+        ((1 << 20) - 10, [(base, 4096)]),  # outside the remote arena
+        (0, [(12345, 10)]),  # unregistered local memory
+    ]
+    wrs, bad = build_work_requests(extents, regions, arena, max_sge=3, max_sge_bytes=10 * 1024)
+    assert bad == [2, 3]
+    assert [w.item for w in wrs] == [0, 1, 1]
+    assert wrs[0].remote_addr == 1 << 32 and [s.lkey for s in wrs[0].sges] == [11, 11] and wrs[0].rkey == 99
+    assert wrs[1].remote_addr == (1 << 32) + 8192 and wrs[2].remote_addr == (1 << 32) + 8192 + 30 * 1024
+    assert sum(w.length for w in wrs[1:]) == 40 * 1024
+    batches = post_batches(wrs, max_wr=2)
+    assert [len(b) for b in batches] == [2, 1]
+    assert [w.signaled for b in batches for w in b] == [False, True, True]
+
+
+def test_rdma_completion_status_mapping() -> None:
+    assert classify(WcStatus.SUCCESS) is Outcome.OK
+    assert classify(WcStatus.REM_ACCESS_ERR) is Outcome.ITEM_FAILED
+    assert classify(WcStatus.RETRY_EXC_ERR) is Outcome.PEER_DOWN
+    assert classify(WcStatus.WR_FLUSH_ERR) is Outcome.PEER_DOWN
+    assert classify(999) is Outcome.PEER_DOWN
+
+
+def test_engine_registry() -> None:
+    assert {"tcp", "local", "rdma"} <= set(engine_names())
+    assert make_engine("tcp").name == "tcp" and make_engine("local").one_sided
+    with pytest.raises(KeyError, match="known"):
+        make_engine("carrier-pigeon")
