@@ -62,7 +62,9 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             dcp_size=int(config_field(storage_config, "dcp_size", 1)),
             replicated_kv=is_mla,
         )
-        self.model_name = self.config.namespace.model or config_field(storage_config, "model_name", "") or "model"
+        self.model_name = (
+            self.config.namespace.model or config_field(storage_config, "model_name", "") or "model"
+        )
         self.io_path = "v1" if self.config.interface_v1 else "flat"
         self.mem_pool_host: Any = None
         self._host_map: HostMemoryMap | None = None
@@ -95,15 +97,24 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         super().register_mem_pool_host(mem_pool_host)
         self._host_map = HostMemoryMap(pool_tensors(mem_pool_host))
         self._keys = build_keyspace(
-            self.model_name, self.config.namespace.tenant, pool_geometry(mem_pool_host), self.io_path, self.ranks
+            self.model_name,
+            self.config.namespace.tenant,
+            pool_geometry(mem_pool_host),
+            self.io_path,
+            self.ranks,
         )
-        log.info("hicache-mooncake: host pool %s registered, key prefix %s", type(mem_pool_host).__name__,
-                 self._keys.prefix)
+        log.info(
+            "hicache-mooncake: host pool %s registered, key prefix %s",
+            type(mem_pool_host).__name__,
+            self._keys.prefix,
+        )
 
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
         super().register_mem_host_pool_v2(host_pool, host_pool_name)
         if str(getattr(host_pool_name, "value", host_pool_name)) != "kv":
-            self._failures.record(f"sidecar host pool {host_pool_name!r} is not stored (hybrid models: misses)")
+            self._failures.record(
+                f"sidecar host pool {host_pool_name!r} is not stored (hybrid models: misses)"
+            )
 
     # ------------------------------------------------------------------ helpers
     def _ready(self, op: str, count: int) -> KeySpace | None:
@@ -160,18 +171,26 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             self.metrics.failures.labels("get").inc()
             return [False] * len(keys)
 
-    def _put(self, space: KeySpace, keys: Sequence[str], parts: list[list[memoryview]], extra_info: Any) -> list[bool]:
+    def _put(
+        self, space: KeySpace, keys: Sequence[str], parts: list[list[memoryview]], extra_info: Any
+    ) -> list[bool]:
         start = time.perf_counter()
         result = self.store.put_batch(space.keys(list(keys)), parts, self._prev_key(space, extra_info))
         nbytes = sum(p.nbytes for ok, ps in zip(result, parts, strict=True) if ok for p in ps)
-        self.metrics.record("set", sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start)
+        self.metrics.record(
+            "set", sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start
+        )
         return result
 
-    def _get(self, space: KeySpace, keys: Sequence[str], parts: list[list[memoryview]], extra_info: Any) -> list[bool]:
+    def _get(
+        self, space: KeySpace, keys: Sequence[str], parts: list[list[memoryview]], extra_info: Any
+    ) -> list[bool]:
         start = time.perf_counter()
         result = self.store.get_batch_into(space.keys(list(keys)), parts, self._prev_key(space, extra_info))
         nbytes = sum(p.nbytes for ok, ps in zip(result, parts, strict=True) if ok for p in ps)
-        self.metrics.record("get", sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start)
+        self.metrics.record(
+            "get", sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start
+        )
         return result
 
     # ------------------------------------------------------------------ existence
@@ -220,8 +239,10 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         if space is None:
             return [None] * len(keys)
         try:
-            targets = list(target_locations) if target_locations is not None else [None] * len(keys)
-            targets = [t if t is not None else self.mem_pool_host.get_dummy_flat_data_page() for t in targets]
+            given: list[Any] = list(target_locations) if target_locations is not None else [None] * len(keys)
+            targets: list[torch.Tensor] = [
+                t if t is not None else self.mem_pool_host.get_dummy_flat_data_page() for t in given
+            ]
             parts = [[_tensor_bytes(t, writable=True)] for t in targets]
             ok = self._get(space, keys, parts, None)
             return [t if hit else None for t, hit in zip(targets, ok, strict=True)]
@@ -294,4 +315,4 @@ def _tensor_bytes(tensor: torch.Tensor, writable: bool = False) -> memoryview:
         if writable:
             raise ValueError("legacy get target must be contiguous")
         flat = flat.contiguous()
-    return memoryview(flat.reshape(-1).view(torch.uint8).numpy())
+    return flat.reshape(-1).view(torch.uint8).numpy().data

@@ -20,8 +20,9 @@ class FailureLog:
             self.counts[cause] += 1
             first = self.counts[cause] == 1
         if first:
-            log.warning("hicache-mooncake: %s (further occurrences are counted, logged at debug)", cause,
-                        exc_info=exc)
+            log.warning(
+                "hicache-mooncake: %s (further occurrences are counted, logged at debug)", cause, exc_info=exc
+            )
         else:
             log.debug("hicache-mooncake: %s", cause, exc_info=exc)
 

@@ -12,6 +12,7 @@ Invariant: views are only valid while the host pool is alive; the backend drops 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import ctypes
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -36,9 +37,9 @@ class HostMemoryMap:
         i = bisect.bisect_right(self._bases, ptr) - 1
         if i >= 0 and ptr + nbytes <= self._ends[i]:
             off = ptr - self._bases[i]
-            return memoryview(self._arrays[i][off : off + nbytes])
+            return self._arrays[i][off : off + nbytes].data
         self.fallback_views += 1
-        return memoryview(_array_at(ptr, nbytes))
+        return _array_at(ptr, nbytes).data
 
     def page_parts(self, ptrs: Sequence[int], sizes: Sequence[int], pages: int) -> list[list[memoryview]]:
         """Split the flat (ptr, size) list of ``pages`` pages into one list of parts per page."""
@@ -57,7 +58,7 @@ class HostMemoryMap:
 
 
 def _array_at(ptr: int, nbytes: int) -> np.ndarray:
-    return np.frombuffer((ctypes.c_ubyte * nbytes).from_address(ptr), dtype=np.uint8)
+    return np.ctypeslib.as_array((ctypes.c_ubyte * nbytes).from_address(ptr))
 
 
 def pool_tensors(pool: Any) -> list[Any]:
@@ -65,10 +66,8 @@ def pool_tensors(pool: Any) -> list[Any]:
     found: list[Any] = []
     getter = getattr(pool, "get_hybrid_pool_buffer", None)
     if callable(getter):
-        try:
+        with contextlib.suppress(Exception):  # some pool classes do not implement it
             found.extend(t for t in getter() if t is not None and hasattr(t, "untyped_storage"))
-        except Exception:  # some pool classes do not implement it
-            pass
     for name in ("kv_buffer", "k_buffer", "v_buffer"):
         value = getattr(pool, name, None)
         if hasattr(value, "untyped_storage"):

@@ -71,7 +71,9 @@ def pool_geometry(pool: Any) -> dict[str, Any]:
     return geometry
 
 
-def build_keyspace(model: str, tenant: str, geometry: dict[str, Any], io_path: str, ranks: RankInfo) -> KeySpace:
+def build_keyspace(
+    model: str, tenant: str, geometry: dict[str, Any], io_path: str, ranks: RankInfo
+) -> KeySpace:
     identity = repr(sorted({**geometry, "io_path": io_path, "tenant": tenant, "format": KEY_FORMAT}.items()))
     digest = xxhash.xxh64_hexdigest(identity.encode())
     model_slug = model.replace("/", "-") or "model"

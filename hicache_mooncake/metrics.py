@@ -33,10 +33,15 @@ class BackendMetrics:
     def __init__(self, tier_stats: Callable[[], dict[str, Any]]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.pages = Counter(
-            "hicache_mooncake_pages", "pages per operation and result", ["op", "result"], registry=self.registry
+            "hicache_mooncake_pages",
+            "pages per operation and result",
+            ["op", "result"],
+            registry=self.registry,
         )
         self.bytes = Counter("hicache_mooncake_bytes", "payload bytes moved", ["op"], registry=self.registry)
-        self.failures = Counter("hicache_mooncake_failures", "failed calls by cause", ["cause"], registry=self.registry)
+        self.failures = Counter(
+            "hicache_mooncake_failures", "failed calls by cause", ["cause"], registry=self.registry
+        )
         self.registry.register(_TierCollector(tier_stats))
         self._lock = threading.Lock()
         self._samples: dict[str, list[float]] = {

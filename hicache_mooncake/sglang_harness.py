@@ -41,28 +41,56 @@ def make_host_pool(layout: str = "page_first", mla: bool = False, shape: PoolSha
         from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
 
         dev = MLATokenToKVPool(
-            s.device_tokens, s.page_size, s.dtype, s.kv_lora_rank, s.qk_rope_head_dim, s.layers,
-            device="cpu", enable_memory_saver=False,
+            s.device_tokens,
+            s.page_size,
+            s.dtype,
+            s.kv_lora_rank,
+            s.qk_rope_head_dim,
+            s.layers,
+            device="cpu",
+            enable_memory_saver=False,
         )
         if "buffer_info" in inspect.signature(MLATokenToKVPoolHost).parameters:
             return MLATokenToKVPoolHost(
-                dev.get_device_pool_infos()[0].buffer_info, s.host_ratio, 0, s.page_size, layout,
-                pin_memory=False, device="cpu", device_capacity_tokens=dev.size,
-                start_layer=dev.start_layer, end_layer=dev.end_layer, target_layer_num=dev.layer_num,
+                dev.get_device_pool_infos()[0].buffer_info,
+                s.host_ratio,
+                0,
+                s.page_size,
+                layout,
+                pin_memory=False,
+                device="cpu",
+                device_capacity_tokens=dev.size,
+                start_layer=dev.start_layer,
+                end_layer=dev.end_layer,
+                target_layer_num=dev.layer_num,
             )
         return MLATokenToKVPoolHost(dev, s.host_ratio, 0, s.page_size, layout, pin_memory=False, device="cpu")
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
     from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 
     dev = MHATokenToKVPool(
-        size=s.device_tokens, page_size=s.page_size, dtype=s.dtype, head_num=s.heads, head_dim=s.head_dim,
-        layer_num=s.layers, device="cpu", enable_memory_saver=False, enable_alt_stream=False,
+        size=s.device_tokens,
+        page_size=s.page_size,
+        dtype=s.dtype,
+        head_num=s.heads,
+        head_dim=s.head_dim,
+        layer_num=s.layers,
+        device="cpu",
+        enable_memory_saver=False,
+        enable_alt_stream=False,
     )
     if "buffer_info" in inspect.signature(MHATokenToKVPoolHost).parameters:
         return MHATokenToKVPoolHost(
-            dev.get_device_pool_infos()[0].buffer_info, s.host_ratio, 0, s.page_size, layout,
-            pin_memory=False, device="cpu", device_capacity_tokens=dev.size,
-            start_layer=dev.start_layer, end_layer=dev.end_layer,
+            dev.get_device_pool_infos()[0].buffer_info,
+            s.host_ratio,
+            0,
+            s.page_size,
+            layout,
+            pin_memory=False,
+            device="cpu",
+            device_capacity_tokens=dev.size,
+            start_layer=dev.start_layer,
+            end_layer=dev.end_layer,
         )
     return MHATokenToKVPoolHost(dev, s.host_ratio, 0, s.page_size, layout, pin_memory=False, device="cpu")
 
@@ -80,9 +108,16 @@ def make_storage_config(
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
 
     wanted = {
-        "tp_rank": tp_rank, "tp_size": tp_size, "pp_rank": 0, "pp_size": 1, "attn_cp_rank": 0,
-        "attn_cp_size": 1, "is_mla_model": is_mla, "enable_storage_metrics": True,
-        "is_page_first_layout": layout == "page_first", "model_name": model_name,
+        "tp_rank": tp_rank,
+        "tp_size": tp_size,
+        "pp_rank": 0,
+        "pp_size": 1,
+        "attn_cp_rank": 0,
+        "attn_cp_size": 1,
+        "is_mla_model": is_mla,
+        "enable_storage_metrics": True,
+        "is_page_first_layout": layout == "page_first",
+        "model_name": model_name,
         "extra_config": extra_config,
     }
     params = inspect.signature(HiCacheStorageConfig).parameters

@@ -42,7 +42,9 @@ def parse_size(value: int | float | str) -> int:
     number, unit = match.groups()
     factor = _UNITS.get(unit.lower())
     if factor is None:
-        raise ValueError(f"invalid size {value!r}: unknown unit {unit!r} (use KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
+        raise ValueError(
+            f"invalid size {value!r}: unknown unit {unit!r} (use KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+        )
     return int(float(number) * factor)
 
 

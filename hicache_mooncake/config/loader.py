@@ -96,14 +96,18 @@ def load_backend_config(
     if env_path:
         ignored = sorted(k for k in inline if k not in LOADER_KEYS)
         if ignored:
-            log.info("%s=%s overrides the inline extra config; ignoring keys %s", CONFIG_ENV, env_path, ignored)
+            log.info(
+                "%s=%s overrides the inline extra config; ignoring keys %s", CONFIG_ENV, env_path, ignored
+            )
         data = read_yaml_file(env_path, origin=f"config file from ${CONFIG_ENV}")
         data.pop("config_file", None)
         return validate_config(data, source=env_path)
     file_path = inline.get("config_file")
     if file_path is not None:
         if not isinstance(file_path, str) or not file_path:
-            raise ConfigError("invalid hicache-mooncake configuration: config_file must be a non-empty path string")
+            raise ConfigError(
+                "invalid hicache-mooncake configuration: config_file must be a non-empty path string"
+            )
         base = read_yaml_file(file_path, origin="config file (config_file)")
         base.pop("config_file", None)
         data = deep_merge(base, {k: v for k, v in inline.items() if k != "config_file"})

@@ -64,9 +64,7 @@ class DramTierConfig(StrictModel):
         if self.slab_size <= 0 or self.slab_size % 4096:
             raise ValueError(f"slab_size must be a positive multiple of 4096, got {self.slab_size}")
         if self.enabled and self.capacity < self.slab_size:
-            raise ValueError(
-                f"capacity ({self.capacity}) must be at least one slab_size ({self.slab_size})"
-            )
+            raise ValueError(f"capacity ({self.capacity}) must be at least one slab_size ({self.slab_size})")
         return self
 
 

@@ -19,9 +19,15 @@ def sglang_runtime() -> Any:
     from sglang.test.parallel_groups import publish
 
     args = ServerArgs(
-        model_path="dummy", device="cpu", page_size=SMALL.page_size, enable_hierarchical_cache=True,
-        hicache_io_backend="direct", hicache_mem_layout="page_first_direct", hicache_ratio=2.0,
-        hicache_write_policy="write_through", hicache_storage_prefetch_policy="wait_complete",
+        model_path="dummy",
+        device="cpu",
+        page_size=SMALL.page_size,
+        enable_hierarchical_cache=True,
+        hicache_io_backend="direct",
+        hicache_mem_layout="page_first_direct",
+        hicache_ratio=2.0,
+        hicache_write_policy="write_through",
+        hicache_storage_prefetch_policy="wait_complete",
     )
     publish(args, role="test")
     store_file = tempfile.mktemp(prefix="hicache-test-gloo-")

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import copy
-import tempfile
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from hicache_mooncake.sglang_harness import PoolShape, make_host_pool, make_storage_config
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_YAML = REPO / "configs" / "default.yaml"
-SMALL = PoolShape(page_size=16, layers=3, heads=2, head_dim=64, device_tokens=2048, kv_lora_rank=64, qk_rope_head_dim=16)
+SMALL = PoolShape(
+    page_size=16, layers=3, heads=2, head_dim=64, device_tokens=2048, kv_lora_rank=64, qk_rope_head_dim=16
+)
 LAYOUTS = ["page_first", "page_first_direct", "layer_first"]
 
 
@@ -28,13 +28,24 @@ def small_extra(**tiers: Any) -> dict[str, Any]:
     return extra
 
 
-def make_backend(layout: str = "page_first", mla: bool = False, extra: dict[str, Any] | None = None,
-                 tp_rank: int = 0, tp_size: int = 1, shape: PoolShape = SMALL) -> tuple[Any, Any]:
+def make_backend(
+    layout: str = "page_first",
+    mla: bool = False,
+    extra: dict[str, Any] | None = None,
+    tp_rank: int = 0,
+    tp_size: int = 1,
+    shape: PoolShape = SMALL,
+) -> tuple[Any, Any]:
     from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
     host = make_host_pool(layout, mla, shape)
-    cfg = make_storage_config(extra if extra is not None else small_extra(), is_mla=mla, layout=layout,
-                              tp_rank=tp_rank, tp_size=tp_size)
+    cfg = make_storage_config(
+        extra if extra is not None else small_extra(),
+        is_mla=mla,
+        layout=layout,
+        tp_rank=tp_rank,
+        tp_size=tp_size,
+    )
     backend = StorageBackendFactory.create_backend("dynamic", cfg, host)
     backend.register_mem_pool_host(host)
     return backend, host

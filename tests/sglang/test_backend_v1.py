@@ -7,11 +7,10 @@ import threading
 import pytest
 import torch
 import yaml
+from sglang_helpers import DEFAULT_YAML, LAYOUTS, SMALL, make_backend, small_extra
 
 from hicache_mooncake.config import ConfigError
 from hicache_mooncake.sglang_harness import fill_random_pages, page_snapshot
-
-from sglang_helpers import DEFAULT_YAML, LAYOUTS, SMALL, make_backend, small_extra
 
 pytestmark = pytest.mark.sglang
 PS = SMALL.page_size
@@ -201,7 +200,10 @@ def test_four_threads_mixed_ops_are_byte_exact():
 def test_failures_are_misses_not_exceptions():
     backend, host = make_backend()
     idx = host.alloc(PS)
-    assert backend.batch_set_v1(keys(129), host.alloc(129 * PS) if host.available_size() >= 129 * PS else idx) == [False] * 129
+    assert (
+        backend.batch_set_v1(keys(129), host.alloc(129 * PS) if host.available_size() >= 129 * PS else idx)
+        == [False] * 129
+    )
     assert backend.batch_get_v1(["x" * 600], idx) == [False]  # malformed key
     assert backend.batch_exists(["x" * 600]) == 0
     backend.close()
@@ -256,7 +258,9 @@ def test_prometheus_endpoint_serves_tier_gauges():
     extra["metrics"] = {"port": 0}
     backend, host = make_backend(extra=extra)
     backend.batch_set_v1(keys(2), host.alloc(2 * PS))
-    body = urllib.request.urlopen(f"http://127.0.0.1:{backend.metrics_port}/metrics", timeout=5).read().decode()
+    body = (
+        urllib.request.urlopen(f"http://127.0.0.1:{backend.metrics_port}/metrics", timeout=5).read().decode()
+    )
     assert 'hicache_mooncake_tier_entries{tier="dram"} 2.0' in body
     assert 'hicache_mooncake_pages_total{op="set",result="ok"} 2.0' in body
     backend.close()

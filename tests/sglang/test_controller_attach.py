@@ -29,25 +29,66 @@ def controller(sglang_runtime):
     from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 
     s = SMALL
-    dev = MHATokenToKVPool(size=s.device_tokens, page_size=PS, dtype=s.dtype, head_num=s.heads, head_dim=s.head_dim,
-                           layer_num=s.layers, device="cpu", enable_memory_saver=False, enable_alt_stream=False)
+    dev = MHATokenToKVPool(
+        size=s.device_tokens,
+        page_size=PS,
+        dtype=s.dtype,
+        head_num=s.heads,
+        head_dim=s.head_dim,
+        layer_num=s.layers,
+        device="cpu",
+        enable_memory_saver=False,
+        enable_alt_stream=False,
+    )
     alloc = PagedTokenToKVPoolAllocator(s.device_tokens, PS, s.dtype, "cpu", dev, need_sort=False)
-    host = MHATokenToKVPoolHost(dev.get_device_pool_infos()[0].buffer_info, 2.0, 0, PS, "page_first_direct",
-                                pin_memory=False, device="cpu", device_capacity_tokens=dev.size,
-                                start_layer=dev.start_layer, end_layer=dev.end_layer)
+    host = MHATokenToKVPoolHost(
+        dev.get_device_pool_infos()[0].buffer_info,
+        2.0,
+        0,
+        PS,
+        "page_first_direct",
+        pin_memory=False,
+        device="cpu",
+        device_capacity_tokens=dev.size,
+        start_layer=dev.start_layer,
+        end_layer=dev.end_layer,
+    )
     layers = {i: i for i in range(s.layers)}
-    group = HostPoolGroup([build_pool_entry(name=PoolName.KV, host_pool=host, device_pool=dev, layer_mapping=layers,
-                                            transfer_layer_id_max=s.layers, is_anchor=True)])
-    ctl = HybridCacheController(alloc, group, PS, dist.group.WORLD, load_cache_event=threading.Event(),
-                                write_policy="write_through", io_backend="direct", storage_backend=None,
-                                transfer_layer_id_max=s.layers)
+    group = HostPoolGroup(
+        [
+            build_pool_entry(
+                name=PoolName.KV,
+                host_pool=host,
+                device_pool=dev,
+                layer_mapping=layers,
+                transfer_layer_id_max=s.layers,
+                is_anchor=True,
+            )
+        ]
+    )
+    ctl = HybridCacheController(
+        alloc,
+        group,
+        PS,
+        dist.group.WORLD,
+        load_cache_event=threading.Event(),
+        write_policy="write_through",
+        io_backend="direct",
+        storage_backend=None,
+        transfer_layer_id_max=s.layers,
+    )
     yield ctl, host, group
     ctl.detach_storage_backend()
 
 
 def attach(ctl, group, extra=None):
-    ctl.attach_storage_backend("dynamic", prefetch_threshold=PS, model_name="org/tiny",
-                               storage_backend_extra_config=extra or small_extra(), host_pools=group.entries)
+    ctl.attach_storage_backend(
+        "dynamic",
+        prefetch_threshold=PS,
+        model_name="org/tiny",
+        storage_backend_extra_config=extra or small_extra(),
+        host_pools=group.entries,
+    )
 
 
 def storage_threads(ctl):

@@ -32,17 +32,31 @@ def tree(sglang_runtime, monkeypatch):
 
     del hybrid_cache
     original = assembler.get_mha_host_pool_cls
-    monkeypatch.setattr(assembler, "get_mha_host_pool_cls",
-                        lambda info: functools.partial(original(info), pin_memory=False))
+    monkeypatch.setattr(
+        assembler, "get_mha_host_pool_cls", lambda info: functools.partial(original(info), pin_memory=False)
+    )
     s = SMALL
-    dev = MHATokenToKVPool(size=s.device_tokens, page_size=s.page_size, dtype=s.dtype, head_num=s.heads,
-                           head_dim=s.head_dim, layer_num=s.layers, device="cpu", enable_memory_saver=False,
-                           enable_alt_stream=False)
+    dev = MHATokenToKVPool(
+        size=s.device_tokens,
+        page_size=s.page_size,
+        dtype=s.dtype,
+        head_num=s.heads,
+        head_dim=s.head_dim,
+        layer_num=s.layers,
+        device="cpu",
+        enable_memory_saver=False,
+        enable_alt_stream=False,
+    )
     alloc = PagedTokenToKVPoolAllocator(s.device_tokens, s.page_size, s.dtype, "cpu", dev, need_sort=False)
     r2t = ReqToTokenPool(size=8, max_context_len=256, device="cpu", enable_memory_saver=False)
-    params = CacheInitParams(disable=False, req_to_token_pool=r2t, token_to_kv_pool_allocator=alloc,
-                             page_size=s.page_size, tp_cache_group=dist.group.WORLD,
-                             tree_components=(ComponentType.FULL,))
+    params = CacheInitParams(
+        disable=False,
+        req_to_token_pool=r2t,
+        token_to_kv_pool_allocator=alloc,
+        page_size=s.page_size,
+        tp_cache_group=dist.group.WORLD,
+        tree_components=(ComponentType.FULL,),
+    )
     cache = UnifiedRadixCache(params)
     cache.init_hicache(sglang_runtime, params)
     yield cache

@@ -56,7 +56,9 @@ def test_all_errors_are_reported_at_once():
 
 
 def test_sglang_consumed_keys_are_accepted():
-    cfg = validate_config({"prefetch_threshold": 256, "hicache_storage_pass_prefix_keys": True, "tp_lcm_size": 2})
+    cfg = validate_config(
+        {"prefetch_threshold": 256, "hicache_storage_pass_prefix_keys": True, "tp_lcm_size": 2}
+    )
     assert cfg.prefetch_threshold == 256
 
 

@@ -46,7 +46,9 @@ class AccessContext:
     ``prefix_keys``), ``prefix_hits`` is that prefix's length, so ``prefix_hits + position`` is the
     key's depth in the request and ``prev_key`` of the first key is the last prefix key.
     ``demoted`` is True when a lower tier receives the key from an upper tier's eviction (the other
-    fields then repeat what the upper tier was told when the key was set).
+    fields then repeat what the upper tier was told when the key was set). ``promoted`` is True
+    when an upper tier receives the key because it was read from a lower tier (the other fields are
+    those of the read).
     """
 
     now: float = 0.0
@@ -57,6 +59,7 @@ class AccessContext:
     prev_key: str | None = None
     obj_type: ObjectType = ObjectType.KV_PAGE
     demoted: bool = False
+    promoted: bool = False
 
 
 DEFAULT_CONTEXT = AccessContext()

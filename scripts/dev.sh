@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# One entry point that sets up everything on a fresh machine, then runs what you asked for.
+#   scripts/dev.sh demo    # install (once) and run the demo on the embedded default config
+#   scripts/dev.sh test    # install (once) and run lint, format check, type check and the test suite
+#   scripts/dev.sh setup   # only install
+# The virtualenv lives in .venv (override with VENV=...). Re-running is cheap: installs are skipped
+# while the requirement files are unchanged (a stamp in the venv records their hash).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VENV=${VENV:-$ROOT/.venv}
+PY=${PYTHON:-}
+
+pick_python() {
+  for cand in "$PY" python3.11 python3; do
+    [[ -n "$cand" ]] || continue
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(sys.version_info[:2] < (3, 11))'; then
+      echo "$cand"; return 0
+    fi
+  done
+  echo "error: Python >= 3.11 is required (set PYTHON=/path/to/python3.11)" >&2
+  return 1
+}
+
+system_packages() {
+  # Services the tests start for real (redis-server) and the benchmark's raw-disk baseline (fio).
+  local missing=()
+  command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  command -v fio >/dev/null 2>&1 || missing+=(fio)
+  ((${#missing[@]})) || return 0
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "warning: ${missing[*]} missing and not root; tests that need them will be skipped" >&2
+    return 0
+  fi
+  echo "==> apt-get install ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+setup() {
+  local python; python=$(pick_python)
+  [[ -x "$VENV/bin/python" ]] || { echo "==> creating $VENV"; "$python" -m venv "$VENV"; }
+  local stamp="$VENV/.hicache-mooncake-stamp"
+  local want; want=$(cat requirements/*.txt pyproject.toml | sha256sum | cut -c1-16)
+  if [[ -f "$stamp" && $(cat "$stamp") == "$want" ]]; then
+    echo "==> $VENV is up to date"
+  else
+    echo "==> installing the pinned stack into $VENV (first time: ~4 min, ~6 GB)"
+    "$VENV/bin/pip" install -q -r requirements/torch.txt
+    "$VENV/bin/pip" install -q --no-deps -r requirements/sglang-cpu.txt
+    "$VENV/bin/pip" install -q -r requirements/dev.txt
+    "$VENV/bin/pip" install -q --no-deps -e .
+    echo "$want" > "$stamp"
+  fi
+}
+
+run_tests() {
+  echo "==> ruff (lint + format check)"
+  "$VENV/bin/ruff" check .
+  "$VENV/bin/ruff" format --check .
+  echo "==> mypy"
+  "$VENV/bin/python" scripts/typecheck.py
+  echo "==> pytest"
+  "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
+}
+
+cmd=${1:-test}; shift || true
+case "$cmd" in
+  setup) system_packages; setup ;;
+  demo) setup; "$VENV/bin/hicache-mooncake" demo "$@" ;;
+  test) system_packages; setup; run_tests "$@" ;;
+  *) echo "usage: scripts/dev.sh {demo|test|setup} [args]" >&2; exit 2 ;;
+esac
