@@ -2,68 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
-
-SECRET = "test-secret"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 5.0) -> None:
-    if proc.poll() is None:
-        os.kill(proc.pid, sig)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(5)
-
-
-class RedisProc:
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.url = f"redis://127.0.0.1:{port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        exe = shutil.which("redis-server")
-        if exe is None:
-            pytest.skip("redis-server is not installed (apt-get install redis-server)")
-        self.proc = subprocess.Popen(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            _stop(self.proc, signal.SIGKILL)
-            self.proc = None
+from transport_procs import NodeProc, RedisProc, free_port
 
 
 @pytest.fixture
@@ -74,66 +18,6 @@ def redis_server() -> Iterator[RedisProc]:
         yield r
     finally:
         r.stop()
-
-
-class NodeProc:
-    def __init__(
-        self, tmp: Path, name: str, redis_url: str | None, namespace: str, capacity: str = "64MiB"
-    ) -> None:
-        self.tmp, self.name = tmp, name
-        self.cfg_path = tmp / f"{name}.yaml"
-        self.ready = tmp / f"{name}.ready"
-        self.port = free_port()
-        cfg = {
-            "node": {"node_id": name, "port": self.port, "capacity": capacity, "drain_timeout_s": 2},
-            "metadata": {
-                "backend": "redis" if redis_url else "embedded",
-                "url": redis_url or "redis://127.0.0.1:1/0",
-                "namespace": namespace,
-                "heartbeat_interval_s": 0.2,
-                "heartbeat_ttl_s": 1.0,
-            },
-        }
-        self.cfg_path.write_text(yaml.safe_dump(cfg))
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log = tmp / f"{name}.log"
-
-    def start(self) -> NodeProc:
-        self.ready.unlink(missing_ok=True)
-        env = dict(os.environ, HICACHE_NODE_SECRET=SECRET)
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "hicache_mooncake",
-                    "node",
-                    "--config",
-                    str(self.cfg_path),
-                    "--ready-file",
-                    str(self.ready),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-        deadline = time.monotonic() + 15
-        while not self.ready.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"node {self.name} did not start: {self.log.read_text()[-2000:]}")
-            time.sleep(0.02)
-        return self
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, sig: int = signal.SIGTERM) -> int | None:
-        if self.proc is None:
-            return None
-        _stop(self.proc, sig)
-        code = self.proc.returncode
-        self.proc = None
-        return code
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from transport_procs import SECRET, NodeProc, RedisProc, free_port
+
 from hicache_mooncake.transport import ClientOptions, ClusterClient, NodeClient, make_engine
 from hicache_mooncake.transport.metadata.redis_backend import RedisMetadata
 from hicache_mooncake.transport.rdma import rdma_unavailable_reason
-
-from .conftest import SECRET, NodeProc, RedisProc, free_port
 
 pytestmark = pytest.mark.integration
 ENGINES = ["tcp", "local", "rdma"]

@@ -13,10 +13,10 @@ import time
 from typing import Any
 
 import pytest
+from transport_procs import SECRET
+
 from hicache_mooncake.transport import ClientOptions, ClusterClient, NodeClient, wire
 from hicache_mooncake.transport.metadata.redis_backend import RedisMetadata
-
-from .conftest import SECRET
 
 pytestmark = pytest.mark.integration
 OPTS = ClientOptions(timeout_s=1.0, connect_timeout_s=0.5, secret=SECRET.encode())

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import pytest
+
 from hicache_mooncake.transport.errors import MetadataUnavailable
 from hicache_mooncake.transport.metadata import LeaderLease, MetadataConfig, NodeInfo, make_metadata
 from hicache_mooncake.transport.metadata.redis_backend import RedisMetadata

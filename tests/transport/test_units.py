@@ -7,6 +7,7 @@ import ctypes
 import time
 
 import pytest
+
 from hicache_mooncake.transport import wire
 from hicache_mooncake.transport.arena import Allocator, Arena
 from hicache_mooncake.transport.errors import ProtocolError, TransportError
@@ -108,12 +109,12 @@ def test_store_evicts_lru_respects_pins_and_invalidates_headers() -> None:
 def test_rendezvous_is_stable_and_moves_only_departed_keys() -> None:
     nodes = [NodeInfo(f"n{i}", "127.0.0.1", 7000 + i) for i in range(3)]
     keys = [f"k{i}" for i in range(3000)]
-    before = {k: home_of(k, nodes).node_id for k in keys}  # type: ignore[union-attr]
+    before = {k: home_of(k, nodes).node_id for k in keys}
     groups = route(keys, nodes)
     assert sorted(i for idx in groups.values() for i in idx) == list(range(3000))
     assert all(800 < len(v) < 1200 for v in groups.values())
     assert all(before[keys[i]] == nid for nid, idx in groups.items() for i in idx)
-    after = {k: home_of(k, nodes[:2]).node_id for k in keys}  # type: ignore[union-attr]
+    after = {k: home_of(k, nodes[:2]).node_id for k in keys}
     assert all(after[k] == before[k] for k in keys if before[k] != "n2")
 
 
