@@ -198,14 +198,13 @@ def scan_region(
                 pos = cand + BLOCK
                 continue
             esize = hdr.size
-            if cand + BLOCK + hdr.payload_len > end:
-                scan.problems.append(Problem(cand, "entry runs past end of region file (truncated)", esize))
-                pos = cand + BLOCK
-                continue
             if hdr.flags & FLAG_DEAD:
                 scan.dead += 1
                 pos = cand + esize
-                scan.end_offset = pos
+                continue
+            if cand + BLOCK + hdr.payload_len > end:
+                scan.problems.append(Problem(cand, "entry runs past end of region file (truncated)", esize))
+                pos = cand + BLOCK
                 continue
             if verify_payload:
                 if scratch_mem is None:
