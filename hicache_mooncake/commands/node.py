@@ -15,12 +15,12 @@ import threading
 from typing import Any
 
 import yaml
-from hicache_mooncake.transport.metadata import MetadataConfig, make_metadata
-from hicache_mooncake.transport.node_config import NodeConfig
-from hicache_mooncake.transport.node_server import NodeServer
 from pydantic import ValidationError, field_validator
 
 from hicache_mooncake.sizes import parse_size
+from hicache_mooncake.transport.metadata import MetadataConfig, make_metadata
+from hicache_mooncake.transport.node_config import NodeConfig
+from hicache_mooncake.transport.node_server import NodeServer
 
 log = logging.getLogger("hicache_mooncake.node")
 _SIZE_FIELDS = ("capacity", "max_meta", "max_payload")
