@@ -21,7 +21,9 @@ def small_tmpfs(tmp_path) -> Iterator[str]:  # type: ignore[no-untyped-def]
     """An 8 MiB tmpfs mount (root only); skipped with the reason when mounting fails."""
     mnt = tmp_path / f"tmpfs-{uuid.uuid4().hex[:6]}"
     mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot mount a size-limited tmpfs: {r.stderr.strip() or r.returncode}")
     try:

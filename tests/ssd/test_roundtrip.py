@@ -42,7 +42,12 @@ def test_batch_put_and_aligned_direct_reads(ssd_dir: str) -> None:
         assert e.put_batch([(k, [memoryview(v)]) for k, v in items]) == [True] * 40
         # page-aligned destination memory: read straight into it (no bounce), split in 2 parts
         outs = [aligned_array(64 << 10) for _ in items]
-        res = e.get_batch_into([(k, [memoryview(o[: 32 << 10]), memoryview(o[32 << 10 :])]) for (k, _), o in zip(items, outs, strict=True)])
+        res = e.get_batch_into(
+            [
+                (k, [memoryview(o[: 32 << 10]), memoryview(o[32 << 10 :])])
+                for (k, _), o in zip(items, outs, strict=True)
+            ]
+        )
         assert all(res)
         for (_, v), o in zip(items, outs, strict=True):
             assert np.array_equal(v, o)
