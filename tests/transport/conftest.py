@@ -35,4 +35,4 @@ def node_factory(tmp_path: Path) -> Iterator[object]:
         yield make
     finally:
         for n in started:
-            n.stop(signal.SIGKILL)
+            n.stop(signal.SIGTERM)

@@ -41,7 +41,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield Cluster(redis, nodes)
     finally:
         for n in nodes:
-            n.stop(signal.SIGKILL)
+            n.stop(signal.SIGTERM)
         redis.stop()
 
 

@@ -119,7 +119,11 @@ class NodeProc:
     def stop(self, sig: int = signal.SIGTERM) -> int | None:
         if self.proc is None:
             return None
+        pid = self.proc.pid
         _stop(self.proc, sig)
         code = self.proc.returncode
         self.proc = None
+        # a killed node cannot unlink its shared-memory arena: do it for it
+        for leftover in Path("/dev/shm").glob(f"hicache-node-{self.name}-{pid}-*"):
+            leftover.unlink(missing_ok=True)
         return code
