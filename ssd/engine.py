@@ -191,7 +191,13 @@ class SsdEngine:
         self._epoch = max((sb.epoch for sb in sbs if sb is not None), default=0)
         self._boot = max((sb.boot for sb in sbs if sb is not None), default=0) + 1
         for d in o.dirs:
-            Superblock(self._epoch, self._boot, o.region_size).write(d)
+            try:
+                Superblock(self._epoch, self._boot, o.region_size).write(d)
+            except OSError as e:
+                # Disk full: open anyway (puts will fail until space returns). Sequence numbers
+                # stay unique through the recovered maximum below.
+                log.warning("ssd: cannot write superblock in %s: %s", d, e)
+                self._c["superblock_write_errors"] += 1
         self._seq = self._boot << SEQ_BOOT_SHIFT
 
         n = o.num_regions
@@ -321,14 +327,21 @@ class SsdEngine:
         return self._seq
 
     def _free_count(self, di: int) -> int:
+        """Regions of ``di`` ready to open: free allocated ones, else 1 if a new one fits on disk."""
         now = time.monotonic()
-        return sum(
-            1
-            for r in self._regions
-            if r.dir_index == di and r.state is RegionState.FREE and r.alloc_retry_at <= now
-        )
+        n = 0
+        unallocated = False
+        for r in self._regions:
+            if r.dir_index == di and r.state is RegionState.FREE and r.alloc_retry_at <= now:
+                if r.allocated:
+                    n += 1
+                else:
+                    unallocated = True
+        if n == 0 and unallocated and self._floors[di].ok(extra=self.options.region_size):
+            return 1
+        return n
 
-    def _take_free(self, di: int) -> Region | None:
+    def _take_free(self, di: int, allow_unallocated: bool) -> Region | None:
         now = time.monotonic()
         fallback = None
         for r in self._regions:
@@ -336,7 +349,7 @@ class SsdEngine:
                 continue
             if r.allocated:
                 return r
-            if fallback is None:
+            if fallback is None and allow_unallocated:
                 fallback = r
         return fallback
 
@@ -572,6 +585,7 @@ class SsdEngine:
         groups: list[_Group] = []
         k = 0
         reason = ""
+        alloc_failed = False  # a new region file could not be allocated: reuse old ones instead
         for _attempt in range(4 * len(self._regions) + 8):
             if k >= len(batch):
                 break
@@ -605,7 +619,7 @@ class SsdEngine:
                 if self._opening[di] is not None:
                     wait_ev = self._opening[di]
                 else:
-                    cand = self._take_free(di)
+                    cand = self._take_free(di, allow_unallocated=not alloc_failed)
                     if cand is None:
                         cand, evicted = self._drop_oldest(di)
                     if cand is None:
@@ -635,8 +649,11 @@ class SsdEngine:
                 else:
                     to_open.state = RegionState.FREE
                     if not ok:
-                        to_open.alloc_retry_at = time.monotonic() + 1.0
                         reason = why
+                        if to_open.allocated:
+                            to_open.alloc_retry_at = time.monotonic() + 1.0
+                        else:
+                            alloc_failed = True
             assert wait_ev is not None
             wait_ev.set()
         return groups, reason
@@ -645,10 +662,8 @@ class SsdEngine:
         """Make ``r``'s file ready (state OPENING: this thread owns it): preallocate, write header."""
         o = self.options
         try:
-            if not r.allocated:
-                floor = self._floors[r.dir_index]
-                if not floor.ok(extra=o.region_size, fresh=True) and o.min_free_bytes > 0:
-                    return False, "floor"
+            if not r.allocated and not self._floors[r.dir_index].ok(extra=o.region_size, fresh=True):
+                return False, "floor" if o.min_free_bytes > 0 else "no_space"
             if r.fd is None:
                 r.fd = open_region_fd(r.path, self._direct, create=True)
             if not r.allocated:
@@ -661,7 +676,7 @@ class SsdEngine:
             full = e.errno in (errno.ENOSPC, errno.EDQUOT)
             if not r.allocated:
                 remove_region_file(r)
-            log.warning("ssd: cannot open region %s: %s", r.path, e)
+            log.log(logging.DEBUG if full else logging.WARNING, "ssd: cannot open region %s: %s", r.path, e)
             return False, "no_space" if full else "io_error"
 
     def _release_for_floor(self, di: int) -> None:

@@ -28,6 +28,8 @@ and increasing across restarts without a write per put.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import struct
@@ -195,11 +197,18 @@ class Superblock:
         ).encode()  # fmt: skip
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, data)
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.ENOSPC, "short superblock write")
             os.fsync(fd)
-        finally:
             os.close(fd)
-        os.replace(tmp, path)
+            fd = -1
+            os.replace(tmp, path)
+        except OSError:
+            if fd >= 0:
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         dfd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(dfd)
