@@ -1,0 +1,90 @@
+"""Durable clear (epoch) and the I/O mode choice."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from hicache_mooncake.ssd import SsdDirectIoError
+from hicache_mooncake.ssd import engine as engine_mod
+from hicache_mooncake.ssd.io import probe_direct_io
+
+from .helpers import check_get, open_engine, value_for
+
+
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_cleared_data_does_not_return_after_restart(ssd_dir: str, mode: str) -> None:
+    with open_engine(ssd_dir, direct_io=mode) as e:
+        for i in range(30):
+            assert e.put(f"old{i}", [memoryview(value_for(f"old{i}", 50_000))])
+        e.clear()
+        assert e.stats()["entries"] == 0 and not e.contains("old0")
+        assert not check_get(e, "old0", 50_000)
+        assert e.put("new", [memoryview(value_for("new", 70_000))])
+    with open_engine(ssd_dir, direct_io=mode) as e:
+        st = e.stats()
+        assert st["entries"] == 1 and st["recover_corrupt"] == 0 and st["recover_torn"] == 0
+        assert check_get(e, "new", 70_000)
+        assert all(not e.contains(f"old{i}") for i in range(30))
+        e.clear()
+    with open_engine(ssd_dir, direct_io=mode) as e:
+        assert e.stats()["entries"] == 0 and e.stats()["epoch"] == 2
+        # the old regions are reused with the new epoch
+        for i in range(60):
+            assert e.put(f"n{i}", [memoryview(value_for(f"n{i}", 200_000))])
+    with open_engine(ssd_dir, direct_io=mode) as e:
+        assert sum(check_get(e, f"n{i}", 200_000) for i in range(60)) >= 40
+        assert all(not e.contains(f"old{i}") for i in range(30))
+
+
+def test_clear_without_close_then_kill_like_reopen(ssd_dir: str) -> None:
+    """clear() is durable on its own: reopen without a clean close (fds just dropped)."""
+    e = open_engine(ssd_dir)
+    for i in range(10):
+        assert e.put(f"c{i}", [memoryview(value_for(f"c{i}", 10_000))])
+    e.clear()
+    # simulate a crash: release the lock files without closing regions cleanly
+    for fd in e._lock_fds:
+        os.close(fd)
+    e._lock_fds = []
+    with open_engine(ssd_dir) as e2:
+        assert e2.stats()["entries"] == 0
+    e.close()
+
+
+def test_io_mode_is_probed_and_reported(ssd_dir: str, small_tmpfs: str) -> None:
+    expected, why = probe_direct_io(ssd_dir)
+    with open_engine(ssd_dir) as e:
+        st = e.stats()
+        assert st["io_mode"] == ("direct" if expected else "buffered")
+        assert st["io_mode_reason"]
+    # tmpfs: older kernels refuse O_DIRECT (-> buffered); since 6.6 tmpfs accepts it. Either way
+    # the engine's choice must match what the filesystem does and round trips must work.
+    t_ok, t_why = probe_direct_io(small_tmpfs)
+    with open_engine(os.path.join(small_tmpfs, "e"), capacity_bytes=4 << 20) as e:
+        assert e.stats()["io_mode"] == ("direct" if t_ok else "buffered"), t_why
+        assert e.put("t", [memoryview(value_for("t", 9999))]) and check_get(e, "t", 9999)
+
+
+def test_refused_direct_io_falls_back_or_errors(ssd_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        engine_mod, "probe_direct_io", lambda d: (False, "open(O_DIRECT) failed: Invalid argument")
+    )
+    with open_engine(ssd_dir, direct_io="auto") as e:
+        st = e.stats()
+        assert st["io_mode"] == "buffered" and "Invalid argument" in st["io_mode_reason"]
+        assert e.put("b", [memoryview(value_for("b", 5000))]) and check_get(e, "b", 5000)
+    with pytest.raises(SsdDirectIoError):
+        open_engine(ssd_dir, direct_io="on")
+    with open_engine(ssd_dir, direct_io="off") as e:
+        assert e.stats()["io_mode"] == "buffered" and check_get(e, "b", 5000)
+
+
+def test_region_size_change_discards_old_regions(ssd_dir: str) -> None:
+    with open_engine(ssd_dir, capacity_bytes=8 << 20, region_size=1 << 20) as e:
+        assert e.put("a", [memoryview(np.ones(100, np.uint8))])
+    with open_engine(ssd_dir, capacity_bytes=8 << 20, region_size=2 << 20) as e:
+        assert e.stats()["entries"] == 0
+        assert e.put("b", [memoryview(value_for("b", 100))]) and check_get(e, "b", 100)
