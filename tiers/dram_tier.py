@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -92,36 +92,74 @@ class DramTier(Tier):
 
     # ------------------------------------------------------------------ writes
     def put(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
-        nbytes = parts_nbytes(parts)
+        return self.put_batch([(key, parts, ctx)])[0]
+
+    def put_batch(self, items: Sequence[tuple[str, Parts, AccessContext]]) -> list[bool]:
+        """Bookkeeping for the whole batch under one lock hold, copies outside it, one publish.
+
+        A slot is taken without eviction, or by evicting victims in place when no demotion hook
+        is set; items that need a demotion (I/O) go through ``_reserve`` one by one.
+        """
+        results = [False] * len(items)
+        reserved: list[tuple[int, int, int]] = []  # (item index, offset, nbytes)
+        slow: list[tuple[int, int]] = []
         with self._lock:
             if self._closed:
-                return False
-            if key in self._index:
-                self._policy_for(nbytes).on_hit(key, ctx)
-                return True
-            if not self._allocator.fits(nbytes):
-                self._counts["rejected_too_large"] += 1
-                return False
-            if not self._policy_for(nbytes).should_admit(key, ctx):
-                self._counts["rejected_admission"] += 1
-                return False
-        offset = self._reserve(nbytes)
-        if offset is None:
-            with self._lock:
-                self._counts["rejected_no_space"] += 1
-            return False
-        gather(self._arena.view(offset, nbytes), parts)
+                return results
+            for i, (key, parts, ctx) in enumerate(items):
+                nbytes = parts_nbytes(parts)
+                policy = self._policy_for(nbytes)
+                if key in self._index:
+                    policy.on_hit(key, ctx)
+                    results[i] = True
+                elif not self._allocator.fits(nbytes):
+                    self._counts["rejected_too_large"] += 1
+                elif not policy.should_admit(key, ctx):
+                    self._counts["rejected_admission"] += 1
+                else:
+                    offset = self._alloc_locked(nbytes)
+                    if offset is None:
+                        slow.append((i, nbytes))
+                    else:
+                        reserved.append((i, offset, nbytes))
+        for i, nbytes in slow:
+            offset = self._reserve(nbytes)
+            if offset is None:
+                with self._lock:
+                    self._counts["rejected_no_space"] += 1
+            else:
+                reserved.append((i, offset, nbytes))
+        for i, offset, nbytes in reserved:
+            gather(self._arena.view(offset, nbytes), items[i][1])
         with self._lock:
-            if self._closed:
-                return False
-            if key in self._index:  # another thread stored the same (immutable) value first
-                self._allocator.free(offset, nbytes)
-                return True
-            self._index[key] = (offset, nbytes)
-            self._policy_for(nbytes).on_insert(key, ctx)
-            self._counts["puts"] += 1
-            self._counts["put_bytes"] += nbytes
-        return True
+            for i, offset, nbytes in reserved:
+                key, _parts, ctx = items[i]
+                if self._closed:
+                    break
+                if key in self._index:  # another thread stored the same (immutable) value first
+                    self._allocator.free(offset, nbytes)
+                else:
+                    self._index[key] = (offset, nbytes)
+                    self._policy_for(nbytes).on_insert(key, ctx)
+                    self._counts["puts"] += 1
+                    self._counts["put_bytes"] += nbytes
+                results[i] = True
+        return results
+
+    def _alloc_locked(self, nbytes: int) -> int | None:
+        """A slot without I/O: free, or freed by evicting in place (only when no hook is set)."""
+        offset = self._allocator.alloc(nbytes)
+        if offset is not None or self.on_evict is not None:
+            return offset
+        for _ in range(len(self._index) + 1):
+            victim = self._evict_one_locked(slot_size_for(nbytes))
+            if victim is None:
+                return None
+            self._release_locked(victim[1], victim[2])
+            offset = self._allocator.alloc(nbytes)
+            if offset is not None:
+                return offset
+        return None
 
     def _reserve(self, nbytes: int) -> int | None:
         """A free slot for ``nbytes``, evicting (and demoting) victims one at a time."""
@@ -190,26 +228,39 @@ class DramTier(Tier):
 
     # ------------------------------------------------------------------ reads
     def get_into(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
+        return self.get_batch_into([(key, parts, ctx)])[0]
+
+    def get_batch_into(self, items: Sequence[tuple[str, Parts, AccessContext]]) -> list[bool]:
+        """Look up and pin the whole batch under one lock hold, copy out, unpin under one hold."""
+        results = [False] * len(items)
+        pinned: list[tuple[int, int, int]] = []
         with self._lock:
-            entry = self._index.get(key)
-            if entry is None or self._closed:
-                self._counts["misses"] += 1
-                return False
-            offset, nbytes = entry
-            if parts_nbytes(parts) != nbytes:
-                self._counts["size_mismatch"] += 1
-                return False
-            self._policy_for(nbytes).on_hit(key, ctx)
-            self._pins[offset] = self._pins.get(offset, 0) + 1
-            view = self._arena.view(offset, nbytes)
+            if self._closed:
+                return results
+            for i, (key, parts, ctx) in enumerate(items):
+                entry = self._index.get(key)
+                if entry is None:
+                    self._counts["misses"] += 1
+                    continue
+                offset, nbytes = entry
+                if parts_nbytes(parts) != nbytes:
+                    self._counts["size_mismatch"] += 1
+                    continue
+                self._policy_for(nbytes).on_hit(key, ctx)
+                self._pins[offset] = self._pins.get(offset, 0) + 1
+                pinned.append((i, offset, nbytes))
         try:
-            scatter(view, parts)
+            for i, offset, nbytes in pinned:
+                scatter(self._arena.view(offset, nbytes), items[i][1])
+                results[i] = True
         finally:
             with self._lock:
-                self._unpin_locked(offset)
-                self._counts["hits"] += 1
-                self._counts["hit_bytes"] += nbytes
-        return True
+                for i, offset, nbytes in pinned:
+                    self._unpin_locked(offset)
+                    if results[i]:
+                        self._counts["hits"] += 1
+                        self._counts["hit_bytes"] += nbytes
+        return results
 
     def touch(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
         """Record an access that did not read bytes (e.g. an exists hit)."""

@@ -1,0 +1,217 @@
+"""Through SGLang's interface: our backend vs SGLang's `file` backend, and the DRAM tier vs memcpy.
+
+For each page size (256 KiB .. 8 MiB) a real SGLang host pool is built on CPU. Our backend is
+created by SGLang's factory (``dynamic``, zero-copy v1 path); SGLang's ``file`` backend
+(``HiCacheFile``) is driven the way the cache controller drives it (legacy path: flat pages out,
+dummy pages in + ``set_from_flat_data_page``). The memcpy baseline copies the same parts of the
+same host pages into/out of a page-aligned buffer with numpy. Each figure is the median of
+``--repeats`` runs, measured side by side in one process; ratios are what to read on a noisy box.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hicache_mooncake.sizes import format_size
+
+# page bytes = 2 (K,V) * layers * 64 tokens * heads * 128 dim * 2 (bf16) = 32 KiB * layers * heads
+PAGE_SHAPES = {256 << 10: (4, 2), 1 << 20: (8, 4), 4 << 20: (16, 8), 8 << 20: (32, 8)}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--total", default="512MiB", help="bytes written per page size and backend")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sizes", default="256KiB,1MiB,4MiB,8MiB", help="page sizes to run")
+    parser.add_argument("--dir", default=None, help="directory for SGLang's file backend (default: a temp dir)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from hicache_mooncake.sizes import parse_size
+
+    total = parse_size(args.total)
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    rows = []
+    for size in sizes:
+        if size not in PAGE_SHAPES:
+            raise SystemExit(f"unsupported page size {format_size(size)}; choose from {list(map(format_size, PAGE_SHAPES))}")
+        rows.append(_bench_size(size, total, args.repeats, args.dir))
+        r = rows[-1]
+        print(f"{format_size(size):>8}: ours set {r['ours_set_gbps']:.2f} get {r['ours_get_gbps']:.2f} GB/s | "
+              f"file set {r['file_set_gbps']:.2f} get {r['file_get_gbps']:.2f} | memcpy set {r['memcpy_set_gbps']:.2f} "
+              f"get {r['memcpy_get_gbps']:.2f} | vs file x{r['set_ratio_vs_file']:.1f}/x{r['get_ratio_vs_file']:.1f} "
+              f"dram/memcpy {r['dram_set_ratio_vs_memcpy']:.2f}/{r['dram_get_ratio_vs_memcpy']:.2f}")
+    result = {
+        "benchmark": "sglang",
+        "set_ratio_vs_file": min(r["set_ratio_vs_file"] for r in rows),
+        "get_ratio_vs_file": min(r["get_ratio_vs_file"] for r in rows),
+        "dram_ratio_vs_memcpy": min(min(r["dram_set_ratio_vs_memcpy"], r["dram_get_ratio_vs_memcpy"]) for r in rows),
+        "note": "ratios are the minimum over page sizes; file backend runs with a warm page cache",
+        "per_page_size": rows,
+    }
+    print(f"summary: set x{result['set_ratio_vs_file']:.1f} and get x{result['get_ratio_vs_file']:.1f} vs SGLang file; "
+          f"DRAM tier at {result['dram_ratio_vs_memcpy']:.0%} of memcpy (worst case over sizes and directions)")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result, indent=2))
+    if args.plot_out:
+        _plot(rows, args.plot_out)
+    return 0
+
+
+def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None) -> dict[str, Any]:
+    import yaml
+
+    from hicache_mooncake.presets import preset_path
+    from hicache_mooncake.sglang_harness import PoolShape, fill_random_pages, make_host_pool, make_storage_config
+
+    layers, heads = PAGE_SHAPES[page_bytes]
+    batch = max(1, min(128, (256 << 20) // page_bytes))
+    pages = max(batch, total // page_bytes)
+    shape = PoolShape(page_size=64, layers=layers, heads=heads, head_dim=128, device_tokens=batch * 64)
+    assert shape.page_bytes() == page_bytes
+    host = make_host_pool("page_first", False, shape)
+    src = host.alloc(batch * 64)
+    dst = host.alloc(batch * 64)
+    fill_random_pages(host, src, seed=1)
+    keys = [f"{i:064x}" for i in range(pages)]
+    batches = [keys[i : i + batch] for i in range(0, pages, batch)]
+
+    extra = yaml.safe_load(preset_path("default").read_text())
+    dram_bytes = -(-(pages * page_bytes * 5 // 4) // (64 << 20)) * (64 << 20)
+    extra["tiers"]["dram"].update({"capacity": dram_bytes})
+    extra.get("tiers", {}).pop("ssd", None)
+
+    ours_set, ours_get, file_set, file_get, mem_set, mem_get = [], [], [], [], [], []
+    for rep in range(repeats):
+        backend = _create("dynamic", extra, host)
+        ours_set.append(_timed(lambda: [backend.batch_set_v1(b, src[: len(b) * 64]) for b in batches]))
+        ours_get.append(_timed(lambda: [backend.batch_get_v1(b, dst[: len(b) * 64]) for b in batches]))
+        assert backend.batch_exists(keys[:batch]) == batch
+        backend.close()
+
+        tmp = tempfile.mkdtemp(prefix="hicache-bench-file-", dir=file_dir)
+        try:
+            fb = _create("file", {"file_storage_path": tmp}, host)
+            fkeys = [[f"{k}r{rep}" for k in b] for b in batches]
+            file_set.append(_timed(lambda fb=fb, fkeys=fkeys: [_file_set(fb, host, b, src) for b in fkeys]))
+            file_get.append(_timed(lambda fb=fb, fkeys=fkeys: [_file_get(fb, host, b, dst) for b in fkeys]))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+        ms, mg = _memcpy_baseline(host, src, dst, batch, len(batches))
+        mem_set.append(ms)
+        mem_get.append(mg)
+
+    def gbps(times: list[float]) -> float:
+        return pages * page_bytes / statistics.median(times) / 1e9
+
+    row = {
+        "page_bytes": page_bytes,
+        "pages": pages,
+        "ours_set_gbps": gbps(ours_set),
+        "ours_get_gbps": gbps(ours_get),
+        "file_set_gbps": gbps(file_set),
+        "file_get_gbps": gbps(file_get),
+        "memcpy_set_gbps": gbps(mem_set),
+        "memcpy_get_gbps": gbps(mem_get),
+    }
+    row["set_ratio_vs_file"] = row["ours_set_gbps"] / row["file_set_gbps"]
+    row["get_ratio_vs_file"] = row["ours_get_gbps"] / row["file_get_gbps"]
+    row["dram_set_ratio_vs_memcpy"] = row["ours_set_gbps"] / row["memcpy_set_gbps"]
+    row["dram_get_ratio_vs_memcpy"] = row["ours_get_gbps"] / row["memcpy_get_gbps"]
+    _ = fill_random_pages
+    return row
+
+
+def _create(name: str, extra: dict[str, Any], host: Any) -> Any:
+    from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
+
+    from hicache_mooncake.sglang_harness import make_storage_config
+
+    backend = StorageBackendFactory.create_backend(name, make_storage_config(extra), host)
+    backend.register_mem_pool_host(host)
+    return backend
+
+
+def _file_set(backend: Any, host: Any, keys: list[str], src: Any) -> None:
+    values = [host.get_data_page(int(src[i * 64]), flat=True) for i in range(len(keys))]
+    backend.batch_set(keys, values)
+
+
+def _file_get(backend: Any, host: Any, keys: list[str], dst: Any) -> None:
+    pages = backend.batch_get(keys, [host.get_dummy_flat_data_page() for _ in keys])
+    for i, page in enumerate(pages):
+        if page is None:
+            break
+        host.set_from_flat_data_page(int(dst[i * 64]), page)
+
+
+def _memcpy_baseline(host: Any, src: Any, dst: Any, batch: int, rounds: int) -> tuple[float, float]:
+    """The same parts of the same host pages copied to and from a page-aligned buffer."""
+    from hicache_mooncake.host_memory import HostMemoryMap, pool_tensors
+
+    hmap = HostMemoryMap(pool_tensors(host))
+    sp = hmap.page_parts(*host.get_page_buffer_meta(src), batch)
+    dp = hmap.page_parts(*host.get_page_buffer_meta(dst), batch)
+    page_bytes = sum(p.nbytes for p in sp[0])
+    buf = mmap.mmap(-1, batch * page_bytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
+    arena = np.frombuffer(buf, dtype=np.uint8)
+    # one slot per page for the whole run, as the tier has: rotate over the batch-sized buffer
+    start = time.perf_counter()
+    for _ in range(rounds):
+        for i, parts in enumerate(sp):
+            pos = i * page_bytes
+            for p in parts:
+                np.copyto(arena[pos : pos + p.nbytes], np.frombuffer(p, dtype=np.uint8))
+                pos += p.nbytes
+    t_set = time.perf_counter() - start
+    start = time.perf_counter()
+    for _ in range(rounds):
+        for i, parts in enumerate(dp):
+            pos = i * page_bytes
+            for p in parts:
+                np.copyto(np.frombuffer(p, dtype=np.uint8), arena[pos : pos + p.nbytes])
+                pos += p.nbytes
+    t_get = time.perf_counter() - start
+    del arena, sp, dp
+    hmap.close()
+    buf.close()
+    return t_set, t_get
+
+
+def _timed(fn: Any) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _plot(rows: list[dict[str, Any]], out: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [format_size(r["page_bytes"]) for r in rows]
+    x = np.arange(len(rows))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, op in zip(axes, ("set", "get"), strict=True):
+        for k, (name, key) in enumerate(
+            (("hicache-mooncake (DRAM)", f"ours_{op}_gbps"), ("SGLang file", f"file_{op}_gbps"), ("memcpy", f"memcpy_{op}_gbps"))
+        ):
+            ax.bar(x + (k - 1) * 0.27, [r[key] for r in rows], 0.27, label=name)
+        ax.set_xticks(x, labels)
+        ax.set_title(f"batch_{op} through SGLang's interface")
+        ax.set_xlabel("page size")
+    axes[0].set_ylabel("GB/s (median)")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
