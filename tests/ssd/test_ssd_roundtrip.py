@@ -2,10 +2,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from ssd_helpers import aligned_array, check_get, open_engine, split_parts, value_for
 
 from hicache_mooncake.ssd import SsdEngine, SsdInUseError
-
-from .helpers import aligned_array, check_get, open_engine, split_parts, value_for
 
 SIZES = [0, 1, 7, 4095, 4096, 4097, 12345, 65536, 100_000, 262_144 + 3]
 

@@ -6,12 +6,11 @@ import os
 
 import numpy as np
 import pytest
+from ssd_helpers import check_get, open_engine, value_for
 
 from hicache_mooncake.ssd import SsdDirectIoError
 from hicache_mooncake.ssd import engine as engine_mod
 from hicache_mooncake.ssd.io import probe_direct_io
-
-from .helpers import check_get, open_engine, value_for
 
 
 @pytest.mark.parametrize("mode", ["on", "off"])

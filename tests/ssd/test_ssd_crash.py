@@ -11,8 +11,7 @@ import time
 
 import numpy as np
 import pytest
-
-from .helpers import check_get, open_engine, value_for
+from ssd_helpers import check_get, open_engine, value_for
 
 CHILD = os.path.join(os.path.dirname(__file__), "crash_child.py")
 

@@ -7,10 +7,9 @@ import threading
 import time
 
 import numpy as np
+from ssd_helpers import open_engine, size_for, value_for
 
 from hicache_mooncake.ssd.engine import SsdEngine
-
-from .helpers import open_engine, size_for, value_for
 
 
 def test_four_threads_mixed_ops_no_stale_reads(ssd_dir: str) -> None:

@@ -9,14 +9,13 @@ import shutil
 
 import numpy as np
 import pytest
+from ssd_helpers import check_get, open_engine, size_for, value_for
 
 from hicache_mooncake.cli import main as cli_main
 from hicache_mooncake.ssd import SsdCorruptionError
 from hicache_mooncake.ssd.format import BLOCK, ENTRY_FIXED_SIZE, REGION_HEADER_SIZE, parse_region_file_name
 from hicache_mooncake.ssd.fsck import fsck
 from hicache_mooncake.ssd.recover import scan_region
-
-from .helpers import check_get, open_engine, size_for, value_for
 
 CAP = 8 << 20
 RS = 1 << 20

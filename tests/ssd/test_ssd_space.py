@@ -7,10 +7,9 @@ import os
 
 import numpy as np
 import pytest
+from ssd_helpers import check_get, open_engine, value_for
 
 from hicache_mooncake.ssd.space import free_bytes
-
-from .helpers import check_get, open_engine, value_for
 
 MB = 1 << 20
 
