@@ -74,7 +74,9 @@ def set_contexts(
     prev: str | None = prefix_keys[-1] if prefix_keys else None
     out = []
     for i, key in enumerate(keys):
-        out.append(AccessContext(now=now, position=i, batch_len=n, prefix_hits=hits, size=size, prev_key=prev))
+        out.append(
+            AccessContext(now=now, position=i, batch_len=n, prefix_hits=hits, size=size, prev_key=prev)
+        )
         prev = key
     return out
 
@@ -115,10 +117,15 @@ class SimTieredStore:
         if not 0.0 <= dram_fraction <= 1.0:
             raise ValueError(f"dram fraction must be in [0, 1], got {dram_fraction}")
         dram = round(capacity_blocks * dram_fraction)
+        dram_options = dict(options)
+        if capacity_blocks - dram > 0:
+            # A policy may want other options where its evictions are demotions, not losses.
+            probe = make_policy(policy, **options)
+            dram_options.update(getattr(probe, "upper_tier_options", {}))
         return cls(
             dram_blocks=dram,
             ssd_blocks=capacity_blocks - dram,
-            dram_policy=make_policy(policy, **options),
+            dram_policy=make_policy(policy, **dram_options),
             ssd_policy=make_policy(policy, **options),
             block_bytes=block_bytes,
         )
@@ -183,9 +190,13 @@ class SimTieredStore:
                 self.counters["dram_admit_refused"] += 1
             self._ssd_insert(key, ctx)
 
+    def _placed(self, key: str, tier: str | None) -> None:
+        """Hook: ``key`` now lives in ``tier`` ("dram", "ssd") or nowhere (``None``)."""
+
     def _dram_insert(self, key: str, ctx: AccessContext) -> None:
         dram = self.dram_policy
         dram.on_insert(key, ctx)
+        self._placed(key, "dram")
         while len(dram) > self.dram_blocks:
             victim = dram.pop_victim()
             if victim is None:
@@ -193,7 +204,7 @@ class SimTieredStore:
             self.counters["dram_evictions"] += 1
             vctx = self._ctx.get(victim)
             if vctx is not None:
-                vctx = dataclasses.replace(vctx, now=self._clock, demoted=True)
+                vctx = dataclasses.replace(vctx, now=self._clock, demoted=True, promoted=False)
             else:
                 vctx = AccessContext(now=self._clock, demoted=True)
             if self._ssd_insert(victim, vctx):
@@ -205,8 +216,10 @@ class SimTieredStore:
             if self.ssd_blocks > 0:
                 self.counters["ssd_admit_refused"] += 1
             self._ctx.pop(key, None)
+            self._placed(key, None)
             return False
         ssd.on_insert(key, ctx)
+        self._placed(key, "ssd")
         self.counters["ssd_writes"] += 1
         while len(ssd) > self.ssd_blocks:
             victim = ssd.pop_victim()
@@ -214,6 +227,7 @@ class SimTieredStore:
                 break
             self.counters["ssd_evictions"] += 1
             self._ctx.pop(victim, None)
+            self._placed(victim, None)
         return key in ssd
 
     def _promote(self, key: str, ctx: AccessContext) -> None:

@@ -118,6 +118,14 @@ SHAPES: dict[str, TraceShape] = {
 }
 
 
+@dataclass
+class _Conv:
+    ids: list[int]  # ids of the context's full blocks
+    tokens: int
+    turn: int
+    oneoff: bool
+
+
 def generate_trace(shape: TraceShape | str = "chat", seed: int = 0) -> list[Request]:
     """Generate a Mooncake-format trace (requests sorted by timestamp)."""
     if isinstance(shape, str):
@@ -141,27 +149,19 @@ def generate_trace(shape: TraceShape | str = "chat", seed: int = 0) -> list[Requ
     weights = [1.0 / (i + 1) ** shape.zipf_s for i in range(len(prompts))]
 
     # Event queue of (time_ms, seq, conversation state).
-    events: list[tuple[float, int, dict[str, object]]] = []
+    events: list[tuple[float, int, _Conv]] = []
     t = 0.0
     for seq in range(shape.conversations):
         t += rng.expovariate(shape.arrival_rate_per_s) * 1000.0
         pid = rng.choices(range(len(prompts)), weights)[0]
-        ids, tokens = prompts[pid]
-        state: dict[str, object] = {
-            "ids": list(ids),
-            "tokens": tokens,
-            "turn": 0,
-            "oneoff": rng.random() < shape.oneoff_fraction,
-        }
-        heapq.heappush(events, (t, seq, state))
+        ids, ptokens = prompts[pid]
+        heapq.heappush(events, (t, seq, _Conv(list(ids), ptokens, 0, rng.random() < shape.oneoff_fraction)))
 
     out: list[Request] = []
     seq = shape.conversations
     while events:
         when, _, st = heapq.heappop(events)
-        full: list[int] = st["ids"]  # type: ignore[assignment]
-        tokens: int = st["tokens"]  # type: ignore[assignment]
-        turn: int = st["turn"]  # type: ignore[assignment]
+        full, tokens, turn = st.ids, st.tokens, st.turn
         span = shape.first_input_tokens if turn == 0 else shape.turn_input_tokens
         tokens += rng.randint(*span)
         nfull = tokens // BLOCK_TOKENS
@@ -170,10 +170,12 @@ def generate_trace(shape: TraceShape | str = "chat", seed: int = 0) -> list[Requ
         if tokens % BLOCK_TOKENS:
             hash_ids += new_ids(1)  # the partial last block: re-hashed next turn
         output = rng.randint(*shape.output_tokens)
-        out.append(Request(timestamp=when, input_length=tokens, output_length=output, hash_ids=tuple(hash_ids)))
-        if not st["oneoff"] and turn + 1 < shape.max_turns and rng.random() < shape.continue_prob:
+        out.append(
+            Request(timestamp=when, input_length=tokens, output_length=output, hash_ids=tuple(hash_ids))
+        )
+        if not st.oneoff and turn + 1 < shape.max_turns and rng.random() < shape.continue_prob:
             # The answer joins the context; the user thinks, then sends the next turn.
-            nxt = {"ids": full, "tokens": tokens + output, "turn": turn + 1, "oneoff": False}
+            nxt = _Conv(full, tokens + output, turn + 1, False)
             gap = rng.expovariate(1.0 / shape.mean_think_ms) + output * 20.0
             seq += 1
             heapq.heappush(events, (when + gap, seq, nxt))
