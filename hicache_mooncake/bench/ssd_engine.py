@@ -82,7 +82,7 @@ def measure(
 
     def put_worker(ks: list[str]) -> None:
         for j in range(0, len(ks), batch):
-            res = eng.put_batch([(k, [memoryview(src)]) for k in ks[j : j + batch]])
+            res = eng.put_batch([(k, [src.data]) for k in ks[j : j + batch]])
             failures[0] += res.count(False)
 
     eng = SsdEngine(opts)
@@ -107,7 +107,7 @@ def measure(
         mine = dsts[work.index(ks)]
         for j in range(0, len(ks), batch):
             part = ks[j : j + batch]
-            res = eng.get_batch_into([(k, [memoryview(mine[i])]) for i, k in enumerate(part)])
+            res = eng.get_batch_into([(k, [mine[i].data]) for i, k in enumerate(part)])
             misses[0] += res.count(False)
 
     get_s, get_cpu = _timed(lambda: _parallel(threads, work, get_worker))
