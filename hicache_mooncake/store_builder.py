@@ -40,6 +40,31 @@ def build_dram(config: BackendConfig) -> Tier | None:
     )
 
 
+@register_tier_builder(1, "remote")
+def build_remote(config: BackendConfig) -> Tier | None:
+    remote = config.tiers.remote
+    if not remote.enabled:
+        return None
+    from hicache_mooncake.tiers.remote_dram_tier import RemoteDramTier
+    from hicache_mooncake.transport.cluster import ClusterClient
+    from hicache_mooncake.transport.metadata import make_metadata
+    from hicache_mooncake.transport.options import ClientOptions
+
+    options = ClientOptions(
+        timeout_s=remote.timeout_s,
+        connect_timeout_s=remote.connect_timeout_s,
+        connections_per_peer=remote.connections_per_peer,
+        secret=remote.secret(),
+    )
+    client = ClusterClient(
+        make_metadata(config.metadata),
+        options,
+        remote.engine,
+        refresh_interval_s=config.metadata.refresh_interval_s,
+    )
+    return RemoteDramTier(client, write_through=remote.write_through, promote_on_hit=remote.promote_on_hit)
+
+
 def build_store(config: BackendConfig) -> TieredStore:
     """All enabled tiers; a tier that fails to build closes the ones already built, then raises."""
     tiers: list[Tier] = []

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from transport_procs import NodeProc, RedisProc, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -18,3 +21,33 @@ def _no_config_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def open_fd_count() -> int:
     return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisProc]:
+    """A real redis-server on a free loopback port, killed by PID afterwards."""
+    r = RedisProc(free_port())
+    r.start()
+    try:
+        yield r
+    finally:
+        r.stop()
+
+
+@pytest.fixture
+def node_factory(tmp_path: Path) -> Iterator[Callable[..., NodeProc]]:
+    """Start memory-node processes (``hicache-mooncake node``); each is stopped by PID afterwards."""
+    started: list[NodeProc] = []
+
+    def make(
+        name: str, redis_url: str | None = None, namespace: str = "t", capacity: str = "64MiB"
+    ) -> NodeProc:
+        node = NodeProc(tmp_path, name, redis_url, namespace, capacity).start()
+        started.append(node)
+        return node
+
+    try:
+        yield make
+    finally:
+        for n in started:
+            n.stop(signal.SIGTERM)

@@ -29,6 +29,12 @@ class Tier(ABC):
     """One storage tier; see the module docstring for the failure semantics."""
 
     name: str = ""
+    write_through: bool = False
+    """Receive every set (besides the first tier that stores it), e.g. the shared pool."""
+
+    def should_promote(self, key: str, ctx: AccessContext) -> bool:
+        """After a hit here, copy the object into the tiers above? (default: no)."""
+        return False
 
     @abstractmethod
     def contains(self, key: str) -> bool: ...

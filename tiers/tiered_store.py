@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from .parts import Parts
@@ -73,40 +74,59 @@ class TieredStore:
         ctxs = call_contexts(keys, len(keys), sizes, prev_key)
         done = [False] * len(keys)
         pending = list(range(len(keys)))
-        for tier in self.tiers:
+        for level, tier in enumerate(self.tiers):
             if not pending:
                 break
             got = tier.get_batch_into([(keys[i], parts[i], ctxs[i]) for i in pending])
-            for i, ok in zip(pending, got, strict=True):
-                done[i] = ok
+            hits = [i for i, ok in zip(pending, got, strict=True) if ok]
+            for i in hits:
+                done[i] = True
             pending = [i for i in pending if not done[i]]
+            if level:
+                self._promote(
+                    level, [i for i in hits if tier.should_promote(keys[i], ctxs[i])], keys, parts, ctxs
+                )
         if False in done:
             first_miss = done.index(False)
             done[first_miss:] = [False] * (len(done) - first_miss)
         return done
 
+    def _promote(
+        self,
+        level: int,
+        idx: list[int],
+        keys: Sequence[str],
+        parts: Sequence[Parts],
+        ctxs: list[AccessContext],
+    ) -> None:
+        """Copy objects just read from tier ``level`` (now in the caller's buffers) upward."""
+        if not idx:
+            return
+        promoted = [replace(ctxs[i], promoted=True) for i in idx]
+        for tier in self.tiers[:level]:
+            tier.put_batch([(keys[i], parts[i], c) for i, c in zip(idx, promoted, strict=True)])
+
     def put_batch(
         self, keys: Sequence[str], parts: Sequence[Parts], prev_key: str | None = None
     ) -> list[bool]:
-        stored = [False] * len(keys)
-        pending = list(range(len(keys)))
-        for tier in self.tiers:
-            found = tier.contains_batch([keys[i] for i in pending])
-            for i, ok in zip(pending, found, strict=True):
-                stored[i] = ok
-            pending = [i for i in pending if not stored[i]]
-        if not pending:
-            return stored
-        prefix_hits = pending[0]
+        """Store in the first tier that accepts each key, and in every write-through tier."""
+        found = [tier.contains_batch(keys) for tier in self.tiers]
+        stored = [any(col) for col in zip(*found, strict=True)] if found else []
+        prefix_hits = stored.index(False) if False in stored else len(keys)
         sizes = [sum(p.nbytes for p in ps) for ps in parts]
         ctxs = call_contexts(keys, prefix_hits, sizes, prev_key)
-        for tier in self.tiers:
-            if not pending:
-                break
-            ok_list = tier.put_batch([(keys[i], parts[i], ctxs[i]) for i in pending])
-            for i, ok in zip(pending, ok_list, strict=True):
-                stored[i] = ok
-            pending = [i for i in pending if not stored[i]]
+        primary = [i for i, ok in enumerate(stored) if not ok]
+        for level, tier in enumerate(self.tiers):
+            todo = [
+                i for i in range(len(keys)) if not found[level][i] and (tier.write_through or i in primary)
+            ]
+            if not todo:
+                continue
+            ok_list = tier.put_batch([(keys[i], parts[i], ctxs[i]) for i in todo])
+            for i, ok in zip(todo, ok_list, strict=True):
+                stored[i] = stored[i] or ok
+            ok_set = {i for i, ok in zip(todo, ok_list, strict=True) if ok}
+            primary = [i for i in primary if i not in ok_set]
         return stored
 
     def remove(self, key: str) -> bool:

@@ -15,24 +15,13 @@ import threading
 from typing import Any
 
 import yaml
-from pydantic import ValidationError, field_validator
+from pydantic import ValidationError
 
-from hicache_mooncake.sizes import parse_size
+from hicache_mooncake.config.cluster import NodeSection
 from hicache_mooncake.transport.metadata import MetadataConfig, make_metadata
-from hicache_mooncake.transport.node_config import NodeConfig
 from hicache_mooncake.transport.node_server import NodeServer
 
 log = logging.getLogger("hicache_mooncake.node")
-_SIZE_FIELDS = ("capacity", "max_meta", "max_payload")
-
-
-class NodeSection(NodeConfig):
-    """``NodeConfig`` with sizes accepted as strings (``"4GiB"``)."""
-
-    @field_validator(*_SIZE_FIELDS, mode="before")
-    @classmethod
-    def _size(cls, value: Any) -> int:
-        return parse_size(value)
 
 
 class _PolicyEvictor:

@@ -9,12 +9,14 @@ such as ``64GiB`` / ``512MB``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from hicache_mooncake.sizes import parse_size
 from hicache_mooncake.tiers.policy import policy_names
+
+from .cluster import MetadataConfig, NodeSection, RemoteTierConfig
 
 ByteSize = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
 
@@ -70,6 +72,7 @@ class DramTierConfig(StrictModel):
 
 class TiersConfig(StrictModel):
     dram: DramTierConfig = DramTierConfig()
+    remote: RemoteTierConfig = RemoteTierConfig()
 
 
 class NamespaceConfig(StrictModel):
@@ -116,4 +119,8 @@ class BackendConfig(StrictModel):
     tiers: TiersConfig = TiersConfig()
     io: IoConfig = IoConfig()
     metrics: MetricsConfig = MetricsConfig()
-    log_level: str = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "debug", "info", "warning", "error"] = "INFO"
+    metadata: MetadataConfig = MetadataConfig()
+    """Cluster metadata (membership of memory nodes): embedded or redis. Used by tiers.remote."""
+    node: NodeSection | None = None
+    """Memory-node settings, read by ``hicache-mooncake node``; ignored by the backend."""

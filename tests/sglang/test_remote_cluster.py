@@ -1,0 +1,101 @@
+"""Two SGLang-side backends (created by SGLang's factory from the cluster YAML) sharing a pool of
+real memory-node processes found through a real redis-server, all on loopback."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import yaml
+from sglang_helpers import REPO, SMALL, make_backend
+from transport_procs import SECRET
+
+from hicache_mooncake.sglang_harness import fill_random_pages, page_snapshot
+
+pytestmark = [pytest.mark.sglang, pytest.mark.integration]
+PS = SMALL.page_size
+
+
+def cluster_extra(redis_url: str, namespace: str, timeout_s: float = 1.0) -> dict:
+    extra = yaml.safe_load((REPO / "configs" / "cluster.yaml").read_text())
+    extra.pop("node")
+    extra["tiers"]["dram"].update({"capacity": "8MiB", "slab_size": "1MiB"})
+    extra["tiers"]["remote"].update({"timeout_s": timeout_s})
+    extra["metadata"].update(
+        {"url": redis_url, "namespace": namespace, "refresh_interval_s": 0.2, "timeout_s": 0.3}
+    )
+    return extra
+
+
+def keys(n: int, tag: str = "c") -> list[str]:
+    return [f"{tag}{i:063x}" for i in range(n)]
+
+
+@pytest.fixture
+def cluster(redis_server, node_factory, monkeypatch):
+    monkeypatch.setenv("HICACHE_NODE_SECRET", SECRET)
+    nodes = [node_factory(f"n{i}", redis_server.url, namespace="sg") for i in range(2)]
+    extra = cluster_extra(redis_server.url, "sg")
+    a, host_a = make_backend(extra=extra)
+    b, host_b = make_backend(extra=extra)
+    deadline = time.monotonic() + 10
+    while any(len(be.store.tier("remote").client.nodes()) < 2 for be in (a, b)):
+        assert time.monotonic() < deadline, "clients did not see both nodes"
+        time.sleep(0.05)
+    yield redis_server, nodes, (a, host_a), (b, host_b)
+    a.close()
+    b.close()
+
+
+def test_pages_stored_by_one_instance_are_found_by_another(cluster):
+    _redis, nodes, (a, host_a), (b, host_b) = cluster
+    src = host_a.alloc(8 * PS)
+    fill_random_pages(host_a, src, seed=21)
+    want = page_snapshot(host_a, src)
+    assert a.batch_set_v1(keys(8), src) == [True] * 8
+    assert b.batch_exists(keys(8)) == 8  # not in b's DRAM: found in the pool
+    dst = host_b.alloc(8 * PS)
+    assert b.batch_get_v1(keys(8), dst) == [True] * 8
+    assert all(torch.equal(x, y) for x, y in zip(want, page_snapshot(host_b, dst), strict=True))
+    stats = b.tier_stats()["tiers"]
+    assert stats["dram"]["entries"] == 8  # promoted into b's local DRAM on the pool hit
+    assert stats["remote"]["entries"] == 8 and stats["remote"]["nodes"] == 2
+
+
+def test_dead_node_means_misses_within_the_timeout(cluster):
+    import signal
+
+    _redis, nodes, (a, host_a), (b, host_b) = cluster
+    src = host_a.alloc(16 * PS)
+    fill_random_pages(host_a, src, seed=22)
+    assert all(a.batch_set_v1(keys(16, "d"), src))
+    nodes[0].stop(signal.SIGKILL)
+    dst = host_b.alloc(16 * PS)
+    start = time.monotonic()
+    result = b.batch_get_v1(keys(16, "d"), dst)
+    elapsed = time.monotonic() - start
+    assert elapsed < 1.0 + 1.5  # remote.timeout_s plus slack: never a hang
+    assert False in result  # the dead node's keys are gone
+    assert b.batch_exists(keys(16, "d")) < 16
+
+
+def test_redis_down_keeps_local_tiers_serving_and_the_pool_rejoins(cluster):
+    redis, nodes, (a, host_a), (b, host_b) = cluster
+    src = host_a.alloc(4 * PS)
+    fill_random_pages(host_a, src, seed=23)
+    assert all(a.batch_set_v1(keys(4, "e"), src))
+    redis.stop()
+    time.sleep(0.6)  # past a refresh: the remote tier detaches
+    start = time.monotonic()
+    assert a.batch_exists(keys(4, "e")) == 4  # a's DRAM still serves
+    dst = host_a.alloc(4 * PS)
+    assert a.batch_get_v1(keys(4, "e"), dst) == [True] * 4
+    assert all(a.batch_set_v1(keys(4, "f"), src))  # sets land in local DRAM
+    assert b.batch_exists(keys(4, "e")) == 0  # b has no local copy and no pool: a miss, fast
+    assert time.monotonic() - start < 3.0
+    redis.start()
+    deadline = time.monotonic() + 15
+    while b.batch_exists(keys(4, "e")) < 4:  # nodes re-register by heartbeat, clients rejoin
+        assert time.monotonic() < deadline, "the remote tier did not rejoin after Redis came back"
+        time.sleep(0.1)
