@@ -72,7 +72,10 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         self._failures = FailureLog()
         self._closed = False
         self._close_lock = threading.Lock()
-        self.store = build_store(self.config)
+        dp_rank = int(config_field(storage_config, "dp_rank", 0))
+        r = self.ranks
+        self.rank_tag = f"rank{r.tp_rank}_{r.pp_rank}_{r.cp_rank}_{dp_rank}"
+        self.store = build_store(self.config, self.rank_tag)
         self.metrics = BackendMetrics(self.store.stats)
         self.metrics_port: int | None = None
         if self.config.metrics.port is not None:

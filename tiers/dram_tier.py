@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -29,6 +29,16 @@ from .tier import Tier
 
 log = logging.getLogger(__name__)
 EvictHook = Callable[[str, np.ndarray], None]
+
+
+class Victim(NamedTuple):
+    """A pinned DRAM entry handed to a lower tier; ``data`` is valid until it is released."""
+
+    key: str
+    offset: int
+    nbytes: int
+    data: np.ndarray
+    hits: int
 
 
 class DramTier(Tier):
@@ -49,6 +59,7 @@ class DramTier(Tier):
         self._arena = DramArena(self._allocator.capacity, prefault=prefault)
         self._policies: dict[int, EvictionPolicy] = {}
         self._index: dict[str, tuple[int, int]] = {}
+        self._hits: dict[str, int] = {}
         self._pins: dict[int, int] = {}
         self._zombies: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -68,6 +79,7 @@ class DramTier(Tier):
                 "rejected_admission",
                 "rejected_no_space",
                 "size_mismatch",
+                "promotions_skipped_full",
             ),
             0,
         )
@@ -98,7 +110,9 @@ class DramTier(Tier):
         """Bookkeeping for the whole batch under one lock hold, copies outside it, one publish.
 
         A slot is taken without eviction, or by evicting victims in place when no demotion hook
-        is set; items that need a demotion (I/O) go through ``_reserve`` one by one.
+        is set; items that need a demotion (I/O) go through ``_reserve`` one by one. A promotion
+        (``ctx.promoted``) takes only free space: making room for a copy of a page that a lower
+        tier still holds must not drop a page that exists nowhere else.
         """
         results = [False] * len(items)
         reserved: list[tuple[int, int, int]] = []  # (item index, offset, nbytes)
@@ -116,6 +130,12 @@ class DramTier(Tier):
                     self._counts["rejected_too_large"] += 1
                 elif not policy.should_admit(key, ctx):
                     self._counts["rejected_admission"] += 1
+                elif ctx.promoted:  # a promotion only uses free space: it never evicts (drops) a page
+                    offset = self._allocator.alloc(nbytes)
+                    if offset is None:
+                        self._counts["promotions_skipped_full"] += 1
+                    else:
+                        reserved.append((i, offset, nbytes))
                 else:
                     offset = self._alloc_locked(nbytes)
                     if offset is None:
@@ -173,7 +193,7 @@ class DramTier(Tier):
                 victim = self._evict_one_locked(slot_size_for(nbytes))
                 if victim is None:
                     return None
-                vkey, voff, vbytes = victim
+                vkey, voff, vbytes, _hits = victim
                 hook = self.on_evict
                 if hook is None:
                     self._release_locked(voff, vbytes)
@@ -193,7 +213,7 @@ class DramTier(Tier):
                     self._unpin_locked(voff)
         return None
 
-    def _evict_one_locked(self, slot_size: int) -> tuple[str, int, int] | None:
+    def _evict_one_locked(self, slot_size: int) -> tuple[str, int, int, int] | None:
         policy = self._policies.get(slot_size)
         if policy is None or not len(policy):
             victim_class = self._allocator.largest_class()
@@ -206,14 +226,16 @@ class DramTier(Tier):
         entry = self._index.pop(key, None)
         if entry is None:
             return None
+        hits = self._hits.pop(key, 0)
         self._counts["evictions"] += 1
-        return key, entry[0], entry[1]
+        return key, entry[0], entry[1], hits
 
     def remove(self, key: str) -> bool:
         with self._lock:
             entry = self._index.pop(key, None)
             if entry is None:
                 return False
+            self._hits.pop(key, None)
             self._policy_for(entry[1]).on_remove(key)
             self._release_locked(*entry)
             return True
@@ -223,6 +245,7 @@ class DramTier(Tier):
             for offset, nbytes in self._index.values():
                 self._release_locked(offset, nbytes)
             self._index.clear()
+            self._hits.clear()
             for policy in self._policies.values():
                 policy.clear()
 
@@ -247,6 +270,7 @@ class DramTier(Tier):
                     self._counts["size_mismatch"] += 1
                     continue
                 self._policy_for(nbytes).on_hit(key, ctx)
+                self._hits[key] = self._hits.get(key, 0) + 1
                 self._pins[offset] = self._pins.get(offset, 0) + 1
                 pinned.append((i, offset, nbytes))
         try:
@@ -268,6 +292,52 @@ class DramTier(Tier):
             entry = self._index.get(key)
             if entry is not None:
                 self._policy_for(entry[1]).on_hit(key, ctx)
+
+    # ------------------------------------------------------------------ background demotion
+    @property
+    def used_fraction(self) -> float:
+        return self._allocator.used_bytes / self._allocator.capacity
+
+    def take_victims(self, target_used_bytes: int, max_items: int) -> list[Victim]:
+        """Evict by policy until used bytes <= target (at most ``max_items``), keeping each
+        victim's slot pinned so its bytes stay readable until ``release``. The caller copies the
+        bytes to a lower tier, then calls ``release(victims)`` exactly once."""
+        out: list[Victim] = []
+        with self._lock:
+            while (
+                not self._closed and len(out) < max_items and self._allocator.used_bytes > target_used_bytes
+            ):
+                victim = self._evict_one_locked(self._allocator.largest_class() or 0)
+                if victim is None:
+                    break
+                key, offset, nbytes, hits = victim
+                self._pins[offset] = self._pins.get(offset, 0) + 1
+                self._zombies[offset] = nbytes
+                out.append(Victim(key, offset, nbytes, self._arena.view(offset, nbytes), hits))
+        return out
+
+    def pin_entries(self, keys: Sequence[str]) -> list[Victim | None]:
+        """Pin resident entries for reading (write-through copies); ``release`` unpins them."""
+        out: list[Victim | None] = []
+        with self._lock:
+            for key in keys:
+                entry = None if self._closed else self._index.get(key)
+                if entry is None:
+                    out.append(None)
+                    continue
+                self._pins[entry[0]] = self._pins.get(entry[0], 0) + 1
+                view = self._arena.view(entry[0], entry[1])
+                out.append(Victim(key, entry[0], entry[1], view, self._hits.get(key, 0)))
+        return out
+
+    def release(self, pinned: Sequence[Victim]) -> None:
+        with self._lock:
+            for v in pinned:
+                self._unpin_locked(v.offset)
+
+    def hit_count(self, key: str) -> int:
+        with self._lock:
+            return self._hits.get(key, 0)
 
     # ------------------------------------------------------------------ internals
     def _policy_for(self, nbytes: int) -> EvictionPolicy:

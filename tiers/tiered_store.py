@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from .demoter import Demoter
 from .parts import Parts
 from .policy import AccessContext
 from .tier import Tier
@@ -44,10 +45,18 @@ def call_contexts(
 
 
 class TieredStore:
-    def __init__(self, tiers: Sequence[Tier]) -> None:
+    """``demoter`` (optional) moves pages DRAM -> SSD in the background; with
+    ``background_copy`` every set is also queued for an SSD copy (write-through without making
+    the set wait for the disk)."""
+
+    def __init__(
+        self, tiers: Sequence[Tier], demoter: Demoter | None = None, background_copy: bool = False
+    ) -> None:
         if not tiers:
             raise ValueError("TieredStore needs at least one tier")
         self.tiers = list(tiers)
+        self.demoter = demoter
+        self.background_copy = background_copy and demoter is not None
 
     def tier(self, name: str) -> Tier | None:
         return next((t for t in self.tiers if t.name == name), None)
@@ -105,6 +114,8 @@ class TieredStore:
         promoted = [replace(ctxs[i], promoted=True) for i in idx]
         for tier in self.tiers[:level]:
             tier.put_batch([(keys[i], parts[i], c) for i, c in zip(idx, promoted, strict=True)])
+        if self.demoter is not None:
+            self.demoter.notify()
 
     def put_batch(
         self, keys: Sequence[str], parts: Sequence[Parts], prev_key: str | None = None
@@ -127,6 +138,10 @@ class TieredStore:
                 stored[i] = stored[i] or ok
             ok_set = {i for i, ok in zip(todo, ok_list, strict=True) if ok}
             primary = [i for i in primary if i not in ok_set]
+            if level == 0 and self.background_copy and self.demoter is not None and ok_set:
+                self.demoter.copy_later([keys[i] for i in sorted(ok_set)])
+        if self.demoter is not None:
+            self.demoter.notify()
         return stored
 
     def remove(self, key: str) -> bool:
@@ -137,8 +152,14 @@ class TieredStore:
             tier.clear()
 
     def close(self) -> None:
+        """Stop background movement first (it reads DRAM and writes SSD), then close every tier."""
+        if self.demoter is not None:
+            self.demoter.close()
         for tier in self.tiers:
             tier.close()
 
     def stats(self) -> dict[str, Any]:
-        return {tier.name: tier.stats() for tier in self.tiers}
+        out: dict[str, Any] = {tier.name: tier.stats() for tier in self.tiers}
+        if self.demoter is not None:
+            out["ssd"] = {**out.get("ssd", {}), "background": self.demoter.stats()}
+        return out

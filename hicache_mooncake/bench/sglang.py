@@ -32,7 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--total", default="512MiB", help="bytes written per page size and backend")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sizes", default="256KiB,1MiB,4MiB,8MiB", help="page sizes to run")
-    parser.add_argument("--dir", default=None, help="directory for SGLang's file backend (default: a temp dir)")
+    parser.add_argument(
+        "--dir", default=None, help="directory for SGLang's file backend (default: a temp dir)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,23 +45,31 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for size in sizes:
         if size not in PAGE_SHAPES:
-            raise SystemExit(f"unsupported page size {format_size(size)}; choose from {list(map(format_size, PAGE_SHAPES))}")
+            raise SystemExit(
+                f"unsupported page size {format_size(size)}; choose from {list(map(format_size, PAGE_SHAPES))}"
+            )
         rows.append(_bench_size(size, total, args.repeats, args.dir))
         r = rows[-1]
-        print(f"{format_size(size):>8}: ours set {r['ours_set_gbps']:.2f} get {r['ours_get_gbps']:.2f} GB/s | "
-              f"file set {r['file_set_gbps']:.2f} get {r['file_get_gbps']:.2f} | memcpy set {r['memcpy_set_gbps']:.2f} "
-              f"get {r['memcpy_get_gbps']:.2f} | vs file x{r['set_ratio_vs_file']:.1f}/x{r['get_ratio_vs_file']:.1f} "
-              f"dram/memcpy {r['dram_set_ratio_vs_memcpy']:.2f}/{r['dram_get_ratio_vs_memcpy']:.2f}")
+        print(
+            f"{format_size(size):>8}: ours set {r['ours_set_gbps']:.2f} get {r['ours_get_gbps']:.2f} GB/s | "
+            f"file set {r['file_set_gbps']:.2f} get {r['file_get_gbps']:.2f} | memcpy set {r['memcpy_set_gbps']:.2f} "
+            f"get {r['memcpy_get_gbps']:.2f} | vs file x{r['set_ratio_vs_file']:.1f}/x{r['get_ratio_vs_file']:.1f} "
+            f"dram/memcpy {r['dram_set_ratio_vs_memcpy']:.2f}/{r['dram_get_ratio_vs_memcpy']:.2f}"
+        )
     result = {
         "benchmark": "sglang",
         "set_ratio_vs_file": min(r["set_ratio_vs_file"] for r in rows),
         "get_ratio_vs_file": min(r["get_ratio_vs_file"] for r in rows),
-        "dram_ratio_vs_memcpy": min(min(r["dram_set_ratio_vs_memcpy"], r["dram_get_ratio_vs_memcpy"]) for r in rows),
+        "dram_ratio_vs_memcpy": min(
+            min(r["dram_set_ratio_vs_memcpy"], r["dram_get_ratio_vs_memcpy"]) for r in rows
+        ),
         "note": "ratios are the minimum over page sizes; file backend runs with a warm page cache",
         "per_page_size": rows,
     }
-    print(f"summary: set x{result['set_ratio_vs_file']:.1f} and get x{result['get_ratio_vs_file']:.1f} vs SGLang file; "
-          f"DRAM tier at {result['dram_ratio_vs_memcpy']:.0%} of memcpy (worst case over sizes and directions)")
+    print(
+        f"summary: set x{result['set_ratio_vs_file']:.1f} and get x{result['get_ratio_vs_file']:.1f} vs SGLang file; "
+        f"DRAM tier at {result['dram_ratio_vs_memcpy']:.0%} of memcpy (worst case over sizes and directions)"
+    )
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=2))
     if args.plot_out:
@@ -71,7 +81,11 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
     import yaml
 
     from hicache_mooncake.presets import preset_path
-    from hicache_mooncake.sglang_harness import PoolShape, fill_random_pages, make_host_pool, make_storage_config
+    from hicache_mooncake.sglang_harness import (
+        PoolShape,
+        fill_random_pages,
+        make_host_pool,
+    )
 
     layers, heads = PAGE_SHAPES[page_bytes]
     batch = max(1, min(128, (256 << 20) // page_bytes))
@@ -93,8 +107,8 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
     ours_set, ours_get, file_set, file_get, mem_set, mem_get = [], [], [], [], [], []
     for rep in range(repeats):
         backend = _create("dynamic", extra, host)
-        ours_set.append(_timed(lambda: [backend.batch_set_v1(b, src[: len(b) * 64]) for b in batches]))
-        ours_get.append(_timed(lambda: [backend.batch_get_v1(b, dst[: len(b) * 64]) for b in batches]))
+        ours_set.append(_timed(lambda be=backend: [be.batch_set_v1(b, src[: len(b) * 64]) for b in batches]))
+        ours_get.append(_timed(lambda be=backend: [be.batch_get_v1(b, dst[: len(b) * 64]) for b in batches]))
         assert backend.batch_exists(keys[:batch]) == batch
         backend.close()
 
@@ -128,7 +142,6 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
     row["get_ratio_vs_file"] = row["ours_get_gbps"] / row["file_get_gbps"]
     row["dram_set_ratio_vs_memcpy"] = row["ours_set_gbps"] / row["memcpy_set_gbps"]
     row["dram_get_ratio_vs_memcpy"] = row["ours_get_gbps"] / row["memcpy_get_gbps"]
-    _ = fill_random_pages
     return row
 
 
@@ -205,7 +218,11 @@ def _plot(rows: list[dict[str, Any]], out: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, op in zip(axes, ("set", "get"), strict=True):
         for k, (name, key) in enumerate(
-            (("hicache-mooncake (DRAM)", f"ours_{op}_gbps"), ("SGLang file", f"file_{op}_gbps"), ("memcpy", f"memcpy_{op}_gbps"))
+            (
+                ("hicache-mooncake (DRAM)", f"ours_{op}_gbps"),
+                ("SGLang file", f"file_{op}_gbps"),
+                ("memcpy", f"memcpy_{op}_gbps"),
+            )
         ):
             ax.bar(x + (k - 1) * 0.27, [r[key] for r in rows], 0.27, label=name)
         ax.set_xticks(x, labels)

@@ -17,6 +17,7 @@ from hicache_mooncake.sizes import parse_size
 from hicache_mooncake.tiers.policy import policy_names
 
 from .cluster import MetadataConfig, NodeSection, RemoteTierConfig
+from .ssd import SsdTierConfig
 
 ByteSize = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
 
@@ -73,6 +74,7 @@ class DramTierConfig(StrictModel):
 class TiersConfig(StrictModel):
     dram: DramTierConfig = DramTierConfig()
     remote: RemoteTierConfig = RemoteTierConfig()
+    ssd: SsdTierConfig = SsdTierConfig()
 
 
 class NamespaceConfig(StrictModel):

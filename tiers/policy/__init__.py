@@ -4,7 +4,7 @@ Importing this package registers every built-in policy; a new policy is a new mo
 one import line below.
 """
 
-from . import chain, lru, s3fifo, tinylfu  # noqa: F401  (registration side effects)
+from . import chain, lru, reuse, s3fifo, tinylfu  # noqa: F401  (registration side effects)
 from .base import DEFAULT_CONTEXT, AccessContext, EvictionPolicy, ObjectType
 from .registry import make_policy, policy_factory, policy_names, register_policy
 

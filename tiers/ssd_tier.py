@@ -1,0 +1,121 @@
+"""Local SSD tier: ``ssd.SsdEngine`` behind the ``Tier`` contract, plus the admission and
+promotion rules of hot/cold movement.
+
+- Admission (demotions and write-through copies): a page is written only if it was read at least
+  ``admit_min_hits`` times in DRAM and the write fits the MB/s budget; otherwise it is dropped
+  and counted (never blocked).
+- Promotion: a page read from SSD ``promote_min_hits`` times is reported hot, and ``TieredStore``
+  copies it into the tiers above (DRAM, and the pool when one is configured).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from hicache_mooncake.ssd import SsdEngine
+
+from .parts import Parts
+from .policy import DEFAULT_CONTEXT, AccessContext
+from .rate_budget import RateBudget
+from .tier import Tier
+
+
+class SsdTier(Tier):
+    name = "ssd"
+
+    def __init__(
+        self,
+        engine: SsdEngine,
+        write_through: bool = False,
+        admit_min_hits: int = 0,
+        promote_min_hits: int = 1,
+        write_budget: RateBudget | None = None,
+    ) -> None:
+        self.engine = engine
+        self.write_through = write_through
+        self.admit_min_hits = admit_min_hits
+        self.promote_min_hits = promote_min_hits
+        self.budget = write_budget or RateBudget(None)
+        self._reads: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+        engine.on_evict = self._forget
+
+    def _forget(self, key: str) -> None:
+        with self._lock:
+            self._reads.pop(key, None)
+
+    # ------------------------------------------------------------------ admission
+    def admit(self, key: str, nbytes: int, hits: int) -> bool:
+        """Whether a page leaving DRAM (or copied by write-through) is written here."""
+        if hits < self.admit_min_hits:
+            self.counts["dropped_cold"] += 1
+            return False
+        if not self.budget.try_take(nbytes):
+            self.counts["dropped_budget"] += 1
+            return False
+        return True
+
+    def should_promote(self, key: str, ctx: AccessContext) -> bool:
+        if self.promote_min_hits <= 0:
+            return False
+        with self._lock:
+            hot = self._reads.get(key, 0) >= self.promote_min_hits
+        if hot:
+            self.counts["promotions"] += 1
+        return hot
+
+    # ------------------------------------------------------------------ Tier
+    def contains(self, key: str) -> bool:
+        return self.engine.contains(key)
+
+    def contains_batch(self, keys: Sequence[str]) -> list[bool]:
+        return [self.engine.contains(k) for k in keys]
+
+    def put(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
+        return self.put_batch([(key, parts, ctx)])[0]
+
+    def put_batch(self, items: Sequence[tuple[str, Parts, AccessContext]]) -> list[bool]:
+        if not items:
+            return []
+        return self.engine.put_batch([(key, parts) for key, parts, _ in items])
+
+    def get_into(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
+        return self.get_batch_into([(key, parts, ctx)])[0]
+
+    def get_batch_into(self, items: Sequence[tuple[str, Parts, AccessContext]]) -> list[bool]:
+        if not items:
+            return []
+        result = self.engine.get_batch_into([(key, parts) for key, parts, _ in items])
+        with self._lock:
+            for (key, _, _), ok in zip(items, result, strict=True):
+                if ok:
+                    self._reads[key] = self._reads.get(key, 0) + 1
+        return result
+
+    def remove(self, key: str) -> bool:
+        self._forget(key)
+        return self.engine.remove(key)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._reads.clear()
+        self.engine.clear()
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def stats(self) -> dict[str, Any]:
+        raw = self.engine.stats()
+        return {
+            "tier": self.name,
+            "entries": raw.get("entries", 0),
+            "used_bytes": raw.get("bytes", 0),
+            "capacity_bytes": raw.get("capacity", 0),
+            "io_mode": raw.get("io_mode"),
+            **{k: v for k, v in raw.items() if k not in ("entries", "bytes", "capacity", "io_mode")},
+            **dict(self.counts),
+        }
