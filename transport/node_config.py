@@ -11,29 +11,48 @@ from .wire import Limits
 
 
 class NodeConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    node_id: str = ""  # empty: "<host>:<port>"
-    host: str = "127.0.0.1"  # loopback unless configured
-    port: int = Field(default=7700, ge=0, le=65535)  # 0: any free port
+    node_id: str = ""
+    """Node name in the membership; empty: ``<host>:<port>``."""
+    host: str = "127.0.0.1"
+    """Loopback unless configured"""
+    port: int = Field(default=7700, ge=0, le=65535)
+    """0: any free port"""
     capacity: int = Field(default=1 << 30, ge=1 << 20)
-    shm: bool = True  # arena in shared memory so same-host clients use the `local` transport
+    """DRAM this node contributes to the pool (page-aligned mmap arena)."""
+    shm: bool = True
+    """Arena in shared memory so same-host clients use the `local` transport"""
     shm_dir: str = "/dev/shm"
+    """Where the shared-memory arena file lives."""
     eviction: str = "lru"
-    secret_env: str = "HICACHE_NODE_SECRET"  # the shared secret is read from this variable
-    secret_file: str = ""  # ... or from this file (wins when set)
+    """Node-side eviction policy (lru, or any registered policy such as s3fifo)."""
+    secret_env: str = "HICACHE_NODE_SECRET"
+    """The shared secret is read from this variable"""
+    secret_file: str = ""
+    """... or from this file (wins when set)"""
     max_key_len: int = Field(default=1024, ge=1, le=65535)
+    """Longest key accepted (bytes); longer requests are refused."""
     max_batch: int = Field(default=1024, ge=1)
+    """Objects per request accepted."""
     max_meta: int = Field(default=4 << 20, ge=4096)
+    """Largest request metadata section (bytes)."""
     max_payload: int = Field(default=1 << 30, ge=4096)
+    """Largest payload per frame (bytes)."""
     max_connections: int = Field(default=256, ge=1)
+    """Concurrent client connections accepted."""
     idle_timeout_s: float = Field(default=300.0, gt=0)
+    """An idle connection is closed after this."""
     handshake_timeout_s: float = Field(default=5.0, gt=0)
+    """A client that does not authenticate within this is dropped."""
     drain_timeout_s: float = Field(default=10.0, ge=0)
-    rdma_device: str = ""  # e.g. "mlx5_0" or "rxe0": serve one-sided RDMA too (needs pyverbs)
+    """On SIGTERM: finish in-flight requests for at most this long."""
+    rdma_device: str = ""
+    """E.g. ``mlx5_0`` or ``rxe0``: serve one-sided RDMA too (needs pyverbs + rdma-core)."""
     rdma_port: int = Field(default=1, ge=1)
     rdma_gid_index: int = Field(default=0, ge=0)
-    ready_file: str = ""  # written with "host port" once listening (tests, supervisors)
+    ready_file: str = ""
+    """Written with "host port" once listening (tests, supervisors)"""
 
     def limits(self) -> Limits:
         return Limits(self.max_key_len, self.max_batch, self.max_meta, self.max_payload)

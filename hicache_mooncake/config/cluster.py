@@ -31,12 +31,15 @@ class RemoteTierConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     enabled: bool = False
+    """Remote DRAM pool on/off (needs memory nodes and ``metadata``)."""
     engine: Literal["tcp", "local", "rdma"] = "tcp"
     """Transport: tcp anywhere; local when nodes share this host (/dev/shm); rdma with pyverbs."""
     timeout_s: float = Field(default=2.0, gt=0)
     """Deadline of one batched call; a dead or slow node is a miss within it."""
     connect_timeout_s: float = Field(default=1.0, gt=0)
+    """Deadline of one TCP connect to a node."""
     connections_per_peer: int = Field(default=4, ge=1)
+    """Parallel connections per node (SGLang's threads use them concurrently)."""
     write_through: bool = True
     """Every set is also stored in the pool, so other instances find it."""
     promote_on_hit: bool = True

@@ -43,6 +43,7 @@ class DramTierConfig(StrictModel):
     """Local host-DRAM tier: a pre-allocated, page-aligned arena carved into size-class slabs."""
 
     enabled: bool = True
+    """Local DRAM tier on/off (off: sets go straight to the next tier)."""
     capacity: ByteSize = parse_size("4GiB")
     """Bytes of the arena; allocated (and touched, see ``prefault``) when the backend attaches."""
     slab_size: ByteSize = parse_size("64MiB")
@@ -97,22 +98,31 @@ class MetricsConfig(StrictModel):
     port: int | None = Field(default=None, ge=0, le=65535)
     """Serve Prometheus metrics on this port (0: any free port); None: do not serve."""
     host: str = "127.0.0.1"
+    """Address of the metrics endpoint (loopback unless you mean it)."""
 
 
 class BackendConfig(StrictModel):
     """The whole document. Loader keys first, then SGLang's own keys, then ours."""
 
     backend_name: str = "hicache-mooncake"
+    """SGLang dynamic loader: a label for SGLang's logs."""
     module_path: str = "hicache_mooncake.backend"
+    """SGLang dynamic loader: the module that holds the backend class."""
     class_name: str = "HiCacheMooncakeBackend"
+    """SGLang dynamic loader: the HiCacheStorage subclass to construct."""
     interface_v1: int = Field(default=1, ge=0, le=1)
     """1: SGLang uses the zero-copy batch_get_v1/batch_set_v1 path (recommended)."""
 
     prefetch_threshold: int | None = None
+    """SGLang's own (consumed before we see the config): minimum prefetch hit in tokens (SGLang: 256)."""
     prefetch_timeout_base: float | None = None
+    """SGLang's own: base prefetch timeout in s (SGLang: 1)."""
     prefetch_timeout_per_ki_token: float | None = None
+    """SGLang's own: extra prefetch timeout per 1024 tokens (SGLang: 0.25)."""
     hicache_storage_pass_prefix_keys: bool | None = None
+    """SGLang's own: pass each call's prefix page hashes (policies then see chain parents)."""
     tp_lcm_size: int | None = None
+    """SGLang's own (head splitting across TP sizes)."""
 
     config_file: str | None = None
     """Inline (JSON) extra config may point at a YAML file; its keys are the base, inline keys win."""
@@ -122,6 +132,7 @@ class BackendConfig(StrictModel):
     io: IoConfig = IoConfig()
     metrics: MetricsConfig = MetricsConfig()
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "debug", "info", "warning", "error"] = "INFO"
+    """Level of the ``hicache_mooncake`` loggers."""
     metadata: MetadataConfig = MetadataConfig()
     """Cluster metadata (membership of memory nodes): embedded or redis. Used by tiers.remote."""
     node: NodeSection | None = None

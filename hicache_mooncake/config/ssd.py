@@ -15,6 +15,7 @@ class SsdTierConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     enabled: bool = False
+    """Local SSD tier on/off."""
     path: str | list[str] = "/var/cache/hicache-mooncake"
     """Directory (or list, one per device). Each rank uses its own subdirectory ``rank<tp>_<pp>_<cp>_<dp>``."""
     capacity: ByteSize = parse_size("64GiB")
@@ -28,9 +29,11 @@ class SsdTierConfig(BaseModel):
     strict: bool = False
     """Refuse to attach when recovery finds a corrupt entry (default: skip and count it)."""
     io_threads: int = Field(default=4, ge=1)
+    """Threads doing preadv/pwritev (they release the GIL); more threads = more I/O depth."""
     verify_on_recover: bool = True
     """Hash every payload at attach (finds corruption early); false: headers only, payloads on read."""
     reinsertion_hits: int = Field(default=1, ge=0)
+    """On region reclaim, entries read at least this often are rewritten instead of dropped (0: never)."""
     mode: Literal["write_on_evict", "write_through"] = "write_on_evict"
     """write_on_evict: pages reach the SSD when DRAM demotes them; write_through: every set is also copied."""
     high_watermark: float = Field(default=0.9, gt=0, le=1)

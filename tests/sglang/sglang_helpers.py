@@ -23,6 +23,7 @@ def small_extra(**tiers: Any) -> dict[str, Any]:
     extra = yaml.safe_load(DEFAULT_YAML.read_text())
     extra = copy.deepcopy(extra)
     extra["tiers"]["dram"].update({"capacity": "32MiB", "slab_size": "1MiB"})
+    extra["tiers"]["ssd"]["enabled"] = False  # tests that want the SSD tier give it a temp dir
     for name, overrides in tiers.items():
         extra["tiers"].setdefault(name, {}).update(overrides)
     return extra

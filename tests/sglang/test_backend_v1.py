@@ -21,19 +21,27 @@ def keys(n: int, start: int = 0, tag: str = "a") -> list[str]:
 
 
 def test_factory_creates_backend_from_nothing_but_the_default_yaml():
+    """The shipped preset as is (2 GiB DRAM, SSD under /var/tmp/hicache-mooncake/rank0_0_0_0)."""
+    import shutil
+    from pathlib import Path
+
     from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
     from hicache_mooncake.backend import HiCacheMooncakeBackend
     from hicache_mooncake.sglang_harness import make_host_pool, make_storage_config
 
     extra = yaml.safe_load(DEFAULT_YAML.read_text())
-    extra["tiers"]["dram"]["capacity"] = "128MiB"  # the preset's 4GiB would work too, just slower here
+    rank_dir = Path(extra["tiers"]["ssd"]["path"]) / "rank0_0_0_0"
+    existed = rank_dir.exists()
     host = make_host_pool("page_first", False, SMALL)
     backend = StorageBackendFactory.create_backend("dynamic", make_storage_config(extra), host)
     try:
         assert isinstance(backend, HiCacheMooncakeBackend)
+        assert [t.name for t in backend.store.tiers] == ["dram", "ssd"]
     finally:
         backend.close()
+        if not existed:
+            shutil.rmtree(rank_dir, ignore_errors=True)
 
 
 def test_at_yaml_extra_config_goes_through_sglangs_own_parser(tmp_path):

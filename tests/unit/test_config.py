@@ -102,3 +102,10 @@ def test_bad_files_are_refused_with_the_file_named(tmp_path, content, match):
 def test_unknown_policy_is_refused_with_the_known_ones():
     with pytest.raises(ConfigError, match=r"tiers.dram.policy: unknown policy 'nope'; known: .*lru"):
         validate_config({"tiers": {"dram": {"policy": "nope"}}})
+
+
+def test_readme_configuration_reference_is_current():
+    from hicache_mooncake.config.reference import markdown
+
+    readme = (CONFIGS.parent / "README.md").read_text()
+    assert markdown() in readme, "regenerate: python -m hicache_mooncake.config.reference (README section)"

@@ -136,13 +136,14 @@ class ReusePolicy(EvictionPolicy):
         self,
         horizon: float = 4.0,
         alpha: float = 1.0,
-        decay: float = 0.7,
+        decay: float = 0.9,
         decay_every: int = 0,
-        prior: float = 20.0,
+        prior: float = 5.0,
         orphans: bool = True,
         guard: bool = True,
         adapt_every: int = 2048,
         adapt_decay: float = 0.9,
+        margin: float = 0.002,
     ) -> None:
         if horizon <= 0:
             raise ValueError(f"reuse horizon must be > 0, got {horizon}")
@@ -159,12 +160,13 @@ class ReusePolicy(EvictionPolicy):
         self.adapt_every = max(1, adapt_every)
         self.adapt_decay = adapt_decay
         self.alpha = 0.0 if guard else alpha
+        self.margin = margin
         self._alphas = (0.0, alpha)
         self._res = _Heap()
         self._parent: dict[str, str] = {}
         self._kids: dict[str, set[str]] = {}
         # Observations: key -> (tick, class); FIFO of (tick, key) to close them.
-        self._obs: dict[str, tuple[int, int, int]] = {}
+        self._obs: dict[str, tuple[int, int]] = {}
         self._obs_q: deque[tuple[int, str]] = deque()
         self._pos: dict[int, float] = {}
         self._tot: dict[int, float] = {}
@@ -175,15 +177,14 @@ class ReusePolicy(EvictionPolicy):
         self._shadows = [_Shadow(a) for a in self._alphas] if guard else []
 
     # ---- prediction --------------------------------------------------------------------------
-    def _classify(self, key: str, kind: int, ctx: AccessContext) -> int:
+    @staticmethod
+    def _classify(kind: int, ctx: AccessContext) -> int:
         if kind == _HIT:
-            o = self._obs.get(key)
-            reads = 0 if o is None else min(o[2], 3)
-            length, ph, tail = ctx.batch_len, ctx.prefix_hits, reads
+            length, ph, tail = ctx.batch_len, ctx.prefix_hits, 0
         else:
             length, ph = ctx.prefix_hits + ctx.batch_len, ctx.prefix_hits
             tail = 1 if ctx.position == ctx.batch_len - 1 else 0
-        return (kind << 9) | (tail << 7) | (_bucket(length, _LEN_EDGES) << 3) | _bucket(ph, _PH_EDGES)
+        return (kind << 8) | (tail << 7) | (_bucket(length, _LEN_EDGES) << 3) | _bucket(ph, _PH_EDGES)
 
     def predicted(self, cls: int) -> float:
         """The learned chance that a page of ``cls`` is accessed again within the horizon."""
@@ -197,7 +198,7 @@ class ReusePolicy(EvictionPolicy):
         if old is not None:
             self._pos[old[1]] = self._pos.get(old[1], 0.0) + 1.0
             self._tot[old[1]] = self._tot.get(old[1], 0.0) + 1.0
-        self._obs[key] = (tick, cls, 1 if old is None else old[2] + 1)
+        self._obs[key] = (tick, cls)
         q = self._obs_q
         q.append((tick, key))
         limit = tick - int(self.horizon * max(self._peak, 1)) - 1024
@@ -230,14 +231,11 @@ class ReusePolicy(EvictionPolicy):
         for s in self._shadows:
             s.access(key, depth, p, cap)
         if self._tick % self.adapt_every == 0:
-            best = max(self._shadows, key=lambda s: s.hits)
-            if best.hits > 0:
-                lru = self._shadows[0]
-                # Leave LRU only for a clear win (noise must not move us off the safe choice).
-                if best is lru or best.hits > lru.hits * 1.002:
-                    self.alpha = best.alpha
-                else:
-                    self.alpha = lru.alpha
+            lru, pred = self._shadows
+            if lru.hits + pred.hits > 0:
+                # Ties go to LRU: the predictor must win by a margin (noise must not move us off
+                # the safe choice).
+                self.alpha = pred.alpha if pred.hits > lru.hits * (1.0 + self.margin) else lru.alpha
             for s in self._shadows:
                 s.hits *= self.adapt_decay
 
@@ -279,7 +277,7 @@ class ReusePolicy(EvictionPolicy):
 
     # ---- EvictionPolicy ----------------------------------------------------------------------
     def _access(self, key: str, kind: int, ctx: AccessContext) -> None:
-        cls = self._classify(key, kind, ctx)
+        cls = self._classify(kind, ctx)
         self._observe(key, cls)
         p = self.predicted(cls)
         if self._shadows:
