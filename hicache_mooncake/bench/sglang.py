@@ -107,8 +107,8 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
     ours_set, ours_get, file_set, file_get, mem_set, mem_get = [], [], [], [], [], []
     for rep in range(repeats):
         backend = _create("dynamic", extra, host)
-        ours_set.append(_timed(lambda be=backend: [be.batch_set_v1(b, src[: len(b) * 64]) for b in batches]))
-        ours_get.append(_timed(lambda be=backend: [be.batch_get_v1(b, dst[: len(b) * 64]) for b in batches]))
+        ours_set.append(_timed(lambda be=backend: _run_batches(be.batch_set_v1, batches, src)))
+        ours_get.append(_timed(lambda be=backend: _run_batches(be.batch_get_v1, batches, dst)))
         assert backend.batch_exists(keys[:batch]) == batch
         backend.close()
 
@@ -116,8 +116,8 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
         try:
             fb = _create("file", {"file_storage_path": tmp}, host)
             fkeys = [[f"{k}r{rep}" for k in b] for b in batches]
-            file_set.append(_timed(lambda fb=fb, fkeys=fkeys: [_file_set(fb, host, b, src) for b in fkeys]))
-            file_get.append(_timed(lambda fb=fb, fkeys=fkeys: [_file_get(fb, host, b, dst) for b in fkeys]))
+            file_set.append(_timed(lambda fb=fb, fkeys=fkeys: _file_set(fb, host, fkeys, src)))
+            file_get.append(_timed(lambda fb=fb, fkeys=fkeys: _file_get(fb, host, fkeys, dst)))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -155,17 +155,21 @@ def _create(name: str, extra: dict[str, Any], host: Any) -> Any:
     return backend
 
 
-def _file_set(backend: Any, host: Any, keys: list[str], src: Any) -> None:
-    values = [host.get_data_page(int(src[i * 64]), flat=True) for i in range(len(keys))]
-    backend.batch_set(keys, values)
+def _file_set(backend: Any, host: Any, batches: list[list[str]], src: Any) -> None:
+    """As SGLang's controller does for generic backends: flat pages out of the host pool."""
+    for keys in batches:
+        values = [host.get_data_page(int(src[i * 64]), flat=True) for i in range(len(keys))]
+        backend.batch_set(keys, values)
 
 
-def _file_get(backend: Any, host: Any, keys: list[str], dst: Any) -> None:
-    pages = backend.batch_get(keys, [host.get_dummy_flat_data_page() for _ in keys])
-    for i, page in enumerate(pages):
-        if page is None:
-            break
-        host.set_from_flat_data_page(int(dst[i * 64]), page)
+def _file_get(backend: Any, host: Any, batches: list[list[str]], dst: Any) -> None:
+    """As SGLang's controller does: dummy flat pages in, then ``set_from_flat_data_page``."""
+    for keys in batches:
+        pages = backend.batch_get(keys, [host.get_dummy_flat_data_page() for _ in keys])
+        for i, page in enumerate(pages):
+            if page is None:
+                break
+            host.set_from_flat_data_page(int(dst[i * 64]), page)
 
 
 def _memcpy_baseline(host: Any, src: Any, dst: Any, batch: int, rounds: int) -> tuple[float, float]:
@@ -173,8 +177,10 @@ def _memcpy_baseline(host: Any, src: Any, dst: Any, batch: int, rounds: int) -> 
     from hicache_mooncake.host_memory import HostMemoryMap, pool_tensors
 
     hmap = HostMemoryMap(pool_tensors(host))
-    sp = hmap.page_parts(*host.get_page_buffer_meta(src), batch)
-    dp = hmap.page_parts(*host.get_page_buffer_meta(dst), batch)
+    sptrs, ssizes = host.get_page_buffer_meta(src)
+    dptrs, dsizes = host.get_page_buffer_meta(dst)
+    sp = hmap.page_parts(sptrs, ssizes, batch)
+    dp = hmap.page_parts(dptrs, dsizes, batch)
     page_bytes = sum(p.nbytes for p in sp[0])
     buf = mmap.mmap(-1, batch * page_bytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
     arena = np.frombuffer(buf, dtype=np.uint8)
@@ -205,6 +211,11 @@ def _timed(fn: Any) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+def _run_batches(fn: Any, batches: list[list[str]], region: Any) -> None:
+    for b in batches:
+        fn(b, region[: len(b) * 64])
 
 
 def _plot(rows: list[dict[str, Any]], out: str) -> None:
