@@ -40,13 +40,7 @@ class MemoryTwoTierStore(SimTieredStore):
         **options: Any,
     ) -> MemoryTwoTierStore:
         base = SimTieredStore.build(policy, capacity_blocks, dram_fraction, block_bytes, **options)
-        return cls(
-            dram_blocks=base.dram_blocks,
-            ssd_blocks=base.ssd_blocks,
-            dram_policy=base.dram_policy,
-            ssd_policy=base.ssd_policy,
-            block_bytes=block_bytes,
-        )
+        return cls(placement=base.placement, block_bytes=block_bytes)
 
     def _placed(self, key: str, tier: str | None) -> None:
         old = self._where.pop(key, None)

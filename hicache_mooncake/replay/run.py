@@ -13,7 +13,7 @@ from .sim import ReplayStore, SimTieredStore, drive
 from .trace import load_trace
 
 #: The policy this project ships as the default (``policy:`` in configs/default.yaml).
-DEFAULT_POLICY = "chain"
+DEFAULT_POLICY = "reuse"
 DEFAULT_DRAM_FRACTION = 0.25
 #: Nominal page size for the bytes-moved counters: 512 tokens of Llama-3-8B KV in bf16 (64 MiB).
 DEFAULT_BLOCK_BYTES = 512 * 2 * 32 * 8 * 128 * 2

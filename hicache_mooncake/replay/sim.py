@@ -7,22 +7,21 @@ a time: ``batch_exists`` on the request's keys in prefix order (how many leading
 ``ReplayStore`` can be driven: ``SimTieredStore`` below (policies only, no bytes) or an adapter
 around the real ``TieredStore`` (``--mode store``); both must report the same hits.
 
-``SimTieredStore`` models the two tiers the way ``TieredStore`` runs them: DRAM holds
-``dram_blocks``, SSD the rest; every set goes to DRAM (subject to the DRAM policy's admission; a
-refused block is offered to SSD); a DRAM eviction demotes the victim to SSD (subject to the SSD
-policy's admission, else it is dropped); an SSD hit promotes the block to DRAM (it leaves SSD:
-the tiers are exclusive, so the capacity is ``dram_blocks + ssd_blocks`` distinct blocks and two
-LRU tiers behave exactly like one LRU of the total size).
+``SimTieredStore`` places pages the way the real store does (``TierPlacement``): ONE policy
+instance owns the total capacity and decides what leaves the system; DRAM holds the most recently
+used ``dram_blocks`` of the resident pages (a DRAM overflow demotes its LRU page to SSD, an SSD
+hit promotes the page back). Total hits therefore do not depend on the DRAM share; the split only
+decides the DRAM share of hits and the bytes moved.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from hicache_mooncake.tiers.policy import AccessContext, EvictionPolicy, make_policy
+from hicache_mooncake.tiers.policy.placement import DRAM, SSD, TierPlacement
 
 
 @runtime_checkable
@@ -94,15 +93,11 @@ def get_contexts(keys: Sequence[str], now: float = 0.0, size: int = 0) -> list[A
 
 @dataclass
 class SimTieredStore:
-    """Payload-free DRAM + SSD model driven by real policy objects (see the module docstring)."""
+    """Payload-free DRAM + SSD model driven by one real policy (see the module docstring)."""
 
-    dram_blocks: int
-    ssd_blocks: int
-    dram_policy: EvictionPolicy
-    ssd_policy: EvictionPolicy
+    placement: TierPlacement
     block_bytes: int = 0
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIER_COUNTERS, 0))
-    _ctx: dict[str, AccessContext] = field(default_factory=dict)
     _clock: float = 0.0
 
     @classmethod
@@ -117,125 +112,89 @@ class SimTieredStore:
         if not 0.0 <= dram_fraction <= 1.0:
             raise ValueError(f"dram fraction must be in [0, 1], got {dram_fraction}")
         dram = round(capacity_blocks * dram_fraction)
-        dram_options = dict(options)
-        if capacity_blocks - dram > 0:
-            # A policy may want other options where its evictions are demotions, not losses.
-            probe = make_policy(policy, **options)
-            dram_options.update(getattr(probe, "upper_tier_options", {}))
-        return cls(
-            dram_blocks=dram,
-            ssd_blocks=capacity_blocks - dram,
-            dram_policy=make_policy(policy, **dram_options),
-            ssd_policy=make_policy(policy, **options),
-            block_bytes=block_bytes,
-        )
+        placement = TierPlacement(make_policy(policy, **options), capacity_blocks, dram)
+        return cls(placement=placement, block_bytes=block_bytes)
+
+    @property
+    def policy(self) -> EvictionPolicy:
+        return self.placement.policy
+
+    @property
+    def dram_blocks(self) -> int:
+        return self.placement.dram_capacity
+
+    @property
+    def ssd_blocks(self) -> int:
+        return self.placement.capacity - self.placement.dram_capacity
 
     # ---- ReplayStore -------------------------------------------------------------------------
     def batch_exists(self, keys: Sequence[str]) -> int:
         self._clock += 1.0
-        dram, ssd = self.dram_policy, self.ssd_policy
+        pl = self.placement
         n = 0
         for key in keys:
-            if key in dram or key in ssd:
+            if key in pl:
                 n += 1
             else:
                 break
         if n < len(keys):
             ctx = AccessContext(now=self._clock, position=n, batch_len=len(keys), prefix_hits=n)
-            dram.on_miss(keys[n], ctx)
-            ssd.on_miss(keys[n], ctx)
+            pl.policy.on_miss(keys[n], ctx)
         return n
 
     def batch_get(self, keys: Sequence[str]) -> list[bool]:
         out = []
         c = self.counters
         for key, ctx in zip(keys, get_contexts(keys, self._clock, self.block_bytes), strict=True):
-            if key in self.dram_policy:
-                self.dram_policy.on_hit(key, ctx)
+            tier = self.placement.on_hit(key, ctx)
+            if tier == DRAM:
                 c["dram_hits"] += 1
-                out.append(True)
-            elif key in self.ssd_policy:
-                self.ssd_policy.on_hit(key, ctx)
+            elif tier == SSD:
                 c["ssd_hits"] += 1
-                self._promote(key, ctx)
-                out.append(True)
-            else:
-                out.append(False)
+                if self.placement.dram_capacity > 0:
+                    c["promotions"] += 1
+                    self._placed(key, DRAM)
+            out.append(tier is not None)
+            self._settle()
         return out
 
     def batch_set(self, keys: Sequence[str], prefix_keys: Sequence[str] = ()) -> list[bool]:
         ctxs = set_contexts(keys, prefix_keys, self._clock, self.block_bytes)
+        pl = self.placement
+        out = []
         for key, ctx in zip(keys, ctxs, strict=True):
-            self._set_one(key, ctx)
-        return [True] * len(keys)
+            before = pl.tier_of(key)
+            ok = pl.on_set([key], [ctx])[0]
+            if before is None and not ok:
+                self.counters["dram_admit_refused" if pl.dram_capacity > 0 else "ssd_admit_refused"] += 1
+            tier = pl.tier_of(key)
+            if before is None and ok:
+                self._placed(key, tier)
+                if tier == SSD:
+                    self.counters["ssd_writes"] += 1
+            elif before is not None and tier != before:
+                self._placed(key, tier)  # a re-set SSD page moves up with the call's bytes
+            out.append(ok)
+            self._settle()
+        return out
 
     def replay_stats(self) -> dict[str, int]:
         return dict(self.counters)
 
     # ---- internals ---------------------------------------------------------------------------
-    def _set_one(self, key: str, ctx: AccessContext) -> None:
-        if key in self.dram_policy:
-            self.dram_policy.on_insert(key, ctx)  # already stored: values are immutable, a touch
-            self._ctx[key] = ctx
-            return
-        if key in self.ssd_policy:
-            self.ssd_policy.on_insert(key, ctx)
-            self._ctx[key] = ctx
-            return
-        self._ctx[key] = ctx
-        if self.dram_blocks > 0 and self.dram_policy.should_admit(key, ctx):
-            self._dram_insert(key, ctx)
-        else:
-            if self.dram_blocks > 0:
-                self.counters["dram_admit_refused"] += 1
-            self._ssd_insert(key, ctx)
+    def _settle(self) -> None:
+        c = self.counters
+        for key, tier in self.placement.victims_to_drop():
+            c["dram_evictions" if tier == DRAM else "ssd_evictions"] += 1
+            self._placed(key, None)
+        for key in self.placement.dram_overflow():
+            c["dram_evictions"] += 1
+            c["demotions"] += 1
+            c["ssd_writes"] += 1
+            self._placed(key, SSD)
 
     def _placed(self, key: str, tier: str | None) -> None:
         """Hook: ``key`` now lives in ``tier`` ("dram", "ssd") or nowhere (``None``)."""
-
-    def _dram_insert(self, key: str, ctx: AccessContext) -> None:
-        dram = self.dram_policy
-        dram.on_insert(key, ctx)
-        self._placed(key, "dram")
-        while len(dram) > self.dram_blocks:
-            victim = dram.pop_victim()
-            if victim is None:
-                break
-            self.counters["dram_evictions"] += 1
-            vctx = self._ctx.get(victim)
-            if vctx is not None:
-                vctx = dataclasses.replace(vctx, now=self._clock, demoted=True, promoted=False)
-            else:
-                vctx = AccessContext(now=self._clock, demoted=True)
-            if self._ssd_insert(victim, vctx):
-                self.counters["demotions"] += 1
-
-    def _ssd_insert(self, key: str, ctx: AccessContext) -> bool:
-        ssd = self.ssd_policy
-        if self.ssd_blocks <= 0 or not ssd.should_admit(key, ctx):
-            if self.ssd_blocks > 0:
-                self.counters["ssd_admit_refused"] += 1
-            self._ctx.pop(key, None)
-            self._placed(key, None)
-            return False
-        ssd.on_insert(key, ctx)
-        self._placed(key, "ssd")
-        self.counters["ssd_writes"] += 1
-        while len(ssd) > self.ssd_blocks:
-            victim = ssd.pop_victim()
-            if victim is None:
-                break
-            self.counters["ssd_evictions"] += 1
-            self._ctx.pop(victim, None)
-            self._placed(victim, None)
-        return key in ssd
-
-    def _promote(self, key: str, ctx: AccessContext) -> None:
-        if self.dram_blocks <= 0:
-            return
-        self.ssd_policy.on_remove(key)
-        self.counters["promotions"] += 1
-        self._dram_insert(key, dataclasses.replace(ctx, promoted=True))
 
 
 @dataclass

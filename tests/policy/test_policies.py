@@ -9,7 +9,7 @@ from hicache_mooncake.replay.sim import SimTieredStore, drive, set_contexts
 from hicache_mooncake.tiers.policy import AccessContext, make_policy, policy_names
 from hicache_mooncake.tiers.policy.tinylfu import CountMinSketch
 
-ALL = ["chain", "lru", "s3fifo", "tinylfu"]
+ALL = ["chain", "lru", "reuse", "s3fifo", "tinylfu"]
 
 
 def test_registry_lists_builtins_and_rejects_unknown() -> None:

@@ -45,7 +45,7 @@ def test_bad_trace_line_is_named(tmp_path: Path) -> None:
         load_trace(path)
 
 
-@pytest.mark.parametrize("policy", ["lru", "chain", "s3fifo", "tinylfu"])
+@pytest.mark.parametrize("policy", ["lru", "chain", "reuse", "s3fifo", "tinylfu"])
 def test_sim_and_store_agree(policy: str) -> None:
     blocks = [r.hash_ids for r in generate_trace("chat", seed=2)]
     cap = capacity_blocks(blocks, 0.05)
@@ -55,7 +55,20 @@ def test_sim_and_store_agree(policy: str) -> None:
     a, b = drive(blocks, sim), drive(blocks, store)
     assert a.hits == b.hits and store.corrupt_reads == 0
     assert sim.replay_stats() == store.replay_stats()
-    assert store.resident() == len(store.dram_policy) + len(store.ssd_policy) <= cap
+    assert store.resident() == len(store.placement) <= cap
+    assert len(store.data["dram"]) == store.placement.dram_len <= store.dram_blocks
+
+
+def test_two_tier_total_hits_equal_single_tier() -> None:
+    blocks = [r.hash_ids for r in generate_trace("agent", seed=5)][:1500]
+    cap = capacity_blocks(blocks, 0.05)
+    one = drive(blocks, SimTieredStore.build(DEFAULT_POLICY, cap, 1.0)).hits
+    for df in (0.0, 0.1, 0.25, 0.5):
+        store = SimTieredStore.build(DEFAULT_POLICY, cap, df)
+        assert drive(blocks, store).hits == one
+        st = store.replay_stats()
+        assert st["demotions"] <= st["ssd_writes"]
+        assert store.placement.dram_len <= store.dram_blocks
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
@@ -99,7 +112,7 @@ def test_cli_writes_json_and_png(tmp_path: Path) -> None:
 @pytest.mark.integration
 @pytest.mark.skipif(not PUBLIC.exists(), reason=f"public trace not found at {PUBLIC}")
 def test_public_trace_references_match_issue() -> None:
-    r = Replay.load(PUBLIC)
+    r = _public()
     cap = r.capacity(0.05)
     assert round(lru_hit_rate(r.blocks, cap), 3) == 0.195
     assert round(opt_hit_rate(r.blocks, cap, r.nxt), 3) == 0.366
@@ -109,11 +122,23 @@ def test_public_trace_references_match_issue() -> None:
 @pytest.mark.skipif(not PUBLIC.exists(), reason=f"public trace not found at {PUBLIC}")
 @pytest.mark.parametrize("fraction", [0.02, 0.05, 0.10, 0.20])
 def test_public_trace_targets(fraction: float) -> None:
-    r = Replay.load(PUBLIC)
-    res = r.run(DEFAULT_POLICY, fraction, dram_fraction=1.0)
+    # One policy owns the total capacity, so the DRAM share does not change total hits
+    # (test_two_tier_total_hits_equal_single_tier); the default split is checked here.
+    r = _public()
+    res = r.run(DEFAULT_POLICY, fraction, dram_fraction=0.25)
     if res["hit_rate"] < res["lru_hit_rate"]:
         pytest.xfail(f"below LRU: {res['hit_rate']:.4f} < {res['lru_hit_rate']:.4f} (issue 5, open)")
     if fraction in (0.05, 0.10):
         gap = res["opt_hit_rate"] - res["lru_hit_rate"]
         if res["hit_rate"] < res["lru_hit_rate"] + 0.15 * gap:
+            # Measured (reuse, either DRAM share): 0.124 of the gap at 0.05, 0.129 at 0.10.
             pytest.xfail(f"gap reached {res['gap_fraction']:.3f} < 0.15 (issue 5 target, open)")
+
+
+_PUBLIC_REPLAY: list[Replay] = []
+
+
+def _public() -> Replay:
+    if not _PUBLIC_REPLAY:
+        _PUBLIC_REPLAY.append(Replay.load(PUBLIC))
+    return _PUBLIC_REPLAY[0]
