@@ -86,6 +86,13 @@ class HiCacheMooncakeBackend(HiCacheStorage):
                 raise RuntimeError(
                     f"metrics.port {self.config.metrics.port} on {self.config.metrics.host}: {exc}"
                 ) from exc
+        if is_mla and self.ranks.tp_size > 1 and not self.config.tiers.remote.enabled:
+            log.warning(
+                "MLA with tp_size=%d: only TP rank 0 stores, and this config has no tier shared between "
+                "rank processes, so ranks != 0 will miss (and SGLang's MIN-reduce makes every rank miss). "
+                "Use a shared tier: configs/mla-shared.yaml (a host-local memory node) or configs/cluster.yaml.",
+                self.ranks.tp_size,
+            )
         log.info(
             "hicache-mooncake backend: model=%s ranks=%s writer=%s tiers=%s sglang=%s",
             self.model_name,
