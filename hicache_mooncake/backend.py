@@ -185,7 +185,11 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         self, space: KeySpace, keys: Sequence[str], parts: list[list[memoryview]], extra_info: Any
     ) -> list[bool]:
         start = time.perf_counter()
-        result = self.store.put_batch(space.keys(list(keys)), parts, self._prev_key(space, extra_info))
+        prefix = getattr(extra_info, "prefix_keys", None)
+        prefix_len = len(prefix) if isinstance(prefix, list) else None
+        result = self.store.put_batch(
+            space.keys(list(keys)), parts, self._prev_key(space, extra_info), prefix_len
+        )
         nbytes = sum(p.nbytes for ok, ps in zip(result, parts, strict=True) if ok for p in ps)
         self.metrics.record(
             "set", sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start

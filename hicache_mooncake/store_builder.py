@@ -13,7 +13,8 @@ from typing import Any
 from hicache_mooncake.config import BackendConfig
 from hicache_mooncake.tiers.demoter import Demoter
 from hicache_mooncake.tiers.dram_tier import DramTier
-from hicache_mooncake.tiers.policy import AccessContext
+from hicache_mooncake.tiers.policy import AccessContext, policy_factory
+from hicache_mooncake.tiers.ssd_tier import SsdTier
 from hicache_mooncake.tiers.tier import Tier
 from hicache_mooncake.tiers.tiered_store import TieredStore
 
@@ -76,7 +77,6 @@ def build_ssd(config: BackendConfig, rank_tag: str) -> Tier | None:
         return None
     from hicache_mooncake.ssd import SsdEngine, SsdOptions
     from hicache_mooncake.tiers.rate_budget import RateBudget
-    from hicache_mooncake.tiers.ssd_tier import SsdTier
 
     dirs = []
     for base in ssd.paths:
@@ -116,7 +116,13 @@ def build_store(config: BackendConfig, rank_tag: str = "rank0") -> TieredStore:
                 tiers.append(tier)
         if not tiers:
             raise ValueError("the configuration enables no tier (tiers.*.enabled are all false)")
-        return TieredStore(tiers, *_mover(config, tiers))
+        demoter, background_copy = _mover(config, tiers)
+        if config.tiers.placement == "unified" and any(isinstance(t, DramTier | SsdTier) for t in tiers):
+            from hicache_mooncake.tiers.placed_store import PlacedTieredStore
+
+            factory = policy_factory(config.tiers.policy, **dict(config.tiers.policy_options))
+            return PlacedTieredStore(tiers, factory, demoter)
+        return TieredStore(tiers, demoter, background_copy)
     except BaseException:
         for tier in tiers:
             tier.close()
@@ -125,12 +131,9 @@ def build_store(config: BackendConfig, rank_tag: str = "rank0") -> TieredStore:
 
 def _mover(config: BackendConfig, tiers: list[Tier]) -> tuple[Demoter | None, bool]:
     dram = next((t for t in tiers if isinstance(t, DramTier)), None)
-    ssd_tier = next((t for t in tiers if t.name == "ssd"), None)
+    ssd_tier = next((t for t in tiers if isinstance(t, SsdTier)), None)
     if dram is None or ssd_tier is None:
         return None, False
-    from hicache_mooncake.tiers.ssd_tier import SsdTier
-
-    assert isinstance(ssd_tier, SsdTier)
     ssd = config.tiers.ssd
     if ssd.foreground_demotion:
         dram.on_evict = lambda key, data: _demote_now(ssd_tier, key, data)

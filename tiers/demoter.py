@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Sequence
 
@@ -42,17 +43,27 @@ class Demoter:
         self.batch_items = batch_items
         self.interval_s = interval_s
         self.join_timeout_s = join_timeout_s
+        self.watermarks = True
+        """False when a placement decides demotions (``move_later``) instead of the watermarks."""
         self.counts: Counter[str] = Counter()
         self._queue: deque[str] = deque()
+        self._moves: deque[str] = deque()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._idle = threading.Event()
+        self._working = False
         self._thread = threading.Thread(target=self._run, name="hicache-demoter", daemon=True)
         self._thread.start()
 
     def notify(self) -> None:
         """Cheap; called after sets. Wakes the thread only when there is work."""
-        if self._queue or self.dram.used_fraction > self.high:
+        if self._queue or self._moves or (self.watermarks and self.dram.used_fraction > self.high):
+            self._wake.set()
+
+    def move_later(self, keys: Sequence[str]) -> None:
+        """Placement-driven demotion: copy these keys to SSD (unless there), then drop them from DRAM."""
+        if keys:
+            self._moves.extend(keys)
             self._wake.set()
 
     def copy_later(self, keys: Sequence[str]) -> None:
@@ -61,25 +72,36 @@ class Demoter:
         self._wake.set()
 
     def flush(self, timeout_s: float = 30.0) -> bool:
-        """Wait until queued copies are written and DRAM is under the high watermark (tests, detach)."""
-        self._idle.clear()
-        self._wake.set()
-        return self._idle.wait(timeout_s)
+        """Wait until queued copies and moves are written and DRAM is under the high watermark."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._idle.clear()
+            self._wake.set()
+            self._idle.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+            if not self._working and not self._pending_work():
+                return True
+        return False
+
+    def _pending_work(self) -> bool:
+        return bool(self._queue or self._moves) or (self.watermarks and self.dram.used_fraction > self.high)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(self.interval_s)
             self._wake.clear()
+            self._working = True
             try:
-                busy = self._copy_queued() | self._demote()
+                busy = self._copy_queued() | self._move_queued() | self._demote()
             except Exception:
                 self.counts["errors"] += 1
                 log.exception("background demotion failed; retrying")
                 busy = False
-            if not busy and not self._queue:
-                self._idle.set()
-            elif busy:
+            finally:
+                self._working = False
+            if busy:
                 self._wake.set()
+            elif not self._pending_work():
+                self._idle.set()
 
     def _copy_queued(self) -> bool:
         keys: list[str] = []
@@ -95,8 +117,31 @@ class Demoter:
             self.dram.release(pinned)
         return True
 
+    def move_now(self) -> None:
+        """Run queued moves in the caller's thread (back-pressure when DRAM is physically full:
+        the set waits for the disk rather than dropping pages that exist nowhere else)."""
+        while self._moves:
+            self.counts["moves_in_foreground"] += 1
+            self._move_queued()
+
+    def _move_queued(self) -> bool:
+        keys: list[str] = []
+        while self._moves and len(keys) < self.batch_items:
+            keys.append(self._moves.popleft())
+        if not keys:
+            return False
+        pinned = [v for v in self.dram.pin_entries(keys) if v is not None]
+        try:
+            todo = [v for v in pinned if not self.ssd.contains(v.key)]
+            self._write(todo, "demoted")
+        finally:
+            self.dram.release(pinned)
+        for v in pinned:
+            self.dram.remove(v.key)
+        return True
+
     def _demote(self) -> bool:
-        if self.dram.used_fraction <= self.high:
+        if not self.watermarks or self.dram.used_fraction <= self.high:
             return False
         target = int(self.low * self.dram.stats()["capacity_bytes"])
         victims = self.dram.take_victims(target, self.batch_items)
@@ -124,4 +169,4 @@ class Demoter:
             log.warning("demoter thread did not stop within %.1fs", self.join_timeout_s)
 
     def stats(self) -> dict[str, int]:
-        return {**dict(self.counts), "queued": len(self._queue)}
+        return {**dict(self.counts), "queued": len(self._queue) + len(self._moves)}

@@ -93,6 +93,21 @@ class DramTier(Tier):
         with self._lock:
             return [k in self._index for k in keys]
 
+    def capacity_objects(self, nbytes: int) -> int:
+        """How many objects of ``nbytes`` the arena holds when all slabs serve that size."""
+        slot = slot_size_for(nbytes)
+        if slot > self._allocator.slab_size:
+            return 0
+        return (self._allocator.slab_size // slot) * self._allocator.slab_count
+
+    def free_objects(self, nbytes: int) -> int:
+        """Objects of ``nbytes`` that fit without evicting anything."""
+        slot = slot_size_for(nbytes)
+        with self._lock:
+            cls = self._allocator.classes.get(slot)
+            free = sum(len(v) for v in cls.free_by_slab.values()) if cls is not None else 0
+            return free + self._allocator.free_slab_count * (self._allocator.slab_size // slot)
+
     def object_size(self, key: str) -> int | None:
         with self._lock:
             entry = self._index.get(key)

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hicache_mooncake.ssd import SsdEngine
+from hicache_mooncake.ssd.format import BLOCK, entry_size
 
 from .parts import Parts
 from .policy import DEFAULT_CONTEXT, AccessContext
@@ -42,11 +43,21 @@ class SsdTier(Tier):
         self._reads: dict[str, int] = {}
         self._lock = threading.Lock()
         self.counts: Counter[str] = Counter()
+        self.evict_listeners: list[Callable[[str], None]] = []
         engine.on_evict = self._forget
 
     def _forget(self, key: str) -> None:
+        """The engine dropped ``key`` (region reclaim): forget it here and tell listeners."""
         with self._lock:
             self._reads.pop(key, None)
+        for listener in self.evict_listeners:
+            listener(key)
+
+    def capacity_objects(self, nbytes: int) -> int:
+        """How many objects of ``nbytes`` the region files hold (entry = 4 KiB header + payload)."""
+        opts = self.engine.options
+        per_region = (opts.region_size - BLOCK) // entry_size(nbytes)
+        return per_region * (opts.capacity_bytes // opts.region_size)
 
     # ------------------------------------------------------------------ admission
     def admit(self, key: str, nbytes: int, hits: int) -> bool:
@@ -97,7 +108,8 @@ class SsdTier(Tier):
         return result
 
     def remove(self, key: str) -> bool:
-        self._forget(key)
+        with self._lock:
+            self._reads.pop(key, None)
         return self.engine.remove(key)
 
     def clear(self) -> None:

@@ -118,12 +118,21 @@ class TieredStore:
             self.demoter.notify()
 
     def put_batch(
-        self, keys: Sequence[str], parts: Sequence[Parts], prev_key: str | None = None
+        self,
+        keys: Sequence[str],
+        parts: Sequence[Parts],
+        prev_key: str | None = None,
+        prefix_len: int | None = None,
     ) -> list[bool]:
-        """Store in the first tier that accepts each key, and in every write-through tier."""
+        """Store in the first tier that accepts each key, and in every write-through tier.
+
+        ``prefix_len``: pages of the request stored before this call (SGLang's ``prefix_keys``);
+        when unknown, the call's leading run of already-stored keys stands in for it."""
         found = [tier.contains_batch(keys) for tier in self.tiers]
         stored = [any(col) for col in zip(*found, strict=True)] if found else []
-        prefix_hits = stored.index(False) if False in stored else len(keys)
+        prefix_hits = (
+            prefix_len if prefix_len is not None else (stored.index(False) if False in stored else len(keys))
+        )
         sizes = [sum(p.nbytes for p in ps) for ps in parts]
         ctxs = call_contexts(keys, prefix_hits, sizes, prev_key)
         primary = [i for i, ok in enumerate(stored) if not ok]

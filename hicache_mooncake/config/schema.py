@@ -35,6 +35,13 @@ SGLANG_CONSUMED_KEYS = frozenset(
 LOADER_KEYS = frozenset({"backend_name", "module_path", "class_name", "interface_v1"})
 
 
+def _check_policy(name: str) -> str:
+    known = policy_names()
+    if name not in known:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(known)}")
+    return name
+
+
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -49,7 +56,8 @@ class DramTierConfig(StrictModel):
     slab_size: ByteSize = parse_size("64MiB")
     """Arena granule given to one size class; the largest storable object. Multiple of 4096."""
     policy: str = "s3fifo"
-    """Eviction policy name from the policy registry (``lru``, ``s3fifo``, ...)."""
+    """DRAM eviction policy with ``tiers.placement: per_tier`` (with ``unified`` it only backs up the
+    placement when DRAM is physically full)."""
     policy_options: dict[str, Any] = Field(default_factory=dict)
     """Keyword options passed to the policy's constructor."""
     prefault: bool = True
@@ -58,10 +66,7 @@ class DramTierConfig(StrictModel):
     @field_validator("policy")
     @classmethod
     def _known_policy(cls, name: str) -> str:
-        known = policy_names()
-        if name not in known:
-            raise ValueError(f"unknown policy {name!r}; known: {', '.join(known)}")
-        return name
+        return _check_policy(name)
 
     @model_validator(mode="after")
     def _check(self) -> DramTierConfig:
@@ -73,9 +78,22 @@ class DramTierConfig(StrictModel):
 
 
 class TiersConfig(StrictModel):
+    placement: Literal["unified", "per_tier"] = "unified"
+    """unified: ONE policy (``tiers.policy``) decides over DRAM + SSD together which pages leave the
+    host, and DRAM holds the most recent of them; per_tier: DRAM evicts by ``tiers.dram.policy`` and
+    demotes to SSD by the watermarks."""
+    policy: str = "reuse"
+    """Policy of the unified placement (``reuse``, ``lru``, ``s3fifo``, ``chain``, ``tinylfu``)."""
+    policy_options: dict[str, Any] = Field(default_factory=dict)
+    """Keyword options of ``tiers.policy``."""
     dram: DramTierConfig = DramTierConfig()
     remote: RemoteTierConfig = RemoteTierConfig()
     ssd: SsdTierConfig = SsdTierConfig()
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, name: str) -> str:
+        return _check_policy(name)
 
 
 class NamespaceConfig(StrictModel):

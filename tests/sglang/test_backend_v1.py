@@ -145,6 +145,7 @@ def test_mla_only_the_writer_rank_stores():
 def test_pressure_evicts_and_survivors_stay_exact():
     extra = small_extra()
     extra["tiers"]["dram"].update({"capacity": "2MiB", "slab_size": "1MiB", "policy": "lru"})
+    extra["tiers"]["placement"] = "per_tier"  # the DRAM tier's own eviction (unified: test_ssd_tier)
     backend, host = make_backend(extra=extra)
     page_bytes = SMALL.page_bytes()
     stored: dict[str, torch.Tensor] = {}

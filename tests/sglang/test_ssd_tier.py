@@ -14,7 +14,10 @@ PS = SMALL.page_size
 PAGE = SMALL.page_bytes()  # 24 KiB
 
 
-def ssd_extra(path, **ssd) -> dict:
+PLACEMENTS = ["per_tier", "unified"]
+
+
+def ssd_extra(path, placement="per_tier", **ssd) -> dict:
     extra = small_extra(
         dram={"capacity": "1MiB", "slab_size": "1MiB", "policy": "lru"},
         ssd={
@@ -28,6 +31,7 @@ def ssd_extra(path, **ssd) -> dict:
             **ssd,
         },
     )
+    extra["tiers"]["placement"] = placement
     return extra
 
 
@@ -60,20 +64,27 @@ def read_back(backend, host, want) -> int:
     return good
 
 
-def test_cold_pages_are_demoted_to_ssd_and_served_byte_exact(tmp_path):
-    backend, host = make_backend(extra=ssd_extra(tmp_path))
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_cold_pages_are_demoted_to_ssd_and_served_byte_exact(tmp_path, placement):
+    backend, host = make_backend(extra=ssd_extra(tmp_path, placement))
     want = write_pages(backend, host, 120)  # 2.8 MiB through a 1 MiB DRAM tier
     stats = backend.tier_stats()["tiers"]
     assert stats["ssd"]["background"]["demoted"] > 0
     assert stats["dram"]["used_bytes"] <= 1 << 20
     assert backend.batch_exists(list(want)) == len(want)  # nothing lost: demoted, not dropped
     assert read_back(backend, host, want) == len(want)
-    assert backend.tier_stats()["tiers"]["ssd"]["promotions"] > 0  # SSD hits came back to DRAM
+    stats = backend.tier_stats()["tiers"]
+    if placement == "per_tier":
+        assert stats["ssd"]["promotions"] > 0  # SSD hits came back to DRAM
+    else:
+        assert stats["placement"]["promotions"] > 0
+        assert stats["placement"]["in_dram"] <= stats["placement"]["dram_pages"]
     backend.close()
 
 
-def test_reattach_with_the_same_yaml_finds_the_ssd_data(tmp_path):
-    extra = ssd_extra(tmp_path)
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_reattach_with_the_same_yaml_finds_the_ssd_data(tmp_path, placement):
+    extra = ssd_extra(tmp_path, placement)
     backend, host = make_backend(extra=extra)
     want = write_pages(backend, host, 64, seed=7)
     on_ssd = [k for k in want if backend.store.tier("ssd").contains(backend._keys.key(k))]
@@ -95,8 +106,9 @@ def test_write_through_copies_every_set_in_the_background(tmp_path):
     backend.close()
 
 
-def test_write_budget_drops_instead_of_blocking(tmp_path):
-    backend, host = make_backend(extra=ssd_extra(tmp_path, write_budget_mbps=0.01))  # ~10 KB/s
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_write_budget_drops_instead_of_blocking(tmp_path, placement):
+    backend, host = make_backend(extra=ssd_extra(tmp_path, placement, write_budget_mbps=0.01))  # ~10 KB/s
     write_pages(backend, host, 80, tag="b")
     ssd = backend.tier_stats()["tiers"]["ssd"]
     assert ssd["dropped_budget"] > 0
@@ -104,16 +116,18 @@ def test_write_budget_drops_instead_of_blocking(tmp_path):
     backend.close()
 
 
-def test_cold_admission_gate_keeps_unread_pages_off_the_ssd(tmp_path):
-    backend, host = make_backend(extra=ssd_extra(tmp_path, admit_min_hits=1))
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_cold_admission_gate_keeps_unread_pages_off_the_ssd(tmp_path, placement):
+    backend, host = make_backend(extra=ssd_extra(tmp_path, placement, admit_min_hits=1))
     write_pages(backend, host, 80, tag="c")
     assert backend.tier_stats()["tiers"]["ssd"]["dropped_cold"] > 0
     assert backend.tier_stats()["tiers"]["ssd"]["entries"] == 0
     backend.close()
 
 
-def test_clear_is_durable_across_reattach(tmp_path):
-    extra = ssd_extra(tmp_path)
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_clear_is_durable_across_reattach(tmp_path, placement):
+    extra = ssd_extra(tmp_path, placement)
     backend, host = make_backend(extra=extra)
     want = write_pages(backend, host, 64, tag="x")
     backend.clear()
@@ -125,8 +139,9 @@ def test_clear_is_durable_across_reattach(tmp_path):
     again.close()
 
 
-def test_ssd_only_configuration_stores_synchronously(tmp_path):
-    extra = ssd_extra(tmp_path)
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_ssd_only_configuration_stores_synchronously(tmp_path, placement):
+    extra = ssd_extra(tmp_path, placement)
     extra["tiers"]["dram"]["enabled"] = False
     backend, host = make_backend(extra=extra)
     assert [t.name for t in backend.store.tiers] == ["ssd"]

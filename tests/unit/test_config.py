@@ -108,4 +108,4 @@ def test_readme_configuration_reference_is_current():
     from hicache_mooncake.config.reference import markdown
 
     readme = (CONFIGS.parent / "README.md").read_text()
-    assert markdown() in readme, "regenerate: python -m hicache_mooncake.config.reference (README section)"
+    assert markdown() in readme, "regenerate: python -m hicache_mooncake.config.reference --write README.md"
