@@ -1,39 +1,78 @@
-"""Remote DRAM pool over loopback: NodeClient get/put vs a raw socket baseline (and Mooncake).
+"""Remote DRAM pool over loopback: NodeClient get/put vs a raw socket baseline and Mooncake Store.
 
-Starts a memory node in a child process, then for each page size moves ``--total`` bytes in
-batches through ``NodeClient`` (tcp and local engines) and through a plain socket pair doing the
-same sendmsg/recv_into transfer with no protocol, and reports throughput and ratios.
+For each page size, ``--total-mib`` bytes move in batched calls of ``--batch-mib`` bytes between
+this process and a separate process holding the memory, over loopback:
+
+- ``socket``: a plain socket to a server process doing the same sendmsg/recv_into transfer with no
+  protocol (the throughput ceiling of Python + loopback TCP here);
+- ``tcp`` / ``local``: our ``NodeClient`` against a memory node started as its own process
+  (``hicache-mooncake node``), tcp and same-host shared-memory engines;
+- ``mooncake``: Mooncake Store's Python client (``batch_put_from`` / ``batch_get_into`` from
+  registered buffers) over its Transfer Engine TCP transport, against ``mooncake_master`` and a
+  separate segment-holder process, all in one private network namespace (``unshare -n``; see
+  ``_mooncake_runner``). With ``--with-mooncake`` (default) the pinned wheel
+  (``requirements/bench-mooncake.txt``) is pip-installed into this environment when missing, and
+  ``libibverbs1`` apt-installed when missing; any failure is recorded as ``mooncake_reason`` and the
+  rest of the benchmark still runs.
+
+Every measurement: one untimed warm-up pass, then per repeat the sum of the batch calls' own
+durations (page stamping and verification of every page read back are not timed); the median over
+repeats is reported (GB/s = 1e9 B/s) with all samples. Ratios are our ``tcp`` over each baseline.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes.util
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
+from hicache_mooncake.bench._mooncake_runner import stamp, summarize, timed_batches
 from hicache_mooncake.transport import ClientOptions, NodeClient
 from hicache_mooncake.transport.sockio import recv_into_exact, send_all
 
 MiB = 1 << 20
+MOONCAKE_DIST = "mooncake-transfer-engine-non-cuda"
+MOONCAKE_PIN = f"{MOONCAKE_DIST}==0.3.13.post1"  # same pin as requirements/bench-mooncake.txt
+RUNNER_MODULE = "hicache_mooncake.bench._mooncake_runner"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", default="1MiB,8MiB", help="page sizes (MiB units)")
     parser.add_argument("--total-mib", type=int, default=256, help="bytes moved per measurement")
     parser.add_argument("--batch-mib", type=int, default=32, help="bytes per batched call")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats (median reported)")
     parser.add_argument("--engines", default="tcp,local")
+    parser.add_argument(
+        "--with-mooncake",
+        dest="with_mooncake",
+        action="store_true",
+        default=True,
+        help="compare with Mooncake Store over TE TCP, installing it on demand (default)",
+    )
+    parser.add_argument(
+        "--no-mooncake", dest="with_mooncake", action="store_false", help="skip the Mooncake comparison"
+    )
+    parser.add_argument("--mooncake-spec", default=MOONCAKE_PIN, help="what pip installs when missing")
+    parser.add_argument("--mooncake-timeout", type=float, default=900, help="seconds for the Mooncake run")
+
+
+# ---- our side ----------------------------------------------------------------------------------
 
 
 def _free_port() -> int:
@@ -63,100 +102,279 @@ def _start_node(tmp: Path, capacity: int) -> tuple[subprocess.Popen[bytes], int]
     deadline = time.monotonic() + 20
     while not ready.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
+            _stop(proc)
             raise RuntimeError("memory node did not start")
         time.sleep(0.02)
     return proc, port
 
 
-def _socket_baseline(page: int, total: int, batch: int, repeats: int) -> dict[str, float]:
-    """Same transfer with no protocol: a server process (like the node) sends/receives raw bytes
-    over loopback with the same sendmsg/recv_into calls."""
-    srv = socket.create_server(("127.0.0.1", 0))
-    port = srv.getsockname()[1]
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(5)
 
-    def serve() -> None:
-        arena = memoryview(bytearray(batch))
-        sink = memoryview(bytearray(batch))
-        conn, _ = srv.accept()
-        with conn:
-            hdr = bytearray(9)
-            while True:
-                try:
-                    recv_into_exact(conn, memoryview(hdr), None)
-                except Exception:
-                    return
-                op, n = hdr[0], int.from_bytes(hdr[1:], "big")
-                if op == 1:  # put
-                    recv_into_exact(conn, sink[:n], None)
-                    conn.sendall(b"k")
-                else:
-                    send_all(conn, [arena[:n]], None)
 
-    t = multiprocessing.get_context("fork").Process(target=serve, daemon=True)
-    t.start()
-    cli = socket.create_connection(("127.0.0.1", port))
-    cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    src = memoryview(bytearray(os.urandom(batch)))
-    dst = memoryview(bytearray(batch))
-    ack = memoryview(bytearray(1))
-    best = {"put": 0.0, "get": 0.0}
-    for _ in range(repeats):
-        for op in ("put", "get"):
+def _serve_raw(srv: socket.socket, batch: int) -> None:
+    arena = memoryview(bytearray(batch))
+    sink = memoryview(bytearray(batch))
+    conn, _ = srv.accept()
+    with conn:
+        hdr = bytearray(9)
+        while True:
+            try:
+                recv_into_exact(conn, memoryview(hdr), None)
+            except Exception:
+                return
+            op, n = hdr[0], int.from_bytes(hdr[1:], "big")
+            if op == 1:  # put
+                recv_into_exact(conn, sink[:n], None)
+                conn.sendall(b"k")
+            else:
+                send_all(conn, [arena[:n]], None)
+
+
+class SocketSeries:
+    """Same transfer with no protocol: a server process (like the node) receives/sends raw bytes
+    over loopback with the same sendmsg/recv_into calls, one request per batch."""
+
+    def __init__(self, page: int, total: int, batch: int) -> None:
+        self.page, self.total = page, total
+        self.per_batch = max(1, batch // page)
+        nbuf = self.per_batch * page
+        srv = socket.create_server(("127.0.0.1", 0))
+        port = srv.getsockname()[1]
+        ctx = multiprocessing.get_context("fork")
+        self.proc = ctx.Process(target=_serve_raw, args=(srv, nbuf), daemon=True)
+        self.proc.start()
+        srv.close()
+        self.cli = socket.create_connection(("127.0.0.1", port))
+        self.cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.src = memoryview(bytearray(os.urandom(nbuf)))
+        self.dst = memoryview(bytearray(nbuf))
+        self.repeat(0)  # warm-up
+
+    def repeat(self, r: int) -> tuple[float, float]:
+        cli, ack = self.cli, memoryview(bytearray(1))
+        put_s = get_s = 0.0
+        n_pages = self.total // self.page
+        for i in range(0, n_pages, self.per_batch):
+            n = (min(i + self.per_batch, n_pages) - i) * self.page
             t0 = time.perf_counter()
-            moved = 0
-            while moved < total:
-                n = min(batch, total - moved)
-                if op == "put":
-                    send_all(cli, [memoryview(b"\x01" + n.to_bytes(8, "big")), src[:n]], None)
-                    recv_into_exact(cli, ack, None)
-                else:
-                    send_all(cli, [memoryview(b"\x02" + n.to_bytes(8, "big"))], None)
-                    recv_into_exact(cli, dst[:n], None)
-                moved += n
-            best[op] = max(best[op], total / (time.perf_counter() - t0) / 1e9)
-    cli.close()
-    srv.close()
-    t.join(5)
-    if t.is_alive():
-        t.kill()
-    return best
+            send_all(cli, [memoryview(b"\x01" + n.to_bytes(8, "big")), self.src[:n]], None)
+            recv_into_exact(cli, ack, None)
+            put_s += time.perf_counter() - t0
+        for i in range(0, n_pages, self.per_batch):
+            n = (min(i + self.per_batch, n_pages) - i) * self.page
+            t0 = time.perf_counter()
+            send_all(cli, [memoryview(b"\x02" + n.to_bytes(8, "big"))], None)
+            recv_into_exact(cli, self.dst[:n], None)
+            get_s += time.perf_counter() - t0
+        return put_s, get_s
+
+    def close(self) -> None:
+        self.cli.close()
+        self.proc.join(5)
+        if self.proc.is_alive() and self.proc.pid is not None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.join(5)
 
 
-def _node_client(port: int, engine: str, page: int, total: int, batch: int, repeats: int) -> dict[str, float]:
-    c = NodeClient("127.0.0.1", port, ClientOptions(timeout_s=30, secret=b"bench"), engine)
-    per_batch = max(1, batch // page)
-    buf = memoryview(bytearray(os.urandom(page * per_batch)))
-    out = memoryview(bytearray(page * per_batch))
-    best = {"put": 0.0, "get": 0.0}
+class NodeSeries:
+    """Our ``NodeClient`` (one engine) against the memory node process."""
+
+    def __init__(self, port: int, engine: str, page: int, total: int, batch: int) -> None:
+        self.c = NodeClient("127.0.0.1", port, ClientOptions(timeout_s=30, secret=b"bench"), engine)
+        self.engine, self.page, self.total = engine, page, total
+        self.per_batch = max(1, batch // page)
+        self.n_pages = total // page
+        nbuf = self.per_batch * page
+        self.src = np.frombuffer(np.random.default_rng(page).bytes(nbuf), dtype=np.uint8).copy()
+        self.dst = np.zeros(nbuf, dtype=np.uint8)
+        self.tag = 1000
+        # Untimed warm-up pass (arena first touch, connections), like the Mooncake side's.
+        for i in range(0, self.n_pages, self.per_batch):
+            idx = list(range(i, min(i + self.per_batch, self.n_pages)))
+            stamp(self.src, page, idx)
+            if not self._put(idx):
+                raise RuntimeError(f"{engine}: warm-up put failed")
+        self.c.clear()
+
+    def _items(self, buf: np.ndarray, idx: list[int]) -> list[tuple[str, list[memoryview]]]:
+        v, pg = buf.data, self.page
+        return [(f"{self.engine}-{pg}-{self.tag}-{k}", [v[j * pg : (j + 1) * pg]]) for j, k in enumerate(idx)]
+
+    def _put(self, idx: list[int]) -> bool:
+        return all(self.c.put_batch(self._items(self.src, idx)))
+
+    def _get(self, idx: list[int]) -> bool:
+        return all(self.c.get_batch_into(self._items(self.dst, idx)))
+
+    def repeat(self, r: int) -> tuple[float, float]:
+        self.tag = r
+        out = timed_batches(
+            self.n_pages, self.per_batch, self.page, r, self.src, self.dst, self._put, self._get
+        )
+        self.c.clear()  # untimed: the node holds one repeat at a time
+        return out
+
+    def close(self) -> None:
+        self.c.close()
+
+
+# ---- Mooncake side -----------------------------------------------------------------------------
+
+
+def _run_quiet(cmd: list[str], timeout: float = 600) -> tuple[int, str]:
     try:
-        for r in range(repeats):
-            n_pages = total // page
-            keys = [f"{engine}-{page}-{r}-{i}" for i in range(n_pages)]
-            t0 = time.perf_counter()
-            for i in range(0, n_pages, per_batch):
-                ks = keys[i : i + per_batch]
-                ok = c.put_batch([(k, [buf[j * page : (j + 1) * page]]) for j, k in enumerate(ks)])
-                assert all(ok), "put failed"
-            best["put"] = max(best["put"], total / (time.perf_counter() - t0) / 1e9)
-            t0 = time.perf_counter()
-            for i in range(0, n_pages, per_batch):
-                ks = keys[i : i + per_batch]
-                ok = c.get_batch_into([(k, [out[j * page : (j + 1) * page]]) for j, k in enumerate(ks)])
-                assert all(ok), "get failed"
-            best["get"] = max(best["get"], total / (time.perf_counter() - t0) / 1e9)
-            assert out[:page] == buf[:page]
-            c.clear()
-    finally:
-        c.close()
-    return best
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return -1, f"{type(exc).__name__}: {exc}"
+    return p.returncode, (p.stdout + p.stderr)[-1500:]
 
 
-def _mooncake_reason() -> str:
+def _mooncake_importable() -> tuple[bool, str]:
+    """Whether ``mooncake.store`` imports (checked in a child so a broken install cannot hurt us)."""
+    rc, out = _run_quiet([sys.executable, "-c", "import mooncake.store"], timeout=120)
+    return rc == 0, out.strip()
+
+
+def _mooncake_installed() -> bool:
     try:
-        import mooncake.store  # noqa: F401
-    except Exception as exc:
-        return f"mooncake-transfer-engine-non-cuda is not installed here ({type(exc).__name__}: {exc})"
-    return "Mooncake Store comparison not wired into this benchmark yet"
+        metadata.version(MOONCAKE_DIST)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _have_ibverbs() -> bool:
+    return ctypes.util.find_library("ibverbs") is not None
+
+
+def prepare_mooncake(spec: str, steps: list[str]) -> str | None:
+    """Make ``mooncake.store`` importable: apt-install ``libibverbs1`` and pip-install ``spec``
+    (``--no-deps``: the store needs none of the wheel's declared dependencies) when missing.
+    Returns None when ready, else the exact reason. ``steps`` receives what was done."""
+    ok, err = _mooncake_importable()
+    if ok:
+        steps.append("mooncake.store already importable")
+        return None
+    steps.append(f"import mooncake.store failed: {err[-300:]}")
+    if not _have_ibverbs():
+        apt = shutil.which("apt-get")
+        if apt is None:
+            return "libibverbs.so.1 is missing and apt-get is not available to install libibverbs1"
+        rc, out = _run_quiet([apt, "install", "-y", "libibverbs1"])
+        if rc != 0:
+            _run_quiet([apt, "update"])
+            rc, out = _run_quiet([apt, "install", "-y", "libibverbs1"])
+        steps.append(f"apt-get install -y libibverbs1 -> rc {rc}")
+        if rc != 0:
+            return f"apt-get install -y libibverbs1 failed (rc {rc}): {out[-600:]}"
+    if not _mooncake_installed() or not _mooncake_importable()[0]:
+        rc, out = _run_quiet([sys.executable, "-m", "pip", "install", "--no-deps", spec], timeout=900)
+        steps.append(f"pip install --no-deps {spec} -> rc {rc}")
+        if rc != 0:
+            return f"pip install --no-deps {spec} failed (rc {rc}): {out[-600:]}"
+    ok, err = _mooncake_importable()
+    if not ok:
+        return f"{MOONCAKE_DIST} installed but `import mooncake.store` fails: {err[-600:]}"
+    steps.append("mooncake.store importable after setup")
+    return None
+
+
+def runner_command(sizes: list[int], total: int, batch: int, repeats: int) -> list[str]:
+    unshare = shutil.which("unshare") or "unshare"
+    cmd = [unshare, "-n", "--", sys.executable, "-m", RUNNER_MODULE, "bench", "--serve"]
+    cmd += ["--sizes", ",".join(str(s) for s in sizes), "--total", str(total)]
+    return cmd + ["--batch", str(batch), "--repeats", str(repeats)]
+
+
+class MooncakeSession:
+    """The Mooncake runner (master + holder + client in a private network namespace) driven
+    command by command, so its repeats interleave with ours. Killed by PID after ``timeout``
+    seconds in all (its master and holder die with it: PR_SET_PDEATHSIG)."""
+
+    def __init__(self, sizes: list[int], total: int, batch: int, repeats: int, timeout: float) -> None:
+        self.cmd = runner_command(sizes, total, batch, repeats)
+        self.err = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed in close())
+        self.lo_bytes = 0
+        self.per_batch = 0
+        self.timed_out = False
+        self.proc = subprocess.Popen(
+            self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, text=True, bufsize=1
+        )
+        self.timer = threading.Timer(timeout, self._kill)
+        self.timer.daemon = True
+        self.timer.start()
+        try:
+            self.info = self._expect("READY")
+        except Exception:
+            self.close()
+            raise
+
+    def _kill(self) -> None:
+        self.timed_out = True
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+
+    def _expect(self, kind: str) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            head, _, body = line.partition(" ")
+            if head == f"MOONCAKE_{kind}":
+                out: dict[str, Any] = json.loads(body)
+                return out
+            if head == "MOONCAKE_ERROR":
+                raise RuntimeError(json.loads(body)["error"])
+        rc = self.proc.wait(10)
+        self.err.seek(0)
+        tail = self.err.read()[-1500:]
+        why = "timed out, killed" if self.timed_out else f"exit {rc}"
+        raise RuntimeError(f"Mooncake runner gave no {kind} ({why}); stderr tail: {tail!r}")
+
+    def _send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        except (OSError, ValueError):
+            pass  # the runner is gone; _expect says why
+
+    def page(self, page: int) -> MooncakeSession:
+        self._send(f"page {page}")
+        self.lo_bytes = 0
+        self.per_batch = int(self._expect("OK")["pages_per_batch"])
+        return self
+
+    def repeat(self, r: int) -> tuple[float, float]:
+        self._send(f"repeat {r}")
+        s = self._expect("SAMPLE")
+        self.lo_bytes += int(s["lo_bytes"])
+        return float(s["put_s"]), float(s["get_s"])
+
+    def close(self) -> None:
+        self._send("quit")
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(30)
+        except (OSError, subprocess.TimeoutExpired):
+            self._kill()
+            self.proc.wait(10)
+        finally:
+            self.timer.cancel()
+            self.err.close()
+
+
+# ---- driver ------------------------------------------------------------------------------------
+
+
+def _ratio(a: float, b: float | None) -> float | None:
+    return round(a / b, 3) if b else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -164,44 +382,134 @@ def run(args: argparse.Namespace) -> int:
     total = args.total_mib * MiB
     batch = args.batch_mib * MiB
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    base = "tcp" if "tcp" in engines else engines[0]
     result: dict[str, Any] = {
-        "unit": "GB/s (1e9 B/s), best of repeats",
+        "unit": f"GB/s (1e9 B/s), median of repeats (samples listed); ratios = our {base} / baseline",
+        "method": "separate server/node/segment-holder process, loopback TCP; per page size an untimed "
+        "warm-up pass, then repeats interleaved across all series (order rotated each repeat); a "
+        "repeat's figure = bytes / sum of its batched calls' durations; every page read back verified",
         "total_bytes": total,
         "batch_bytes": batch,
+        "repeats": args.repeats,
+        "cpus": os.cpu_count(),
         "pages": {},
     }
-    mooncake_reason = _mooncake_reason()
-    with tempfile.TemporaryDirectory() as tmp:
-        proc, port = _start_node(Path(tmp), total + 64 * MiB)
-        try:
-            for page in sizes:
-                sock = _socket_baseline(page, total, batch, args.repeats)
-                entry: dict[str, Any] = {"socket": sock}
-                for eng in engines:
-                    entry[eng] = _node_client(port, eng, page, total, batch, args.repeats)
-                tcp = entry.get("tcp", entry[engines[0]])
-                entry["get_ratio_vs_socket"] = round(tcp["get"] / sock["get"], 3)
-                entry["put_ratio_vs_socket"] = round(tcp["put"] / sock["put"], 3)
-                entry["get_ratio_vs_mooncake"] = None
-                entry["put_ratio_vs_mooncake"] = None
-                entry["mooncake_reason"] = mooncake_reason
-                result["pages"][f"{page // MiB}MiB"] = entry
-                print(
-                    f"{page // MiB:>2} MiB pages: socket get {sock['get']:.2f} put {sock['put']:.2f} GB/s | "
-                    + " | ".join(f"{e} get {entry[e]['get']:.2f} put {entry[e]['put']:.2f}" for e in engines)
-                    + f" | tcp/socket get {entry['get_ratio_vs_socket']:.2f} put {entry['put_ratio_vs_socket']:.2f}"
-                )
-        finally:
-            os.kill(proc.pid, signal.SIGTERM)
-            proc.wait(15)
+    mooncake: dict[str, Any] = {"requested": bool(args.with_mooncake), "setup_steps": []}
+    reason: str | None = None
+    session: MooncakeSession | None = None
+    if not args.with_mooncake:
+        reason = "disabled by --no-mooncake"
+    else:
+        reason = prepare_mooncake(args.mooncake_spec, mooncake["setup_steps"])
+        if reason is None:
+            try:
+                session = MooncakeSession(sizes, total, batch, args.repeats, args.mooncake_timeout)
+                mooncake["run"] = dict(session.info, command=session.cmd)
+            except Exception as exc:
+                reason = f"Mooncake Store run failed: {exc}"
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            proc, port = _start_node(Path(tmp), total + 64 * MiB)
+            try:
+                for page in sizes:
+                    entry, reason = _measure_page(
+                        page, total, batch, args.repeats, port, engines, session, reason
+                    )
+                    if reason is not None and session is not None:
+                        session.close()
+                        session = None
+                    result["pages"][f"{page // MiB}MiB"] = entry
+            finally:
+                _stop(proc)
+    finally:
+        if session is not None:
+            session.close()
+    mooncake["reason"] = reason
+    result["mooncake"] = mooncake
+    _ratios_and_print(result, engines, base, reason)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=2))
     if args.plot_out:
-        _plot(result, args.plot_out, engines)
+        _plot(result, args.plot_out, engines, base)
     return 0
 
 
-def _plot(result: dict[str, Any], path: str, engines: list[str]) -> None:
+Series = SocketSeries | NodeSeries | MooncakeSession
+
+
+def _measure_page(
+    page: int,
+    total: int,
+    batch: int,
+    repeats: int,
+    port: int,
+    engines: list[str],
+    session: MooncakeSession | None,
+    reason: str | None,
+) -> tuple[dict[str, Any], str | None]:
+    series: dict[str, Series] = {"socket": SocketSeries(page, total, batch)}
+    try:
+        for eng in engines:
+            series[eng] = NodeSeries(port, eng, page, total, batch)
+        if session is not None:
+            try:
+                series["mooncake"] = session.page(page)
+            except Exception as exc:
+                reason = f"Mooncake Store run failed: {exc}"
+        samples: dict[str, list[tuple[float, float]]] = {name: [] for name in series}
+        names = list(series)
+        for r in range(repeats):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                if name not in series:
+                    continue
+                try:
+                    samples[name].append(series[name].repeat(r))
+                except Exception as exc:
+                    if name != "mooncake":
+                        raise
+                    reason = f"Mooncake Store run failed: {exc}"
+                    del series[name]
+        entry: dict[str, Any] = {}
+        for name, s in series.items():
+            entry[name] = summarize(total, samples[name])
+            entry[name]["pages_per_batch"] = s.per_batch
+        if "mooncake" in entry and session is not None:
+            # payload bytes of the timed puts and gets vs bytes seen on lo in the private namespace
+            entry["mooncake"]["lo_bytes_per_payload_byte"] = round(
+                session.lo_bytes / (2 * repeats * total), 3
+            )
+    finally:
+        for name, s in series.items():
+            if name != "mooncake":
+                s.close()
+    return entry, reason
+
+
+def _ratios_and_print(result: dict[str, Any], engines: list[str], base: str, reason: str | None) -> None:
+    for name, entry in result["pages"].items():
+        ours, sock, mc = entry[base], entry["socket"], entry.get("mooncake")
+        entry["get_ratio_vs_socket"] = _ratio(ours["get"], sock["get"])
+        entry["put_ratio_vs_socket"] = _ratio(ours["put"], sock["put"])
+        entry["get_ratio_vs_mooncake"] = _ratio(ours["get"], mc["get"]) if mc else None
+        entry["put_ratio_vs_mooncake"] = _ratio(ours["put"], mc["put"]) if mc else None
+        entry["mooncake_reason"] = None if mc else (reason or "no Mooncake figures for this page size")
+        series = ["socket", *engines, *(["mooncake"] if mc else [])]
+        print(
+            f"{name:>5} pages (GB/s get/put): "
+            + " | ".join(f"{s} {entry[s]['get']:.2f}/{entry[s]['put']:.2f}" for s in series)
+        )
+        vs_mc = (
+            f"get {entry['get_ratio_vs_mooncake']:.2f}x put {entry['put_ratio_vs_mooncake']:.2f}x"
+            if mc
+            else f"n/a ({entry['mooncake_reason']})"
+        )
+        print(
+            f"{name:>5} {base}/socket: get {entry['get_ratio_vs_socket']:.2f} put "
+            f"{entry['put_ratio_vs_socket']:.2f} | {base}/mooncake: {vs_mc}"
+        )
+
+
+def _plot(result: dict[str, Any], path: str, engines: list[str], base: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -209,19 +517,30 @@ def _plot(result: dict[str, Any], path: str, engines: list[str]) -> None:
 
     pages = list(result["pages"])
     series = ["socket", *engines]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    if any("mooncake" in result["pages"][pg] for pg in pages):
+        series.append("mooncake")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    width = 0.8 / len(series)
     for ax, op in zip(axes, ("get", "put"), strict=True):
-        width = 0.8 / len(series)
         for i, s in enumerate(series):
-            ax.bar(
-                [p + i * width for p in range(len(pages))],
-                [result["pages"][pg][s][op] for pg in pages],
-                width,
-                label=s,
+            vals = [result["pages"][pg].get(s, {}).get(op, 0.0) for pg in pages]
+            bars = ax.bar([p + i * width for p in range(len(pages))], vals, width, label=s)
+            ax.bar_label(bars, fmt="%.2f", fontsize=7)
+        labels = []
+        for pg in pages:
+            e = result["pages"][pg]
+            vs_mc = e[f"{op}_ratio_vs_mooncake"]
+            labels.append(
+                f"{pg}\n{base}/socket {e[f'{op}_ratio_vs_socket']:.2f}"
+                + (f", /mooncake {vs_mc:.2f}x" if vs_mc is not None else ", mooncake n/a")
             )
-        ax.set_xticks([p + 0.4 - width / 2 for p in range(len(pages))], pages)
-        ax.set_title(f"{op} over loopback")
+        ax.set_xticks([p + 0.4 - width / 2 for p in range(len(pages))], labels, fontsize=8)
+        ax.set_title(f"{op}: batched, loopback, median of {result['repeats']}")
         ax.set_ylabel("GB/s")
-        ax.legend()
+        ax.legend(fontsize=8)
+    reason = result.get("mooncake", {}).get("reason")
+    if reason:
+        fig.text(0.01, 0.01, f"Mooncake: {reason[:150]}", fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
+    plt.close(fig)
