@@ -63,6 +63,8 @@ class PlacedTieredStore(TieredStore):
             demoter.watermarks = False
         if self.ssd is not None:
             self.ssd.evict_listeners.append(self._forget)
+        if block_capacity is not None:
+            self._placement_for(0)
 
     # ------------------------------------------------------------------ bookkeeping
     def _placement_for(self, nbytes: int) -> TierPlacement:
