@@ -33,66 +33,48 @@ class PoolShape:
         return 2 * self.layers * self.page_size * self.heads * self.head_dim * item
 
 
-def make_host_pool(layout: str = "page_first", mla: bool = False, shape: PoolShape | None = None) -> Any:
-    """A real (device pool on CPU, unpinned host pool) pair; returns the host pool."""
+def make_device_pool(mla: bool = False, shape: PoolShape | None = None) -> Any:
+    """SGLang's own device KV pool (MHA or MLA), allocated on ``"cpu"``."""
     s = shape or PoolShape()
     if mla:
         from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool
-        from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
 
-        dev = MLATokenToKVPool(
-            s.device_tokens,
-            s.page_size,
-            s.dtype,
-            s.kv_lora_rank,
-            s.qk_rope_head_dim,
-            s.layers,
-            device="cpu",
-            enable_memory_saver=False,
-        )
-        if "buffer_info" in inspect.signature(MLATokenToKVPoolHost).parameters:
-            return MLATokenToKVPoolHost(
-                dev.get_device_pool_infos()[0].buffer_info,
-                s.host_ratio,
-                0,
-                s.page_size,
-                layout,
-                pin_memory=False,
-                device="cpu",
-                device_capacity_tokens=dev.size,
-                start_layer=dev.start_layer,
-                end_layer=dev.end_layer,
-                target_layer_num=dev.layer_num,
-            )
-        return MLATokenToKVPoolHost(dev, s.host_ratio, 0, s.page_size, layout, pin_memory=False, device="cpu")
+        return MLATokenToKVPool(
+            s.device_tokens, s.page_size, s.dtype, s.kv_lora_rank, s.qk_rope_head_dim, s.layers,
+            device="cpu", enable_memory_saver=False,
+        )  # fmt: skip
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
-    from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 
-    dev = MHATokenToKVPool(
-        size=s.device_tokens,
-        page_size=s.page_size,
-        dtype=s.dtype,
-        head_num=s.heads,
-        head_dim=s.head_dim,
-        layer_num=s.layers,
-        device="cpu",
-        enable_memory_saver=False,
-        enable_alt_stream=False,
-    )
-    if "buffer_info" in inspect.signature(MHATokenToKVPoolHost).parameters:
-        return MHATokenToKVPoolHost(
-            dev.get_device_pool_infos()[0].buffer_info,
-            s.host_ratio,
-            0,
-            s.page_size,
-            layout,
-            pin_memory=False,
-            device="cpu",
-            device_capacity_tokens=dev.size,
-            start_layer=dev.start_layer,
-            end_layer=dev.end_layer,
-        )
-    return MHATokenToKVPoolHost(dev, s.host_ratio, 0, s.page_size, layout, pin_memory=False, device="cpu")
+    return MHATokenToKVPool(
+        size=s.device_tokens, page_size=s.page_size, dtype=s.dtype, head_num=s.heads, head_dim=s.head_dim,
+        layer_num=s.layers, device="cpu", enable_memory_saver=False, enable_alt_stream=False,
+    )  # fmt: skip
+
+
+def make_host_pool(layout: str = "page_first", mla: bool = False, shape: PoolShape | None = None) -> Any:
+    """A real (device pool on CPU, unpinned host pool) pair; returns the host pool."""
+    return host_pool_for(make_device_pool(mla, shape), layout, mla, shape)
+
+
+def host_pool_for(dev: Any, layout: str, mla: bool = False, shape: PoolShape | None = None) -> Any:
+    """SGLang's host pool class for ``dev``, unpinned (pinning needs a CUDA driver). Releases up to
+    0.5.22 take the device pool, 0.5.23 takes its buffer facts."""
+    s = shape or PoolShape()
+    if mla:
+        from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost as HostCls
+
+        extra: dict[str, Any] = {"target_layer_num": dev.layer_num}
+    else:
+        from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost as HostCls
+
+        extra = {}
+    if "buffer_info" in inspect.signature(HostCls).parameters:
+        return HostCls(
+            dev.get_device_pool_infos()[0].buffer_info, s.host_ratio, 0, s.page_size, layout,
+            pin_memory=False, device="cpu", device_capacity_tokens=dev.size,
+            start_layer=dev.start_layer, end_layer=dev.end_layer, **extra,
+        )  # fmt: skip
+    return HostCls(dev, s.host_ratio, 0, s.page_size, layout, pin_memory=False, device="cpu")
 
 
 def make_storage_config(

@@ -120,20 +120,7 @@ class PlacedTieredStore(TieredStore):
             return []
         sizes = [sum(p.nbytes for p in ps) for ps in parts]
         ctxs = call_contexts(keys, len(keys), sizes, None)
-        done = [False] * len(keys)
-        level_of = [-1] * len(keys)
-        pending = list(range(len(keys)))
-        for level, tier in enumerate(self.tiers):
-            if not pending:
-                break
-            got = tier.get_batch_into([(keys[i], parts[i], ctxs[i]) for i in pending])
-            for i, ok in zip(pending, got, strict=True):
-                if ok:
-                    done[i], level_of[i] = True, level
-            pending = [i for i in pending if not done[i]]
-        if False in done:
-            first_miss = done.index(False)
-            done[first_miss:] = [False] * (len(done) - first_miss)
+        done, level_of = self._read_through(keys, parts, ctxs)
         promote: list[int] = []
         with self._lock:
             placement = self._placement_for(sizes[0])
@@ -189,9 +176,13 @@ class PlacedTieredStore(TieredStore):
         dropped = set(drops)
         self._apply(drops, overflow)
         need = len(copy_to[DRAM])
-        if need and self.dram is not None and self.demoter is not None:
-            if self.dram.free_objects(sizes[0]) < need:
-                self.demoter.move_now()  # the mover fell behind: wait for it rather than drop pages
+        if (
+            need
+            and self.dram is not None
+            and self.demoter is not None
+            and self.dram.free_objects(sizes[0]) < need
+        ):
+            self.demoter.move_now()  # the mover fell behind: wait for it rather than drop pages
         failed: list[str] = []
         for name, tier in ((DRAM, self.dram), (SSD, self.ssd)):
             todo = [i for i in copy_to[name] if keys[i] not in dropped]

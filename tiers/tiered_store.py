@@ -81,24 +81,38 @@ class TieredStore:
     ) -> list[bool]:
         sizes = [sum(p.nbytes for p in ps) for ps in parts]
         ctxs = call_contexts(keys, len(keys), sizes, prev_key)
+        done, level_of = self._read_through(keys, parts, ctxs)
+        for level in range(1, len(self.tiers)):
+            tier = self.tiers[level]
+            hot = [
+                i
+                for i, lv in enumerate(level_of)
+                if lv == level and done[i] and tier.should_promote(keys[i], ctxs[i])
+            ]
+            self._promote(level, hot, keys, parts, ctxs)
+        return done
+
+    def _read_through(
+        self, keys: Sequence[str], parts: Sequence[Parts], ctxs: Sequence[AccessContext]
+    ) -> tuple[list[bool], list[int]]:
+        """Read each key from the first tier that has it. Returns per key whether its bytes were
+        copied and from which tier level (-1: none); results after the first miss are False,
+        since SGLang uses only the leading run."""
         done = [False] * len(keys)
+        level_of = [-1] * len(keys)
         pending = list(range(len(keys)))
         for level, tier in enumerate(self.tiers):
             if not pending:
                 break
             got = tier.get_batch_into([(keys[i], parts[i], ctxs[i]) for i in pending])
-            hits = [i for i, ok in zip(pending, got, strict=True) if ok]
-            for i in hits:
-                done[i] = True
+            for i, ok in zip(pending, got, strict=True):
+                if ok:
+                    done[i], level_of[i] = True, level
             pending = [i for i in pending if not done[i]]
-            if level:
-                self._promote(
-                    level, [i for i in hits if tier.should_promote(keys[i], ctxs[i])], keys, parts, ctxs
-                )
         if False in done:
             first_miss = done.index(False)
             done[first_miss:] = [False] * (len(done) - first_miss)
-        return done
+        return done, level_of
 
     def _promote(
         self,

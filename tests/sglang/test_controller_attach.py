@@ -11,7 +11,7 @@ import pytest
 import torch
 from sglang_helpers import SMALL, small_extra
 
-from hicache_mooncake.sglang_harness import fill_random_pages, page_snapshot
+from hicache_mooncake.sglang_harness import fill_random_pages, host_pool_for, make_device_pool, page_snapshot
 
 pytestmark = [pytest.mark.sglang, pytest.mark.integration]
 PS = SMALL.page_size
@@ -24,35 +24,12 @@ def controller(sglang_runtime):
     from sglang.srt.mem_cache.hicache_storage import PoolName
     from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
     from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import build_pool_entry
-    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
     from sglang.srt.mem_cache.pool_host import HostPoolGroup
-    from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 
     s = SMALL
-    dev = MHATokenToKVPool(
-        size=s.device_tokens,
-        page_size=PS,
-        dtype=s.dtype,
-        head_num=s.heads,
-        head_dim=s.head_dim,
-        layer_num=s.layers,
-        device="cpu",
-        enable_memory_saver=False,
-        enable_alt_stream=False,
-    )
+    dev = make_device_pool(False, s)
     alloc = PagedTokenToKVPoolAllocator(s.device_tokens, PS, s.dtype, "cpu", dev, need_sort=False)
-    host = MHATokenToKVPoolHost(
-        dev.get_device_pool_infos()[0].buffer_info,
-        2.0,
-        0,
-        PS,
-        "page_first_direct",
-        pin_memory=False,
-        device="cpu",
-        device_capacity_tokens=dev.size,
-        start_layer=dev.start_layer,
-        end_layer=dev.end_layer,
-    )
+    host = host_pool_for(dev, "page_first_direct", False, s)
     layers = {i: i for i in range(s.layers)}
     group = HostPoolGroup(
         [

@@ -16,6 +16,8 @@ import pytest
 import yaml
 from sglang_helpers import SMALL, small_extra
 
+from hicache_mooncake.sglang_harness import make_device_pool
+
 pytestmark = [pytest.mark.sglang, pytest.mark.integration]
 
 
@@ -26,7 +28,7 @@ def tree(sglang_runtime, monkeypatch):
     from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.hybrid_cache import hybrid_pool_assembler as assembler
-    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
     from sglang.srt.mem_cache.unified_cache.components import ComponentType
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
@@ -36,17 +38,7 @@ def tree(sglang_runtime, monkeypatch):
         assembler, "get_mha_host_pool_cls", lambda info: functools.partial(original(info), pin_memory=False)
     )
     s = SMALL
-    dev = MHATokenToKVPool(
-        size=s.device_tokens,
-        page_size=s.page_size,
-        dtype=s.dtype,
-        head_num=s.heads,
-        head_dim=s.head_dim,
-        layer_num=s.layers,
-        device="cpu",
-        enable_memory_saver=False,
-        enable_alt_stream=False,
-    )
+    dev = make_device_pool(False, s)
     alloc = PagedTokenToKVPoolAllocator(s.device_tokens, s.page_size, s.dtype, "cpu", dev, need_sort=False)
     r2t = ReqToTokenPool(size=8, max_context_len=256, device="cpu", enable_memory_saver=False)
     params = CacheInitParams(
