@@ -312,11 +312,12 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             if self._closed:
                 return
             self._closed = True
-        for step in (self.store.close, self.metrics.close):
+        flush_s = self.config.tiers.ssd.flush_on_detach_s if self.config.tiers.ssd.enabled else 0.0
+        for name, step in (("store", lambda: self.store.close(flush_s)), ("metrics", self.metrics.close)):
             try:
                 step()
             except Exception as exc:
-                self._failures.record(f"close step {step.__qualname__} failed", exc)
+                self._failures.record(f"close step {name} failed", exc)
         if self._host_map is not None:
             self._host_map.close()
         self.mem_pool_host = None

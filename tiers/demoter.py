@@ -161,6 +161,24 @@ class Demoter:
         self.counts[label] += sum(ok)
         self.counts[f"{label}_failed"] += len(ok) - sum(ok)
 
+    def drain_dram(self, timeout_s: float) -> int:
+        """Copy every DRAM page that the SSD lacks to the SSD (detach: the next attach finds them).
+        Runs in the caller's thread after ``close``; stops at the deadline. Returns pages written."""
+        deadline = time.monotonic() + timeout_s
+        keys = self.dram.keys()
+        before = self.counts["flushed"]
+        for start in range(0, len(keys), self.batch_items):
+            if time.monotonic() > deadline:
+                self.counts["flush_timed_out"] += 1
+                break
+            chunk = [k for k in keys[start : start + self.batch_items] if not self.ssd.contains(k)]
+            pinned = [v for v in self.dram.pin_entries(chunk) if v is not None]
+            try:
+                self._write(pinned, "flushed")
+            finally:
+                self.dram.release(pinned)
+        return self.counts["flushed"] - before
+
     def close(self) -> None:
         self._stop.set()
         self._wake.set()

@@ -174,10 +174,13 @@ class TieredStore:
         for tier in self.tiers:
             tier.clear()
 
-    def close(self) -> None:
-        """Stop background movement first (it reads DRAM and writes SSD), then close every tier."""
+    def close(self, flush_timeout_s: float = 0.0) -> None:
+        """Stop background movement first (it reads DRAM and writes SSD); with a flush timeout,
+        copy DRAM pages the SSD lacks to the SSD (bounded by it); then close every tier."""
         if self.demoter is not None:
             self.demoter.close()
+            if flush_timeout_s > 0:
+                self.demoter.drain_dram(flush_timeout_s)
         for tier in self.tiers:
             tier.close()
 

@@ -43,6 +43,9 @@ class SsdTierConfig(BaseModel):
     foreground_demotion: bool = False
     """When DRAM is full despite the watermarks, write the victim to SSD inside the set (waits for the
     disk) instead of dropping it."""
+    flush_on_detach_s: float = Field(default=10.0, ge=0)
+    """On detach/close, copy DRAM pages the SSD lacks to the SSD for at most this long (0: drop
+    them), so attaching again with the same YAML finds them."""
     write_budget_mbps: float | None = Field(default=None, gt=0)
     """SSD write budget in MB/s; demotions over budget are dropped (never blocked). None: unlimited."""
     admit_min_hits: int = Field(default=0, ge=0)

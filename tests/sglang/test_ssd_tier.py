@@ -159,3 +159,28 @@ def test_a_second_attach_on_the_same_ssd_directory_is_refused_clearly(tmp_path):
     with pytest.raises(Exception, match="(?i)in use|lock"):
         make_backend(extra=extra)
     first.close()
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_detach_flushes_dram_pages_to_ssd_for_the_next_attach(tmp_path, placement):
+    extra = ssd_extra(tmp_path, placement)
+    backend, host = make_backend(extra=extra)
+    idx = host.alloc(8 * PS)
+    fill_random_pages(host, idx, seed=9)
+    want = dict(zip(keys(8, tag="d"), page_snapshot(host, idx), strict=True))
+    assert all(backend.batch_set_v1(list(want), idx))  # fits in DRAM: nothing demoted yet
+    assert backend.tier_stats()["tiers"]["ssd"]["entries"] == 0
+    backend.close()
+    again, host2 = make_backend(extra=extra)
+    assert read_back(again, host2, want) == 8
+    again.close()
+
+
+def test_detach_without_flush_drops_dram_pages(tmp_path):
+    extra = ssd_extra(tmp_path, flush_on_detach_s=0)
+    backend, host = make_backend(extra=extra)
+    assert all(backend.batch_set_v1(keys(4, tag="n"), host.alloc(4 * PS)))
+    backend.close()
+    again, _ = make_backend(extra=extra)
+    assert again.batch_exists(keys(4, tag="n")) == 0
+    again.close()

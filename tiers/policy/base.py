@@ -49,6 +49,9 @@ class AccessContext:
     fields then repeat what the upper tier was told when the key was set). ``promoted`` is True
     when an upper tier receives the key because it was read from a lower tier (the other fields are
     those of the read).
+    ``request_len`` is the number of keys of the request the call belongs to, when the backend
+    knows it (the keys of the ``batch_exists`` that preceded a ``batch_get`` of the hit run); 0
+    means unknown (then ``prefix_hits + batch_len`` is the best guess for a set).
     """
 
     now: float = 0.0
@@ -60,6 +63,7 @@ class AccessContext:
     obj_type: ObjectType = ObjectType.KV_PAGE
     demoted: bool = False
     promoted: bool = False
+    request_len: int = 0
 
 
 DEFAULT_CONTEXT = AccessContext()

@@ -50,7 +50,9 @@ from .registry import register_policy
 _NEW, _REWRITE, _HIT = range(3)
 _LEN_EDGES = (4, 8, 16, 32, 64, 128)
 _PH_EDGES = (1, 2, 4, 16)
+_NEW_EDGES = (1, 3, 9, 33)
 _ORPHAN = -1.0e18
+_DEPTH_MAX = (1 << 24) - 1
 
 
 def _bucket(n: int, edges: tuple[int, ...]) -> int:
@@ -61,28 +63,46 @@ def _bucket(n: int, edges: tuple[int, ...]) -> int:
 
 
 class _Heap:
-    """Keys with a GreedyDual priority; lazy deletion by sequence number."""
+    """Keys with a GreedyDual priority; lazy deletion by sequence number.
 
-    __slots__ = ("heap", "entry", "floor", "_seq")
+    Chain-monotone: a key pushed right after its chain parent (``prev`` is the last key pushed)
+    gets at most the parent's priority, and ties go deepest-first inside a request, oldest request
+    first; so a chain is always cut from its end (its head keeps the hits of the rest).
+    """
 
-    def __init__(self) -> None:
-        self.heap: list[tuple[float, int, str]] = []
+    __slots__ = ("heap", "entry", "floor", "chain", "_seq", "_last_key", "_last_prio")
+
+    def __init__(self, chain: bool = True) -> None:
+        self.heap: list[tuple[float, int, int, str]] = []
         self.entry: dict[str, int] = {}
         self.floor = 0.0  # L: the priority of the last victim
+        self.chain = chain
         self._seq = itertools.count()
+        self._last_key: str | None = None
+        self._last_prio = 0.0
 
-    def push(self, key: str, value: float) -> None:
+    def push(self, key: str, value: float, prev: str | None = None, order: int = 0) -> None:
+        prio = self.floor + value
+        if self.chain and prev is not None and prev == self._last_key and prio > self._last_prio:
+            prio = self._last_prio
+        self._last_key, self._last_prio = key, prio
+        self._push(key, prio, order)
+
+    def push_orphan(self, key: str) -> None:
+        self._push(key, _ORPHAN, 0)
+
+    def _push(self, key: str, prio: float, order: int) -> None:
         seq = next(self._seq)
         self.entry[key] = seq
-        heapq.heappush(self.heap, (self.floor + value if value != _ORPHAN else _ORPHAN, seq, key))
+        heapq.heappush(self.heap, (prio, order, seq, key))
         if len(self.heap) > 4 * len(self.entry) + 1024:
-            self.heap = [e for e in self.heap if self.entry.get(e[2]) == e[1]]
+            self.heap = [e for e in self.heap if self.entry.get(e[3]) == e[2]]
             heapq.heapify(self.heap)
 
     def pop(self) -> str | None:
         heap, entry = self.heap, self.entry
         while heap:
-            prio, seq, key = heapq.heappop(heap)
+            prio, _, seq, key = heapq.heappop(heap)
             if entry.get(key) == seq:
                 del entry[key]
                 if prio > self.floor:
@@ -105,13 +125,13 @@ class _Shadow:
 
     __slots__ = ("alpha", "keys", "hits", "broken")
 
-    def __init__(self, alpha: float) -> None:
+    def __init__(self, alpha: float, chain: bool = True) -> None:
         self.alpha = alpha
-        self.keys = _Heap()
+        self.keys = _Heap(chain)
         self.hits = 0.0
         self.broken = False
 
-    def access(self, key: str, depth: int, p: float, capacity: int) -> None:
+    def access(self, key: str, depth: int, p: float, capacity: int, prev: str | None, order: int) -> None:
         if depth == 0:
             self.broken = False
         if not self.broken:
@@ -119,7 +139,7 @@ class _Shadow:
                 self.hits += 1.0
             else:
                 self.broken = True
-        self.keys.push(key, p**self.alpha if self.alpha else 1.0)
+        self.keys.push(key, p**self.alpha if self.alpha else 1.0, prev, order)
         while len(self.keys) > capacity:
             self.keys.pop()
 
@@ -144,6 +164,10 @@ class ReusePolicy(EvictionPolicy):
         adapt_every: int = 2048,
         adapt_decay: float = 0.9,
         margin: float = 0.002,
+        features: int = 1,
+        chain_order: bool = True,
+        warm_frac: float = 0.0,
+        prefer_pred: bool = False,
     ) -> None:
         if horizon <= 0:
             raise ValueError(f"reuse horizon must be > 0, got {horizon}")
@@ -161,8 +185,15 @@ class ReusePolicy(EvictionPolicy):
         self.adapt_decay = adapt_decay
         self.alpha = 0.0 if guard else alpha
         self.margin = margin
+        self.features = features
+        self.warm_frac = warm_frac
+        self.prefer_pred = prefer_pred
+        if guard and prefer_pred:
+            self.alpha = alpha
         self._alphas = (0.0, alpha)
-        self._res = _Heap()
+        self.chain_order = chain_order
+        self._epoch = 0
+        self._res = _Heap(chain_order)
         self._parent: dict[str, str] = {}
         self._kids: dict[str, set[str]] = {}
         # Observations: key -> (tick, class); FIFO of (tick, key) to close them.
@@ -174,17 +205,26 @@ class ReusePolicy(EvictionPolicy):
         self._base = 0.5
         self._tick = 0
         self._peak = 0
-        self._shadows = [_Shadow(a) for a in self._alphas] if guard else []
+        self._shadows = [_Shadow(a, self.chain_order) for a in self._alphas] if guard else []
 
     # ---- prediction --------------------------------------------------------------------------
-    @staticmethod
-    def _classify(kind: int, ctx: AccessContext) -> int:
+    def _classify(self, kind: int, ctx: AccessContext) -> int:
         if kind == _HIT:
-            length, ph, tail = ctx.batch_len, ctx.prefix_hits, 0
+            ph = ctx.batch_len
+            length = ctx.request_len if ctx.request_len > ph else ph
+            tail = 0
         else:
-            length, ph = ctx.prefix_hits + ctx.batch_len, ctx.prefix_hits
+            ph = ctx.prefix_hits
+            length = ctx.prefix_hits + ctx.batch_len
             tail = 1 if ctx.position == ctx.batch_len - 1 else 0
-        return (kind << 8) | (tail << 7) | (_bucket(length, _LEN_EDGES) << 3) | _bucket(ph, _PH_EDGES)
+        if self.features == 0:
+            if kind == _HIT:
+                length, ph = ctx.batch_len, ctx.batch_len
+            return (kind << 8) | (tail << 7) | (_bucket(length, _LEN_EDGES) << 3) | _bucket(ph, _PH_EDGES)
+        if self.features == 1:
+            return (kind << 8) | (tail << 7) | (_bucket(length, _LEN_EDGES) << 3) | _bucket(ph, _PH_EDGES)
+        new = length - ph
+        return (kind << 8) | (tail << 7) | (_bucket(new, _NEW_EDGES) << 3) | _bucket(ph, _PH_EDGES)
 
     def predicted(self, cls: int) -> float:
         """The learned chance that a page of ``cls`` is accessed again within the horizon."""
@@ -201,7 +241,10 @@ class ReusePolicy(EvictionPolicy):
         self._obs[key] = (tick, cls)
         q = self._obs_q
         q.append((tick, key))
-        limit = tick - int(self.horizon * max(self._peak, 1)) - 1024
+        span = int(self.horizon * max(self._peak, 1)) + 1024
+        if self.warm_frac > 0:
+            span = min(span, max(1024, int(tick * self.warm_frac)))
+        limit = tick - span
         while q and q[0][0] < limit:
             t, k = q.popleft()
             o = self._obs.get(k)
@@ -226,16 +269,19 @@ class ReusePolicy(EvictionPolicy):
                 self._pos[c] *= d
 
     # ---- the guard ---------------------------------------------------------------------------
-    def _shadow_access(self, key: str, depth: int, p: float) -> None:
+    def _shadow_access(self, key: str, depth: int, p: float, prev: str | None, order: int) -> None:
         cap = max(self._peak, 1)
         for s in self._shadows:
-            s.access(key, depth, p, cap)
+            s.access(key, depth, p, cap, prev, order)
         if self._tick % self.adapt_every == 0:
             lru, pred = self._shadows
             if lru.hits + pred.hits > 0:
                 # Ties go to LRU: the predictor must win by a margin (noise must not move us off
                 # the safe choice).
-                self.alpha = pred.alpha if pred.hits > lru.hits * (1.0 + self.margin) else lru.alpha
+                if self.prefer_pred:
+                    self.alpha = lru.alpha if lru.hits > pred.hits * (1.0 + self.margin) else pred.alpha
+                else:
+                    self.alpha = pred.alpha if pred.hits > lru.hits * (1.0 + self.margin) else lru.alpha
             for s in self._shadows:
                 s.hits *= self.adapt_decay
 
@@ -270,7 +316,7 @@ class ReusePolicy(EvictionPolicy):
             kid = stack.pop()
             self._parent.pop(kid, None)
             if kid in self._res:
-                self._res.push(kid, _ORPHAN)
+                self._res.push_orphan(kid)
                 more = self._kids.pop(kid, None)
                 if more:
                     stack.extend(more)
@@ -280,10 +326,14 @@ class ReusePolicy(EvictionPolicy):
         cls = self._classify(kind, ctx)
         self._observe(key, cls)
         p = self.predicted(cls)
+        depth = ctx.position if kind == _HIT else ctx.prefix_hits + ctx.position
+        if depth == 0:
+            self._epoch += 1
+        order = (self._epoch << 24) + (_DEPTH_MAX - min(depth, _DEPTH_MAX))
+        prev = ctx.prev_key
         if self._shadows:
-            depth = ctx.position if kind == _HIT else ctx.prefix_hits + ctx.position
-            self._shadow_access(key, depth, p)
-        self._res.push(key, p**self.alpha if self.alpha else 1.0)
+            self._shadow_access(key, depth, p, prev, order)
+        self._res.push(key, p**self.alpha if self.alpha else 1.0, prev, order)
         self._link(key, ctx.prev_key)
         if len(self._res) > self._peak:
             self._peak = len(self._res)
@@ -321,9 +371,9 @@ class ReusePolicy(EvictionPolicy):
         return key in self._res
 
     def clear(self) -> None:
-        self._res = _Heap()
+        self._res = _Heap(self.chain_order)
         self._parent.clear()
         self._kids.clear()
         self._obs.clear()
         self._obs_q.clear()
-        self._shadows = [_Shadow(a) for a in self._alphas] if self.guard else []
+        self._shadows = [_Shadow(a, self.chain_order) for a in self._alphas] if self.guard else []
