@@ -1,12 +1,21 @@
-"""Aligned write buffer: one batch of entries laid out exactly as they go to disk.
+"""Write buffer: one batch of entries laid out exactly as they go to disk.
 
-A batch is copied once into page-aligned memory (so one O_DIRECT ``pwritev`` can write it) as
-``[header block][payload padded to 4096]`` per entry. Payload hashes are computed while packing;
-headers are filled in after the engine has reserved region space (they carry the sequence number
-and region generation).
+Logically a batch is ``[header block][payload padded to 4096]`` per entry, back to back; the
+engine reserves region space for that layout and writes it with ``pwritev``. Two ways to hold it:
 
-While the batch is being written, readers of its keys copy their bytes from this memory
-(``payload_view``). Buffers are reference counted: the writer holds one reference, each such
+* **staged** (copy): the batch is copied once into page-aligned memory (one contiguous I/O per
+  chunk). Used when O_DIRECT is on and some payload part is not 4096-aligned (address or length).
+* **borrowed** (zero copy): only the header blocks live in our aligned memory; the payload iovecs
+  are the caller's own memoryviews (SGLang's host pool), written in place. Used for buffered I/O
+  and for O_DIRECT when every part is aligned. The caller's memory must stay valid until the
+  put returns; :meth:`WriteBuffer.release` in borrowed mode therefore waits until every reader
+  that is copying a pending entry out of it has finished.
+
+Payload hashes are computed while appending; headers are filled in after the engine has
+reserved region space (they carry the sequence number and region generation).
+
+While the batch is being written, readers of its keys copy their bytes from here
+(``payload_views``). Buffers are reference counted: the writer holds one reference, each such
 reader holds one while it copies; the memory returns to the :class:`BufferPool` only when the
 count drops to zero, so a buffer is never reused under a reader.
 """
@@ -26,12 +35,18 @@ from .io import aligned_buffer
 
 @dataclass
 class Slot:
-    """One entry inside a :class:`WriteBuffer` (``offset`` is the header block's offset)."""
+    """One entry of a :class:`WriteBuffer`. ``offset`` is the header block's offset in the
+    batch's logical (on-disk) layout; ``hdr`` is its header block, ``payload`` the payload bytes
+    (a slice of staged memory, or the caller's views when borrowed), ``pad`` the zero bytes that
+    follow the payload up to the next 4096 boundary."""
 
     key: bytes
     offset: int
     payload_len: int
     payload_hash: int
+    hdr: memoryview
+    payload: list[memoryview]
+    pad: int
 
     @property
     def size(self) -> int:
@@ -76,56 +91,85 @@ class BufferPool:
             self._pooled = 0
 
 
+_ZEROS = memoryview(aligned_buffer(BLOCK))
+
+
 class WriteBuffer:
     """Staging memory for one batch; see the module docstring for layout and lifetime."""
 
-    def __init__(self, pool: BufferPool, capacity: int) -> None:
+    def __init__(self, pool: BufferPool, capacity: int, entries: int = 0, borrow: bool = False) -> None:
         self._pool = pool
-        self._mem = pool.take(capacity)
+        self.borrow = borrow
+        self._mem = pool.take(entries * BLOCK if borrow else capacity)
         self.view = memoryview(self._mem)
-        self.used = 0
+        self.used = 0  # logical bytes appended
+        self._hdr_used = 0  # borrowed mode: header blocks used in ``view``
         self.slots: list[Slot] = []
         self._refs = 1
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
 
     def append(self, key: bytes, parts: Sequence[memoryview]) -> Slot:
-        """Copy ``parts`` in as one entry (zero padding, payload hash); returns its slot."""
+        """Add ``parts`` as one entry (copied when staged, referenced when borrowed)."""
         off = self.used
-        hdr = self.view[off : off + BLOCK]
-        hdr[:] = bytes(BLOCK)
-        pos = off + BLOCK
         hasher = xxhash.xxh3_64()
-        for p in parts:
-            n = p.nbytes
-            if n:
-                self.view[pos : pos + n] = p
+        if self.borrow:
+            hdr = self.view[self._hdr_used : self._hdr_used + BLOCK]
+            self._hdr_used += BLOCK
+            payload = [p for p in parts if p.nbytes]
+            for p in payload:
                 hasher.update(p)
-                pos += n
-        plen = pos - off - BLOCK
+            plen = sum(p.nbytes for p in payload)
+        else:
+            hdr = self.view[off : off + BLOCK]
+            pos = off + BLOCK
+            for p in parts:
+                n = p.nbytes
+                if n:
+                    self.view[pos : pos + n] = p
+                    hasher.update(p)
+                    pos += n
+            plen = pos - off - BLOCK
+            payload = [self.view[off + BLOCK : pos]]
+        hdr[:] = bytes(BLOCK)
         end = off + BLOCK + align_up(plen)
-        if end > pos:
-            self.view[pos:end] = bytes(end - pos)
-        slot = Slot(key, off, plen, hasher.intdigest())
+        pad = end - (off + BLOCK + plen)
+        if pad and not self.borrow:
+            self.view[end - pad : end] = bytes(pad)
+        slot = Slot(key, off, plen, hasher.intdigest(), hdr, payload, pad)
         self.slots.append(slot)
         self.used = end
         return slot
 
-    def write_header(self, slot: Slot, seq: int, gen: int) -> None:
-        EntryHeader(slot.key, slot.payload_len, seq, gen, slot.payload_hash).pack_into(
-            self.view[slot.offset : slot.offset + BLOCK]
-        )
+    def entry_iov(self, slot: Slot) -> list[memoryview]:
+        """The iovecs that write ``slot``'s entry (header, payload, padding)."""
+        if not self.borrow:
+            return [self.view[slot.offset : slot.offset + slot.size]]
+        out = [slot.hdr, *slot.payload]
+        if slot.pad:
+            out.append(_ZEROS[: slot.pad])
+        return out
 
-    def payload_view(self, slot: Slot) -> memoryview:
-        start = slot.offset + BLOCK
-        return self.view[start : start + slot.payload_len]
+    def write_header(self, slot: Slot, seq: int, gen: int) -> None:
+        EntryHeader(slot.key, slot.payload_len, seq, gen, slot.payload_hash).pack_into(slot.hdr)
+
+    def payload_views(self, slot: Slot) -> list[memoryview]:
+        return slot.payload
 
     def acquire(self) -> None:
-        with self._lock:
+        with self._cond:
             self._refs += 1
 
-    def release(self) -> None:
-        with self._lock:
+    def release(self, wait: bool = False) -> None:
+        """Drop one reference (the last one returns the memory to the pool). With ``wait`` (the
+        writer, borrowed mode) block until the readers still copying out of the caller's memory
+        are done, so the put does not return while its memory is being read."""
+        with self._cond:
             self._refs -= 1
             last = self._refs == 0
+            if last:
+                self._cond.notify_all()
+            elif wait:
+                while self._refs > 0:
+                    self._cond.wait()
         if last:
             self._pool.give(self._mem)

@@ -3,7 +3,9 @@
 Write path (``put`` / ``put_batch``)
     1. under the lock: skip keys already stored (values are immutable) and register the new
        ones as *pending* (a concurrent put of the same key waits for this one's result);
-    2. no lock: copy the batch into one aligned :class:`WriteBuffer` (payload hashes computed);
+    2. no lock: stage the batch in a :class:`WriteBuffer` (payload hashes computed): the caller's
+       memoryviews are written in place when the I/O mode allows (buffered, or O_DIRECT with every
+       part 4096-aligned), otherwise the batch is copied once into aligned memory;
     3. under the lock: reserve contiguous space in the directory's active region (opening a new
        region, or reclaiming the oldest, when it does not fit) and pin it (``writers``);
        from here a get of a pending key is served from the write buffer;
@@ -59,7 +61,7 @@ from .format import (
     parse_region_file_name,
 )
 from .index import Index, Location
-from .io import IoPool, byte_view, preadv_full, probe_direct_io, pwritev_full
+from .io import IoPool, byte_view, is_aligned, preadv_full, probe_direct_io, pwritev_full, split_iov
 from .options import SsdOptions
 from .readplan import ReadItem, Run, plan_runs
 from .reclaim import drop_all, pick_victim, split_for_reinsertion
@@ -123,6 +125,21 @@ class _Group:
         self.gen = region.gen
         self.epoch = epoch
         self.error: OSError | None = None
+
+
+def _copy_views(dst: Sequence[memoryview], src: Sequence[memoryview]) -> None:
+    """Copy the bytes of ``src`` (back to back) into ``dst`` (same total length)."""
+    si, so = 0, 0
+    for v in dst:
+        pos, n = 0, v.nbytes
+        while pos < n:
+            s = src[si]
+            take = min(n - pos, s.nbytes - so)
+            v[pos : pos + take] = s[so : so + take]
+            pos += take
+            so += take
+            if so == s.nbytes:
+                si, so = si + 1, 0
 
 
 def _raise_nofile(need: int) -> None:
@@ -485,7 +502,10 @@ class SsdEngine:
     def _write_batch(
         self, di: int, batch: list[_New], nbytes: int, results: list[bool], reinsert_rid: int | None
     ) -> None:
-        buf = WriteBuffer(self._buffers, nbytes)
+        borrow = self.options.zero_copy_writes and (
+            not self._direct or all(is_aligned(v, BLOCK) for it in batch for v in it.views)
+        )
+        buf = WriteBuffer(self._buffers, nbytes, entries=len(batch), borrow=borrow)
         try:
             for it in batch:
                 it.slot = buf.append(it.kb, it.views)
@@ -528,10 +548,11 @@ class SsdEngine:
                             del self._pending[it.key]
                         it.pending.ok = False
                 self._c["writes"] += len(jobs)
+                self._c["batches_zero_copy" if buf.borrow else "batches_staged"] += 1
         finally:
             for it in batch:
                 it.pending.done.set()
-            buf.release()
+            buf.release(wait=buf.borrow)
 
     def _commit(self, it: _New, g: _Group, reinsert_rid: int | None) -> None:
         """Index one written entry (lock held) unless a clear/remove/reclaim raced it."""
@@ -550,31 +571,25 @@ class SsdEngine:
         r.live_bytes += it.size
 
     def _write_jobs(self, g: _Group, buf: WriteBuffer) -> list[Callable[[], None]]:
-        """Split a group at entry boundaries into chunks of about ``write_chunk_bytes``."""
-        chunk = self.options.write_chunk_bytes
+        """Cut a group's bytes into pieces of about ``write_chunk_bytes`` (at 4096 boundaries,
+        within entries too) that the I/O pool writes in parallel."""
         fd = g.region.fd
         assert fd is not None
-        pieces: list[tuple[int, int]] = []
-        s = g.start
+        iov: list[memoryview] = []
         for it in g.items:
             assert it.slot is not None
-            e = it.slot.offset + it.slot.size
-            if e - s >= chunk:
-                pieces.append((s, e))
-                s = e
-        if s < g.end:
-            pieces.append((s, g.end))
+            iov.extend(buf.entry_iov(it.slot))
 
-        def job(a: int, b: int) -> Callable[[], None]:
+        def job(off: int, bufs: list[memoryview]) -> Callable[[], None]:
             def run() -> None:
                 try:
-                    pwritev_full(fd, [buf.view[a:b]], g.file_off + (a - g.start))
+                    pwritev_full(fd, bufs, g.file_off + off)
                 except OSError as e:
                     g.error = e
 
             return run
 
-        return [job(a, b) for a, b in pieces]
+        return [job(off, bufs) for off, bufs in split_iov(iov, self.options.write_chunk_bytes)]
 
     def _reserve(
         self, di: int, batch: list[_New], buf: WriteBuffer, allow_open: bool
@@ -812,12 +827,7 @@ class SsdEngine:
                 plan.append(ReadItem(i, key, loc, r, views))
         for i, wb, slot in mem:
             try:
-                src = wb.payload_view(slot)
-                pos = 0
-                for v in views_list[i]:
-                    n = v.nbytes
-                    v[:] = src[pos : pos + n]
-                    pos += n
+                _copy_views(views_list[i], wb.payload_views(slot))
                 results[i] = True
             finally:
                 wb.release()
@@ -1018,7 +1028,7 @@ class SsdEngine:
         for k in (
             "puts", "put_existing", "gets", "hits", "misses", "hits_from_write_buffer", "bytes_written",
             "bytes_read", "reclaimed_regions", "evicted_entries", "reinserted_entries", "released_regions",
-            "read_checksum_errors", "get_size_mismatch", "recovered_entries", "recover_corrupt",
+            "read_checksum_errors", "get_size_mismatch", "batches_zero_copy", "batches_staged", "recovered_entries", "recover_corrupt",
             "recover_torn", "recover_stale_entries", "recover_stale_epoch_regions", "recover_bad_region_headers",
         ):  # fmt: skip
             s[k] = c.get(k, 0)

@@ -90,6 +90,30 @@ def _advance(bufs: list[memoryview], n: int) -> list[memoryview]:
     return out
 
 
+def split_iov(bufs: Sequence[memoryview], chunk: int) -> list[tuple[int, list[memoryview]]]:
+    """Cut the byte stream ``bufs`` into pieces of about ``chunk`` bytes (a multiple of
+    ``BLOCK``, so O_DIRECT offsets stay aligned); returns ``(offset in the stream, iovecs)``
+    per piece. Views are sliced, never copied."""
+    step = max(BLOCK, chunk // BLOCK * BLOCK)
+    pieces: list[tuple[int, list[memoryview]]] = []
+    cur: list[memoryview] = []
+    start = pos = 0
+    for b in bufs:
+        off = 0
+        n = b.nbytes
+        while off < n:
+            take = min(n - off, start + step - pos)
+            cur.append(b[off : off + take] if (off or take != n) else b)
+            off += take
+            pos += take
+            if pos - start >= step:
+                pieces.append((start, cur))
+                cur, start = [], pos
+    if cur:
+        pieces.append((start, cur))
+    return pieces
+
+
 def preadv_full(fd: int, bufs: Sequence[memoryview], offset: int) -> int:
     """Fill ``bufs`` from ``offset``; returns bytes read (less than asked only at end of file)."""
     total = 0

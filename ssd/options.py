@@ -34,6 +34,9 @@ class SsdOptions:
     ``reinsertion_fraction``: at most this fraction of a region is reinserted per reclaim.
     ``write_chunk_bytes``: large batch writes / coalesced reads are split at entry boundaries
     into I/Os of about this size that run in parallel on the I/O pool.
+    ``zero_copy_writes``: write payloads straight from the caller's memory (buffered I/O, or
+    O_DIRECT when every part is 4096-aligned) instead of copying each batch into an aligned
+    buffer first; a put then does not return while a concurrent get still copies from it.
     """
 
     dirs: tuple[str, ...]
@@ -49,6 +52,7 @@ class SsdOptions:
     reinsertion_fraction: float = 0.5
     write_chunk_bytes: int = 8 << 20
     max_read_run_bytes: int = 32 << 20
+    zero_copy_writes: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.dirs, str):

@@ -1,0 +1,52 @@
+"""``hicache-mooncake bench ssd`` end to end on a tiny size: fio, our SSD-only backend and SGLang's
+``file`` backend on one directory; the JSON carries the keys other tools rely on."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed (apt-get install fio)")
+def test_bench_ssd_end_to_end(tmp_path: Path) -> None:
+    out, png = tmp_path / "bench_ssd.json", tmp_path / "bench_ssd.png"
+    work = tmp_path / "work"
+    work.mkdir()
+    cmd = [
+        sys.executable, "-m", "hicache_mooncake", "bench", "ssd", "--json", str(out), "--plot", str(png),
+        "--dir", str(work), "--total", "16MiB", "--batch-bytes", "16MiB", "--repeats", "1",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "set_ratio_vs_fio" in proc.stdout
+    data = json.loads(out.read_text())
+    assert png.stat().st_size > 0
+    assert data["fio_engine"] in ("io_uring", "libaio", "psync")
+    assert isinstance(data["cache_drop_ok"], bool)
+    assert data["recover_within_bound"] is True
+    for size in ("1.0MiB", "8.0MiB"):
+        row = data[size]
+        for key in (
+            "set_ratio_vs_fio", "get_ratio_vs_fio", "get_ratio_vs_sglang_file",
+            "fio_set_gbps", "fio_get_gbps", "ours_set_gbps", "ours_get_gbps", "file_set_gbps",
+            "file_get_gbps", "ours_set_cpu_s_per_gb", "ours_get_cpu_s_per_gb", "file_set_cpu_s_per_gb",
+            "file_get_cpu_s_per_gb", "fio_set_cpu_s_per_gb", "fio_get_cpu_s_per_gb", "io_mode",
+            "fio_engine", "cache_drop_ok", "reopen_verify_s", "reopen_headers_only_s",
+        ):  # fmt: skip
+            assert key in row, key
+        assert row["ours_bytes_ok"] is True
+        assert row["ours_set_failed_pages"] == 0 and row["ours_get_missed_pages"] == 0
+        assert row["reopen_verify_all_recovered"] is True
+        assert row["io_mode"] in ("direct", "buffered")
+        assert all(row[k] > 0 for k in ("set_ratio_vs_fio", "get_ratio_vs_fio", "get_ratio_vs_sglang_file"))
+    # nothing left behind in the measured directory
+    assert list(work.iterdir()) == []
