@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from hicache_mooncake.bench._sglang_io import create_backend, generic_get, generic_set, v1_batches
 from hicache_mooncake.sizes import format_size
 
 # page bytes = 2 (K,V) * layers * 64 tokens * heads * 128 dim * 2 (bf16) = 32 KiB * layers * heads
@@ -106,18 +107,18 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
 
     ours_set, ours_get, file_set, file_get, mem_set, mem_get = [], [], [], [], [], []
     for rep in range(repeats):
-        backend = _create("dynamic", extra, host)
-        ours_set.append(_timed(lambda be=backend: _run_batches(be.batch_set_v1, batches, src)))
-        ours_get.append(_timed(lambda be=backend: _run_batches(be.batch_get_v1, batches, dst)))
+        backend = create_backend("dynamic", extra, host)
+        ours_set.append(_timed(lambda be=backend: v1_batches(be.batch_set_v1, batches, src, 64)))
+        ours_get.append(_timed(lambda be=backend: v1_batches(be.batch_get_v1, batches, dst, 64)))
         assert backend.batch_exists(keys[:batch]) == batch
         backend.close()
 
         tmp = tempfile.mkdtemp(prefix="hicache-bench-file-", dir=file_dir)
         try:
-            fb = _create("file", {"file_storage_path": tmp}, host)
+            fb = create_backend("file", {"file_storage_path": tmp}, host)
             fkeys = [[f"{k}r{rep}" for k in b] for b in batches]
-            file_set.append(_timed(lambda fb=fb, fkeys=fkeys: _file_set(fb, host, fkeys, src)))
-            file_get.append(_timed(lambda fb=fb, fkeys=fkeys: _file_get(fb, host, fkeys, dst)))
+            file_set.append(_timed(lambda fb=fb, fkeys=fkeys: generic_set(fb, host, fkeys, src)))
+            file_get.append(_timed(lambda fb=fb, fkeys=fkeys: generic_get(fb, host, fkeys, dst)))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -143,33 +144,6 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
     row["dram_set_ratio_vs_memcpy"] = row["ours_set_gbps"] / row["memcpy_set_gbps"]
     row["dram_get_ratio_vs_memcpy"] = row["ours_get_gbps"] / row["memcpy_get_gbps"]
     return row
-
-
-def _create(name: str, extra: dict[str, Any], host: Any) -> Any:
-    from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
-
-    from hicache_mooncake.sglang_harness import make_storage_config
-
-    backend = StorageBackendFactory.create_backend(name, make_storage_config(extra), host)
-    backend.register_mem_pool_host(host)
-    return backend
-
-
-def _file_set(backend: Any, host: Any, batches: list[list[str]], src: Any) -> None:
-    """As SGLang's controller does for generic backends: flat pages out of the host pool."""
-    for keys in batches:
-        values = [host.get_data_page(int(src[i * 64]), flat=True) for i in range(len(keys))]
-        backend.batch_set(keys, values)
-
-
-def _file_get(backend: Any, host: Any, batches: list[list[str]], dst: Any) -> None:
-    """As SGLang's controller does: dummy flat pages in, then ``set_from_flat_data_page``."""
-    for keys in batches:
-        pages = backend.batch_get(keys, [host.get_dummy_flat_data_page() for _ in keys])
-        for i, page in enumerate(pages):
-            if page is None:
-                break
-            host.set_from_flat_data_page(int(dst[i * 64]), page)
 
 
 def _memcpy_baseline(host: Any, src: Any, dst: Any, batch: int, rounds: int) -> tuple[float, float]:
@@ -211,11 +185,6 @@ def _timed(fn: Any) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
-
-
-def _run_batches(fn: Any, batches: list[list[str]], region: Any) -> None:
-    for b in batches:
-        fn(b, region[: len(b) * 64])
 
 
 def _plot(rows: list[dict[str, Any]], out: str) -> None:

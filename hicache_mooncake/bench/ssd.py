@@ -30,12 +30,14 @@ import resource
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hicache_mooncake.bench._sglang_io import create_backend, generic_get, generic_set
 from hicache_mooncake.sizes import format_size, parse_size
 
 FIO_ENGINES = ("io_uring", "libaio", "psync")
@@ -66,6 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-file", action="store_true", help="skip SGLang's file backend")
     parser.add_argument("--recover-bound-s", type=float, default=60.0, help="reopen must finish within this")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="measure every page size in this process (default: one fresh process per page size; a "
+        "second size measured in the same process read ~2x slower here, cause not found)",
+    )
+    parser.add_argument("--row-json", default=None, help=argparse.SUPPRESS)  # child mode: one size, one row
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -211,34 +220,6 @@ def ssd_only_config(path: str, capacity: int, verify_on_recover: bool = True) ->
     return cfg
 
 
-def _create(name: str, extra: dict[str, Any], host: Any) -> Any:
-    """A storage backend made by SGLang's own factory, registered with the host pool."""
-    from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
-
-    from hicache_mooncake.sglang_harness import make_storage_config
-
-    backend = StorageBackendFactory.create_backend(name, make_storage_config(extra), host)
-    backend.register_mem_pool_host(host)
-    return backend
-
-
-def _file_set(backend: Any, host: Any, batches: list[list[str]], src: Any) -> None:
-    """As SGLang's controller drives generic backends: flat pages out of the host pool."""
-    for keys in batches:
-        values = [host.get_data_page(int(src[i * 64]), flat=True) for i in range(len(keys))]
-        backend.batch_set(keys, values)
-
-
-def _file_get(backend: Any, host: Any, batches: list[list[str]], dst: Any) -> None:
-    """As SGLang's controller does: dummy flat pages in, then ``set_from_flat_data_page``."""
-    for keys in batches:
-        pages = backend.batch_get(keys, [host.get_dummy_flat_data_page() for _ in keys])
-        for i, page in enumerate(pages):
-            if page is None:
-                break
-            host.set_from_flat_data_page(int(dst[i * 64]), page)
-
-
 def _ssd_stats(backend: Any) -> dict[str, Any]:
     return dict(backend.tier_stats()["tiers"].get("ssd", {}))
 
@@ -277,7 +258,7 @@ def _bench_round(
         # reclaim), and every entry carries a 4 KiB header
         capacity = (-(-total * 3 // 2) // region + 4) * region
         cfg = ssd_only_config(os.path.join(work, "ours"), capacity)
-        be = _create("dynamic", cfg, host)
+        be = create_backend("dynamic", cfg, host)
         try:
             stats = _ssd_stats(be)
             out["io_mode"] = stats.get("io_mode")
@@ -322,7 +303,9 @@ def _bench_round(
         for label, verify in (("reopen_verify", True), ("reopen_headers_only", False)):
             drop_caches()
             t0 = time.perf_counter()
-            be = _create("dynamic", ssd_only_config(os.path.join(work, "ours"), capacity, verify), host)
+            be = create_backend(
+                "dynamic", ssd_only_config(os.path.join(work, "ours"), capacity, verify), host
+            )
             secs = time.perf_counter() - t0
             try:
                 st = _ssd_stats(be)
@@ -341,14 +324,14 @@ def _bench_round(
         # SGLang's file backend, driven the way its cache controller drives it
         if with_file:
             fdir = os.path.join(work, "file")
-            fb = _create("file", {"file_storage_path": fdir}, host)
+            fb = create_backend("file", {"file_storage_path": fdir}, host)
             fkeys = [[f"{k}f" for k in b] for b in batches]
             fwarm = [[f"warm{rnd}-{i}f" for i in range(2)]]
-            _file_set(fb, host, fwarm, src)
-            out["file_set"] = _figures(total, *_measure(lambda: _file_set(fb, host, fkeys, src)))
+            generic_set(fb, host, fwarm, src)
+            out["file_set"] = _figures(total, *_measure(lambda: generic_set(fb, host, fkeys, src)))
             out["cache_dropped"] = drop_caches() and out["cache_dropped"]
-            _file_get(fb, host, fwarm, dst)
-            out["file_get"] = _figures(total, *_measure(lambda: _file_get(fb, host, fkeys, dst)))
+            generic_get(fb, host, fwarm, dst)
+            out["file_get"] = _figures(total, *_measure(lambda: generic_get(fb, host, fkeys, dst)))
             hits = fb.batch_exists(fkeys[-1])
             out["file_pages_present_last_batch"] = hits
             with contextlib.suppress(Exception):
@@ -453,23 +436,39 @@ def run(args: argparse.Namespace) -> int:
                 f"unsupported page size {format_size(size)}; choose from "
                 f"{', '.join(map(format_size, PAGE_SHAPES))}"
             )
+    fio = Fio()
+    if args.row_json:  # child of the per-size isolation below: measure in the parent's directory
+        row = _bench_size(
+            fio,
+            args.dir,
+            sizes[0],
+            total,
+            args.repeats,
+            args.batch,
+            parse_size(args.batch_bytes),
+            not args.no_file,
+        )
+        Path(args.row_json).write_text(json.dumps(row))
+        return 0
     base_parent = args.dir or default_base_dir()
     os.makedirs(base_parent, exist_ok=True)
     base = tempfile.mkdtemp(prefix="hicache-bench-ssd-", dir=base_parent)
-    fio = Fio()
     rows = []
     try:
         for size in sizes:
-            row = _bench_size(
-                fio,
-                base,
-                size,
-                total,
-                args.repeats,
-                args.batch,
-                parse_size(args.batch_bytes),
-                not args.no_file,
-            )
+            if args.in_process:
+                row = _bench_size(
+                    fio,
+                    base,
+                    size,
+                    total,
+                    args.repeats,
+                    args.batch,
+                    parse_size(args.batch_bytes),
+                    not args.no_file,
+                )
+            else:
+                row = _bench_size_in_child(args, base, size)
             rows.append(row)
             line = (
                 f"{row['page_size']:>6}: fio w {row['fio_set_gbps']:.2f} r {row['fio_get_gbps']:.2f} GB/s"
@@ -496,7 +495,7 @@ def run(args: argparse.Namespace) -> int:
         "fs_type": fs_type(base_parent),
         "total_bytes_per_round": total,
         "repeats": args.repeats,
-        "fio_engine": fio.engine,
+        "fio_engine": rows[0]["fio_engine"] if rows else fio.engine,
         "fio_engines_failed": fio.tried,
         "fio_iodepth": FIO_DEPTH,
         "cache_drop_ok": all(r["cache_drop_ok"] for r in rows),
@@ -527,6 +526,22 @@ def run(args: argparse.Namespace) -> int:
     if args.plot_out:
         _plot(rows, args.plot_out, not args.no_file)
     return 0
+
+
+def _bench_size_in_child(args: argparse.Namespace, base: str, size: int) -> dict[str, Any]:
+    """One page size in a fresh interpreter (same options), so sizes do not disturb each other."""
+    out = os.path.join(base, f"row-{size}.json")
+    cmd = [
+        sys.executable, "-m", "hicache_mooncake", "bench", "ssd", "--sizes", str(size), "--total", args.total,
+        "--repeats", str(args.repeats), "--batch", str(args.batch), "--batch-bytes", args.batch_bytes,
+        "--dir", base, "--row-json", out,
+    ]  # fmt: skip
+    if args.no_file:
+        cmd.append("--no-file")
+    subprocess.run(cmd, check=True)
+    row: dict[str, Any] = json.loads(Path(out).read_text())
+    os.unlink(out)
+    return row
 
 
 def _plot(rows: list[dict[str, Any]], out: str, with_file: bool) -> None:
