@@ -156,6 +156,10 @@ class SsdEngine:
     def __init__(self, options: SsdOptions, progress: bool = False) -> None:
         self.options = options
         self.on_evict: Callable[[str], None] | None = None
+        # Optional: entries for which ``keep(key)`` is True are rewritten on region reclaim like
+        # hit entries (a caller that decides residency itself, e.g. a placement policy). Called
+        # with the engine lock held: it must not call back into the engine or block.
+        self.keep: Callable[[str], bool] | None = None
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._clear_mutex = threading.Lock()
@@ -732,7 +736,7 @@ class SsdEngine:
             self._fifo.remove(victim.rid)
             victim.state = RegionState.DRAINING
             budget = int(o.region_size * o.reinsertion_fraction)
-            hot, evicted = split_for_reinsertion(victim, self._index, o.reinsertion_hits, budget)
+            hot, evicted = split_for_reinsertion(victim, self._index, o.reinsertion_hits, budget, self.keep)
             victim.readers += 1
             self._c["reclaimed_regions"] += 1
             self._c["evicted_entries"] += len(evicted)

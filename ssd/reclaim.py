@@ -12,7 +12,7 @@ Functions here only decide; the engine holds its lock while calling them and doe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .format import entry_size
 from .index import Index, Location
@@ -29,9 +29,16 @@ def pick_victim(fifo: Sequence[int], regions: Sequence[Region], dir_index: int |
 
 
 def split_for_reinsertion(
-    victim: Region, index: Index, reinsertion_hits: int, budget_bytes: int
+    victim: Region,
+    index: Index,
+    reinsertion_hits: int,
+    budget_bytes: int,
+    keep: Callable[[str], bool] | None = None,
 ) -> tuple[list[tuple[str, Location]], list[str]]:
-    """Return ``(hot, evicted)``: hot entries stay indexed (to be rewritten), the others are removed."""
+    """Return ``(hot, evicted)``: hot entries stay indexed (to be rewritten), the others are removed.
+
+    An entry is hot when it was hit ``reinsertion_hits`` times, or when ``keep(key)`` says its
+    owner still wants it; either way within ``budget_bytes`` per reclaim."""
     hot: list[tuple[str, Location]] = []
     evicted: list[str] = []
     used = 0
@@ -40,7 +47,8 @@ def split_for_reinsertion(
         if loc is None or loc.region != victim.rid or loc.gen != victim.gen:
             continue
         size = entry_size(loc.length)
-        if reinsertion_hits > 0 and loc.hits >= reinsertion_hits and used + size <= budget_bytes:
+        wanted = (reinsertion_hits > 0 and loc.hits >= reinsertion_hits) or (keep is not None and keep(key))
+        if wanted and used + size <= budget_bytes:
             hot.append((key, loc))
             used += size
         else:

@@ -63,6 +63,7 @@ class PlacedTieredStore(TieredStore):
             demoter.watermarks = False
         if self.ssd is not None:
             self.ssd.evict_listeners.append(self._forget)
+            self.ssd.engine.keep = self._still_placed
         if block_capacity is not None:
             self._placement_for(0)
 
@@ -77,6 +78,12 @@ class PlacedTieredStore(TieredStore):
                 total = dram + ssd
             self._placement = TierPlacement(self._new_policy(), total, dram)
         return self._placement
+
+    def _still_placed(self, key: str) -> bool:
+        """SSD region reclaim asks: rewrite this entry? Yes while the placement keeps the page.
+        Lock-free read (a dict lookup) because the engine calls it under its own lock."""
+        placement = self._placement
+        return placement is not None and key in placement
 
     def _forget(self, key: str) -> None:
         with self._lock:

@@ -112,3 +112,17 @@ def test_fifo_reclaim_reinsertion_and_on_evict(ssd_dir: str) -> None:
             e.put(f"c{i}", [memoryview(value_for(f"c{i}", 200_000))])
             check_get(e, "hot", 200_000)
         assert not e.contains("hot") and e.stats()["reinserted_entries"] == 0
+
+
+def test_reclaim_keeps_entries_its_owner_still_wants(ssd_dir: str) -> None:
+    """``keep`` (a placement deciding residency) saves entries that were never hit."""
+    wanted = {"k0", "k1"}
+    with open_engine(ssd_dir, capacity_bytes=4 * MB, region_size=MB, reinsertion_hits=0) as e:
+        e.keep = wanted.__contains__
+        for key in sorted(wanted):
+            assert e.put(key, [memoryview(value_for(key, 200_000))])
+        for i in range(60):
+            assert e.put(f"c{i}", [memoryview(value_for(f"c{i}", 200_000))])
+        assert e.stats()["reclaimed_regions"] > 0
+        assert all(check_get(e, key, 200_000) for key in wanted)
+        assert not e.contains("c0")
