@@ -74,19 +74,43 @@ def set_contexts(
     out = []
     for i, key in enumerate(keys):
         out.append(
-            AccessContext(now=now, position=i, batch_len=n, prefix_hits=hits, size=size, prev_key=prev)
+            AccessContext(
+                now=now,
+                position=i,
+                batch_len=n,
+                prefix_hits=hits,
+                size=size,
+                prev_key=prev,
+                request_len=hits + n,
+            )
         )
         prev = key
     return out
 
 
-def get_contexts(keys: Sequence[str], now: float = 0.0, size: int = 0) -> list[AccessContext]:
-    """The ``AccessContext`` of each key of a ``batch_get`` of a hit run."""
+def get_contexts(
+    keys: Sequence[str], now: float = 0.0, size: int = 0, request_len: int = 0
+) -> list[AccessContext]:
+    """The ``AccessContext`` of each key of a ``batch_get`` of a hit run.
+
+    ``request_len`` is the length of the key list of the ``batch_exists`` that found the run (the
+    whole request, which the backend has seen); 0 when unknown.
+    """
     n = len(keys)
     out = []
     prev: str | None = None
     for i, key in enumerate(keys):
-        out.append(AccessContext(now=now, position=i, batch_len=n, prefix_hits=n, size=size, prev_key=prev))
+        out.append(
+            AccessContext(
+                now=now,
+                position=i,
+                batch_len=n,
+                prefix_hits=n,
+                size=size,
+                prev_key=prev,
+                request_len=request_len,
+            )
+        )
         prev = key
     return out
 
@@ -99,6 +123,7 @@ class SimTieredStore:
     block_bytes: int = 0
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIER_COUNTERS, 0))
     _clock: float = 0.0
+    _request_len: int = 0  # keys of the last batch_exists: the request a batch_get belongs to
 
     @classmethod
     def build(
@@ -130,6 +155,7 @@ class SimTieredStore:
     # ---- ReplayStore -------------------------------------------------------------------------
     def batch_exists(self, keys: Sequence[str]) -> int:
         self._clock += 1.0
+        self._request_len = len(keys)
         pl = self.placement
         n = 0
         for key in keys:
@@ -138,14 +164,18 @@ class SimTieredStore:
             else:
                 break
         if n < len(keys):
-            ctx = AccessContext(now=self._clock, position=n, batch_len=len(keys), prefix_hits=n)
+            ctx = AccessContext(
+                now=self._clock, position=n, batch_len=len(keys), prefix_hits=n, request_len=len(keys)
+            )
             pl.policy.on_miss(keys[n], ctx)
         return n
 
     def batch_get(self, keys: Sequence[str]) -> list[bool]:
         out = []
         c = self.counters
-        for key, ctx in zip(keys, get_contexts(keys, self._clock, self.block_bytes), strict=True):
+        for key, ctx in zip(
+            keys, get_contexts(keys, self._clock, self.block_bytes, self._request_len), strict=True
+        ):
             tier = self.placement.on_hit(key, ctx)
             if tier == DRAM:
                 c["dram_hits"] += 1

@@ -71,12 +71,30 @@ def test_reuse_guard_falls_back_to_lru_when_prediction_does_not_pay() -> None:
         assert got >= lru_hits(reqs, cap) - 2
 
 
-def test_reuse_orphans_go_first() -> None:
+def test_reuse_cuts_chains_from_the_end_and_orphans_go_first() -> None:
     p = make_policy("reuse", guard=False)
     ctxs = set_contexts(["a", "b", "c"], [])
     for k, c in zip("abc", ctxs, strict=True):
         p.on_insert(k, c)
     p.on_insert("x", set_contexts(["x"], [])[0])
-    assert p.pop_victim() == "a"  # no statistics yet: LRU order
-    assert {p.pop_victim(), p.pop_victim()} == {"b", "c"}  # unreachable without "a"
-    assert p.pop_victim() == "x" and p.pop_victim() is None
+    # No statistics yet: LRU order between requests, deepest page first inside one (the head
+    # keeps the hits of the rest).
+    assert [p.pop_victim() for _ in range(4)] == ["c", "b", "a", "x"]
+    assert p.pop_victim() is None
+    # A chain whose head left the store (not by eviction) is unreachable: its pages go first.
+    for k, c in zip("abc", ctxs, strict=True):
+        p.on_insert(k, c)
+    p.on_insert("x", set_contexts(["x"], [])[0])
+    p.on_insert("y", set_contexts(["y"], [])[0])
+    p.on_remove("a")
+    assert {p.pop_victim(), p.pop_victim()} == {"b", "c"}
+    assert p.pop_victim() == "x"
+
+
+def test_reuse_read_contexts_carry_the_request_length() -> None:
+    store = SimTieredStore.build("reuse", 64, 1.0)
+    drive([(1, 2, 3)], store)
+    assert store.batch_exists(["1", "2", "3", "4", "5"]) == 3
+    ctxs = get_contexts(["1", "2", "3"], request_len=5)
+    assert all(c.request_len == 5 and c.batch_len == 3 for c in ctxs)
+    assert set_contexts(["4", "5"], ["1", "2", "3"])[0].request_len == 5

@@ -1,34 +1,40 @@
-"""Reuse-predicting, chain-aware eviction with an LRU guard (the project's default policy).
+"""Reuse-predicting, chain-aware eviction with a statistical LRU guard (the default policy).
 
 A KV page is worth keeping only if it will be read again, and on prefix-sharing workloads that is
-mostly decided by *what kind of page it is* (the partial tail of a request is re-hashed next
-turn and is almost never read again; a page that was already read, or that came back after an
-eviction, is read again far more often than a page written for the first time; very long
-requests are continued less often). This policy learns that online and spends cache time where
-it pays, but falls back to LRU whenever LRU would have done better.
+mostly decided by *what kind of request it belongs to*: a conversation continues with the whole
+previous context or not at all (the body of a request is reused all together or never), its
+partial tail page is re-hashed next turn and is almost never read again, a short follow-up turn is
+continued far more often than a long first turn. This policy learns that online and spends cache
+time where it pays, but stays with LRU unless the prediction measurably wins.
 
 1. **Classes.** Each access puts the page in a class built only from what the backend sees: how
    it arrived (first write / re-write of a key seen within the horizon / read hit), whether it is
-   the last page of a set call (the request's tail), the request's length in pages
-   (``prefix_hits + batch_len`` for a set, bucketed) and how much of the request was already
-   cached (``prefix_hits``, bucketed).
-2. **Unbiased reuse estimate per class.** Every access opens an *observation* of its key; the
-   observation is a success when the key is accessed again within ``horizon`` x (largest resident
-   count seen) accesses, a failure otherwise. Observations run whether or not the page is still
-   resident (a bounded ghost of keys, at most horizon x resident), so a class that is evicted
-   early is judged over the same horizon as one that stays: the estimate does not feed on its
-   own decisions. ``p(class)`` is the smoothed success ratio; counts decay geometrically.
-3. **Eviction: GreedyDual over predicted reuse.** A page's priority is ``L + p(class)**alpha``,
-   where ``L`` is the priority of the last victim (it rises with time); the lowest priority goes.
-   ``alpha = 0`` is exactly LRU; ``alpha = 1`` keeps each page for a time proportional to its
-   chance of reuse. Pages whose chain parent was evicted are *orphans*: a prefix hit can never
-   reach them before the parent is written again (and the same request re-writes them), so they
-   go first.
-4. **The guard.** Two shadow caches of key sets (same size as this one, same classes) run with
-   ``alpha = 0`` (LRU) and ``alpha = 1`` and count the prefix hits each would have had (a request
-   starts at an access of depth 0). Every ``adapt_every`` accesses the real cache takes the alpha
-   of the shadow with more (decayed) hits, so it tracks the better of LRU and the predictor on
-   the current workload: on a workload where prediction does not pay it behaves as LRU.
+   the last page of a set call (the request's tail), the request's length in pages (for a set
+   ``prefix_hits + batch_len``; for a read ``request_len``, the key count of the ``batch_exists``
+   that found the hit run) and how much of the request was already cached (bucketed).
+2. **Censoring-aware reuse estimate per class.** Every access opens an *observation* of its key,
+   closed by the next access of the key (a reuse) or after ``horizon`` x (largest resident count
+   seen) accesses. Observations run whether or not the page is still resident (a bounded ghost of
+   keys), so the estimate does not feed on the policy's own evictions. Per class the policy counts
+   reuses and *exposure* (access ticks observed, open observations included), so the reuse hazard
+   ``lambda = reuses / exposure`` is unbiased from the first thousands of accesses on (counting
+   only closed observations would see every reuse at once but each failure a whole horizon late,
+   i.e. no signal during the first horizon). ``p(class) = 1 - exp(-lambda * horizon)``, smoothed
+   towards the overall rate; counts decay geometrically.
+3. **Eviction: GreedyDual over predicted reuse.** A page's priority is ``L + (p / p_all)**alpha``
+   (``L``: the priority of the last victim; ``p_all``: the overall reuse chance, so every mode has
+   the same scale and switching ``alpha`` does not reorder what is resident). ``alpha = 0`` is LRU;
+   ``alpha = 1`` keeps a page for a time proportional to its chance of reuse. Priorities are
+   chain-monotone: a page never outranks its chain parent of the same request, ties go deepest
+   first, so a chain is cut from its end (its head still gives hits). Pages whose chain parent was
+   evicted are *orphans* (unreachable by a prefix hit) and go first.
+4. **The guard.** Two shadow caches of key sets (same size, same classes) run with ``alpha = 0``
+   and ``alpha = 1`` and count the prefix hits each would have had, per request. The per-request
+   differences feed a paired z-test (decayed sums): the real cache switches to the predictor only
+   when it is ahead by ``z`` standard errors plus ``margin`` of the hits (the transition costs
+   hits before it pays), and back to LRU when LRU is ahead by ``z`` standard errors. In between it
+   follows a prior: the predictor when at least ``far_min`` of the observed reuses come later than
+   the capacity (what LRU cannot catch, so what prediction can win), LRU otherwise.
 
 Invariants:
 - ``pop_victim`` returns a resident key and forgets it; ``len`` counts resident keys only.
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import deque
 from typing import ClassVar
 
@@ -50,7 +57,6 @@ from .registry import register_policy
 _NEW, _REWRITE, _HIT = range(3)
 _LEN_EDGES = (4, 8, 16, 32, 64, 128)
 _PH_EDGES = (1, 2, 4, 16)
-_NEW_EDGES = (1, 3, 9, 33)
 _ORPHAN = -1.0e18
 _DEPTH_MAX = (1 << 24) - 1
 
@@ -66,24 +72,23 @@ class _Heap:
     """Keys with a GreedyDual priority; lazy deletion by sequence number.
 
     Chain-monotone: a key pushed right after its chain parent (``prev`` is the last key pushed)
-    gets at most the parent's priority, and ties go deepest-first inside a request, oldest request
-    first; so a chain is always cut from its end (its head keeps the hits of the rest).
+    gets at most the parent's priority; ``order`` breaks ties (the caller makes it "oldest request
+    first, deepest page first"), so a chain is always cut from its end.
     """
 
-    __slots__ = ("heap", "entry", "floor", "chain", "_seq", "_last_key", "_last_prio")
+    __slots__ = ("heap", "entry", "floor", "_seq", "_last_key", "_last_prio")
 
-    def __init__(self, chain: bool = True) -> None:
+    def __init__(self) -> None:
         self.heap: list[tuple[float, int, int, str]] = []
         self.entry: dict[str, int] = {}
         self.floor = 0.0  # L: the priority of the last victim
-        self.chain = chain
         self._seq = itertools.count()
         self._last_key: str | None = None
         self._last_prio = 0.0
 
     def push(self, key: str, value: float, prev: str | None = None, order: int = 0) -> None:
         prio = self.floor + value
-        if self.chain and prev is not None and prev == self._last_key and prio > self._last_prio:
+        if prev is not None and prev == self._last_key and prio > self._last_prio:
             prio = self._last_prio
         self._last_key, self._last_prio = key, prio
         self._push(key, prio, order)
@@ -125,28 +130,29 @@ class _Shadow:
 
     __slots__ = ("alpha", "keys", "hits", "broken")
 
-    def __init__(self, alpha: float, chain: bool = True) -> None:
+    def __init__(self, alpha: float) -> None:
         self.alpha = alpha
-        self.keys = _Heap(chain)
-        self.hits = 0.0
+        self.keys = _Heap()
+        self.hits = 0  # in the current request
         self.broken = False
 
-    def access(self, key: str, depth: int, p: float, capacity: int, prev: str | None, order: int) -> None:
+    def access(self, key: str, depth: int, v: float, capacity: int, prev: str | None, order: int) -> None:
         if depth == 0:
             self.broken = False
+            self.hits = 0
         if not self.broken:
             if key in self.keys:
-                self.hits += 1.0
+                self.hits += 1
             else:
                 self.broken = True
-        self.keys.push(key, p**self.alpha if self.alpha else 1.0, prev, order)
+        self.keys.push(key, v**self.alpha if self.alpha else 1.0, prev, order)
         while len(self.keys) > capacity:
             self.keys.pop()
 
 
 @register_policy
 class ReusePolicy(EvictionPolicy):
-    """Learned reuse probability per class + GreedyDual + orphans + LRU guard (module docstring)."""
+    """Learned reuse chance per class + GreedyDual + chains + statistical LRU guard (module doc)."""
 
     name = "reuse"
     #: One instance should own the whole capacity (``TierPlacement``); per-tier use is allowed.
@@ -163,11 +169,9 @@ class ReusePolicy(EvictionPolicy):
         guard: bool = True,
         adapt_every: int = 2048,
         adapt_decay: float = 0.9,
-        margin: float = 0.002,
-        features: int = 1,
-        chain_order: bool = True,
-        warm_frac: float = 0.0,
-        prefer_pred: bool = False,
+        z: float = 1.5,
+        margin: float = 0.003,
+        far_min: float = 0.2,
     ) -> None:
         if horizon <= 0:
             raise ValueError(f"reuse horizon must be > 0, got {horizon}")
@@ -175,6 +179,8 @@ class ReusePolicy(EvictionPolicy):
             raise ValueError(f"reuse alpha must be >= 0, got {alpha}")
         if not 0.0 < decay <= 1.0 or not 0.0 < adapt_decay <= 1.0:
             raise ValueError("reuse decay and adapt_decay must be in (0, 1]")
+        if z < 0 or margin < 0:
+            raise ValueError("reuse z and margin must be >= 0")
         self.horizon = horizon
         self.decay = decay
         self.decay_every = decay_every
@@ -183,32 +189,36 @@ class ReusePolicy(EvictionPolicy):
         self.guard = guard
         self.adapt_every = max(1, adapt_every)
         self.adapt_decay = adapt_decay
-        self.alpha = 0.0 if guard else alpha
+        self.z = z
         self.margin = margin
-        self.features = features
-        self.warm_frac = warm_frac
-        self.prefer_pred = prefer_pred
-        if guard and prefer_pred:
-            self.alpha = alpha
+        self.far_min = far_min
+        self.alpha = 0.0 if guard else alpha
         self._alphas = (0.0, alpha)
-        self.chain_order = chain_order
         self._epoch = 0
-        self._res = _Heap(chain_order)
+        self._res = _Heap()
         self._parent: dict[str, str] = {}
         self._kids: dict[str, set[str]] = {}
         # Observations: key -> (tick, class); FIFO of (tick, key) to close them.
         self._obs: dict[str, tuple[int, int]] = {}
         self._obs_q: deque[tuple[int, str]] = deque()
-        self._pos: dict[int, float] = {}
-        self._tot: dict[int, float] = {}
+        self._pos: dict[int, float] = {}  # reuses per class (decayed)
+        self._expo: dict[int, float] = {}  # exposure of closed observations per class (decayed)
+        self._open_n: dict[int, int] = {}  # open observations per class
+        self._open_sum: dict[int, int] = {}  # sum of their opening ticks
         self._p: dict[int, float] = {}
         self._base = 0.5
+        self._reuses = 0.0  # observed reuses (decayed) and those further apart than the capacity
+        self._far = 0.0
         self._tick = 0
         self._peak = 0
-        self._shadows = [_Shadow(a, self.chain_order) for a in self._alphas] if guard else []
+        self._shadows = [_Shadow(a) for a in self._alphas] if guard else []
+        self._zs = 0.0  # decayed sum of per-request hit differences (predictor - LRU)
+        self._zq = 0.0  # ... of their squares
+        self._zh = 0.0  # ... of the LRU shadow's hits
 
     # ---- prediction --------------------------------------------------------------------------
-    def _classify(self, kind: int, ctx: AccessContext) -> int:
+    @staticmethod
+    def _classify(kind: int, ctx: AccessContext) -> int:
         if kind == _HIT:
             ph = ctx.batch_len
             length = ctx.request_len if ctx.request_len > ph else ph
@@ -217,73 +227,97 @@ class ReusePolicy(EvictionPolicy):
             ph = ctx.prefix_hits
             length = ctx.prefix_hits + ctx.batch_len
             tail = 1 if ctx.position == ctx.batch_len - 1 else 0
-        if self.features == 0:
-            if kind == _HIT:
-                length, ph = ctx.batch_len, ctx.batch_len
-            return (kind << 8) | (tail << 7) | (_bucket(length, _LEN_EDGES) << 3) | _bucket(ph, _PH_EDGES)
-        if self.features == 1:
-            return (kind << 8) | (tail << 7) | (_bucket(length, _LEN_EDGES) << 3) | _bucket(ph, _PH_EDGES)
-        new = length - ph
-        return (kind << 8) | (tail << 7) | (_bucket(new, _NEW_EDGES) << 3) | _bucket(ph, _PH_EDGES)
+        return (kind << 8) | (tail << 7) | (_bucket(length, _LEN_EDGES) << 3) | _bucket(ph, _PH_EDGES)
 
     def predicted(self, cls: int) -> float:
         """The learned chance that a page of ``cls`` is accessed again within the horizon."""
         p = self._p.get(cls)
         return self._base if p is None else p
 
+    @property
+    def far_share(self) -> float:
+        """Share of the observed reuses that came later than the capacity (what LRU misses)."""
+        return self._far / self._reuses if self._reuses else 0.0
+
     def _observe(self, key: str, cls: int) -> None:
         self._tick += 1
         tick = self._tick
         old = self._obs.get(key)
         if old is not None:
+            self._reuses += 1.0
+            if tick - old[0] > self._peak:
+                self._far += 1.0
             self._pos[old[1]] = self._pos.get(old[1], 0.0) + 1.0
-            self._tot[old[1]] = self._tot.get(old[1], 0.0) + 1.0
+            self._close(old[1], old[0], tick)
         self._obs[key] = (tick, cls)
+        self._open_n[cls] = self._open_n.get(cls, 0) + 1
+        self._open_sum[cls] = self._open_sum.get(cls, 0) + tick
         q = self._obs_q
         q.append((tick, key))
-        span = int(self.horizon * max(self._peak, 1)) + 1024
-        if self.warm_frac > 0:
-            span = min(span, max(1024, int(tick * self.warm_frac)))
-        limit = tick - span
+        limit = tick - int(self.horizon * max(self._peak, 1)) - 1024
         while q and q[0][0] < limit:
             t, k = q.popleft()
             o = self._obs.get(k)
             if o is not None and o[0] == t:
                 del self._obs[k]
-                self._tot[o[1]] = self._tot.get(o[1], 0.0) + 1.0
+                self._close(o[1], t, tick)
         every = self.decay_every or max(1024, self._peak)
         if tick % every == 0:
             self._refresh()
 
+    def _close(self, cls: int, opened: int, tick: int) -> None:
+        self._open_n[cls] -= 1
+        self._open_sum[cls] -= opened
+        self._expo[cls] = self._expo.get(cls, 0.0) + (tick - opened)
+
     def _refresh(self) -> None:
-        tot = sum(self._tot.values())
-        if tot > 0:
-            self._base = sum(self._pos.values()) / tot
-        w = self.prior
-        self._p = {c: (self._pos.get(c, 0.0) + w * self._base) / (n + w) for c, n in self._tot.items()}
+        tick = self._tick
+        expo = dict(self._expo)
+        for c, n in self._open_n.items():
+            expo[c] = expo.get(c, 0.0) + n * tick - self._open_sum[c]
+        etot = sum(expo.values())
+        npos = sum(self._pos.values())
+        if etot > 0 and npos > 0:
+            h = self.horizon * max(self._peak, 1)
+            lam = npos / etot
+            x = h / 2  # the prior weighs ``prior`` observations of half a horizon each
+            w = self.prior * x
+            self._base = 1.0 - math.exp(-lam * h)
+            self._p = {
+                c: 1.0 - math.exp(-h * (self._pos.get(c, 0.0) + lam * w) / (e + w)) for c, e in expo.items()
+            }
         d = self.decay
         if d < 1.0:
-            for c in self._tot:
-                self._tot[c] *= d
+            self._reuses *= d
+            self._far *= d
+            for c in self._expo:
+                self._expo[c] *= d
             for c in self._pos:
                 self._pos[c] *= d
 
     # ---- the guard ---------------------------------------------------------------------------
-    def _shadow_access(self, key: str, depth: int, p: float, prev: str | None, order: int) -> None:
+    def _shadow_access(self, key: str, depth: int, v: float, prev: str | None, order: int) -> None:
         cap = max(self._peak, 1)
+        lru, pred = self._shadows
+        if depth == 0:  # the previous request is complete: one paired observation
+            d = float(pred.hits - lru.hits)
+            self._zs += d
+            self._zq += d * d
+            self._zh += lru.hits
         for s in self._shadows:
-            s.access(key, depth, p, cap, prev, order)
+            s.access(key, depth, v, cap, prev, order)
         if self._tick % self.adapt_every == 0:
-            lru, pred = self._shadows
-            if lru.hits + pred.hits > 0:
-                # Ties go to LRU: the predictor must win by a margin (noise must not move us off
-                # the safe choice).
-                if self.prefer_pred:
-                    self.alpha = lru.alpha if lru.hits > pred.hits * (1.0 + self.margin) else pred.alpha
-                else:
-                    self.alpha = pred.alpha if pred.hits > lru.hits * (1.0 + self.margin) else lru.alpha
-            for s in self._shadows:
-                s.hits *= self.adapt_decay
+            band = self.z * math.sqrt(self._zq)
+            if self._zs > band + self.margin * self._zh and self._zs > 0:
+                self.alpha = pred.alpha
+            elif self._zs < -band and self._zs < 0:
+                self.alpha = lru.alpha
+            else:
+                self.alpha = pred.alpha if self.far_share >= self.far_min else lru.alpha
+            a = self.adapt_decay
+            self._zs *= a
+            self._zq *= a
+            self._zh *= a
 
     # ---- chain links -------------------------------------------------------------------------
     def _link(self, key: str, parent: str | None) -> None:
@@ -325,16 +359,16 @@ class ReusePolicy(EvictionPolicy):
     def _access(self, key: str, kind: int, ctx: AccessContext) -> None:
         cls = self._classify(kind, ctx)
         self._observe(key, cls)
-        p = self.predicted(cls)
+        v = self.predicted(cls) / self._base if self._base > 0 else 1.0
         depth = ctx.position if kind == _HIT else ctx.prefix_hits + ctx.position
         if depth == 0:
             self._epoch += 1
         order = (self._epoch << 24) + (_DEPTH_MAX - min(depth, _DEPTH_MAX))
         prev = ctx.prev_key
         if self._shadows:
-            self._shadow_access(key, depth, p, prev, order)
-        self._res.push(key, p**self.alpha if self.alpha else 1.0, prev, order)
-        self._link(key, ctx.prev_key)
+            self._shadow_access(key, depth, v, prev, order)
+        self._res.push(key, v**self.alpha if self.alpha else 1.0, prev, order)
+        self._link(key, prev)
         if len(self._res) > self._peak:
             self._peak = len(self._res)
 
@@ -371,9 +405,12 @@ class ReusePolicy(EvictionPolicy):
         return key in self._res
 
     def clear(self) -> None:
-        self._res = _Heap(self.chain_order)
+        self._res = _Heap()
         self._parent.clear()
         self._kids.clear()
         self._obs.clear()
         self._obs_q.clear()
-        self._shadows = [_Shadow(a, self.chain_order) for a in self._alphas] if self.guard else []
+        self._open_n.clear()
+        self._open_sum.clear()
+        self._shadows = [_Shadow(a) for a in self._alphas] if self.guard else []
+        self._zs = self._zq = self._zh = 0.0
