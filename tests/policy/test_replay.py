@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,8 +125,7 @@ def test_public_trace_references_match_issue() -> None:
 def test_public_trace_targets(fraction: float) -> None:
     # One policy owns the total capacity, so the DRAM share does not change total hits
     # (test_two_tier_total_hits_equal_single_tier); the default split is checked here.
-    r = _public()
-    res = r.run(DEFAULT_POLICY, fraction, dram_fraction=0.25)
+    res = _public_run(fraction, "sim")
     assert res["hit_rate"] >= res["lru_hit_rate"], res
     if fraction in (0.05, 0.10):
         gap = res["opt_hit_rate"] - res["lru_hit_rate"]
@@ -133,7 +133,23 @@ def test_public_trace_targets(fraction: float) -> None:
         assert res["hit_rate"] >= res["lru_hit_rate"] + 0.15 * gap, res["gap_fraction"]
 
 
+@pytest.mark.integration
+@pytest.mark.skipif(not PUBLIC.exists(), reason=f"public trace not found at {PUBLIC}")
+def test_public_trace_sim_and_store_agree() -> None:
+    sim, store = _public_run(0.02, "sim"), _public_run(0.02, "store")
+    assert store["hits"] == sim["hits"] and store["counters"] == sim["counters"]
+
+
 _PUBLIC_REPLAY: list[Replay] = []
+_PUBLIC_RUNS: dict[tuple[float, str], dict[str, Any]] = {}
+
+
+def _public_run(fraction: float, mode: str) -> dict[str, Any]:
+    # One run per capacity and mode for the whole session (the public replay is the slow part).
+    key = (fraction, mode)
+    if key not in _PUBLIC_RUNS:
+        _PUBLIC_RUNS[key] = _public().run(DEFAULT_POLICY, fraction, dram_fraction=0.25, mode=mode)
+    return _PUBLIC_RUNS[key]
 
 
 def _public() -> Replay:
