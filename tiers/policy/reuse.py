@@ -28,13 +28,15 @@ time where it pays, but stays with LRU unless the prediction measurably wins.
    chain-monotone: a page never outranks its chain parent of the same request, ties go deepest
    first, so a chain is cut from its end (its head still gives hits). Pages whose chain parent was
    evicted are *orphans* (unreachable by a prefix hit) and go first.
-4. **The guard.** Two shadow caches of key sets (same size, same classes) run with ``alpha = 0``
-   and ``alpha = 1`` and count the prefix hits each would have had, per request. The per-request
-   differences feed a paired z-test (decayed sums): the real cache switches to the predictor only
-   when it is ahead by ``z`` standard errors plus ``margin`` of the hits (the transition costs
-   hits before it pays), and back to LRU when LRU is ahead by ``z`` standard errors. In between it
-   follows a prior: the predictor when at least ``far_min`` of the observed reuses come later than
-   the capacity (what LRU cannot catch, so what prediction can win), LRU otherwise.
+4. **The guard.** Three shadow caches of key sets (same size, same classes) run with
+   ``alpha = 0`` (LRU), ``alpha`` and ``2 * alpha`` (``steep``) and count the prefix hits each
+   would have had, per request. The per-request differences of each predictor against LRU feed a
+   paired z-test (decayed sums): the real cache takes the predictor that is ahead of LRU by ``z``
+   standard errors plus ``margin`` of the hits (the transition costs hits before it pays; of two,
+   the one further ahead), goes back to LRU when the ``alpha`` predictor is ``z`` standard errors
+   behind, and otherwise follows a prior: ``alpha`` when at least ``far_min`` of the observed
+   reuses come later than the capacity (what LRU cannot catch, so what prediction can win), LRU
+   otherwise. The steeper predictor pays at small capacities (2% of the public trace's blocks).
 
 Invariants:
 - ``pop_victim`` returns a resident key and forgets it; ``len`` counts resident keys only.
@@ -169,9 +171,10 @@ class ReusePolicy(EvictionPolicy):
         guard: bool = True,
         adapt_every: int = 2048,
         adapt_decay: float = 0.9,
-        z: float = 1.5,
+        z: float = 2.0,
         margin: float = 0.003,
         far_min: float = 0.2,
+        steep: bool = True,
     ) -> None:
         if horizon <= 0:
             raise ValueError(f"reuse horizon must be > 0, got {horizon}")
@@ -193,7 +196,7 @@ class ReusePolicy(EvictionPolicy):
         self.margin = margin
         self.far_min = far_min
         self.alpha = 0.0 if guard else alpha
-        self._alphas = (0.0, alpha)
+        self._alphas = (0.0, alpha, *([2.0 * alpha] if steep else []))
         self._epoch = 0
         self._res = _Heap()
         self._parent: dict[str, str] = {}
@@ -212,8 +215,9 @@ class ReusePolicy(EvictionPolicy):
         self._tick = 0
         self._peak = 0
         self._shadows = [_Shadow(a) for a in self._alphas] if guard else []
-        self._zs = 0.0  # decayed sum of per-request hit differences (predictor - LRU)
-        self._zq = 0.0  # ... of their squares
+        # Decayed sums of per-request hit differences (each predictor - LRU) and of their squares.
+        self._zs = [0.0] * (len(self._shadows) - 1)
+        self._zq = [0.0] * (len(self._shadows) - 1)
         self._zh = 0.0  # ... of the LRU shadow's hits
 
     # ---- prediction --------------------------------------------------------------------------
@@ -298,25 +302,33 @@ class ReusePolicy(EvictionPolicy):
     # ---- the guard ---------------------------------------------------------------------------
     def _shadow_access(self, key: str, depth: int, v: float, prev: str | None, order: int) -> None:
         cap = max(self._peak, 1)
-        lru, pred = self._shadows
-        if depth == 0:  # the previous request is complete: one paired observation
-            d = float(pred.hits - lru.hits)
-            self._zs += d
-            self._zq += d * d
+        lru = self._shadows[0]
+        if depth == 0:  # the previous request is complete: one paired observation per predictor
+            for i, s in enumerate(self._shadows[1:]):
+                d = float(s.hits - lru.hits)
+                self._zs[i] += d
+                self._zq[i] += d * d
             self._zh += lru.hits
         for s in self._shadows:
             s.access(key, depth, v, cap, prev, order)
         if self._tick % self.adapt_every == 0:
-            band = self.z * math.sqrt(self._zq)
-            if self._zs > band + self.margin * self._zh and self._zs > 0:
-                self.alpha = pred.alpha
-            elif self._zs < -band and self._zs < 0:
+            best, best_s = -1, 0.0
+            behind = False  # the predictor the prior would pick is significantly behind LRU
+            for i, (zs, zq) in enumerate(zip(self._zs, self._zq, strict=True)):
+                band = self.z * math.sqrt(zq)
+                if zs > band + self.margin * self._zh and zs > best_s:
+                    best, best_s = i, zs
+                if i == 0 and zs < -band and zs < 0:
+                    behind = True
+            if best >= 0:
+                self.alpha = self._shadows[best + 1].alpha
+            elif behind:
                 self.alpha = lru.alpha
             else:
-                self.alpha = pred.alpha if self.far_share >= self.far_min else lru.alpha
+                self.alpha = self._shadows[1].alpha if self.far_share >= self.far_min else lru.alpha
             a = self.adapt_decay
-            self._zs *= a
-            self._zq *= a
+            self._zs = [x * a for x in self._zs]
+            self._zq = [x * a for x in self._zq]
             self._zh *= a
 
     # ---- chain links -------------------------------------------------------------------------
@@ -413,4 +425,6 @@ class ReusePolicy(EvictionPolicy):
         self._open_n.clear()
         self._open_sum.clear()
         self._shadows = [_Shadow(a) for a in self._alphas] if self.guard else []
-        self._zs = self._zq = self._zh = 0.0
+        self._zs = [0.0] * (len(self._shadows) - 1)
+        self._zq = [0.0] * (len(self._shadows) - 1)
+        self._zh = 0.0
