@@ -32,11 +32,12 @@ from typing import Any
 from .demoter import Demoter
 from .dram_tier import DramTier
 from .parts import Parts
-from .policy import AccessContext, EvictionPolicy
+from .policy import EvictionPolicy
+from .policy.contexts import get_contexts, miss_context, set_contexts
 from .policy.placement import DRAM, SSD, TierPlacement
 from .ssd_tier import SsdTier
 from .tier import Tier
-from .tiered_store import TieredStore, call_contexts
+from .tiered_store import TieredStore
 
 
 class PlacedTieredStore(TieredStore):
@@ -113,7 +114,7 @@ class PlacedTieredStore(TieredStore):
     def exists_prefix(self, keys: Sequence[str]) -> int:
         n = super().exists_prefix(keys)
         if n < len(keys):
-            ctx = AccessContext(position=n, batch_len=len(keys), prefix_hits=n)
+            ctx = miss_context(n, len(keys))
             with self._lock:
                 if self._placement is not None:
                     self._placement.policy.on_miss(keys[n], ctx)
@@ -126,7 +127,7 @@ class PlacedTieredStore(TieredStore):
         if not keys:
             return []
         sizes = [sum(p.nbytes for p in ps) for ps in parts]
-        ctxs = call_contexts(keys, len(keys), sizes, None)
+        ctxs = get_contexts(keys, sizes, self._request_len_of(keys))
         done, level_of = self._read_through(keys, parts, ctxs)
         promote: list[int] = []
         with self._lock:
@@ -164,7 +165,7 @@ class PlacedTieredStore(TieredStore):
             return []
         sizes = [sum(p.nbytes for p in ps) for ps in parts]
         in_dram = self.dram.contains_batch(keys) if self.dram is not None else [False] * len(keys)
-        ctxs = call_contexts(keys, prefix_len or 0, sizes, prev_key)
+        ctxs = set_contexts(keys, prefix_len or 0, prev_key, sizes)
         copy_to: dict[str, list[int]] = {DRAM: [], SSD: []}
         stored = [True] * len(keys)  # admitted and already held, or refused by policy (a decision)
         with self._lock:

@@ -14,7 +14,8 @@ prefix positions and chain parents exactly as SGLang sent them.
 
 from __future__ import annotations
 
-import time
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -22,26 +23,10 @@ from typing import Any
 from .demoter import Demoter
 from .parts import Parts
 from .policy import AccessContext
+from .policy.contexts import get_contexts, set_contexts
 from .tier import Tier
 
-
-def call_contexts(
-    keys: Sequence[str], prefix_hits: int, sizes: Sequence[int], prev_key: str | None = None
-) -> list[AccessContext]:
-    now = time.monotonic()
-    out = []
-    for i in range(len(keys)):
-        out.append(
-            AccessContext(
-                now=now,
-                position=i,
-                batch_len=len(keys),
-                prefix_hits=prefix_hits,
-                size=sizes[i],
-                prev_key=keys[i - 1] if i else prev_key,
-            )
-        )
-    return out
+_REQUEST_MEMORY = 1 << 16
 
 
 class TieredStore:
@@ -57,11 +42,28 @@ class TieredStore:
         self.tiers = list(tiers)
         self.demoter = demoter
         self.background_copy = background_copy and demoter is not None
+        # request length by first key of each exists call: a later get of that run knows it
+        self._request_len: OrderedDict[str, int] = OrderedDict()
+        self._request_len_lock = threading.Lock()
+
+    def _remember_request(self, keys: Sequence[str]) -> None:
+        if not keys:
+            return
+        with self._request_len_lock:
+            self._request_len[keys[0]] = len(keys)
+            self._request_len.move_to_end(keys[0])
+            if len(self._request_len) > _REQUEST_MEMORY:
+                self._request_len.popitem(last=False)
+
+    def _request_len_of(self, keys: Sequence[str]) -> int:
+        with self._request_len_lock:
+            return self._request_len.get(keys[0], 0) if keys else 0
 
     def tier(self, name: str) -> Tier | None:
         return next((t for t in self.tiers if t.name == name), None)
 
     def exists_prefix(self, keys: Sequence[str]) -> int:
+        self._remember_request(keys)
         present = [False] * len(keys)
         pending = list(range(len(keys)))
         for tier in self.tiers:
@@ -80,7 +82,7 @@ class TieredStore:
         self, keys: Sequence[str], parts: Sequence[Parts], prev_key: str | None = None
     ) -> list[bool]:
         sizes = [sum(p.nbytes for p in ps) for ps in parts]
-        ctxs = call_contexts(keys, len(keys), sizes, prev_key)
+        ctxs = get_contexts(keys, sizes, self._request_len_of(keys))
         done, level_of = self._read_through(keys, parts, ctxs)
         for level in range(1, len(self.tiers)):
             tier = self.tiers[level]
@@ -148,7 +150,7 @@ class TieredStore:
             prefix_len if prefix_len is not None else (stored.index(False) if False in stored else len(keys))
         )
         sizes = [sum(p.nbytes for p in ps) for ps in parts]
-        ctxs = call_contexts(keys, prefix_hits, sizes, prev_key)
+        ctxs = set_contexts(keys, prefix_hits, prev_key, sizes)
         primary = [i for i, ok in enumerate(stored) if not ok]
         for level, tier in enumerate(self.tiers):
             todo = [

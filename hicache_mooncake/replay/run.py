@@ -36,9 +36,9 @@ def make_store(mode: str, policy: str, capacity: int, dram_fraction: float, bloc
     if mode == "store":
         if _store_factory is not None:
             return _store_factory(policy, capacity, dram_fraction, block_bytes)
-        from .memstore import MemoryTwoTierStore
+        from .tiered import TieredReplayStore
 
-        return MemoryTwoTierStore.build(policy, capacity, dram_fraction, block_bytes)
+        return TieredReplayStore(policy, capacity, dram_fraction, block_bytes)
     raise ValueError(f"unknown replay mode {mode!r}; known: sim, store")
 
 

@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from hicache_mooncake.tiers.policy import AccessContext, EvictionPolicy, make_policy
+from hicache_mooncake.tiers.policy.contexts import get_contexts as _get_contexts
+from hicache_mooncake.tiers.policy.contexts import miss_context
+from hicache_mooncake.tiers.policy.contexts import set_contexts as _set_contexts
 from hicache_mooncake.tiers.policy.placement import DRAM, SSD, TierPlacement
 
 
@@ -62,57 +65,15 @@ TIER_COUNTERS = (
 def set_contexts(
     keys: Sequence[str], prefix_keys: Sequence[str], now: float = 0.0, size: int = 0
 ) -> list[AccessContext]:
-    """The ``AccessContext`` of each key of a ``batch_set`` (what the backend knows).
-
-    ``position`` is the key's index in the call, ``batch_len`` the call's length, ``prefix_hits``
-    the number of prefix keys found before the call (``len(prefix_keys)``), and ``prev_key`` the key
-    just before it in the chain (the last prefix key for the first one).
-    """
-    n = len(keys)
-    hits = len(prefix_keys)
-    prev: str | None = prefix_keys[-1] if prefix_keys else None
-    out = []
-    for i, key in enumerate(keys):
-        out.append(
-            AccessContext(
-                now=now,
-                position=i,
-                batch_len=n,
-                prefix_hits=hits,
-                size=size,
-                prev_key=prev,
-                request_len=hits + n,
-            )
-        )
-        prev = key
-    return out
+    """Contexts of a ``batch_set`` (``tiers.policy.contexts``, shared with TieredStore)."""
+    return _set_contexts(keys, len(prefix_keys), prefix_keys[-1] if prefix_keys else None, size, now)
 
 
 def get_contexts(
     keys: Sequence[str], now: float = 0.0, size: int = 0, request_len: int = 0
 ) -> list[AccessContext]:
-    """The ``AccessContext`` of each key of a ``batch_get`` of a hit run.
-
-    ``request_len`` is the length of the key list of the ``batch_exists`` that found the run (the
-    whole request, which the backend has seen); 0 when unknown.
-    """
-    n = len(keys)
-    out = []
-    prev: str | None = None
-    for i, key in enumerate(keys):
-        out.append(
-            AccessContext(
-                now=now,
-                position=i,
-                batch_len=n,
-                prefix_hits=n,
-                size=size,
-                prev_key=prev,
-                request_len=request_len,
-            )
-        )
-        prev = key
-    return out
+    """Contexts of a ``batch_get`` of a hit run (``tiers.policy.contexts``)."""
+    return _get_contexts(keys, size, request_len, now)
 
 
 @dataclass
@@ -164,9 +125,7 @@ class SimTieredStore:
             else:
                 break
         if n < len(keys):
-            ctx = AccessContext(
-                now=self._clock, position=n, batch_len=len(keys), prefix_hits=n, request_len=len(keys)
-            )
+            ctx = miss_context(n, len(keys), self._clock)
             pl.policy.on_miss(keys[n], ctx)
         return n
 
