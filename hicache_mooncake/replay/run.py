@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,20 +42,13 @@ def make_store(mode: str, policy: str, capacity: int, dram_fraction: float, bloc
 
 
 def configured_default_policy() -> str:
-    """``policy`` from the packaged configs/default.yaml if it names one, else ``DEFAULT_POLICY``."""
+    """``tiers.policy`` of the packaged configs/default.yaml, else ``DEFAULT_POLICY``."""
     try:
-        import importlib
+        from hicache_mooncake.presets import load_preset
 
-        import yaml
-
-        configs = importlib.import_module("hicache_mooncake.configs")
-        path = Path(os.path.dirname(str(configs.__file__))) / "default.yaml"
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        value = (load_preset("default").get("tiers") or {}).get("policy")
     except Exception:
         return DEFAULT_POLICY
-    value = data.get("policy") if isinstance(data, dict) else None
-    if isinstance(value, dict):
-        value = value.get("name") or value.get("eviction")
     return value if isinstance(value, str) and value else DEFAULT_POLICY
 
 

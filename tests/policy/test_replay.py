@@ -163,3 +163,10 @@ def _public() -> Replay:
     if not _PUBLIC_REPLAY:
         _PUBLIC_REPLAY.append(Replay.load(PUBLIC))
     return _PUBLIC_REPLAY[0]
+
+
+def test_replay_default_is_the_policy_configs_default_yaml_ships() -> None:
+    from hicache_mooncake.presets import load_preset
+    from hicache_mooncake.replay.run import configured_default_policy
+
+    assert configured_default_policy() == load_preset("default")["tiers"]["policy"] == DEFAULT_POLICY
