@@ -200,7 +200,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         self, space: KeySpace, keys: Sequence[str], parts: list[list[memoryview]], extra_info: Any
     ) -> list[bool]:
         start = time.perf_counter()
-        result = self.store.get_batch_into(space.keys(list(keys)), parts, self._prev_key(space, extra_info))
+        result = self.store.get_batch_into(space.keys(list(keys)), parts)
         nbytes = sum(p.nbytes for ok, ps in zip(result, parts, strict=True) if ok for p in ps)
         self.metrics.record(
             "get", sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start

@@ -121,9 +121,7 @@ class PlacedTieredStore(TieredStore):
         return n
 
     # ------------------------------------------------------------------ reads
-    def get_batch_into(
-        self, keys: Sequence[str], parts: Sequence[Parts], prev_key: str | None = None
-    ) -> list[bool]:
+    def get_batch_into(self, keys: Sequence[str], parts: Sequence[Parts]) -> list[bool]:
         if not keys:
             return []
         sizes = [sum(p.nbytes for p in ps) for ps in parts]

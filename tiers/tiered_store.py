@@ -78,9 +78,7 @@ class TieredStore:
                 return i
         return len(keys)
 
-    def get_batch_into(
-        self, keys: Sequence[str], parts: Sequence[Parts], prev_key: str | None = None
-    ) -> list[bool]:
+    def get_batch_into(self, keys: Sequence[str], parts: Sequence[Parts]) -> list[bool]:
         sizes = [sum(p.nbytes for p in ps) for ps in parts]
         ctxs = get_contexts(keys, sizes, self._request_len_of(keys))
         done, level_of = self._read_through(keys, parts, ctxs)

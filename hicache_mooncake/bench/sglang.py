@@ -117,8 +117,31 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
     extra.get("tiers", {}).pop("ssd", None)
 
     per_tier = {**extra, "tiers": {**extra["tiers"], "placement": "per_tier"}}
-    ours_set, ours_get, file_set, file_get, mem_set, mem_get = [], [], [], [], [], []
-    tier_set, tier_get = [], []
+    times: dict[str, list[float]] = {
+        name: []
+        for name in (
+            "ours_set",
+            "ours_get",
+            "tier_set",
+            "tier_get",
+            "file_set",
+            "file_get",
+            "mem_set",
+            "mem_get",
+        )
+    }
+    ours_set, ours_get, tier_set, tier_get = (
+        times["ours_set"],
+        times["ours_get"],
+        times["tier_set"],
+        times["tier_get"],
+    )
+    file_set, file_get, mem_set, mem_get = (
+        times["file_set"],
+        times["file_get"],
+        times["mem_set"],
+        times["mem_get"],
+    )
     for rep in range(repeats):
         for conf, set_times, get_times in ((extra, ours_set, ours_get), (per_tier, tier_set, tier_get)):
             backend = create_backend("dynamic", conf, host)
