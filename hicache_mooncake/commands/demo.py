@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         hits = mismatched = 0
         read = t_get = 0.0
         want = host.kv_buffer[:, src[0] : src[0] + batch * shape.page_size].clone()
-        for chunk in tqdm(batches, desc="get", unit="batch"):
+        # newest first, as prefixes are reused: recent pages come from DRAM, older ones from SSD
+        for chunk in tqdm(batches[::-1], desc="get", unit="batch"):
             start = time.perf_counter()
             ok = backend.batch_get_v1(chunk, dst[: len(chunk) * shape.page_size])
             t_get += time.perf_counter() - start
@@ -100,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
         after = backend.tier_stats()["tiers"]
         print("tiers (hits: pages the read phase served from each tier):")
         for name, st in after.items():
+            if "tier" not in st:
+                continue
             served = st.get("hits", 0) - before.get(name, {}).get("hits", 0)
             extra = ""
             if name == "ssd":
