@@ -43,6 +43,7 @@ import numpy as np
 import yaml
 
 from hicache_mooncake.bench._mooncake_runner import stamp, summarize, timed_batches
+from hicache_mooncake.results_json import write_json
 from hicache_mooncake.transport import ClientOptions, NodeClient
 from hicache_mooncake.transport.sockio import recv_into_exact, send_all
 
@@ -428,7 +429,7 @@ def run(args: argparse.Namespace) -> int:
     result["mooncake"] = mooncake
     _ratios_and_print(result, engines, base, reason)
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result, indent=2))
+        write_json(args.json_out, result)
     if args.plot_out:
         _plot(result, args.plot_out, engines, base)
     return 0

@@ -11,18 +11,17 @@ same host pages into/out of a page-aligned buffer with numpy. Each figure is the
 from __future__ import annotations
 
 import argparse
-import json
 import mmap
 import shutil
 import statistics
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from hicache_mooncake.bench._sglang_io import create_backend, generic_get, generic_set, v1_batches
+from hicache_mooncake.results_json import write_json
 from hicache_mooncake.sizes import format_size
 
 # page bytes = 2 (K,V) * layers * 64 tokens * heads * 128 dim * 2 (bf16) = 32 KiB * layers * heads
@@ -83,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         f"{result['default_config_ratio_vs_memcpy']:.0%} (worst over 1-8 MiB pages and directions)"
     )
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result, indent=2))
+        write_json(args.json_out, result)
     if args.plot_out:
         _plot(rows, args.plot_out)
     return 0

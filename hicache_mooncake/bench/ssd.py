@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_mooncake.bench._sglang_io import create_backend, generic_get, generic_set
+from hicache_mooncake.results_json import write_json
 from hicache_mooncake.sizes import format_size, parse_size
 
 FIO_ENGINES = ("io_uring", "libaio", "psync")
@@ -522,7 +523,7 @@ def run(args: argparse.Namespace) -> int:
             + ("" if args.no_file else f"  get_ratio_vs_sglang_file {r['get_ratio_vs_sglang_file']:.1f}")
         )
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result, indent=2))
+        write_json(args.json_out, result)
     if args.plot_out:
         _plot(rows, args.plot_out, not args.no_file)
     return 0
