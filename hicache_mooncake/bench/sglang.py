@@ -20,12 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from hicache_mooncake.bench._sglang_io import create_backend, generic_get, generic_set, v1_batches
+from hicache_mooncake.bench._sglang_io import (
+    PAGE_SHAPES,
+    create_backend,
+    generic_get,
+    generic_set,
+    page_workload,
+    v1_batches,
+)
 from hicache_mooncake.results_json import write_json
 from hicache_mooncake.sizes import format_size
-
-# page bytes = 2 (K,V) * layers * 64 tokens * heads * 128 dim * 2 (bf16) = 32 KiB * layers * heads
-PAGE_SHAPES = {256 << 10: (4, 2), 1 << 20: (8, 4), 4 << 20: (16, 8), 8 << 20: (32, 8)}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,23 +96,9 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
     import yaml
 
     from hicache_mooncake.presets import preset_path
-    from hicache_mooncake.sglang_harness import (
-        PoolShape,
-        fill_random_pages,
-        make_host_pool,
-    )
 
-    layers, heads = PAGE_SHAPES[page_bytes]
-    batch = max(1, min(128, (256 << 20) // page_bytes))
-    pages = max(batch, total // page_bytes)
-    shape = PoolShape(page_size=64, layers=layers, heads=heads, head_dim=128, device_tokens=batch * 64)
-    assert shape.page_bytes() == page_bytes
-    host = make_host_pool("page_first", False, shape)
-    src = host.alloc(batch * 64)
-    dst = host.alloc(batch * 64)
-    fill_random_pages(host, src, seed=1)
-    keys = [f"{i:064x}" for i in range(pages)]
-    batches = [keys[i : i + batch] for i in range(0, pages, batch)]
+    w = page_workload(page_bytes, total)
+    host, src, dst, keys, batches, batch, pages = w.host, w.src, w.dst, w.keys, w.batches, w.batch, w.pages
 
     extra = yaml.safe_load(preset_path("default").read_text())
     dram_bytes = -(-(pages * page_bytes * 5 // 4) // (64 << 20)) * (64 << 20)

@@ -37,7 +37,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hicache_mooncake.bench._sglang_io import create_backend, generic_get, generic_set
+from hicache_mooncake.bench._sglang_io import (
+    PAGE_SHAPES,
+    create_backend,
+    generic_get,
+    generic_set,
+    page_workload,
+)
 from hicache_mooncake.results_json import write_json
 from hicache_mooncake.sizes import format_size, parse_size
 
@@ -48,7 +54,6 @@ TARGET_VS_FIO = 0.9
 TARGET_VS_FILE = 5.0
 _REPO = Path(__file__).resolve().parents[2]
 # page bytes = 2 (K,V) * layers * 64 tokens * heads * 128 dim * 2 (bf16) = 32 KiB * layers * heads
-PAGE_SHAPES = {256 << 10: (4, 2), 1 << 20: (8, 4), 4 << 20: (16, 8), 8 << 20: (32, 8)}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -353,18 +358,8 @@ def _bench_size(
     batch_bytes: int,
     with_file: bool,
 ) -> dict[str, Any]:
-    from hicache_mooncake.sglang_harness import PoolShape, fill_random_pages, make_host_pool
-
-    layers, heads = PAGE_SHAPES[page_bytes]
-    batch = max(1, min(batch_max, batch_bytes // page_bytes))
-    pages = max(batch, total // page_bytes)
-    shape = PoolShape(page_size=64, layers=layers, heads=heads, head_dim=128, device_tokens=batch * 64)
-    assert shape.page_bytes() == page_bytes
-    host = make_host_pool("page_first", False, shape)
-    src = host.alloc(batch * 64)
-    dst = host.alloc(batch * 64)
-    fill_random_pages(host, src, seed=1)
-    fill_random_pages(host, dst, seed=2)  # first touch of the destination pages, outside timing
+    w = page_workload(page_bytes, total, batch_max, batch_bytes)
+    host, src, dst, batch, pages = w.host, w.src, w.dst, w.batch, w.pages
     rounds = [
         _bench_round(fio, base, page_bytes, pages, batch, host, src, dst, r, with_file)
         for r in range(repeats)
