@@ -81,12 +81,19 @@ class PlacedTieredStore(TieredStore):
         return self._placement
 
     def _still_placed(self, key: str) -> bool:
-        """SSD region reclaim asks: rewrite this entry? Yes while the placement keeps the page.
-        Lock-free read (a dict lookup) because the engine calls it under its own lock."""
+        """SSD region reclaim asks: rewrite this entry? Yes while the placement holds the page and
+        this SSD copy is its only one (placed on SSD, or placed in DRAM but not copied up). Called
+        under the engine's lock: reads only (dict lookups; the DRAM tier's lock is never held
+        while calling into the engine, so the order engine -> DRAM cannot deadlock)."""
         placement = self._placement
-        return placement is not None and key in placement
+        if placement is None or key not in placement:
+            return False
+        return placement.tier_of(key) == SSD or self.dram is None or not self.dram.contains(key)
 
     def _forget(self, key: str) -> None:
+        """The SSD engine dropped ``key``: forget it unless DRAM still holds the page."""
+        if self.dram is not None and self.dram.contains(key):
+            return
         with self._lock:
             if self._placement is not None and key in self._placement:
                 self._placement.on_remove(key)
@@ -101,9 +108,10 @@ class PlacedTieredStore(TieredStore):
             for tier in (self.dram, self.ssd):
                 if tier is not None:
                     tier.remove(key)
-        self.counts["dropped"] += len(drops)
-        if overflow:
+        with self._lock:
+            self.counts["dropped"] += len(drops)
             self.counts["demotions"] += len(overflow)
+        if overflow:
             if self.demoter is not None:
                 self.demoter.move_later(overflow)
             elif self.dram is not None:  # no SSD: overflow simply leaves DRAM

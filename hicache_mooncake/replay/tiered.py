@@ -5,7 +5,8 @@ read back and byte-checked on every hit.
 The store is driven with SGLang's call sequence by ``sim.drive``; the background mover is
 flushed after each call so the replay is deterministic and its hit count must equal ``sim``'s
 (the test suite checks it). SSD space is sized so that whole-region reclaim never drops a page
-the placement still holds (``ssd_reclaimed`` in the stats says whether that held).
+the placement still holds (``lost_to_reclaim`` in the stats says whether that held; redundant SSD
+copies of pages back in DRAM may be reclaimed, ``ssd_reclaimed``).
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class TieredReplayStore:
             "dram_admit_refused": int(placement.get("not_admitted", 0)),
             "ssd_admit_refused": 0,
             "ssd_reclaimed": int(ssd.get("evicted_entries", 0)),
+            "lost_to_reclaim": int(placement.get("forgotten", 0)),
             "wrong_bytes": self.wrong_bytes,
         }
 
