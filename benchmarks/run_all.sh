@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Reproduce every figure in benchmarks/results/ (JSON + PNG). Run after `scripts/dev.sh setup`,
+# as root (bench ssd drops the page cache; bench remote runs Mooncake in a private network
+# namespace). Takes about 15-20 minutes on a 2-core machine; run nothing else meanwhile.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+HM=.venv/bin/hicache-mooncake
+OUT=benchmarks/results
+TRACE=${TRACE:-../shared/traces/conversation_trace.jsonl}
+mkdir -p "$OUT"
+"$HM" bench sglang --json "$OUT/bench_sglang.json" --plot "$OUT/bench_sglang.png"
+"$HM" bench ssd --json "$OUT/bench_ssd.json" --plot "$OUT/bench_ssd.png"
+"$HM" bench remote --json "$OUT/bench_remote.json" --plot "$OUT/bench_remote.png"
+if [[ -f "$TRACE" ]]; then
+  "$HM" replay "$TRACE" --json "$OUT/replay_public.json" --plot "$OUT/replay_public.png"
+else
+  echo "no trace at $TRACE (set TRACE=...): replay skipped"
+fi
