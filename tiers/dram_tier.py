@@ -108,11 +108,6 @@ class DramTier(Tier):
             free = sum(len(v) for v in cls.free_by_slab.values()) if cls is not None else 0
             return free + self._allocator.free_slab_count * (self._allocator.slab_size // slot)
 
-    def object_size(self, key: str) -> int | None:
-        with self._lock:
-            entry = self._index.get(key)
-        return None if entry is None else entry[1]
-
     def keys(self) -> list[str]:
         with self._lock:
             return list(self._index)
@@ -301,13 +296,6 @@ class DramTier(Tier):
                         self._counts["hit_bytes"] += nbytes
         return results
 
-    def touch(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
-        """Record an access that did not read bytes (e.g. an exists hit)."""
-        with self._lock:
-            entry = self._index.get(key)
-            if entry is not None:
-                self._policy_for(entry[1]).on_hit(key, ctx)
-
     # ------------------------------------------------------------------ background demotion
     @property
     def used_fraction(self) -> float:
@@ -349,10 +337,6 @@ class DramTier(Tier):
         with self._lock:
             for v in pinned:
                 self._unpin_locked(v.offset)
-
-    def hit_count(self, key: str) -> int:
-        with self._lock:
-            return self._hits.get(key, 0)
 
     # ------------------------------------------------------------------ internals
     def _policy_for(self, nbytes: int) -> EvictionPolicy:
