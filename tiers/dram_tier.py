@@ -116,13 +116,13 @@ class DramTier(Tier):
     def put(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
         return self.put_batch([(key, parts, ctx)])[0]
 
-    def put_batch(self, items: Sequence[tuple[str, Parts, AccessContext]]) -> list[bool]:
+    def put_batch(self, items: Sequence[tuple[str, Parts, AccessContext]], evict: bool = True) -> list[bool]:
         """Bookkeeping for the whole batch under one lock hold, copies outside it, one publish.
 
         A slot is taken without eviction, or by evicting victims in place when no demotion hook
         is set; items that need a demotion (I/O) go through ``_reserve`` one by one. A promotion
-        (``ctx.promoted``) takes only free space: making room for a copy of a page that a lower
-        tier still holds must not drop a page that exists nowhere else.
+        (``ctx.promoted``) or a call with ``evict=False`` takes only free space: making room for a copy
+        of a page that a lower tier still holds must not drop a page that exists nowhere else.
         """
         results = [False] * len(items)
         reserved: list[tuple[int, int, int]] = []  # (item index, offset, nbytes)
@@ -140,7 +140,7 @@ class DramTier(Tier):
                     self._counts["rejected_too_large"] += 1
                 elif not policy.should_admit(key, ctx):
                     self._counts["rejected_admission"] += 1
-                elif ctx.promoted:  # a promotion only uses free space: it never evicts (drops) a page
+                elif ctx.promoted or not evict:  # only free space: making room would drop a page
                     offset = self._allocator.alloc(nbytes)
                     if offset is None:
                         self._counts["promotions_skipped_full"] += 1

@@ -26,18 +26,21 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 from .demoter import Demoter
 from .dram_tier import DramTier
 from .parts import Parts
-from .policy import EvictionPolicy
+from .policy import AccessContext, EvictionPolicy
 from .policy.contexts import get_contexts, miss_context, set_contexts
 from .policy.placement import DRAM, SSD, TierPlacement
 from .ssd_tier import SsdTier
 from .tier import Tier
 from .tiered_store import TieredStore
+
+_OVERLAP_MIN = 8  # pages per call below which the hand-off to the worker costs more than it saves
 
 
 class PlacedTieredStore(TieredStore):
@@ -60,6 +63,9 @@ class PlacedTieredStore(TieredStore):
         self._placement: TierPlacement | None = None
         self._lock = threading.Lock()
         self.counts: Counter[str] = Counter()
+        # Placement bookkeeping (Python) runs here while the caller's thread copies bytes (numpy,
+        # GIL released), so a call costs max(copy, bookkeeping) instead of their sum.
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hicache-placement")
         if demoter is not None:
             demoter.watermarks = False
         if self.ssd is not None:
@@ -134,6 +140,19 @@ class PlacedTieredStore(TieredStore):
             return []
         sizes = [sum(p.nbytes for p in ps) for ps in parts]
         ctxs = get_contexts(keys, sizes, self._request_len_of(keys))
+        if self.dram is not None and len(keys) >= _OVERLAP_MIN and all(self.dram.contains_batch(keys)):
+            # all in DRAM (the common hit): note the hits while the bytes are copied
+            noted = self._worker.submit(self._note_dram_hits, keys, ctxs, sizes[0])
+            done, _ = self._read_through(keys, parts, ctxs)
+            drops, overflow = noted.result()
+            if not all(done):  # evicted between the check and the read: forget what is gone
+                with self._lock:
+                    placement = self._placement_for(sizes[0])
+                    for key, ok in zip(keys, done, strict=True):
+                        if not ok and key in placement and not self._held(key):
+                            placement.on_remove(key)
+            self._apply(drops, overflow)
+            return done
         done, level_of = self._read_through(keys, parts, ctxs)
         promote: list[int] = []
         with self._lock:
@@ -159,6 +178,19 @@ class PlacedTieredStore(TieredStore):
         self._apply(drops, overflow)
         return done
 
+    def _note_dram_hits(
+        self, keys: Sequence[str], ctxs: Sequence[AccessContext], nbytes: int
+    ) -> tuple[list[str], list[str]]:
+        with self._lock:
+            placement = self._placement_for(nbytes)
+            for key, ctx in zip(keys, ctxs, strict=True):
+                if placement.on_hit(key, ctx) is None:
+                    placement.on_set([key], [replace(ctx, promoted=True)])
+            return self._settle(placement)
+
+    def _held(self, key: str) -> bool:
+        return any(t.contains(key) for t in (self.dram, self.ssd) if t is not None)
+
     # ------------------------------------------------------------------ writes
     def put_batch(
         self,
@@ -172,21 +204,21 @@ class PlacedTieredStore(TieredStore):
         sizes = [sum(p.nbytes for p in ps) for ps in parts]
         in_dram = self.dram.contains_batch(keys) if self.dram is not None else [False] * len(keys)
         ctxs = set_contexts(keys, prefix_len or 0, prev_key, sizes)
-        copy_to: dict[str, list[int]] = {DRAM: [], SSD: []}
-        stored = [True] * len(keys)  # admitted and already held, or refused by policy (a decision)
-        with self._lock:
-            placement = self._placement_for(sizes[0])
-            for i, key in enumerate(keys):
-                before = placement.tier_of(key)
-                if not placement.on_set([key], [ctxs[i]])[0]:
-                    self.counts["not_admitted"] += before is None
-                    continue
-                target = placement.tier_of(key)
-                if target == DRAM and not in_dram[i]:
-                    copy_to[DRAM].append(i)  # new, or a re-set SSD page moving up with the call's bytes
-                elif target == SSD and before is None:
-                    copy_to[SSD].append(i)  # no DRAM tier
-            drops, overflow = self._settle(placement)
+        new = [i for i, held in enumerate(in_dram) if not held]
+        dram = self.dram
+        if dram is not None and len(new) >= _OVERLAP_MIN:
+            # decide while copying the new pages into free DRAM (no eviction); pages the
+            # placement then does not want there are removed again
+            decided = self._worker.submit(self._decide_sets, keys, ctxs, sizes[0], in_dram)
+            landed = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in new], evict=False)
+            copy_to, stored, drops, overflow = decided.result()
+            speculative = {i for i, ok in zip(new, landed, strict=True) if ok}
+            wanted = set(copy_to[DRAM]).difference(i for i in speculative if keys[i] in set(drops))
+            for i in speculative - wanted:
+                dram.remove(keys[i])
+            copy_to[DRAM] = [i for i in copy_to[DRAM] if i not in speculative]
+        else:
+            copy_to, stored, drops, overflow = self._decide_sets(keys, ctxs, sizes[0], in_dram)
         dropped = set(drops)
         self._apply(drops, overflow)
         need = len(copy_to[DRAM])
@@ -207,10 +239,11 @@ class PlacedTieredStore(TieredStore):
                 if not ok:
                     failed.append(keys[i])
         if failed:
-            self.counts["local_put_failed"] += len(failed)
             with self._lock:
+                self.counts["local_put_failed"] += len(failed)
                 for key in failed:
-                    placement.on_remove(key)
+                    if self._placement is not None:
+                        self._placement.on_remove(key)
         for pool in self.remote:  # the shared pool keeps its own write-through semantics
             if not pool.write_through:
                 continue
@@ -223,10 +256,35 @@ class PlacedTieredStore(TieredStore):
             self.demoter.notify()
         return stored
 
+    def _decide_sets(
+        self, keys: Sequence[str], ctxs: Sequence[AccessContext], nbytes: int, in_dram: Sequence[bool]
+    ) -> tuple[dict[str, list[int]], list[bool], list[str], list[str]]:
+        """Placement bookkeeping of a set: which keys to copy where; drops and DRAM overflow."""
+        copy_to: dict[str, list[int]] = {DRAM: [], SSD: []}
+        stored = [True] * len(keys)  # admitted and already held, or refused by policy (a decision)
+        with self._lock:
+            placement = self._placement_for(nbytes)
+            for i, key in enumerate(keys):
+                before = placement.tier_of(key)
+                if not placement.on_set([key], [ctxs[i]])[0]:
+                    self.counts["not_admitted"] += before is None
+                    continue
+                target = placement.tier_of(key)
+                if target == DRAM and not in_dram[i]:
+                    copy_to[DRAM].append(i)  # new, or a re-set SSD page moving up with the call's bytes
+                elif target == SSD and before is None:
+                    copy_to[SSD].append(i)  # no DRAM tier
+            drops, overflow = self._settle(placement)
+        return copy_to, stored, drops, overflow
+
     def clear(self) -> None:
         with self._lock:
             self._placement = None
         super().clear()
+
+    def close(self, flush_timeout_s: float = 0.0) -> None:
+        self._worker.shutdown(wait=True)
+        super().close(flush_timeout_s)
 
     def stats(self) -> dict[str, Any]:
         out = super().stats()
