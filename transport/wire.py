@@ -221,12 +221,20 @@ def encode_get(items: Sequence[tuple[str, int]], limits: Limits) -> bytes:
 
 
 def decode_get(meta: bytes | bytearray | memoryview, limits: Limits) -> list[tuple[str, int]]:
+    """GET request: ``(key, expected size)`` per object."""
+    return _decode_keyed_u64(meta, limits, _GET_ITEM)
+
+
+def _decode_keyed_u64(
+    meta: bytes | bytearray | memoryview, limits: Limits, item: struct.Struct
+) -> list[tuple[str, int]]:
+    """A counted list of ``(key, one unsigned 64-bit field)``; limits enforced, no trailing bytes."""
     r = _Reader(meta)
     out = []
     for _ in range(_read_count(r, limits)):
         key = _read_key(r, limits)
-        (size,) = r.unpack(_GET_ITEM)
-        out.append((key, size))
+        (value,) = r.unpack(item)
+        out.append((key, value))
     r.done()
     return out
 
@@ -307,14 +315,8 @@ def encode_commit(items: Sequence[tuple[str, int]], limits: Limits) -> bytes:
 
 
 def decode_commit(meta: bytes | bytearray | memoryview, limits: Limits) -> list[tuple[str, int]]:
-    r = _Reader(meta)
-    out = []
-    for _ in range(_read_count(r, limits)):
-        key = _read_key(r, limits)
-        (ver,) = r.unpack(_COMMIT_ITEM)
-        out.append((key, ver))
-    r.done()
-    return out
+    """COMMIT request: ``(key, version)`` per object."""
+    return _decode_keyed_u64(meta, limits, _COMMIT_ITEM)
 
 
 # ---- READ_AT / WRITE_AT (address-based, what a one-sided engine does, emulated over TCP) ----

@@ -47,3 +47,26 @@ def check_get(engine: SsdEngine, key: str, size: int, nparts: int = 1) -> bool:
     if ok:
         assert np.array_equal(out, value_for(key, size)), f"wrong bytes served for {key}"
     return ok
+
+
+def stall_writes(monkeypatch: Any) -> tuple[Any, Any]:
+    """Make the engine's write jobs wait: returns ``(gate, entered)``; a write sets ``entered``
+    when it starts and proceeds once ``gate`` is set (at most 10 s)."""
+    import threading
+
+    gate, entered = threading.Event(), threading.Event()
+    orig = SsdEngine._write_jobs
+
+    def slow_jobs(self, g, buf):  # type: ignore[no-untyped-def]
+        def wrap(j):  # type: ignore[no-untyped-def]
+            def run() -> None:
+                entered.set()
+                gate.wait(10)
+                j()
+
+            return run
+
+        return [wrap(j) for j in orig(self, g, buf)]
+
+    monkeypatch.setattr(SsdEngine, "_write_jobs", slow_jobs)
+    return gate, entered

@@ -7,9 +7,7 @@ import threading
 import time
 
 import numpy as np
-from ssd_helpers import open_engine, size_for, value_for
-
-from hicache_mooncake.ssd.engine import SsdEngine
+from ssd_helpers import open_engine, size_for, stall_writes, value_for
 
 
 def test_four_threads_mixed_ops_no_stale_reads(ssd_dir: str) -> None:
@@ -90,24 +88,7 @@ def test_four_threads_mixed_ops_no_stale_reads(ssd_dir: str) -> None:
 def test_get_served_from_write_buffer_while_flushing(ssd_dir: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A get of an entry whose write is still in flight is served from the write buffer."""
     e = open_engine(ssd_dir, capacity_bytes=8 << 20, region_size=1 << 20)
-    gate = threading.Event()
-    entered = threading.Event()
-    orig = SsdEngine._write_jobs
-
-    def slow_jobs(self, g, buf):  # type: ignore[no-untyped-def]
-        jobs = orig(self, g, buf)
-
-        def wrap(j):  # type: ignore[no-untyped-def]
-            def run() -> None:
-                entered.set()
-                gate.wait(10)
-                j()
-
-            return run
-
-        return [wrap(j) for j in jobs]
-
-    monkeypatch.setattr(SsdEngine, "_write_jobs", slow_jobs)
+    gate, entered = stall_writes(monkeypatch)
     v = value_for("wb", 50_000)
     res: list[bool] = []
     t = threading.Thread(target=lambda: res.append(e.put("wb", [memoryview(v)])))

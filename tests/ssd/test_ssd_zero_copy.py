@@ -8,10 +8,9 @@ import threading
 import time
 
 import numpy as np
-from ssd_helpers import aligned_array, open_engine, value_for
+from ssd_helpers import aligned_array, open_engine, stall_writes, value_for
 
 from hicache_mooncake.ssd.buffer import BufferPool, WriteBuffer
-from hicache_mooncake.ssd.engine import SsdEngine
 
 
 def _aligned_value(key: str, size: int) -> np.ndarray:
@@ -53,23 +52,7 @@ def test_zero_copy_off_stages_everything(ssd_dir: str) -> None:
 
 def test_pending_get_copies_from_caller_memory(ssd_dir: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     e = open_engine(ssd_dir, capacity_bytes=8 << 20, region_size=1 << 20)
-    gate, entered = threading.Event(), threading.Event()
-    orig = SsdEngine._write_jobs
-
-    def slow_jobs(self, g, buf):  # type: ignore[no-untyped-def]
-        jobs = orig(self, g, buf)
-
-        def wrap(j):  # type: ignore[no-untyped-def]
-            def run() -> None:
-                entered.set()
-                gate.wait(10)
-                j()
-
-            return run
-
-        return [wrap(j) for j in jobs]
-
-    monkeypatch.setattr(SsdEngine, "_write_jobs", slow_jobs)
+    gate, entered = stall_writes(monkeypatch)
     v = _aligned_value("zc", 64 << 10)
     res: list[bool] = []
     t = threading.Thread(
