@@ -106,6 +106,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         super().register_mem_pool_host(mem_pool_host)
         self._host_map = HostMemoryMap(pool_tensors(mem_pool_host))
+        self.store.register_memory(self._host_map.regions())
         self._keys = build_keyspace(
             self.model_name,
             self.config.namespace.tenant,

@@ -33,6 +33,10 @@ class HostMemoryMap:
         self._arrays = [_array_at(b, regions[b]) for b in self._bases]
         self.fallback_views = 0
 
+    def regions(self) -> list[memoryview]:
+        """One writable byte view per distinct buffer of the pool (for memory registration)."""
+        return [a.data for a in self._arrays]
+
     def view(self, ptr: int, nbytes: int) -> memoryview:
         i = bisect.bisect_right(self._bases, ptr) - 1
         if i >= 0 and ptr + nbytes <= self._ends[i]:

@@ -33,7 +33,7 @@ from typing import Any
 from .demoter import Demoter
 from .dram_tier import DramTier
 from .parts import Parts
-from .policy import AccessContext, EvictionPolicy
+from .policy import AccessContext, EvictionPolicy, ObjectType
 from .policy.contexts import get_contexts, miss_context, set_contexts
 from .policy.placement import DRAM, SSD, TierPlacement
 from .ssd_tier import SsdTier
@@ -135,11 +135,13 @@ class PlacedTieredStore(TieredStore):
         return n
 
     # ------------------------------------------------------------------ reads
-    def get_batch_into(self, keys: Sequence[str], parts: Sequence[Parts]) -> list[bool]:
+    def get_batch_into(
+        self, keys: Sequence[str], parts: Sequence[Parts], obj_type: ObjectType = ObjectType.KV_PAGE
+    ) -> list[bool]:
         if not keys:
             return []
         sizes = [sum(p.nbytes for p in ps) for ps in parts]
-        ctxs = get_contexts(keys, sizes, self._request_len_of(keys))
+        ctxs = get_contexts(keys, sizes, self._request_len_of(keys), obj_type=obj_type)
         if self.dram is not None and len(keys) >= _OVERLAP_MIN and all(self.dram.contains_batch(keys)):
             # all in DRAM (the common hit): note the hits while the bytes are copied
             noted = self._worker.submit(self._note_dram_hits, keys, ctxs, sizes[0])
@@ -198,12 +200,13 @@ class PlacedTieredStore(TieredStore):
         parts: Sequence[Parts],
         prev_key: str | None = None,
         prefix_len: int | None = None,
+        obj_type: ObjectType = ObjectType.KV_PAGE,
     ) -> list[bool]:
         if not keys:
             return []
         sizes = [sum(p.nbytes for p in ps) for ps in parts]
         in_dram = self.dram.contains_batch(keys) if self.dram is not None else [False] * len(keys)
-        ctxs = set_contexts(keys, prefix_len or 0, prev_key, sizes)
+        ctxs = set_contexts(keys, prefix_len or 0, prev_key, sizes, obj_type=obj_type)
         new = [i for i, held in enumerate(in_dram) if not held]
         dram = self.dram
         if dram is not None and len(new) >= _OVERLAP_MIN:

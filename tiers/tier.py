@@ -32,6 +32,10 @@ class Tier(ABC):
     write_through: bool = False
     """Receive every set (besides the first tier that stores it), e.g. the shared pool."""
 
+    def register_memory(self, regions: Sequence[memoryview]) -> None:  # noqa: B027
+        """Caller buffers pages will move from/into (see ``TieredStore.register_memory``);
+        tiers whose transport needs registered memory override this (default: nothing to do)."""
+
     def should_promote(self, key: str, ctx: AccessContext) -> bool:
         """After a hit here, copy the object into the tiers above? (default: no)."""
         return False

@@ -22,7 +22,7 @@ from typing import Any
 
 from .demoter import Demoter
 from .parts import Parts
-from .policy import AccessContext
+from .policy import AccessContext, ObjectType
 from .policy.contexts import get_contexts, set_contexts
 from .tier import Tier
 
@@ -59,6 +59,14 @@ class TieredStore:
         with self._request_len_lock:
             return self._request_len.get(keys[0], 0) if keys else 0
 
+    def register_memory(self, regions: Sequence[memoryview]) -> None:
+        """Caller memory that pages will be copied from and into (SGLang's host pool buffers),
+        announced once before the first call: tiers whose transport must register memory (RDMA
+        memory regions, Mooncake's ``register_buffer``) do it here; the others ignore it. A
+        tier that cannot register keeps working through its slower path (never raises)."""
+        for tier in self.tiers:
+            tier.register_memory(regions)
+
     def tier(self, name: str) -> Tier | None:
         return next((t for t in self.tiers if t.name == name), None)
 
@@ -78,9 +86,11 @@ class TieredStore:
                 return i
         return len(keys)
 
-    def get_batch_into(self, keys: Sequence[str], parts: Sequence[Parts]) -> list[bool]:
+    def get_batch_into(
+        self, keys: Sequence[str], parts: Sequence[Parts], obj_type: ObjectType = ObjectType.KV_PAGE
+    ) -> list[bool]:
         sizes = [sum(p.nbytes for p in ps) for ps in parts]
-        ctxs = get_contexts(keys, sizes, self._request_len_of(keys))
+        ctxs = get_contexts(keys, sizes, self._request_len_of(keys), obj_type=obj_type)
         done, level_of = self._read_through(keys, parts, ctxs)
         for level in range(1, len(self.tiers)):
             tier = self.tiers[level]
@@ -137,6 +147,7 @@ class TieredStore:
         parts: Sequence[Parts],
         prev_key: str | None = None,
         prefix_len: int | None = None,
+        obj_type: ObjectType = ObjectType.KV_PAGE,
     ) -> list[bool]:
         """Store in the first tier that accepts each key, and in every write-through tier.
 
@@ -148,7 +159,7 @@ class TieredStore:
             prefix_len if prefix_len is not None else (stored.index(False) if False in stored else len(keys))
         )
         sizes = [sum(p.nbytes for p in ps) for ps in parts]
-        ctxs = set_contexts(keys, prefix_hits, prev_key, sizes)
+        ctxs = set_contexts(keys, prefix_hits, prev_key, sizes, obj_type=obj_type)
         primary = [i for i, ok in enumerate(stored) if not ok]
         for level, tier in enumerate(self.tiers):
             todo = [

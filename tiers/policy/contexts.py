@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .base import AccessContext
+from .base import AccessContext, ObjectType
 
 
 def _sizes(sizes: Sequence[int] | int, n: int) -> Sequence[int]:
@@ -28,6 +28,7 @@ def set_contexts(
     prev_key: str | None,
     sizes: Sequence[int] | int = 0,
     now: float = 0.0,
+    obj_type: ObjectType = ObjectType.KV_PAGE,
 ) -> list[AccessContext]:
     n = len(keys)
     size_of = _sizes(sizes, n)
@@ -43,6 +44,7 @@ def set_contexts(
                 size=size_of[i],
                 prev_key=prev,
                 request_len=prefix_len + n,
+                obj_type=obj_type,
             )
         )
         prev = key
@@ -50,7 +52,11 @@ def set_contexts(
 
 
 def get_contexts(
-    keys: Sequence[str], sizes: Sequence[int] | int = 0, request_len: int = 0, now: float = 0.0
+    keys: Sequence[str],
+    sizes: Sequence[int] | int = 0,
+    request_len: int = 0,
+    now: float = 0.0,
+    obj_type: ObjectType = ObjectType.KV_PAGE,
 ) -> list[AccessContext]:
     n = len(keys)
     size_of = _sizes(sizes, n)
@@ -66,6 +72,7 @@ def get_contexts(
                 size=size_of[i],
                 prev_key=prev,
                 request_len=request_len,
+                obj_type=obj_type,
             )
         )
         prev = key
