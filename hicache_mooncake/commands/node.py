@@ -1,8 +1,9 @@
 """``hicache-mooncake node --config FILE``: run a memory node in the foreground until SIGTERM.
 
-Reads the ``node:`` and ``metadata:`` sections of the YAML (e.g. ``configs/cluster.yaml``); other
-top-level sections (the client side's ``tiers.remote`` ...) are ignored here. Sizes may be written
-``4GiB``. A bad key is refused with its YAML path and the reason.
+Uses the ``node:`` and ``metadata:`` sections of the YAML (e.g. ``configs/cluster.yaml``); the
+whole file is validated with the backend's loader, so the one file that serves both sides is
+refused here exactly as the backend would refuse it (YAML path of each bad key and the reason).
+Sizes may be written ``4GiB``; the path may carry SGLang's ``@`` prefix.
 """
 
 from __future__ import annotations
@@ -10,13 +11,10 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import sys
 import threading
 from typing import Any
 
-import yaml
-from pydantic import ValidationError
-
+from hicache_mooncake.config import load_config_file
 from hicache_mooncake.config.cluster import NodeSection
 from hicache_mooncake.transport.metadata import MetadataConfig, make_metadata
 from hicache_mooncake.transport.node_server import NodeServer
@@ -46,35 +44,13 @@ class _PolicyEvictor:
 
 
 def load(path: str) -> tuple[NodeSection, MetadataConfig]:
-    with open(path) as f:
-        raw = yaml.safe_load(f) or {}
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: top level must be a mapping")
-    try:
-        node = NodeSection.model_validate(raw.get("node") or {})
-    except ValidationError as exc:
-        raise ValueError(_explain(path, "node", exc)) from None
-    try:
-        meta = MetadataConfig.model_validate(raw.get("metadata") or {})
-    except ValidationError as exc:
-        raise ValueError(_explain(path, "metadata", exc)) from None
-    return node, meta
-
-
-def _explain(path: str, section: str, exc: ValidationError) -> str:
-    lines = [f"{path}: invalid '{section}' section:"]
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in (section, *err["loc"]))
-        lines.append(f"  {loc}: {err['msg']}")
-    return "\n".join(lines)
+    """The node's sections of ``path``; ConfigError (exit status 2) on any problem with the file."""
+    config = load_config_file(path).config
+    return config.node or NodeSection(), config.metadata
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        node_cfg, meta_cfg = load(args.config)
-    except (OSError, ValueError) as exc:
-        print(exc, file=sys.stderr)
-        return 2
+    node_cfg, meta_cfg = load(args.config)
     if args.port is not None:
         node_cfg = node_cfg.model_copy(update={"port": args.port})
     if args.ready_file:
@@ -106,7 +82,9 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("node", help="run a memory node (remote DRAM pool) until SIGTERM")
-    parser.add_argument("--config", required=True, help="YAML with node: and metadata: sections")
+    parser.add_argument(
+        "--config", required=True, help="YAML with node: and metadata: sections (@ prefix allowed)"
+    )
     parser.add_argument("--port", type=int, default=None, help="override node.port")
     parser.add_argument("--ready-file", default=None, help="write 'host port' here once listening")
     parser.set_defaults(func=run)
