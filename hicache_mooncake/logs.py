@@ -7,8 +7,10 @@ handlers (SGLang's, or the CLI's), so every module below it (backend, tiers, ssd
 covered without any of them doing anything. The CLI, the backend and ``FailureLog`` call it; it
 is idempotent.
 
-What the limiter promises, per *cause* (logger name, level, the message template before ``%``
-formatting, and the exception type; or an explicit ``extra={"log_cause": ...}``):
+What the limiter promises, per *cause*: for warnings and errors the logger name, level, message
+template before ``%`` formatting and exception type (so "demotion of %s failed" for 10,000 keys is
+one cause), or an explicit ``extra={"log_cause": ...}``; for INFO lines the exact message (distinct
+status lines all pass, a flapping one collapses); DEBUG lines (asked for) are not limited:
 
 - the first occurrence is logged as it is, traceback included;
 - further occurrences within ``interval_s`` are counted, not logged;
@@ -72,8 +74,28 @@ class RepeatLimiter(logging.Handler):
         if not self.filter(record):
             return False
         for out in self._admit(record):
-            self.forward_to.handle(out)
+            self._forward(out)
         return True
+
+    def _forward(self, record: logging.LogRecord) -> None:
+        """What propagation would do from ``forward_to`` up, minus the handlers that are also on
+        our logger (pytest attaches its capture handlers to non-propagating loggers too: they
+        already saw the record)."""
+        logger: logging.Logger | None = self.forward_to
+        if logger is None or logger.disabled or not logger.filter(record):
+            return
+        mine = set(logging.getLogger(LOGGER_NAME).handlers)
+        found = 0
+        while logger is not None:
+            for handler in logger.handlers:
+                if handler in mine:
+                    continue
+                found += 1
+                if record.levelno >= handler.level:
+                    handler.handle(record)
+            logger = logger.parent if logger.propagate else None
+        if not found and logging.lastResort is not None and record.levelno >= logging.lastResort.level:
+            logging.lastResort.handle(record)
 
     def emit(self, record: logging.LogRecord) -> None:  # handle() does the work
         self.handle(record)
@@ -84,9 +106,11 @@ class RepeatLimiter(logging.Handler):
             due = [self._summary(c, self.clock()) for c in self._causes.values() if c.suppressed]
         for out in due:
             if out is not None:
-                self.forward_to.handle(out)
+                self._forward(out)
 
     def _admit(self, record: logging.LogRecord) -> list[logging.LogRecord]:
+        if record.levelno < logging.INFO:
+            return [record]
         key = _cause_key(record)
         now = self.clock()
         with self._state:
@@ -146,7 +170,12 @@ def _has_exception(record: logging.LogRecord) -> bool:
 
 def _cause_key(record: logging.LogRecord) -> CauseKey:
     explicit = getattr(record, "log_cause", None)
-    template = str(explicit) if explicit is not None else str(record.msg)
+    if explicit is not None:
+        template = str(explicit)
+    elif record.levelno < logging.WARNING:
+        template = record.getMessage()
+    else:
+        template = str(record.msg)
     exc_type = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else ""
     return (record.name, record.levelno, template, exc_type)
 
@@ -191,6 +220,10 @@ def set_host_level(level: int) -> None:
     INFO (DEBUG with ``-v``) for our loggers while libraries stay at warnings."""
     global _host_level
     _host_level = level
+
+
+def host_level() -> int:
+    return _host_level
 
 
 def apply_level(level: str | None) -> None:

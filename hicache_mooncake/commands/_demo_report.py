@@ -54,7 +54,7 @@ def explain_misses(
     missing = pages - found
     if missing <= 0:
         return [f"all {pages} pages found"]
-    causes = [(pages - stored, "refused at set (no room the store could make)"), *_causes(before_read)]
+    causes = [(pages - stored, _refused_at_set(before_read)), *_causes(before_read)]
     causes.append((vanished, "present, then not read back (a failed read, or evicted meanwhile)"))
     shown = [(n, text) for n, text in causes if n > 0]
     lines = [f"not found: {missing} of {pages} pages; from the counters:"]
@@ -70,6 +70,15 @@ def explain_misses(
     elif left < 0:
         lines.append(f"  (these counters add up to {missing - left}: some pages were counted twice)")
     return lines
+
+
+def _refused_at_set(stats: dict[str, Any]) -> str:
+    tiers = stats.get("tiers", {})
+    if (tiers.get("placement") or {}).get("local_put_failed") or (tiers.get("dram") or {}).get(
+        "rejected_no_space"
+    ):
+        return "refused at set: no free DRAM slot (DRAM full before moving older pages to the SSD made room)"
+    return "refused at set"
 
 
 def _causes(stats: dict[str, Any]) -> list[tuple[int, str]]:
@@ -89,6 +98,7 @@ def _causes(stats: dict[str, Any]) -> list[tuple[int, str]]:
                 f"{placement.get('capacity_pages')} pages of this size in DRAM + SSD)",
             ),
             (placement.get("forgotten", 0), "evicted from the SSD by region reclaim"),
+            (placement.get("not_admitted", 0), "not admitted by the placement policy"),
         ]
     else:  # per-tier placement: DRAM evicts by its own policy, the SSD reclaims whole regions
         causes += [

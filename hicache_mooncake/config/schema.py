@@ -2,9 +2,10 @@
 
 One document carries SGLang's ``dynamic`` loader keys (``backend_name``, ``module_path``,
 ``class_name``, ``interface_v1``) next to ours, so ``--hicache-storage-backend dynamic
---hicache-storage-backend-extra-config @configs/default.yaml`` is the whole setup. Unknown keys
-are refused (a typo never silently falls back to a default). Sizes take ints (bytes) or strings
-such as ``64GiB`` / ``512MB``.
+--hicache-storage-backend-extra-config @$(hicache-mooncake config path default)`` is the whole
+setup. Unknown keys are refused (a typo never silently falls back to a default), except the keys
+SGLang itself adds (``SGLANG_INJECTED_KEYS``). Sizes take ints (bytes) or strings such as
+``64GiB`` / ``512MB``.
 """
 
 from __future__ import annotations
