@@ -70,7 +70,7 @@ class RepeatLimiter(logging.Handler):
         self._last_sweep = clock()
 
     # Overrides Handler.handle so the handler lock is not held while the root handlers write.
-    def handle(self, record: logging.LogRecord) -> bool:  # type: ignore[override]
+    def handle(self, record: logging.LogRecord) -> bool:
         if not self.filter(record):
             return False
         for out in self._admit(record):
