@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="debug logging of hicache-mooncake's own loggers (libraries stay at warnings)",
     )
+    parser.set_defaults(exit_findings="the command found something wrong (see its --help)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
