@@ -54,7 +54,13 @@ def main() -> None:
     ready, secret, shm_path, size = sys.argv[1], sys.argv[2].encode(), sys.argv[3], int(sys.argv[4])
     node_id, epoch, token = (sys.argv[5:8] + ["fake", "1", "00" * 16][len(sys.argv[5:8]) :])[:3]
     info = json.dumps(
-        {"node_id": node_id, "epoch": int(epoch), "arena_size": size, "shm_path": shm_path, "arena_token": token}
+        {
+            "node_id": node_id,
+            "epoch": int(epoch),
+            "arena_size": size,
+            "shm_path": shm_path,
+            "arena_token": token,
+        }
     ).encode()
     listener = socket.create_server(("127.0.0.1", 0))
     with open(ready + ".tmp", "w") as f:

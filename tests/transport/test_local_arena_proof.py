@@ -42,7 +42,9 @@ def fake_node(tmp_path: Path) -> Iterator[Callable[..., int]]:
     def start(shm_path: Path, size: int = SIZE, identity: tuple[str, int, str] | None = None) -> int:
         ready = tmp_path / f"fake-{len(procs)}.port"
         extra = [identity[0], str(identity[1]), identity[2]] if identity else []
-        proc = subprocess.Popen([sys.executable, str(FAKE_NODE), str(ready), SECRET, str(shm_path), str(size), *extra])
+        proc = subprocess.Popen(
+            [sys.executable, str(FAKE_NODE), str(ready), SECRET, str(shm_path), str(size), *extra]
+        )
         procs.append(proc)
         deadline = time.monotonic() + 15
         while not ready.exists():
