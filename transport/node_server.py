@@ -73,11 +73,10 @@ def check_authentication(cfg: NodeConfig, secret: bytes) -> None:
         return
     where = f"node.host {cfg.host!r} is reachable beyond loopback"
     if not cfg.allow_unauthenticated:
-        source = (
-            f"node.secret_file {cfg.secret_file!r} is empty"
-            if cfg.secret_file
-            else (f"${cfg.secret_env} (node.secret_env) is empty or unset")
-        )
+        if cfg.secret_file:
+            source = f"node.secret_file {cfg.secret_file!r} is empty"
+        else:
+            source = f"${cfg.secret_env} (node.secret_env) is empty or unset"
         raise ValueError(
             f"{where} and no shared secret is set ({source}): anyone who can reach the port could "
             "read and write the pool. Set a secret, or node.allow_unauthenticated: true to run open."

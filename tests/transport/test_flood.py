@@ -93,6 +93,23 @@ def attacker(tmp_path: Path) -> Iterator[Callable[..., Attacker]]:
             a.stop()
 
 
+def one_round(client: NodeClient, key: str) -> tuple[list[str], float]:
+    """put, get (byte-checked), exists of one page; returns what failed and the slowest call."""
+    page, out = os.urandom(16384), bytearray(16384)
+    failed, slowest = [], 0.0
+    t0 = time.monotonic()
+    if client.put_batch([(key, [memoryview(page)])]) != [True]:
+        failed.append("put")
+    t1 = time.monotonic()
+    if client.get_batch_into([(key, [memoryview(out)])]) != [True] or out != page:
+        failed.append("get")
+    t2 = time.monotonic()
+    if client.exists_batch([key]) != [True]:
+        failed.append("exists")
+    slowest = max(t1 - t0, t2 - t1, time.monotonic() - t2)
+    return failed, slowest
+
+
 def keep_working(port: int, seconds: float, node_pid: int) -> tuple[list[str], int, int, float]:
     """Fresh clients and a long-lived one doing put / get / exists; returns the failures, the
     number of operations, the node's highest thread count seen and the slowest operation (s)."""
@@ -106,18 +123,10 @@ def keep_working(port: int, seconds: float, node_pid: int) -> tuple[list[str], i
             i += 1
             fresh = NodeClient("127.0.0.1", port, OPTS)
             for name, client in (("fresh", fresh), ("steady", steady)):
-                key, page, out = f"{name}-{i}", os.urandom(16384), bytearray(16384)
-                for op, call, want in (
-                    ("put", lambda: client.put_batch([(key, [memoryview(page)])]), [True]),
-                    ("get", lambda: client.get_batch_into([(key, [memoryview(out)])]), [True]),
-                    ("exists", lambda: client.exists_batch([key]), [True]),
-                ):
-                    t0 = time.monotonic()
-                    got = call()
-                    slowest = max(slowest, time.monotonic() - t0)
-                    ops += 1
-                    if got != want or (op == "get" and out != page):
-                        failures.append(f"{name} {op} #{i}: {got} {dict(client.counters)}")
+                failed, slow = one_round(client, f"{name}-{i}")
+                ops += 3
+                slowest = max(slowest, slow)
+                failures += [f"{name} {op} #{i}: {dict(client.counters)}" for op in failed]
             fresh.close()
             max_threads = max(max_threads, node_threads(node_pid))
             time.sleep(0.05)
