@@ -60,6 +60,8 @@ def build_remote(config: BackendConfig, rank_tag: str) -> Tier | None:
         connect_timeout_s=remote.connect_timeout_s,
         connections_per_peer=remote.connections_per_peer,
         secret=remote.secret(),
+        allow_unauthenticated=remote.allow_unauthenticated,
+        shm_dir=remote.shm_dir,
     )
     client = ClusterClient(
         make_metadata(config.metadata),
