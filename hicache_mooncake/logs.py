@@ -251,5 +251,7 @@ def configure(level: str | None) -> None:
 
 @atexit.register
 def _flush_at_exit() -> None:
+    if not logging.getLogger().handlers:  # nobody logs any more (e.g. a test runner has finished)
+        return
     with contextlib.suppress(Exception):  # never fail interpreter shutdown over a log line
         flush()

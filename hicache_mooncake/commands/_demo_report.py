@@ -1,10 +1,10 @@
 """The demo's account of pages it did not find, from the tiers' own counters.
 
 Every page the demo wrote and did not find again went somewhere a counter records: refused at set,
-dropped by the placement policy (the pages of this size that DRAM + SSD hold together are
-bounded), evicted from the SSD by region reclaim, refused by the SSD on its way down from DRAM
-(free-space floor, no space, I/O error), not admitted to the SSD, or gone between the existence
-check and the read. ``explain_misses`` lists the non-zero ones and says how many misses they
+dropped by the placement policy (DRAM + SSD hold a bounded number of bytes together), evicted
+from the SSD by region reclaim, lost on its way from DRAM to the SSD (not admitted, or the write
+refused: free-space floor, no space, I/O error), not admitted by the policy, or gone between the
+existence check and the read. ``explain_misses`` lists the non-zero ones and says how many misses they
 account for, so a gap between the counters and the misses is visible instead of silent.
 """
 
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+from hicache_mooncake.sizes import format_size
 
 
 def present_runs(present: Sequence[bool]) -> list[tuple[int, int]]:
@@ -74,10 +76,9 @@ def explain_misses(
 
 def _refused_at_set(stats: dict[str, Any]) -> str:
     tiers = stats.get("tiers", {})
-    if (tiers.get("placement") or {}).get("local_put_failed") or (tiers.get("dram") or {}).get(
-        "rejected_no_space"
-    ):
-        return "refused at set: no free DRAM slot (DRAM full before moving older pages to the SSD made room)"
+    placement, dram = tiers.get("placement") or {}, tiers.get("dram") or {}
+    if placement.get("local_put_failed") or dram.get("rejected_no_space"):
+        return "refused at set: no free DRAM slot in time (moving older pages to the SSD had not made room)"
     return "refused at set"
 
 
@@ -86,33 +87,28 @@ def _causes(stats: dict[str, Any]) -> list[tuple[int, str]]:
     tiers = stats.get("tiers", {})
     placement = tiers.get("placement") or {}
     ssd = tiers.get("ssd") or {}
-    dram = tiers.get("dram") or {}
-    background = ssd.get("background") or {}
-    rejected = ssd.get("rejected") or {}
-    causes: list[tuple[int, str]] = []
-    if placement.get("policy"):
-        causes += [
-            (
-                placement.get("dropped", 0),
-                f"dropped by the placement policy ({placement['policy']} keeps at most "
-                f"{placement.get('capacity_pages')} pages of this size in DRAM + SSD)",
-            ),
-            (placement.get("forgotten", 0), "evicted from the SSD by region reclaim"),
-            (placement.get("not_admitted", 0), "not admitted by the placement policy"),
-        ]
-    else:  # per-tier placement: DRAM evicts by its own policy, the SSD reclaims whole regions
-        causes += [
-            (dram.get("evictions", 0) - dram.get("demotions", 0), "evicted from DRAM without an SSD copy"),
-            (ssd.get("evicted_entries", 0), "evicted from the SSD by region reclaim"),
-        ]
-    refusals = ", ".join(f"{why}: {n}" for why, n in rejected.items() if n)
-    causes += [
-        (
-            background.get("demoted_failed", 0),
-            "lost on their way from DRAM to the SSD, which refused the write"
-            + (f" ({refusals}; floor = tiers.ssd.min_free)" if refusals else ""),
-        ),
-        (ssd.get("dropped_cold", 0), "not admitted to the SSD (tiers.ssd.admit_min_hits)"),
-        (ssd.get("dropped_budget", 0), "over the SSD write budget (tiers.ssd.write_budget_mbps)"),
+    mover = ssd.get("background") or {}
+    refused = ", ".join(f"{why}: {n}" for why, n in (ssd.get("rejected") or {}).items() if n)
+    not_written = [
+        (mover.get("demoted_refused", 0), "not admitted: tiers.ssd.admit_min_hits / write_budget_mbps"),
+        (mover.get("demoted_failed", 0), f"write refused{f' ({refused})' if refused else ''}"),
     ]
-    return causes
+    detail = "; ".join(f"{text}: {n}" for n, text in not_written if n)
+    capacity = placement.get("capacity")
+    return [
+        (
+            placement.get("dropped", 0),
+            "dropped by the placement policy"
+            + (
+                f" ({placement.get('policy')} keeps at most {format_size(capacity)} in DRAM + SSD)"
+                if capacity
+                else ""
+            ),
+        ),
+        (placement.get("forgotten", 0), "evicted from the SSD by region reclaim"),
+        (
+            placement.get("dropped_on_demotion", 0),
+            "lost on their way from DRAM to the SSD" + (f" ({detail})" if detail else ""),
+        ),
+        (placement.get("not_admitted", 0), "not admitted by the placement policy"),
+    ]

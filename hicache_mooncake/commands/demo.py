@@ -118,17 +118,17 @@ def _demo(args: argparse.Namespace, extra: dict[str, Any]) -> int:
         batches = [keys[i : i + BATCH_PAGES] for i in range(0, len(keys), BATCH_PAGES)]
         stored = 0
         t_set = 0.0
-        demoter = backend.store.demoter
+        mover = backend.store.mover
         for chunk in tqdm(batches, desc="set", unit="batch", disable=no_bar):
             start = time.perf_counter()
             ok = backend.batch_set_v1(chunk, src[: len(chunk) * ps])
             t_set += time.perf_counter() - start
             stored += sum(ok)
-            if demoter is not None and not args.no_pace:
-                demoter.flush()  # a write rate the SSD absorbs (prefill is slower than memcpy)
-        if demoter is not None:
+            if mover is not None and not args.no_pace:
+                mover.flush()  # a write rate the SSD absorbs (prefill is slower than memcpy)
+        if mover is not None:
             print("waiting for background demotion DRAM -> SSD ...")
-            demoter.flush()
+            mover.flush()
         before_read = backend.tier_stats()
         before = before_read["tiers"]
         found = mismatched = vanished = 0

@@ -1,11 +1,11 @@
 """Logs: one line per cause per interval with a count, tracebacks once, everywhere below the
-``hicache_mooncake`` logger (real DRAM tier and SSD engine failing on every object); our level
+``hicache_mooncake`` logger (the real mover and SSD engine failing on every batch / entry); our level
 follows the root logger's (SGLang's ``--log-level``) unless the YAML sets ``log_level``."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +15,8 @@ from hicache_mooncake import logs
 from hicache_mooncake.config import validate_config
 from hicache_mooncake.ssd import SsdEngine, SsdOptions
 from hicache_mooncake.tiers.dram_tier import DramTier
+from hicache_mooncake.tiers.mover import Mover
+from hicache_mooncake.tiers.ssd_tier import SsdTier
 
 
 class FakeClock:
@@ -139,21 +141,36 @@ def test_explicit_causes_share_a_template(root_lines: Lines) -> None:
     assert failures.snapshot() == {"batch_get_v1 failed": 20, "batch_set_v1 failed": 20}
 
 
-def test_dram_tier_demotion_failing_for_every_key_logs_one_traceback(root_lines: Lines) -> None:
-    """The per-key demotion failure of the real DRAM tier: 200 evictions, one line."""
+def test_mover_loop_failing_on_every_batch_logs_one_traceback(root_lines: Lines, tmp_path: Path) -> None:
+    """The real DRAM -> SSD mover over a real DRAM tier and SSD tier: its store (the listener)
+    fails on every batch it moved; the loop logs and retries, one line for all of them."""
 
-    def broken_disk(key: str, view: memoryview) -> None:
-        raise OSError(5, "Input/output error")
+    class BrokenStore:
+        batches = 0
 
-    tier = DramTier(4 << 20, slab_size=1 << 20, prefault=False, on_evict=broken_disk)
-    page = np.zeros(64 << 10, dtype=np.uint8)
+        def moved(self, keys: Sequence[str]) -> None:
+            BrokenStore.batches += 1
+            raise RuntimeError("store bookkeeping broke")
+
+        def lost(self, keys: Sequence[str]) -> None:
+            raise RuntimeError("store bookkeeping broke")
+
+    dram = DramTier(4 << 20, slab_size=1 << 20, prefault=False)
+    engine = SsdEngine(SsdOptions(dirs=(str(tmp_path),), capacity_bytes=8 << 20, region_size=1 << 20))
+    mover = Mover(dram, SsdTier(engine), BrokenStore(), batch_items=1, interval_s=0.001)
+    page = np.zeros(16 << 10, dtype=np.uint8)
+    keys = [f"k{i}" for i in range(40)]
     try:
-        for i in range(264):  # 64 fit; 200 evictions, each demotion fails
-            tier.put(f"k{i}", [memoryview(page)])
+        for key in keys:
+            dram.put(key, [memoryview(page)])
+        mover.demote_later(keys)
+        assert mover.flush(timeout_s=60)
     finally:
-        tier.close()
-    assert tier.stats()["demotion_errors"] == 200
-    lines = root_lines.matching("failed; the object is dropped from DRAM")
+        mover.close()
+        dram.close()
+        engine.close()
+    assert BrokenStore.batches == 40 and mover.stats()["errors"] == 40
+    lines = root_lines.matching("background DRAM -> SSD move failed")
     assert len(lines) == 1 and lines[0].count("Traceback") == 1
 
 
