@@ -67,14 +67,29 @@ class RedisProc:
 
 class NodeProc:
     def __init__(
-        self, tmp: Path, name: str, redis_url: str | None, namespace: str, capacity: str = "64MiB"
+        self,
+        tmp: Path,
+        name: str,
+        redis_url: str | None,
+        namespace: str,
+        capacity: str = "64MiB",
+        node_extra: dict[str, object] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
+        """``node_extra``: more ``node:`` keys (e.g. ``rdma_device``); ``env``: added to the
+        process environment (e.g. a simulated RDMA fabric)."""
         self.tmp, self.name = tmp, name
         self.cfg_path = tmp / f"{name}.yaml"
         self.ready = tmp / f"{name}.ready"
         self.port = free_port()
         cfg = {
-            "node": {"node_id": name, "port": self.port, "capacity": capacity, "drain_timeout_s": 2},
+            "node": {
+                "node_id": name,
+                "port": self.port,
+                "capacity": capacity,
+                "drain_timeout_s": 2,
+                **(node_extra or {}),
+            },
             "metadata": {
                 "backend": "redis" if redis_url else "embedded",
                 "url": redis_url or "redis://127.0.0.1:1/0",
@@ -86,10 +101,11 @@ class NodeProc:
         self.cfg_path.write_text(yaml.safe_dump(cfg))
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = tmp / f"{name}.log"
+        self.extra_env = env or {}
 
     def start(self) -> NodeProc:
         self.ready.unlink(missing_ok=True)
-        env = dict(os.environ, HICACHE_NODE_SECRET=SECRET)
+        env = dict(os.environ, HICACHE_NODE_SECRET=SECRET, **self.extra_env)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [
