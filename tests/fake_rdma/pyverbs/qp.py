@@ -154,6 +154,8 @@ class _State:
         self.sgid_type = 0
         self.av_dgid = bytes(16)
         self.hop_limit = 0
+        self.traffic_class = 0
+        self.service_level = 0
         self.attr_dest_qpn = 0
         self.attr_timeout = 0
         self.attr_retry_cnt = 0
@@ -362,6 +364,7 @@ class QP(PyverbsCM):
                 st.sgid, st.sgid_type = sgid, sgid_type
                 st.av_dgid = gid_bytes(a._ah._dgid)
                 st.hop_limit = a._ah.hop_limit
+                st.traffic_class, st.service_level = a._ah.traffic_class, a._ah.sl
             if mask & M.IBV_QP_DEST_QPN:
                 st.attr_dest_qpn = a.dest_qp_num
             if mask & M.IBV_QP_TIMEOUT:
