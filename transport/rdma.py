@@ -222,9 +222,12 @@ class RdmaEngine:
             while pending and time.monotonic() < deadline:
                 rnd = self._plan(items, pending, read, deadline)
                 try:
-                    if rnd.extents:
-                        for i in self._transfer(entry[1], rnd, read, deadline):
-                            out[i] = True
+                    for _attempt in range(2):  # a QP lost to an error is retried once on a new one
+                        done = self._transfer(entry[1], rnd, read, deadline) if rnd.extents else []
+                        if done is not None:
+                            break
+                    for i in done or []:
+                        out[i] = True
                 finally:
                     self._give_back(rnd)
                 if len(rnd.deferred) == len(pending):
@@ -304,8 +307,9 @@ class RdmaEngine:
         for off, n in rnd.taken:
             self.scratch.give(off, n)
 
-    def _transfer(self, peer: RdmaPeer, rnd: _Round, read: bool, deadline: float) -> list[int]:
-        """Run one round on one QP; the items that completed."""
+    def _transfer(self, peer: RdmaPeer, rnd: _Round, read: bool, deadline: float) -> list[int] | None:
+        """Run one round on one QP; the items that completed, or None when the QP failed with an
+        error completion (worth one retry on a new QP while the deadline allows)."""
         try:
             qp = peer.acquire(deadline)
         except PeerUnavailable as exc:
@@ -324,7 +328,7 @@ class RdmaEngine:
         status = self._post_and_wait(qp, windows(wrs, max(1, self.depth // 2)), read, deadline) if wrs else 0
         if status:
             self._fail(peer, qp, status)
-            return []
+            return None if status != TIMED_OUT and time.monotonic() < deadline else []
         peer.release(qp)
         ok = {i for i, _, _ in rnd.extents} - set(bad)
         if read:

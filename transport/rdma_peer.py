@@ -3,10 +3,10 @@
 A call owns its QP while it runs, so an error on one QP fails only that call; the QP is then
 destroyed (``discard``) and the next call connects a new one. A QP is connected over its own
 control connection to the node (RDMA_CONNECT), kept open as the QP's *anchor*: the node destroys
-its side when the anchor closes. Failed connects, and completions saying the node did not answer,
-mark the node down for a back-off that doubles from ``MIN_BACKOFF_S`` up to the client's
-``retry_interval_s``; meanwhile calls fail at once (misses), and the first connect after it
-succeeds resets the back-off.
+its side when the anchor closes. A failed connect, or a second QP in a row whose completions say
+the node did not answer (one lost QP is replaced at once), marks the node down for a back-off that
+doubles from ``MIN_BACKOFF_S`` up to the client's ``retry_interval_s``; meanwhile calls fail at
+once (misses). A call that completes resets it.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class RdmaPeer:
         self._cond = threading.Condition()
         self._down_until = 0.0
         self._backoff = MIN_BACKOFF_S
+        self._unanswered = 0  # QPs lost in a row because the node did not answer
         self._closed = False
         self.connects = 0
         self.connect_failures = 0
@@ -70,7 +71,6 @@ class RdmaPeer:
             raise
         with self._cond:
             self.connects += 1
-            self._backoff = MIN_BACKOFF_S
             if self._closed:
                 self._total -= 1
                 closed = True
@@ -82,8 +82,10 @@ class RdmaPeer:
         return qp
 
     def release(self, qp: RcQp) -> None:
-        """Give back a healthy QP."""
+        """Give back a healthy QP (its call completed: the node answers)."""
         with self._cond:
+            self._unanswered = 0
+            self._backoff = MIN_BACKOFF_S
             if not self._closed:
                 self._idle.append(qp)
                 self._cond.notify()
@@ -96,7 +98,8 @@ class RdmaPeer:
         did not answer, so back off before connecting again."""
         with self._cond:
             self._total -= 1
-            if unreachable:
+            self._unanswered = self._unanswered + 1 if unreachable else 0
+            if self._unanswered >= 2:
                 self._back_off_locked(reason)
             self._cond.notify()
 
