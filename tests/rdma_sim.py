@@ -48,7 +48,8 @@ class Fabric:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         (path / "fabric.json").write_text(json.dumps(config or {"devices": [{"name": "sim0"}]}))
-        self.device = (config or {}).get("devices", [{"name": "sim0"}])[0]["name"] if config else "sim0"
+        devices = (config or {}).get("devices", [{"name": "sim0"}])
+        self.device = devices[0]["name"] if devices else ""
         self._saved: str | None = None
 
     def env(self) -> dict[str, str]:
