@@ -10,6 +10,8 @@ def PyverbsRDMAErrno(msg, err=errno.EINVAL):  # noqa: N802 (pyverbs' name)
 
 
 class PyverbsObject:
+    __slots__ = ("__dict__",)
+
     def set_log_level(self, val):
         pass
 

@@ -15,6 +15,22 @@ _EVENT = struct.Struct("<Q")
 
 
 class WC(PyverbsObject):
+    __slots__ = (
+        "wr_id",
+        "status",
+        "opcode",
+        "vendor_err",
+        "byte_len",
+        "qp_num",
+        "src_qp",
+        "imm_data",
+        "wc_flags",
+        "pkey_index",
+        "slid",
+        "sl",
+        "dlid_path_bits",
+    )
+
     def __init__(
         self,
         wr_id=0,

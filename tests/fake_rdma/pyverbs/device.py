@@ -53,16 +53,86 @@ def get_device_list():
 
 
 class _Attrs(PyverbsObject):
+    __slots__ = ()
+
     def __init__(self, values):
-        self.__dict__.update(values)
+        for name, value in values.items():
+            setattr(self, name, value)
 
 
 class DeviceAttr(_Attrs):
-    pass
+    __slots__ = tuple(
+        [
+            "fw_version",
+            "node_guid",
+            "sys_image_guid",
+            "max_mr_size",
+            "page_size_cap",
+            "vendor_id",
+            "vendor_part_id",
+            "hw_ver",
+            "max_qp",
+            "max_qp_wr",
+            "device_cap_flags",
+            "max_sge",
+            "max_sge_rd",
+            "max_cq",
+            "max_cqe",
+            "max_mr",
+            "max_pd",
+            "max_qp_rd_atom",
+            "max_ee_rd_atom",
+            "max_res_rd_atom",
+            "max_qp_init_rd_atom",
+            "max_ee_init_rd_atom",
+            "atomic_caps",
+            "max_ee",
+            "max_rdd",
+            "max_mw",
+            "max_raw_ipv6_qps",
+            "max_raw_ethy_qp",
+            "max_mcast_grp",
+            "max_mcast_qp_attach",
+            "max_ah",
+            "max_fmr",
+            "max_map_per_fmr",
+            "max_srq",
+            "max_srq_wr",
+            "max_srq_sge",
+            "max_pkeys",
+            "local_ca_ack_delay",
+            "phys_port_cnt",
+        ]
+    )
 
 
 class PortAttr(_Attrs):
-    pass
+    __slots__ = tuple(
+        [
+            "state",
+            "max_mtu",
+            "active_mtu",
+            "gid_tbl_len",
+            "port_cap_flags",
+            "port_cap_flags2",
+            "max_msg_sz",
+            "bad_pkey_cntr",
+            "qkey_viol_cntr",
+            "pkey_tbl_len",
+            "lid",
+            "sm_lid",
+            "lmc",
+            "max_vl_num",
+            "sm_sl",
+            "subnet_timeout",
+            "init_type_reply",
+            "active_width",
+            "active_speed",
+            "phys_state",
+            "link_layer",
+            "flags",
+        ]
+    )
 
 
 class GIDEntry(PyverbsObject):

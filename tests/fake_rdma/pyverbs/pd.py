@@ -5,7 +5,7 @@ from .pyverbs_error import PyverbsRDMAError
 
 
 class PD(PyverbsCM):
-    def __init__(self, creator):
+    def __init__(self, creator, **kwargs):
         from .device import Context
 
         if not isinstance(creator, Context):
