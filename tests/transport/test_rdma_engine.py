@@ -220,6 +220,26 @@ def test_4_poller_releases_the_gil_and_sleeps_when_idle(sim: Sim) -> None:
     c.close()
 
 
+def test_4_a_passed_deadline_stops_the_device_before_the_buffer_goes_back(sim: Sim) -> None:
+    fab = sim.fabric()
+    node = sim.node(fab)
+    opts = ClientOptions(timeout_s=0.3, secret=SECRET.encode(), retry_interval_s=0.2)
+    c = NodeClient("127.0.0.1", node.port, opts, "rdma")
+    pool = np.zeros(2 * PAGE, dtype=np.uint8)
+    c.register_memory(memoryview(pool.data))
+    pool[:PAGE] = stamp("late")
+    assert c.put_batch([("late", [pool.data[:PAGE]])]) == [True]
+    fab.faults.fixed_delay_s = 1.0  # the device runs each work request a second late
+    start = time.monotonic()
+    assert c.get_batch_into([("late", [pool.data[PAGE:]])]) == [False]
+    assert time.monotonic() - start < 0.3 + 1.0 + 0.5  # the deadline plus the flush grace
+    time.sleep(1.2)  # by now the late read would have landed, had its QP survived the call
+    assert not pool[PAGE:].any()
+    fab.faults.fixed_delay_s = 0.0
+    assert wait_for(lambda: c.get_batch_into([("late", [pool.data[PAGE:]])]) == [True])
+    c.close()
+
+
 def test_5_a_completion_error_replaces_the_qp_and_the_next_call_reconnects(sim: Sim) -> None:
     fab = sim.fabric()
     node = sim.node(fab)

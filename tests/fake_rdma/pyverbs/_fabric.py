@@ -124,7 +124,8 @@ class Faults:
             self.error_rate = 0.0  # per work request
             self.errors_left = 0  # the next N work requests fail (takes precedence over the rate)
             self.qp_error_rate = 0.0  # per work request: its QP goes to the error state
-            self.max_delay_s = 0.0003  # random delay before each work request executes
+            self.max_delay_s = 0.0003  # random delay before each work request executes ...
+            self.fixed_delay_s = 0.0  # ... on top of this one
             self.rng = random.Random(seed)
             self.injected = collections.Counter()
 
@@ -148,7 +149,7 @@ class Faults:
 
     def delay(self):
         with self.lock:
-            return self.rng.random() * self.max_delay_s
+            return self.fixed_delay_s + self.rng.random() * self.max_delay_s
 
 
 FAULTS = Faults()
