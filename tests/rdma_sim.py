@@ -30,15 +30,30 @@ def real_device() -> str | None:
     return names[0] if names else None
 
 
-def _use_fake_pyverbs() -> None:
-    if FAKE_ROOT not in sys.path:
+def _switch_pyverbs(fake: bool) -> None:
+    """Make ``import pyverbs`` give the stand-in (``fake``) or the host's real one. Modules of the
+    other one are forgotten (no engine built on them may still be open)."""
+    if fake and FAKE_ROOT not in sys.path:
         sys.path.insert(0, FAKE_ROOT)
+    if not fake:
+        while FAKE_ROOT in sys.path:
+            sys.path.remove(FAKE_ROOT)
     mod = sys.modules.get("pyverbs")
-    if mod is not None and not str(getattr(mod, "__file__", "")).startswith(FAKE_ROOT):
-        raise RuntimeError("a real pyverbs is already imported; the simulator cannot replace it")
+    if mod is not None and str(getattr(mod, "__file__", "")).startswith(FAKE_ROOT) != fake:
+        for name in [n for n in sys.modules if n == "pyverbs" or n.startswith("pyverbs.")]:
+            del sys.modules[name]
     from hicache_mooncake.transport import rdma_verbs
 
     rdma_verbs.reset_for_tests()
+
+
+def _use_fake_pyverbs() -> None:
+    _switch_pyverbs(fake=True)
+
+
+def use_real_pyverbs() -> None:
+    """For runs on a real device (``real_device()``): the host's pyverbs, not the stand-in."""
+    _switch_pyverbs(fake=False)
 
 
 class Fabric:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rdma_sim import Fabric, real_device
+from rdma_sim import Fabric, real_device, use_real_pyverbs
 from transport_procs import SECRET, NodeProc, RedisProc, free_port
 
 from hicache_mooncake.transport import ClientOptions, ClusterClient, NodeClient, make_engine
@@ -41,6 +41,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         if device is None:
             fabric = stack.enter_context(Fabric(tmp / "fabric"))
             device, env = fabric.device, fabric.env()
+        else:
+            use_real_pyverbs()
         print(f"rdma runs on {'the simulator' if env else 'a real device'}: {device}")
         redis = RedisProc(free_port())
         redis.start()

@@ -357,6 +357,20 @@ def test_8_node_closes_rdma_connections_and_drain_closes_the_responder(sim: Sim,
         c.close()
 
 
+def test_a_node_without_rdma_is_reached_over_tcp(sim: Sim, caplog: pytest.LogCaptureFixture) -> None:
+    fab = sim.fabric()
+    node = sim.node(fab, rdma_device="")  # this node serves no RDMA
+    c = NodeClient("127.0.0.1", node.port, OPTS, "rdma")
+    with caplog.at_level("WARNING"):
+        for i in range(3):
+            put, got, same = put_get(c, [f"tcp-{i}"])
+            assert put == [True] and got == [True] and same
+    said = [r for r in caplog.records if "serves no RDMA" in r.getMessage()]
+    assert len(said) == 1 and "using TCP" in said[0].getMessage()
+    assert node_stats(node)["requests"].get("PUT", 0) == 3  # the keyed TCP path
+    c.close()
+
+
 # ---- two threads, one client, async completions --------------------------------------------------
 
 
