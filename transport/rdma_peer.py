@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .errors import PeerUnavailable, TransportError
+from .errors import PeerUnavailable, RdmaNotServed, TransportError
 from .rdma_qp import RcQp
 
 MIN_BACKOFF_S = 0.05
@@ -63,6 +63,8 @@ class RdmaPeer:
                 self.connect_failures += 1
                 self._back_off_locked(str(exc))
                 self._cond.notify()
+            if isinstance(exc, RdmaNotServed):
+                raise  # the caller switches this node to TCP
             raise PeerUnavailable(f"node {self.node_id}: RDMA connect failed: {exc}") from exc
         except BaseException:
             with self._cond:
