@@ -99,6 +99,7 @@ class RdmaEngine:
         self._mrs: dict[int, tuple[Any, memoryview]] = {}
         self._peers: dict[str, tuple[int, RdmaPeer]] = {}
         self.counters: Counter[str] = Counter()
+        self._counters_lock = threading.Lock()
         self.scratch: ScratchPool | None = None
         self.poller: CompletionPoller | None = None
         try:
@@ -107,6 +108,12 @@ class RdmaEngine:
         except BaseException:
             self._release_device()
             raise
+
+    def _count(self, key: str, n: int) -> int:
+        """Add to a counter (calls run on several threads); returns the new value."""
+        with self._counters_lock:
+            self.counters[key] += n
+            return self.counters[key]
 
     # ---- memory ---------------------------------------------------------------------------
 
@@ -127,7 +134,7 @@ class RdmaEngine:
                 mr.close()
                 raise
             self._mrs[region.handle] = (mr, view)
-        self.counters["registered_bytes"] += n
+        self._count("registered_bytes", n)
         return region.handle
 
     def unregister_memory(self, handle: int) -> None:
@@ -138,7 +145,7 @@ class RdmaEngine:
             entry[0].close()
             entry[1].release()
         if region is not None:
-            self.counters["registered_bytes"] -= region.length
+            self._count("registered_bytes", -region.length)
 
     def _region(self, addr: int, n: int) -> Region | None:
         with self._lock:
@@ -184,7 +191,7 @@ class RdmaEngine:
         except BaseException:
             qp.close()
             raise
-        self.counters["qp_connects"] += 1
+        self._count("qp_connects", 1)
         return qp
 
     def close_segment(self, node_id: str) -> None:
@@ -250,7 +257,7 @@ class RdmaEngine:
                 continue
             mapped = self._map_item(i, items[i][1], read, deadline if not rnd.extents else None)
             if mapped is None:
-                self.counters["unmappable_items"] += 1  # fails: read into read-only memory, too big
+                self._count("unmappable_items", 1)  # fails: read into read-only memory, too big
             elif mapped is _NO_ROOM:
                 rnd.deferred.append(i)
             else:
@@ -280,7 +287,7 @@ class RdmaEngine:
             region = self._region(addr, n) if addr else None
             if region is not None:
                 sges.append(Sge(addr, n, region.lkey))
-                self.counters["zero_copy_bytes"] += n
+                self._count("zero_copy_bytes", n)
                 continue
             if (read and not addr) or n > scratch.size:
                 result = None
@@ -295,7 +302,7 @@ class RdmaEngine:
             else:
                 scratch.view[off : off + n] = view
             sges.append(Sge(scratch.addr + off, n, scratch.lkey))
-            self.counters["bounce_bytes"] += n
+            self._count("bounce_bytes", n)
         if result is not None and result is not _NO_ROOM and sges:
             return result
         for off, n in taken:
@@ -313,7 +320,7 @@ class RdmaEngine:
         try:
             qp = peer.acquire(deadline)
         except PeerUnavailable as exc:
-            self.counters["peer_unavailable"] += 1
+            self._count("peer_unavailable", 1)
             log.debug("%s", exc)
             return []
         wrs, bad = build_work_requests(
@@ -324,7 +331,7 @@ class RdmaEngine:
             lambda: next(self._ids),
         )
         if bad:
-            self.counters["outside_arena"] += len(bad)
+            self._count("outside_arena", len(bad))
         status = self._post_and_wait(qp, windows(wrs, max(1, self.depth // 2)), read, deadline) if wrs else 0
         if status:
             self._fail(peer, qp, status)
@@ -359,8 +366,8 @@ class RdmaEngine:
                 status = GENERAL_ERR
                 break
             inflight.append(w)
-            self.counters["work_requests"] += len(win)
-            self.counters["windows"] += 1
+            self._count("work_requests", len(win))
+            self._count("windows", 1)
         while inflight and not status:
             status = self._wait(inflight.pop(0), deadline)
         if status == TIMED_OUT:
@@ -379,10 +386,9 @@ class RdmaEngine:
 
     def _fail(self, peer: RdmaPeer, qp: RcQp, status: int) -> None:
         what = "deadline passed" if status == TIMED_OUT else describe(status)
-        self.counters[f"qp_errors_{what}"] += 1
+        self._count(f"qp_errors_{what}", 1)
         unreachable = status == TIMED_OUT or classify(status) is Outcome.UNREACHABLE
-        if self.counters["qp_errors_logged"] < 10:
-            self.counters["qp_errors_logged"] += 1
+        if self._count("qp_errors", 1) <= 10:  # the first ten are logged, all are counted
             log.warning("RDMA to node %s failed (%s); its QP is replaced", peer.node_id, what)
         self._destroy(qp)
         peer.discard(qp, unreachable, what)
