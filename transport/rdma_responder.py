@@ -1,5 +1,10 @@
 """The node's passive RDMA side: the arena registered once, one RC QP per client QP.
 
+Only the arena's object area (from ``data_offset``) is registered: its header page (node id,
+epoch, the token that proves the arena file to same-host clients) is out of RDMA's reach; offsets
+stay absolute (``QpInfo.addr`` is the arena's start), so a request below ``data_offset`` is
+refused by the NIC.
+
 Each QP belongs to the control connection that asked for it (RDMA_CONNECT): when that connection
 closes, ``release_owner`` destroys its QPs; ``close`` (at drain) destroys all of them, then the
 arena's MR, so no client reaches the arena after the node let go of it. Remote reads and writes
@@ -27,7 +32,7 @@ log = logging.getLogger(__name__)
 
 
 class RdmaResponder:
-    def __init__(self, arena_view: memoryview, options: RdmaOptions) -> None:
+    def __init__(self, arena_view: memoryview, options: RdmaOptions, data_offset: int = 0) -> None:
         reason = unavailable_reason(options.device)
         if reason:
             raise RdmaSetupError(reason)
@@ -40,7 +45,7 @@ class RdmaResponder:
         self.addr = buffer_address(arena_view)
         self.mr: Any = None
         try:
-            self.mr = self.dev.register(self.addr, len(arena_view), self.access)
+            self.mr = self.dev.register(self.addr + data_offset, len(arena_view) - data_offset, self.access)
         except BaseException:
             self.dev.close()
             raise

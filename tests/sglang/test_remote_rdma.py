@@ -25,7 +25,7 @@ PS = SMALL.page_size
 def sim_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Fabric, NodeProc]]:
     monkeypatch.setenv("HICACHE_NODE_SECRET", SECRET)
     with Fabric(tmp_path / "fabric") as fab:
-        node = NodeProc(tmp_path, "n1", None, "t", node_extra={"rdma_device": fab.device}, env=fab.env())
+        node = NodeProc(tmp_path, "n1", None, "t", node={"rdma_device": fab.device}, env=fab.env())
         node.start()
         try:
             yield fab, node

@@ -50,7 +50,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         try:
             for name in ("n1", "n2"):
                 extra = {"rdma_device": device}
-                nodes.append(NodeProc(tmp, name, redis.url, "conf", node_extra=extra, env=env).start())
+                nodes.append(NodeProc(tmp, name, redis.url, "conf", node=extra, env=env).start())
             yield Cluster(redis, nodes)
         finally:
             for n in nodes:

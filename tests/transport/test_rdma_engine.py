@@ -46,8 +46,8 @@ class Sim:
         return fab
 
     def node(self, fab: Fabric, name: str = "n1", capacity: str = "64MiB", **extra: Any) -> NodeProc:
-        node_extra = {"rdma_device": fab.device, **extra}
-        proc = NodeProc(self.tmp, name, None, "t", capacity, node_extra=node_extra, env=fab.env())
+        node_keys = {"rdma_device": fab.device, **extra}
+        proc = NodeProc(self.tmp, name, None, "t", capacity, node=node_keys, env=fab.env())
         self.nodes.append(proc.start())
         return proc
 
