@@ -41,6 +41,7 @@ def build_remote(config: BackendConfig, rank_tag: str) -> Tier | None:
     remote = config.tiers.remote
     if not remote.enabled:
         return None
+    from hicache_mooncake.remote_engine import open_remote_engine
     from hicache_mooncake.tiers.remote_dram_tier import RemoteDramTier
     from hicache_mooncake.transport.cluster import ClusterClient
     from hicache_mooncake.transport.metadata import make_metadata
@@ -54,12 +55,19 @@ def build_remote(config: BackendConfig, rank_tag: str) -> Tier | None:
         allow_unauthenticated=remote.allow_unauthenticated,
         shm_dir=remote.shm_dir,
     )
-    client = ClusterClient(
-        make_metadata(config.metadata),
-        options,
-        remote.engine,
-        refresh_interval_s=config.metadata.refresh_interval_s,
-    )
+    engine = open_remote_engine(remote)  # first: a refused engine leaves nothing open
+    try:
+        metadata = make_metadata(config.metadata)
+    except BaseException:
+        engine.close()
+        raise
+    try:
+        client = ClusterClient(
+            metadata, options, engine, refresh_interval_s=config.metadata.refresh_interval_s
+        )
+    except BaseException:
+        metadata.close()
+        raise
     return RemoteDramTier(client, write_through=remote.write_through, promote_on_hit=remote.promote_on_hit)
 
 
