@@ -6,15 +6,19 @@ backend never changes.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 
 from hicache_mooncake.config import BackendConfig
+from hicache_mooncake.host_ram import memory_available, memory_limit
+from hicache_mooncake.sizes import format_size
 from hicache_mooncake.tiers.dram_tier import DramTier
 from hicache_mooncake.tiers.policy import policy_factory
 from hicache_mooncake.tiers.tier import Tier
 from hicache_mooncake.tiers.tiered_store import StoreOptions, TieredStore
 
+log = logging.getLogger(__name__)
 TierBuilder = Callable[[BackendConfig, str], Tier | None]
 _BUILDERS: list[tuple[int, str, TierBuilder]] = []
 
@@ -33,7 +37,27 @@ def build_dram(config: BackendConfig, rank_tag: str) -> Tier | None:
     dram = config.tiers.dram
     if not dram.enabled:
         return None
-    return DramTier(capacity=dram.capacity, slab_size=dram.slab_size, prefault=dram.prefault)
+    limit, available = memory_limit(), memory_available()
+    if dram.capacity > limit:
+        raise ValueError(
+            f"tiers.dram.capacity: {format_size(dram.capacity)} is more than this host lets the process use "
+            f"({format_size(limit)}, the RAM or the container's memory limit); every rank allocates it"
+        )
+    if available is not None and dram.capacity > available:
+        log.warning(
+            "tiers.dram.capacity: %s is more than the memory available now (%s)%s",
+            format_size(dram.capacity),
+            format_size(available),
+            "; prefault touches all of it at attach, so the kernel may kill the process"
+            if dram.prefault
+            else "; the arena is touched as it fills",
+        )
+    try:
+        return DramTier(capacity=dram.capacity, slab_size=dram.slab_size, prefault=dram.prefault)
+    except OSError as exc:
+        raise ValueError(
+            f"tiers.dram.capacity: cannot allocate {format_size(dram.capacity)}: {exc.strerror or exc}"
+        ) from None
 
 
 @register_tier_builder(1, "remote")
