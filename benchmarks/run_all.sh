@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Reproduce every figure in benchmarks/results/ (JSON + PNG). Run after `scripts/dev.sh setup`,
-# as root (bench ssd drops the page cache; bench remote runs Mooncake in a private network
-# namespace). Takes about 15-20 minutes on a 2-core machine; run nothing else meanwhile.
+# as root: bench ssd drops the whole host's page cache (--drop-caches); bench remote installs
+# Mooncake Store and libibverbs1 when missing (--pip-install-mooncake --apt-install-ibverbs) and
+# runs it in a private network namespace. Takes about 15-20 minutes on a 2-core machine; run
+# nothing else meanwhile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HM=.venv/bin/hicache-mooncake
@@ -9,8 +11,8 @@ OUT=benchmarks/results
 TRACE=${TRACE:-../shared/traces/conversation_trace.jsonl}
 mkdir -p "$OUT"
 "$HM" bench sglang --json "$OUT/bench_sglang.json" --plot "$OUT/bench_sglang.png"
-"$HM" bench ssd --json "$OUT/bench_ssd.json" --plot "$OUT/bench_ssd.png"
-"$HM" bench remote --json "$OUT/bench_remote.json" --plot "$OUT/bench_remote.png"
+"$HM" bench ssd --drop-caches --json "$OUT/bench_ssd.json" --plot "$OUT/bench_ssd.png"
+"$HM" bench remote --pip-install-mooncake --apt-install-ibverbs --json "$OUT/bench_remote.json" --plot "$OUT/bench_remote.png"
 if [[ -f "$TRACE" ]]; then
   "$HM" replay "$TRACE" --json "$OUT/replay_public.json" --plot "$OUT/replay_public.png"
 else

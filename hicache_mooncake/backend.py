@@ -32,6 +32,7 @@ SGLANG_VERSION = check_sglang_version()
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage  # noqa: E402
 
+from hicache_mooncake import logs  # noqa: E402
 from hicache_mooncake.config import BackendConfig, load_backend_config  # noqa: E402
 from hicache_mooncake.failures import FailureLog  # noqa: E402
 from hicache_mooncake.host_memory import HostMemoryMap, pool_tensors  # noqa: E402
@@ -46,7 +47,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     def __init__(self, storage_config: Any, kwargs: dict[str, Any] | None = None) -> None:
         extra = dict(config_field(storage_config, "extra_config", {}) or {})
         self.config: BackendConfig = load_backend_config(extra)
-        logging.getLogger("hicache_mooncake").setLevel(self.config.log_level.upper())
+        logs.configure(self.config.log_level)
         is_mla = bool(config_field(storage_config, "is_mla_model", False))
         tp_rank = int(config_field(storage_config, "tp_rank", 0))
         writer = getattr(storage_config, "is_storage_writer", None)

@@ -9,8 +9,17 @@ from typing import Any
 import yaml
 
 
+def preset_dir() -> Path:
+    """Where the presets are: ``configs/`` of a checkout, ``hicache_mooncake/configs/`` installed."""
+    return Path(str(resources.files("hicache_mooncake.configs")))
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in preset_dir().glob("*.yaml"))
+
+
 def preset_path(name: str = "default") -> Path:
-    path = Path(str(resources.files("hicache_mooncake.configs") / f"{name}.yaml"))
+    path = preset_dir() / f"{name}.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"no preset {name!r} (looked for {path})")
     return path

@@ -11,10 +11,12 @@ this process and a separate process holding the memory, over loopback:
 - ``mooncake``: Mooncake Store's Python client (``batch_put_from`` / ``batch_get_into`` from
   registered buffers) over its Transfer Engine TCP transport, against ``mooncake_master`` and a
   separate segment-holder process, all in one private network namespace (``unshare -n``; see
-  ``_mooncake_runner``). With ``--with-mooncake`` (default) the pinned wheel
-  (``requirements/bench-mooncake.txt``) is pip-installed into this environment when missing, and
-  ``libibverbs1`` apt-installed when missing; any failure is recorded as ``mooncake_reason`` and the
-  rest of the benchmark still runs.
+  ``_mooncake_runner``). It runs when ``mooncake.store`` imports (``--no-mooncake``: never).
+  Nothing is installed unless asked: ``--pip-install-mooncake`` pip-installs the pinned wheel
+  (``requirements/bench-mooncake.txt``, ``--no-deps``) into this environment when missing, and
+  ``--apt-install-ibverbs`` apt-installs Debian's ``libibverbs1`` (root) when missing. Without
+  them, or when anything fails, the reason (naming the flag) is printed and recorded as
+  ``mooncake_reason``, and the rest of the benchmark still runs.
 
 Every measurement: one untimed warm-up pass, then per repeat the sum of the batch calls' own
 durations (page stamping and verification of every page read back are not timed); the median over
@@ -71,12 +73,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="with_mooncake",
         action="store_true",
         default=True,
-        help="compare with Mooncake Store over TE TCP, installing it on demand (default)",
+        help="compare with Mooncake Store over TE TCP when it is installed (default)",
     )
     parser.add_argument(
         "--no-mooncake", dest="with_mooncake", action="store_false", help="skip the Mooncake comparison"
     )
-    parser.add_argument("--mooncake-spec", default=MOONCAKE_PIN, help="what pip installs when missing")
+    parser.add_argument(
+        "--pip-install-mooncake",
+        action="store_true",
+        help=f"pip-install {MOONCAKE_PIN} (--no-deps) into this environment when it is missing",
+    )
+    parser.add_argument(
+        "--apt-install-ibverbs",
+        action="store_true",
+        help="apt-get install libibverbs1 (root) when it is missing (Mooncake needs it even for TCP)",
+    )
+    parser.add_argument("--mooncake-spec", default=MOONCAKE_PIN, help="what --pip-install-mooncake installs")
     parser.add_argument("--mooncake-timeout", type=float, default=900, help="seconds for the Mooncake run")
 
 
@@ -268,16 +280,21 @@ def _have_ibverbs() -> bool:
     return ctypes.util.find_library("ibverbs") is not None
 
 
-def prepare_mooncake(spec: str, steps: list[str]) -> str | None:
-    """Make ``mooncake.store`` importable: apt-install ``libibverbs1`` and pip-install ``spec``
-    (``--no-deps``: the store needs none of the wheel's declared dependencies) when missing.
-    Returns None when ready, else the exact reason. ``steps`` receives what was done."""
+def prepare_mooncake(
+    spec: str, steps: list[str], allow_pip: bool = False, allow_apt: bool = False
+) -> str | None:
+    """Make ``mooncake.store`` importable; with ``allow_apt`` apt-install ``libibverbs1`` and with
+    ``allow_pip`` pip-install ``spec`` (``--no-deps``: the store needs none of the wheel's declared
+    dependencies) when missing. Returns None when ready, else the exact reason (naming the flag
+    that would install what is missing). ``steps`` receives what was done."""
     ok, err = _mooncake_importable()
     if ok:
         steps.append("mooncake.store already importable")
         return None
     steps.append(f"import mooncake.store failed: {err[-300:]}")
     if not _have_ibverbs():
+        if not allow_apt:
+            return "libibverbs.so.1 is missing: Mooncake skipped (--apt-install-ibverbs installs libibverbs1)"
         apt = shutil.which("apt-get")
         if apt is None:
             return "libibverbs.so.1 is missing and apt-get is not available to install libibverbs1"
@@ -289,6 +306,10 @@ def prepare_mooncake(spec: str, steps: list[str]) -> str | None:
         if rc != 0:
             return f"apt-get install -y libibverbs1 failed (rc {rc}): {out[-600:]}"
     if not _mooncake_installed() or not _mooncake_importable()[0]:
+        if not allow_pip:
+            return (
+                f"{MOONCAKE_DIST} is not installed: Mooncake skipped (--pip-install-mooncake installs {spec})"
+            )
         rc, out = _run_quiet([sys.executable, "-m", "pip", "install", "--no-deps", spec], timeout=900)
         steps.append(f"pip install --no-deps {spec} -> rc {rc}")
         if rc != 0:
@@ -425,7 +446,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.with_mooncake:
         reason = "disabled by --no-mooncake"
     else:
-        reason = prepare_mooncake(args.mooncake_spec, mooncake["setup_steps"])
+        reason = prepare_mooncake(
+            args.mooncake_spec, mooncake["setup_steps"], args.pip_install_mooncake, args.apt_install_ibverbs
+        )
+        if reason is not None:
+            print(reason, flush=True)
         if reason is None:
             try:
                 session = MooncakeSession(sizes, total, batch, args.repeats, args.mooncake_timeout)

@@ -28,6 +28,7 @@ from hicache_mooncake.bench._sglang_io import (
     page_workload,
     v1_batches,
 )
+from hicache_mooncake.commands import UsageError
 from hicache_mooncake.results_json import write_json
 from hicache_mooncake.sizes import format_size
 
@@ -49,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for size in sizes:
         if size not in PAGE_SHAPES:
-            raise SystemExit(
-                f"unsupported page size {format_size(size)}; choose from {list(map(format_size, PAGE_SHAPES))}"
+            raise UsageError(
+                f"unsupported page size {format_size(size)}; choose from {', '.join(map(format_size, PAGE_SHAPES))}"
             )
         rows.append(_bench_size(size, total, args.repeats, args.dir))
         r = rows[-1]
@@ -223,6 +224,8 @@ def _plot(rows: list[dict[str, Any]], out: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from hicache_mooncake.bench._plotting import legend_below
+
     labels = [format_size(r["page_bytes"]) for r in rows]
     x = np.arange(len(rows))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
@@ -239,6 +242,5 @@ def _plot(rows: list[dict[str, Any]], out: str) -> None:
         ax.set_title(f"batch_{op} through SGLang's interface")
         ax.set_xlabel("page size")
     axes[0].set_ylabel("GB/s (median)")
-    axes[0].legend()
-    fig.tight_layout()
+    legend_below(fig, axes[0], fontsize=10)
     fig.savefig(out, dpi=120)

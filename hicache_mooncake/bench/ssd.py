@@ -4,15 +4,19 @@ For each page size (1 MiB and 8 MiB by default) and each of ``--repeats`` rounds
 
 1. **fio**: sequential O_DIRECT write then read of ``--total`` bytes in the directory, block size =
    page size, I/O depth 16, ``io_uring`` (falling back to ``libaio``, then ``psync``; the engine
-   used is recorded), page cache dropped before the read;
+   used is recorded);
 2. **ours**: a real SGLang host pool; our backend created by SGLang's ``StorageBackendFactory``
    (``dynamic``) with an SSD-only configuration (``tiers.dram.enabled: false``) whose path is in
-   the directory; ``batch_set_v1`` / ``batch_get_v1`` in batches of up to 128 pages, page cache
-   dropped before the gets; then the backend is closed and constructed again on the full tier
-   (the reopen / recovery time, payloads verified);
+   the directory; ``batch_set_v1`` / ``batch_get_v1`` in batches of up to 128 pages; then the
+   backend is closed and constructed again on the full tier (the reopen / recovery time,
+   payloads verified);
 3. **file**: SGLang's ``file`` backend (``HiCacheFile``) on the same directory, driven the way
-   its cache controller drives it (flat pages out, dummy pages in), page cache dropped before
-   the gets.
+   its cache controller drives it (flat pages out, dummy pages in).
+
+With ``--drop-caches`` (root) the page cache of the whole host is dropped before every read;
+without it nothing is dropped, and SGLang's ``file`` backend (buffered) may read from memory;
+the output, the JSON (``cache_drop_requested``) and the plot say which. The default directory is
+the system temp dir (``/var/tmp`` when that is tmpfs); everything written is removed.
 
 CPU seconds per GB are ``getrusage`` of this process (ours, file: all threads) or of the fio
 child. Ratios per page size are the medians of the per-round ratios (each round measures all
@@ -37,6 +41,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hicache_mooncake.bench._disk import (
+    NOT_DROPPED,
+    add_drop_caches_argument,
+    default_work_dir,
+    drop_caches,
+    fs_type,
+)
 from hicache_mooncake.bench._sglang_io import (
     PAGE_SHAPES,
     create_backend,
@@ -44,6 +55,7 @@ from hicache_mooncake.bench._sglang_io import (
     generic_set,
     page_workload,
 )
+from hicache_mooncake.commands import UsageError
 from hicache_mooncake.results_json import write_json
 from hicache_mooncake.sizes import format_size, parse_size
 
@@ -52,7 +64,6 @@ FIO_DEPTH = 16
 BATCH_PAGES = 128
 TARGET_VS_FIO = 0.9
 TARGET_VS_FILE = 5.0
-_REPO = Path(__file__).resolve().parents[2]
 # page bytes = 2 (K,V) * layers * 64 tokens * heads * 128 dim * 2 (bf16) = 32 KiB * layers * heads
 
 
@@ -60,9 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dir",
         default=None,
-        help="directory to measure (a temp dir is made in it; default: under the repository, "
-        "or the system temp dir when that is not tmpfs)",
+        help="directory to measure (a temp dir is made in it and removed; default: the system temp "
+        "dir, or /var/tmp when that is tmpfs)",
     )
+    add_drop_caches_argument(parser)
     parser.add_argument("--total", default="1GiB", help="bytes written per page size, backend and round")
     parser.add_argument("--sizes", default="1MiB,8MiB", help="page sizes (1MiB, 8MiB, 256KiB, 4MiB)")
     parser.add_argument("--repeats", type=int, default=3)
@@ -84,42 +96,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # ---------------------------------------------------------------------------------------- helpers
-
-
-def fs_type(path: str) -> str:
-    """Filesystem type of ``path`` (longest mount point prefix in /proc/mounts)."""
-    best, kind = "", "unknown"
-    real = os.path.realpath(path)
-    with contextlib.suppress(OSError), open("/proc/mounts", encoding="utf-8") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) < 3:
-                continue
-            mnt = fields[1].replace("\\040", " ")
-            if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
-                best, kind = mnt, fields[2]
-    return kind
-
-
-def default_base_dir() -> str:
-    """Under the repository (a real disk) when writable, else the temp dir if it is not tmpfs."""
-    for cand in (_REPO / "build", Path(tempfile.gettempdir()), Path.cwd()):
-        with contextlib.suppress(OSError):
-            cand.mkdir(parents=True, exist_ok=True)
-            if os.access(cand, os.W_OK) and fs_type(str(cand)) not in ("tmpfs", "ramfs"):
-                return str(cand)
-    return str(Path.cwd())
-
-
-def drop_caches() -> bool:
-    """``sync; echo 3 > /proc/sys/vm/drop_caches``; False when not permitted."""
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w", encoding="ascii") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def settle() -> None:
@@ -241,6 +217,7 @@ def _bench_round(
     dst: Any,
     rnd: int,
     with_file: bool,
+    drop: bool,
 ) -> dict[str, Any]:
     from hicache_mooncake.sglang_harness import page_snapshot
 
@@ -251,7 +228,7 @@ def _bench_round(
         # fio: raw sequential O_DIRECT write + read of the same directory
         fpath = os.path.join(work, "fio.dat")
         out["fio_write"] = fio.run(fpath, "write", page_bytes, total)
-        out["cache_dropped"] = drop_caches()
+        out["cache_dropped"] = drop_caches(drop)
         out["fio_read"] = fio.run(fpath, "read", page_bytes, total)
         os.unlink(fpath)
         settle()
@@ -281,7 +258,7 @@ def _bench_round(
 
             out["ours_set"] = _figures(total, *_measure(ours_set))
             out["ours_set"]["ok_pages"] = set_ok[0]
-            out["cache_dropped"] = drop_caches() and out["cache_dropped"]
+            out["cache_dropped"] = drop_caches(drop) and out["cache_dropped"]
             be.batch_get_v1(warm, dst[: len(warm) * 64])
             get_ok = [0]
 
@@ -307,7 +284,7 @@ def _bench_round(
 
         # reopen of the full tier: construct the backend again (recovery scan), verify + headers only
         for label, verify in (("reopen_verify", True), ("reopen_headers_only", False)):
-            drop_caches()
+            drop_caches(drop)
             t0 = time.perf_counter()
             be = create_backend(
                 "dynamic", ssd_only_config(os.path.join(work, "ours"), capacity, verify), host
@@ -335,7 +312,7 @@ def _bench_round(
             fwarm = [[f"warm{rnd}-{i}f" for i in range(2)]]
             generic_set(fb, host, fwarm, src)
             out["file_set"] = _figures(total, *_measure(lambda: generic_set(fb, host, fkeys, src)))
-            out["cache_dropped"] = drop_caches() and out["cache_dropped"]
+            out["cache_dropped"] = drop_caches(drop) and out["cache_dropped"]
             generic_get(fb, host, fwarm, dst)
             out["file_get"] = _figures(total, *_measure(lambda: generic_get(fb, host, fkeys, dst)))
             hits = fb.batch_exists(fkeys[-1])
@@ -357,11 +334,12 @@ def _bench_size(
     batch_max: int,
     batch_bytes: int,
     with_file: bool,
+    drop: bool,
 ) -> dict[str, Any]:
     w = page_workload(page_bytes, total, batch_max, batch_bytes)
     host, src, dst, batch, pages = w.host, w.src, w.dst, w.batch, w.pages
     rounds = [
-        _bench_round(fio, base, page_bytes, pages, batch, host, src, dst, r, with_file)
+        _bench_round(fio, base, page_bytes, pages, batch, host, src, dst, r, with_file, drop)
         for r in range(repeats)
     ]
     ptrs, sizes = host.get_page_buffer_meta(src[:64])
@@ -423,12 +401,12 @@ def _bench_size(
 
 def run(args: argparse.Namespace) -> int:
     if shutil.which("fio") is None:
-        raise SystemExit("bench ssd needs fio (apt-get install fio)")
+        raise UsageError("bench ssd needs fio (apt-get install fio)")
     total = parse_size(args.total)
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     for size in sizes:
         if size not in PAGE_SHAPES:
-            raise SystemExit(
+            raise UsageError(
                 f"unsupported page size {format_size(size)}; choose from "
                 f"{', '.join(map(format_size, PAGE_SHAPES))}"
             )
@@ -443,10 +421,13 @@ def run(args: argparse.Namespace) -> int:
             args.batch,
             parse_size(args.batch_bytes),
             not args.no_file,
+            args.drop_caches,
         )
         Path(args.row_json).write_text(json.dumps(row))
         return 0
-    base_parent = args.dir or default_base_dir()
+    if not args.drop_caches:
+        print(NOT_DROPPED, flush=True)
+    base_parent = args.dir or default_work_dir()
     os.makedirs(base_parent, exist_ok=True)
     base = tempfile.mkdtemp(prefix="hicache-bench-ssd-", dir=base_parent)
     rows = []
@@ -462,6 +443,7 @@ def run(args: argparse.Namespace) -> int:
                     args.batch,
                     parse_size(args.batch_bytes),
                     not args.no_file,
+                    args.drop_caches,
                 )
             else:
                 row = _bench_size_in_child(args, base, size)
@@ -495,12 +477,14 @@ def run(args: argparse.Namespace) -> int:
         "fio_engines_failed": fio.tried,
         "fio_iodepth": FIO_DEPTH,
         "cache_drop_ok": all(r["cache_drop_ok"] for r in rows),
+        "cache_drop_requested": bool(args.drop_caches),
         "cpu_count": os.cpu_count(),
         "targets": {"vs_fio": TARGET_VS_FIO, "get_vs_sglang_file": TARGET_VS_FILE},
         "recover_bound_s": args.recover_bound_s,
         "recover_within_bound": all(r["reopen_verify_s"] <= args.recover_bound_s for r in rows),
         "note": "ratios are medians of per-round ratios (fio, ours and file measured side by side in "
-        "each round); GB/s and CPU s/GB are medians; page cache dropped before every read",
+        "each round); GB/s and CPU s/GB are medians; "
+        + ("page cache dropped before every read" if args.drop_caches else NOT_DROPPED),
     }
     for r in rows:
         key = r["page_size"]
@@ -520,7 +504,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json_out:
         write_json(args.json_out, result)
     if args.plot_out:
-        _plot(rows, args.plot_out, not args.no_file)
+        _plot(rows, args.plot_out, not args.no_file, args.drop_caches)
     return 0
 
 
@@ -534,18 +518,22 @@ def _bench_size_in_child(args: argparse.Namespace, base: str, size: int) -> dict
     ]  # fmt: skip
     if args.no_file:
         cmd.append("--no-file")
+    if args.drop_caches:
+        cmd.append("--drop-caches")
     subprocess.run(cmd, check=True)
     row: dict[str, Any] = json.loads(Path(out).read_text())
     os.unlink(out)
     return row
 
 
-def _plot(rows: list[dict[str, Any]], out: str, with_file: bool) -> None:
+def _plot(rows: list[dict[str, Any]], out: str, with_file: bool, dropped: bool) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+
+    from hicache_mooncake.bench._plotting import legend_below
 
     series = [("fio O_DIRECT (depth 16)", "fio"), ("hicache-mooncake SSD tier", "ours")]
     if with_file:
@@ -567,11 +555,11 @@ def _plot(rows: list[dict[str, Any]], out: str, with_file: bool) -> None:
                     fontsize=7,
                 )
         ax.set_xticks(x, labels)
-        ax.set_title(f"{op} ({'write' if op == 'set' else 'read, page cache dropped'})")
+        read = "read, page cache dropped" if dropped else "read, page cache not dropped"
+        ax.set_title(f"{op} ({'write' if op == 'set' else read})")
         ax.set_xlabel("page size (labels: CPU s/GB)")
     axes[0].set_ylabel("GB/s (median)")
-    axes[0].legend(fontsize=8)
     fig.suptitle("SSD tier through SGLang's interface vs fio and SGLang's file backend")
-    fig.tight_layout()
+    legend_below(fig, axes[0])
     fig.savefig(out, dpi=120)
     plt.close(fig)

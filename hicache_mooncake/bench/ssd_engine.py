@@ -2,8 +2,10 @@
 
 Writes ``--total-mb`` of objects of each ``--sizes`` (MiB) with ``put_batch`` (``--batch`` objects
 per call, ``--threads`` caller threads), reopens the engine (recovery time is reported), drops the
-page cache when permitted, then reads everything back with ``get_batch_into`` into page-aligned
-memory. Imports only the engine (no SGLang).
+page cache with ``--drop-caches`` (root; the whole host's), then reads everything back with
+``get_batch_into`` into page-aligned memory. Measures in the system temp dir unless ``--dir``
+(``/var/tmp`` when that is tmpfs); everything written is removed. Imports only the engine (no
+SGLang).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shutil
 import tempfile
 import threading
@@ -20,13 +21,18 @@ from typing import Any
 
 import numpy as np
 
+from hicache_mooncake.bench._disk import NOT_DROPPED, add_drop_caches_argument, default_work_dir, drop_caches
 from hicache_mooncake.ssd import SsdEngine, SsdOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--dir", default=".", help="directory on the filesystem to measure (a temp dir is made in it)"
+        "--dir",
+        default=None,
+        help="directory on the filesystem to measure (a temp dir is made in it and removed; default: "
+        "the system temp dir, or /var/tmp when that is tmpfs)",
     )
+    add_drop_caches_argument(parser)
     parser.add_argument("--sizes", default="1,8", help="object sizes in MiB, comma separated")
     parser.add_argument("--total-mb", type=int, default=1024, help="MiB written per size and mode")
     parser.add_argument("--modes", default="direct,buffered")
@@ -34,16 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=2, help="caller threads")
     parser.add_argument("--io-threads", type=int, default=4)
     parser.add_argument("--region-mb", type=int, default=64)
-
-
-def _drop_caches() -> bool:
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def _aligned(size: int) -> np.ndarray:
@@ -67,7 +63,15 @@ def _parallel(threads: int, work: list[list[str]], fn: Any) -> None:
 
 
 def measure(
-    directory: str, mode: str, size: int, total: int, batch: int, threads: int, io_threads: int, region: int
+    directory: str,
+    mode: str,
+    size: int,
+    total: int,
+    batch: int,
+    threads: int,
+    io_threads: int,
+    region: int,
+    drop: bool = False,
 ) -> dict[str, Any]:
     n = max(batch * threads, total // size)
     keys = [f"obj{i}" for i in range(n)]
@@ -90,7 +94,7 @@ def measure(
     put_s, put_cpu = _timed(lambda: _parallel(threads, work, put_worker))
     sync_s, _ = _timed(eng.sync)
     eng.close()
-    dropped = _drop_caches()
+    dropped = drop_caches(drop)
     t0 = time.perf_counter()
     eng = SsdEngine(opts)
     recover_s = time.perf_counter() - t0
@@ -99,7 +103,7 @@ def measure(
     t0 = time.perf_counter()
     eng = SsdEngine(SsdOptions(**{**opts.__dict__, "verify_on_recover": False}))
     recover_hdr_s = time.perf_counter() - t0
-    _drop_caches()
+    drop_caches(drop)
     dsts = [[_aligned(size) for _ in range(batch)] for _ in range(threads)]
     misses = [0]
 
@@ -126,10 +130,13 @@ def measure(
 
 
 def run(args: argparse.Namespace) -> int:
+    base = args.dir or default_work_dir()
+    if not args.drop_caches:
+        print(NOT_DROPPED, flush=True)
     results = []
     for mode in args.modes.split(","):
         for mb in (int(x) for x in args.sizes.split(",")):
-            d = tempfile.mkdtemp(prefix="ssd-bench-", dir=args.dir)
+            d = tempfile.mkdtemp(prefix="ssd-bench-", dir=base)
             try:
                 r = measure(
                     d,
@@ -140,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
                     args.threads,
                     args.io_threads,
                     args.region_mb << 20,
+                    args.drop_caches,
                 )
             finally:
                 with contextlib.suppress(OSError):

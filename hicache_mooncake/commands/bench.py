@@ -1,17 +1,21 @@
 """``hicache-mooncake bench TARGET``: each module in ``hicache_mooncake.bench`` is a target.
 
 A target module defines ``add_arguments(parser)`` and ``run(args) -> int``; the common options
-(``--json OUT``, ``--plot OUT.png``) are added here for all of them.
+(``--json OUT``, ``--plot OUT.png``) are added here for all of them, and ``--plot``'s dependency
+(matplotlib) is checked before any work. No target installs anything or drops the page cache
+unless a flag says so; each says what it skipped without it.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import pkgutil
 from typing import Any
 
 from hicache_mooncake import bench
+from hicache_mooncake.commands import UsageError
 
 
 def register(sub: Any) -> None:
@@ -32,6 +36,8 @@ def register(sub: Any) -> None:
 
 def _runner(module: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
+        if args.plot_out and importlib.util.find_spec("matplotlib") is None:
+            raise UsageError("--plot needs matplotlib (pip install 'hicache-mooncake[bench]')")
         return int(module.run(args) or 0)
 
     return run

@@ -27,7 +27,7 @@ def register(sub: Any) -> None:
         help="write the report as JSON (to a file, or stdout)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, exit_findings="corrupt or torn entries found (dropped with --repair)")
 
 
 def run(args: argparse.Namespace) -> int:

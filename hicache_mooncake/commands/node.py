@@ -1,9 +1,10 @@
 """``hicache-mooncake node --config FILE``: run a memory node in the foreground until SIGTERM.
 
-Reads the ``node:`` and ``metadata:`` sections of the YAML (e.g. ``configs/cluster.yaml``); other
-top-level sections (the client side's ``tiers.remote`` ...) are ignored here. Sizes may be written
-``4GiB``. A bad key is refused with its YAML path and the reason, and so is a node that would
-listen beyond loopback without a shared secret (exit 2).
+Uses the ``node:`` and ``metadata:`` sections of the YAML (e.g. ``configs/cluster.yaml``); the
+whole file is validated with the backend's loader, so the one file that serves both sides is
+refused here exactly as the backend would refuse it (YAML path of each bad key and the reason),
+and so is a node that would listen beyond loopback without a shared secret (exit 2). Sizes may be
+written ``4GiB``; the path may carry SGLang's ``@`` prefix.
 
 ``hicache-mooncake node --gc [--config FILE]`` removes, in ``node.shm_dir``, the shared-memory
 arenas that dead nodes left behind (a node does this for its own node id at every start) and exits.
@@ -16,13 +17,11 @@ import contextlib
 import logging
 import resource
 import signal
-import sys
 import threading
 from typing import Any
 
-import yaml
-from pydantic import ValidationError
-
+from hicache_mooncake.commands import UsageError
+from hicache_mooncake.config import load_config_file
 from hicache_mooncake.config.cluster import NodeSection
 from hicache_mooncake.transport.arena_files import collect_stale
 from hicache_mooncake.transport.metadata import MetadataConfig, make_metadata
@@ -53,27 +52,9 @@ class _PolicyEvictor:
 
 
 def load(path: str) -> tuple[NodeSection, MetadataConfig]:
-    with open(path) as f:
-        raw = yaml.safe_load(f) or {}
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: top level must be a mapping")
-    try:
-        node = NodeSection.model_validate(raw.get("node") or {})
-    except ValidationError as exc:
-        raise ValueError(_explain(path, "node", exc)) from None
-    try:
-        meta = MetadataConfig.model_validate(raw.get("metadata") or {})
-    except ValidationError as exc:
-        raise ValueError(_explain(path, "metadata", exc)) from None
-    return node, meta
-
-
-def _explain(path: str, section: str, exc: ValidationError) -> str:
-    lines = [f"{path}: invalid '{section}' section:"]
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in (section, *err["loc"]))
-        lines.append(f"  {loc}: {err['msg']}")
-    return "\n".join(lines)
+    """The node's sections of ``path``; ConfigError (exit status 2) on any problem with the file."""
+    config = load_config_file(path).config
+    return config.node or NodeSection(), config.metadata
 
 
 def _raise_fd_limit() -> None:
@@ -96,13 +77,8 @@ def gc(shm_dir: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if args.config is None and not args.gc:
-        print("hicache-mooncake node: --config FILE is required (or --gc)", file=sys.stderr)
-        return 2
-    try:
-        node_cfg, meta_cfg = load(args.config) if args.config else (NodeSection(), MetadataConfig())
-    except (OSError, ValueError) as exc:
-        print(exc, file=sys.stderr)
-        return 2
+        raise UsageError("--config FILE is required (or --gc)")
+    node_cfg, meta_cfg = load(args.config) if args.config else (NodeSection(), MetadataConfig())
     if args.gc:
         return gc(node_cfg.shm_dir)
     if args.port is not None:
@@ -122,8 +98,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except (OSError, ValueError) as exc:
         metadata.close()
-        print(f"{args.config}: cannot start the node: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"{args.config}: cannot start the node: {exc}") from None
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -142,7 +117,9 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("node", help="run a memory node (remote DRAM pool) until SIGTERM")
-    parser.add_argument("--config", default=None, help="YAML with node: and metadata: sections")
+    parser.add_argument(
+        "--config", default=None, help="YAML with node: and metadata: sections (@ prefix allowed)"
+    )
     parser.add_argument(
         "--gc",
         action="store_true",

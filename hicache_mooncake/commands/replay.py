@@ -1,11 +1,22 @@
-"""``hicache-mooncake replay TRACE``: replay a Mooncake trace against a policy, LRU and OPT."""
+"""``hicache-mooncake replay TRACE``: replay a Mooncake trace against a policy, LRU and OPT.
+
+``--json`` is written as soon as the replays are done, before the plot; ``--plot`` needs
+matplotlib, checked before any work. A trace without requests is an error. The progress bar (on
+stderr, only when it is a terminal) counts the requests of each replay.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+from hicache_mooncake.commands import UsageError
 
 
 def register(sub: Any) -> None:
@@ -41,14 +52,15 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--plot", dest="plot_out", default=None, help="write hit rate vs capacity (policy, LRU, OPT) here"
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (there is none when stderr is not a terminal)",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from hicache_mooncake.replay.plot import plot_sweep
     from hicache_mooncake.replay.run import (
         DEFAULT_BLOCK_BYTES,
         DEFAULT_DRAM_FRACTION,
@@ -60,43 +72,66 @@ def run(args: argparse.Namespace) -> int:
 
     policy = args.policy or configured_default_policy()
     if policy not in policy_names():
-        print(f"unknown policy {policy!r}; known policies: {', '.join(policy_names())}", file=sys.stderr)
-        return 2
+        raise UsageError(f"unknown policy {policy!r}; known policies: {', '.join(policy_names())}")
     dram_fraction = DEFAULT_DRAM_FRACTION if args.dram_fraction is None else args.dram_fraction
     if not 0.0 <= dram_fraction <= 1.0 or args.capacity_fraction <= 0:
-        print("--dram-fraction must be in [0, 1] and --capacity-fraction > 0", file=sys.stderr)
-        return 2
+        raise UsageError("--dram-fraction must be in [0, 1] and --capacity-fraction > 0")
+    if args.plot_out and importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("--plot needs matplotlib (pip install 'hicache-mooncake[bench]')")
     try:
         replay = Replay.load(args.trace)
     except (OSError, ValueError) as exc:
-        print(f"cannot read trace: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"cannot read trace {args.trace}: {exc}") from None
+    if not replay.blocks or not any(replay.blocks):
+        raise UsageError(f"trace {args.trace} has no requests with blocks (hash_ids): nothing to replay")
     fractions = sorted(set(SWEEP_FRACTIONS) | {args.capacity_fraction}) if args.plot_out else []
-    total = len(replay.blocks) * (1 + len(fractions))
-    with tqdm(total=total, unit="req", disable=args.no_progress, file=sys.stderr) as bar:
-        result = replay.run(
-            policy,
-            args.capacity_fraction,
-            dram_fraction,
-            args.mode,
-            DEFAULT_BLOCK_BYTES if args.block_bytes is None else args.block_bytes,
-            progress=bar.update,
-        )
-        if args.plot_out:
-            sweep = replay.sweep(policy, fractions, dram_fraction, progress=bar.update)
-            result["sweep"] = sweep
-    if args.plot_out:
-        plot_sweep(
-            result["sweep"], policy, args.plot_out, title=f"{args.trace} (DRAM share {dram_fraction:g})"
+    block_bytes = DEFAULT_BLOCK_BYTES if args.block_bytes is None else args.block_bytes
+    progress = _Progress(len(replay.blocks), 1 + len(fractions), not args.no_progress and sys.stderr.isatty())
+    with progress.replay(f"{policy} at {args.capacity_fraction:g}, {args.mode}") as tick:
+        result = replay.run(policy, args.capacity_fraction, dram_fraction, args.mode, block_bytes, tick)
+    if fractions:
+        result["sweep"] = replay.sweep(
+            policy, fractions, dram_fraction, lambda f: progress.replay(f"sweep: {policy} at {f:g}")
         )
         result["plot"] = args.plot_out
-    text = json.dumps(result, indent=2)
     if args.json_out:
         with open(args.json_out, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+            fh.write(json.dumps(result, indent=2) + "\n")
     print(
         f"{policy}: hit rate {result['hit_rate']:.4f}  LRU {result['lru_hit_rate']:.4f}  "
         f"OPT {result['opt_hit_rate']:.4f}  gap reached {result['gap_fraction']:.1%}  "
-        f"DRAM share of hits {result['dram_hit_share']:.1%}"
+        f"DRAM share of hits {result['dram_hit_share']:.1%}  ({result['requests']} requests, "
+        f"{result['blocks']} blocks)"
     )
+    if args.plot_out:
+        from hicache_mooncake.replay.plot import plot_sweep
+
+        title = f"{Path(args.trace).name} (DRAM share {dram_fraction:g})"
+        plot_sweep(result["sweep"], policy, args.plot_out, title=title)
     return 0
+
+
+class _Progress:
+    """One labelled bar per replay, counting that replay's requests (``k/n`` when several run)."""
+
+    def __init__(self, requests: int, replays: int, enabled: bool) -> None:
+        self.requests, self.replays, self.enabled = requests, replays, enabled
+        self.started = 0
+
+    @contextmanager
+    def replay(self, label: str) -> Iterator[Callable[[int], Any]]:
+        from tqdm import tqdm
+
+        self.started += 1
+        count = f" {self.started}/{self.replays}" if self.replays > 1 else ""
+        bar = tqdm(
+            total=self.requests,
+            desc=f"replay{count} ({label})",
+            unit="req",
+            disable=not self.enabled,
+            file=sys.stderr,
+        )
+        try:
+            yield bar.update
+        finally:
+            bar.close()

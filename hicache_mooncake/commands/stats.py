@@ -4,7 +4,6 @@ endpoint (``metrics.port`` in the YAML), or offline from an SSD tier directory."
 from __future__ import annotations
 
 import argparse
-import sys
 import urllib.error
 import urllib.request
 from collections import defaultdict
@@ -12,6 +11,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from hicache_mooncake.commands import UsageError
 from hicache_mooncake.sizes import format_size
 
 
@@ -29,8 +29,7 @@ def run(args: argparse.Namespace) -> int:
         with urllib.request.urlopen(args.url, timeout=args.timeout) as response:
             text = response.read().decode()
     except (urllib.error.URLError, OSError) as exc:
-        print(f"cannot read {args.url}: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"cannot read {args.url}: {exc}") from None
     tiers: dict[str, dict[str, float]] = defaultdict(dict)
     pages: dict[tuple[str, str], float] = {}
     for family in text_string_to_metric_families(text):
@@ -42,8 +41,7 @@ def run(args: argparse.Namespace) -> int:
             elif sample.name == "hicache_mooncake_pages_total":
                 pages[(sample.labels["op"], sample.labels["result"])] = sample.value
     if not tiers:
-        print(f"{args.url} has no hicache_mooncake metrics", file=sys.stderr)
-        return 1
+        raise UsageError(f"{args.url} has no hicache_mooncake metrics (is it the backend's metrics.port?)")
     print(f"{'tier':8s} {'entries':>10s} {'used':>10s} {'capacity':>10s}")
     for name, values in tiers.items():
         print(

@@ -9,6 +9,9 @@ Sources, in precedence order:
 
 Every failure raises ``ConfigError`` whose message names the source and, for schema errors, each
 bad key as a dotted path with the reason.
+
+``load_config_file`` is the one loader of every CLI command that takes a YAML (``demo``,
+``node``, ``config``): the same reading, merging and wording as the backend's.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +27,21 @@ import yaml
 from pydantic import ValidationError
 
 from .errors import ConfigError
-from .schema import LOADER_KEYS, BackendConfig
+from .schema import LOADER_KEYS, SGLANG_CONSUMED_KEYS, SGLANG_INJECTED_KEYS, BackendConfig
 
 log = logging.getLogger(__name__)
 CONFIG_ENV = "HICACHE_MOONCAKE_CONFIG"
 
 
+def config_file_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` without SGLang's ``@`` prefix, ``~`` expanded."""
+    text_path = str(path)
+    return Path(text_path[1:] if text_path.startswith("@") else text_path).expanduser()
+
+
 def read_yaml_file(path: str | os.PathLike[str], origin: str = "config file") -> dict[str, Any]:
     """Parse a YAML mapping from ``path`` (``@`` prefix allowed); ConfigError on any problem."""
-    text_path = str(path)
-    if text_path.startswith("@"):
-        text_path = text_path[1:]
-    file = Path(text_path).expanduser()
+    file = config_file_path(path)
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -87,14 +94,17 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
 
 
 def load_backend_config(
-    extra_config: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None
+    extra_config: Mapping[str, Any] | None,
+    environ: Mapping[str, str] | None = None,
+    source: str = "extra config",
 ) -> BackendConfig:
     """Resolve and validate the configuration of one backend instance (see module docstring)."""
     env = os.environ if environ is None else environ
     inline = dict(extra_config or {})
     env_path = env.get(CONFIG_ENV)
     if env_path:
-        ignored = sorted(k for k in inline if k not in LOADER_KEYS)
+        sglang_keys = LOADER_KEYS | SGLANG_CONSUMED_KEYS | SGLANG_INJECTED_KEYS
+        ignored = sorted(k for k in inline if k not in sglang_keys)
         if ignored:
             log.info(
                 "%s=%s overrides the inline extra config; ignoring keys %s", CONFIG_ENV, env_path, ignored
@@ -111,5 +121,28 @@ def load_backend_config(
         base = read_yaml_file(file_path, origin="config file (config_file)")
         base.pop("config_file", None)
         data = deep_merge(base, {k: v for k, v in inline.items() if k != "config_file"})
-        return validate_config(data, source=f"{file_path} + inline extra config")
-    return validate_config(inline)
+        return validate_config(data, source=f"{file_path} + {source}")
+    return validate_config(inline, source=source)
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A YAML file as the CLI loaded it: where, what it says, and its validated configuration."""
+
+    path: Path
+    data: dict[str, Any]
+    config: BackendConfig
+
+    def extra_config(self) -> dict[str, Any]:
+        """What to hand SGLang's ``dynamic`` loader: the file's keys, with the loader keys that
+        SGLang requires filled in from their defaults (so a partial file works too)."""
+        return {**{k: getattr(self.config, k) for k in sorted(LOADER_KEYS)}, **self.data}
+
+
+def load_config_file(path: str | os.PathLike[str]) -> LoadedConfig:
+    """Read and validate one YAML file (``@`` prefix allowed) exactly as the backend would, minus
+    ``$HICACHE_MOONCAKE_CONFIG`` (the caller named the file). ConfigError on any problem, naming
+    the file, each bad key's path and the reason."""
+    file = config_file_path(path)
+    data = read_yaml_file(file)
+    return LoadedConfig(file, data, load_backend_config(data, environ={}, source=str(file)))

@@ -2,9 +2,10 @@
 
 One document carries SGLang's ``dynamic`` loader keys (``backend_name``, ``module_path``,
 ``class_name``, ``interface_v1``) next to ours, so ``--hicache-storage-backend dynamic
---hicache-storage-backend-extra-config @configs/default.yaml`` is the whole setup. Unknown keys
-are refused (a typo never silently falls back to a default). Sizes take ints (bytes) or strings
-such as ``64GiB`` / ``512MB``.
+--hicache-storage-backend-extra-config @$(hicache-mooncake config path default)`` is the whole
+setup. Unknown keys are refused (a typo never silently falls back to a default), except the keys
+SGLang itself adds (``SGLANG_INJECTED_KEYS``). Sizes take ints (bytes) or strings such as
+``64GiB`` / ``512MB``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ SGLANG_CONSUMED_KEYS = frozenset(
         "tp_lcm_size",
     }
 )
+# Keys that SGLang itself adds to the extra config before handing it to the backend (e.g.
+# ``file_storage_path`` when started with ``--file-storage-path``; they configure SGLang's own
+# ``file`` backend). Accepted and ignored, so such a launch works; every other unknown key is still
+# refused. tests/unit/test_sglang_keys.py reads SGLang's source: a key SGLang starts adding (or
+# consuming) that is not listed here fails CI.
+SGLANG_INJECTED_KEYS = frozenset({"file_storage_path"})
 LOADER_KEYS = frozenset({"backend_name", "module_path", "class_name", "interface_v1"})
+LogLevel = Literal["unset", "DEBUG", "INFO", "WARNING", "ERROR", "debug", "info", "warning", "error"]
 
 
 def _check_policy(name: str) -> str:
@@ -166,9 +174,16 @@ class BackendConfig(StrictModel):
     tiers: TiersConfig = TiersConfig()
     io: IoConfig = IoConfig()
     metrics: MetricsConfig = MetricsConfig()
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "debug", "info", "warning", "error"] = "INFO"
-    """Level of the ``hicache_mooncake`` loggers."""
+    log_level: LogLevel = "unset"
+    """Level of the ``hicache_mooncake`` loggers; ``unset``: follow SGLang's ``--log-level``."""
     metadata: MetadataConfig = MetadataConfig()
     """Cluster metadata (membership of memory nodes): embedded or redis. Used by tiers.remote."""
     node: NodeSection | None = None
     """Memory-node settings, read by ``hicache-mooncake node``; ignored by the backend."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_sglang_injected_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not SGLANG_INJECTED_KEYS.isdisjoint(data):
+            return {k: v for k, v in data.items() if k not in SGLANG_INJECTED_KEYS}
+        return data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ DEFAULT_BLOCK_BYTES = 512 * 2 * 32 * 8 * 128 * 2
 SWEEP_FRACTIONS = (0.01, 0.02, 0.05, 0.10, 0.20, 0.40)
 
 StoreFactory = Callable[[str, int, float, int], ReplayStore]
+ProgressFor = Callable[[float], AbstractContextManager[Callable[[int], None] | None]]
 _store_factory: StoreFactory | None = None
 
 
@@ -130,12 +132,14 @@ class Replay:
         policy: str,
         fractions: Sequence[float] = SWEEP_FRACTIONS,
         dram_fraction: float = DEFAULT_DRAM_FRACTION,
-        progress: Callable[[int], None] | None = None,
+        progress_for: ProgressFor | None = None,
     ) -> dict[str, list[float]]:
-        """Hit rate vs capacity fraction for ``policy`` (sim), LRU and OPT."""
+        """Hit rate vs capacity fraction for ``policy`` (sim), LRU and OPT. ``progress_for(f)``
+        gives, per replay, a context whose value is called once per request."""
         out: dict[str, list[float]] = {"fraction": [], "policy": [], "lru": [], "opt": []}
         for f in fractions:
-            r = self.run(policy, f, dram_fraction, "sim", progress=progress)
+            with progress_for(f) if progress_for is not None else nullcontext() as progress:
+                r = self.run(policy, f, dram_fraction, "sim", progress=progress)
             out["fraction"].append(f)
             out["policy"].append(r["hit_rate"])
             out["lru"].append(r["lru_hit_rate"])

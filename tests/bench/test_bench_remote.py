@@ -70,7 +70,7 @@ def test_reason_recorded_when_install_fails(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(remote, "_mooncake_installed", lambda: False)
     monkeypatch.setattr(remote, "_have_ibverbs", lambda: True)
     missing = str(tmp_path / "no_such_mooncake-0.0-py3-none-any.whl")
-    assert remote.run(_args(tmp_path, mooncake_spec=missing)) == 0
+    assert remote.run(_args(tmp_path, mooncake_spec=missing, pip_install_mooncake=True)) == 0
     res = json.loads((tmp_path / "r.json").read_text())
     reason = res["mooncake"]["reason"]
     assert reason.startswith(f"pip install --no-deps {missing} failed (rc ")
@@ -84,7 +84,7 @@ def test_reason_recorded_when_install_fails(tmp_path: Path, monkeypatch: pytest.
 
 @pytest.mark.integration
 def test_reason_recorded_when_mooncake_run_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(remote, "prepare_mooncake", lambda spec, steps: None)
+    monkeypatch.setattr(remote, "prepare_mooncake", lambda spec, steps, *allowed: None)
     boom = [sys.executable, "-c", "import sys; sys.stderr.write('master refused'); sys.exit(3)"]
     monkeypatch.setattr(remote, "runner_command", lambda *a: boom)
     assert remote.run(_args(tmp_path)) == 0
@@ -122,9 +122,24 @@ def test_libibverbs_missing_without_apt(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(remote, "_have_ibverbs", lambda: False)
     monkeypatch.setattr(remote.shutil, "which", lambda name: None)
     steps: list[str] = []
-    reason = remote.prepare_mooncake(remote.MOONCAKE_PIN, steps)
+    reason = remote.prepare_mooncake(remote.MOONCAKE_PIN, steps, allow_apt=True)
     assert reason == "libibverbs.so.1 is missing and apt-get is not available to install libibverbs1"
     assert "libibverbs.so.1: cannot open" in steps[0]
+
+
+def test_nothing_is_installed_without_the_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default neither apt-get nor pip runs: the reason names the flag that would install it."""
+    ran: list[list[str]] = []
+    monkeypatch.setattr(remote, "_run_quiet", lambda cmd, timeout=600: ran.append(cmd) or (1, "x"))
+    monkeypatch.setattr(remote, "_mooncake_importable", lambda: (False, "No module named 'mooncake'"))
+    monkeypatch.setattr(remote, "_mooncake_installed", lambda: False)
+    monkeypatch.setattr(remote, "_have_ibverbs", lambda: False)
+    reason = remote.prepare_mooncake(remote.MOONCAKE_PIN, [])
+    assert reason is not None and "--apt-install-ibverbs" in reason and "skipped" in reason
+    monkeypatch.setattr(remote, "_have_ibverbs", lambda: True)
+    reason = remote.prepare_mooncake(remote.MOONCAKE_PIN, [])
+    assert reason is not None and "--pip-install-mooncake" in reason and "skipped" in reason
+    assert ran == []
 
 
 def test_pin_matches_requirements_file() -> None:

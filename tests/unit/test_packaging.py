@@ -19,3 +19,12 @@ def test_every_package_directory_is_listed_in_pyproject():
             rel = init.parent.relative_to(ROOT / base)
             found.add(".".join([name, *rel.parts]) if rel.parts else name)
     assert found <= listed, f"missing from pyproject packages: {sorted(found - listed)}"
+
+
+def test_license_file_is_the_apache_2_license_pyproject_names() -> None:
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert meta["license"] == {"text": "Apache-2.0"}
+    text = (ROOT / "LICENSE").read_text()
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
+    assert "END OF TERMS AND CONDITIONS" in text and len(text.splitlines()) > 190
