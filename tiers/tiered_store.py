@@ -72,6 +72,15 @@ class TieredStore:
 
     def exists_prefix(self, keys: Sequence[str]) -> int:
         self._remember_request(keys)
+        present = self.contains_batch(keys)
+        for i, ok in enumerate(present):
+            if not ok:
+                return i
+        return len(keys)
+
+    def contains_batch(self, keys: Sequence[str]) -> list[bool]:
+        """Per key, whether any tier holds it (no prefix cut: hybrid models' sidecar objects
+        have holes that matter)."""
         present = [False] * len(keys)
         pending = list(range(len(keys)))
         for tier in self.tiers:
@@ -81,10 +90,7 @@ class TieredStore:
             for i, ok in zip(pending, found, strict=True):
                 present[i] = ok
             pending = [i for i in pending if not present[i]]
-        for i, ok in enumerate(present):
-            if not ok:
-                return i
-        return len(keys)
+        return present
 
     def get_batch_into(
         self, keys: Sequence[str], parts: Sequence[Parts], obj_type: ObjectType = ObjectType.KV_PAGE
