@@ -68,10 +68,14 @@ def mamba_host_pool_for(dev: Any, layout: str = "page_first", ratio: float = 2.0
     from sglang.srt.mem_cache.pool_host.mamba import MambaPoolHost
 
     (info,) = dev.get_device_pool_infos()
-    return MambaPoolHost(info.buffer_info, ratio, 0, device_capacity=dev.size, pin_memory=False, layout=layout)
+    return MambaPoolHost(
+        info.buffer_info, ratio, 0, device_capacity=dev.size, pin_memory=False, layout=layout
+    )
 
 
-def make_swa_pools(shape: PoolShape, layout: str = "page_first", swa_tokens: int | None = None) -> tuple[Any, ...]:
+def make_swa_pools(
+    shape: PoolShape, layout: str = "page_first", swa_tokens: int | None = None
+) -> tuple[Any, ...]:
     """``(full_dev, full_host, swa_dev, swa_host)`` from SGLang's ``SWAKVPool`` (last layer full)."""
     from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 
@@ -102,7 +106,9 @@ def _mha_host(dev: Any, layout: str, shape: PoolShape, pool_label: str) -> Any:
     )  # fmt: skip
 
 
-def make_dsa_pools(shape: PoolShape, layout: str = "page_first", index_head_dim: int = 128) -> tuple[Any, ...]:
+def make_dsa_pools(
+    shape: PoolShape, layout: str = "page_first", index_head_dim: int = 128
+) -> tuple[Any, ...]:
     """``(dev, kv_host, indexer_host)``: DeepSeek V3.2's ``DSATokenToKVPool`` with its MLA host pool
     and ``DSAIndexerPoolHost`` (indexer keys riding on the KV pages, same host indices)."""
     from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool

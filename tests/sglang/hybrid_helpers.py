@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from sglang_helpers import SMALL, small_extra
 
-from hicache_mooncake.sglang_harness import make_device_pool, make_storage_config
+from hicache_mooncake.sglang_harness import host_pool_for, make_device_pool, make_storage_config
 from hicache_mooncake.sglang_hybrid import (
     MambaShape,
     host_group,
@@ -16,7 +16,6 @@ from hicache_mooncake.sglang_hybrid import (
     mamba_host_pool_for,
     register_group,
 )
-from hicache_mooncake.sglang_harness import host_pool_for
 
 PS = SMALL.page_size
 
