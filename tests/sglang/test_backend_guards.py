@@ -1,0 +1,87 @@
+"""Hardening at the level SGLang meets the backend (factory + interface): host indices SGLang should
+never send are refused without touching memory, and metrics samples stay bounded when nobody
+polls ``get_stats`` (SGLang polls only with ``--enable-metrics``)."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+import torch
+from sglang_helpers import SMALL, make_backend
+
+from hicache_mooncake.metrics import MAX_SAMPLES
+from hicache_mooncake.sglang_harness import fill_random_pages, page_snapshot
+
+pytestmark = pytest.mark.sglang
+PS = SMALL.page_size
+
+
+def keys(n: int, tag: str = "g") -> list[str]:
+    return [f"{tag}{i:063x}" for i in range(n)]
+
+
+def refusals(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "refused host indices" in r.getMessage()]
+
+
+def test_out_of_range_host_indices_are_a_miss_with_one_log_line_not_a_crash(caplog):
+    """On main this dereferenced a pointer 10^8 slots past the pool (SIGSEGV)."""
+    backend, host = make_backend()
+    far = torch.arange(10**8, 10**8 + PS)
+    negative = torch.arange(-PS, 0)
+    with caplog.at_level("WARNING", logger="hicache_mooncake"):
+        for _ in range(3):
+            assert backend.batch_get_v1(keys(1), far) == [False]
+            assert backend.batch_set_v1(keys(1), far) == [False]
+            assert backend.batch_set_v1(keys(1), negative) == [False]
+    assert len(refusals(caplog)) == 3  # get far, set far, set negative: one line each, not per call
+    assert backend.batch_exists(keys(1)) == 0  # nothing was stored from wild memory
+    idx = host.alloc(PS)
+    fill_random_pages(host, idx, seed=1)
+    assert backend.batch_set_v1(keys(1), idx) == [True]  # the backend still works
+    backend.close()
+
+
+def test_an_index_count_that_is_not_keys_times_page_size_is_refused(caplog):
+    """On main 1.5 pages of indices for 2 keys stored 2 pages (the second half-outside the call)."""
+    backend, host = make_backend()
+    idx = host.alloc(2 * PS)
+    fill_random_pages(host, idx, seed=2)
+    want = page_snapshot(host, idx)
+    with caplog.at_level("WARNING", logger="hicache_mooncake"):
+        assert backend.batch_set_v1(keys(2), idx[: PS + PS // 2]) == [False, False]
+        assert backend.batch_set_v1(keys(2), idx) == [True, True]
+        assert backend.batch_get_v1(keys(2), idx[:PS]) == [False, False]
+    assert len(refusals(caplog)) == 2
+    fill_random_pages(host, idx, seed=3)
+    assert backend.batch_get_v1(keys(2), idx) == [True, True]
+    assert all(torch.equal(a, b) for a, b in zip(page_snapshot(host, idx), want, strict=True))
+    backend.close()
+
+
+def test_metrics_samples_stay_bounded_when_get_stats_is_never_called():
+    """On main every successful call appended two samples forever (9.4 MB after 200,000 calls)."""
+    backend, host = make_backend()
+    idx = host.alloc(PS)
+    fill_random_pages(host, idx, seed=4)
+    assert backend.batch_set_v1(keys(1), idx) == [True]
+    tracemalloc.start()
+    for _ in range(MAX_SAMPLES + 100):  # fill every series up to its bound
+        backend.batch_get_v1(keys(1), idx)
+    before = tracemalloc.take_snapshot()
+    for _ in range(3000):
+        assert backend.batch_get_v1(keys(1), idx) == [True]
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    grown = sum(
+        s.size_diff
+        for s in after.compare_to(before, "filename")
+        if s.traceback[0].filename.endswith("metrics.py")
+    )
+    assert grown < 16 << 10  # on main: ~3000 x (float + int + list slots) > 100 KiB
+    assert backend.metrics.retained_samples() <= 4 * MAX_SAMPLES
+    stats = backend.get_stats()
+    assert len(stats.prefetch_pgs) == MAX_SAMPLES and stats.prefetch_pgs[-1] == 1  # the newest are kept
+    assert backend.metrics.retained_samples() == 0  # drained
+    backend.close()
