@@ -199,7 +199,8 @@ class HiCacheMooncakeBackend(HiCacheStorage):
                 return [True] * len(keys)  # a logical KV anchor: its sidecar pools hold the bytes
             return self._put(space, keys, parts, extra_info)
         except HostRangeError as exc:
-            self._failures.record(f"batch_set_v1 refused host indices: {exc}")
+            self._failures.record(f"batch_set_v1 refused host indices: {exc.reason}")
+            log.debug("batch_set_v1: %s", exc)
             return [False] * len(keys)
         except Exception as exc:
             self._failures.record("batch_set_v1 failed", exc)
@@ -218,7 +219,8 @@ class HiCacheMooncakeBackend(HiCacheStorage):
                 return [True] * len(keys)  # a logical KV anchor: nothing to read
             return self._get(space, keys, parts, extra_info)
         except HostRangeError as exc:
-            self._failures.record(f"batch_get_v1 refused host indices: {exc}")
+            self._failures.record(f"batch_get_v1 refused host indices: {exc.reason}")
+            log.debug("batch_get_v1: %s", exc)
             return [False] * len(keys)
         except Exception as exc:
             self._failures.record("batch_get_v1 failed", exc)

@@ -23,7 +23,14 @@ import numpy as np
 
 
 class HostRangeError(ValueError):
-    """A (pointer, size) run or a host index outside the registered host pool."""
+    """Host indices or a (pointer, size) run that do not address the registered host pool.
+
+    ``reason`` is one of a few fixed phrases (what a log line is deduplicated on); the message
+    adds the numbers."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
 
 
 class HostMemoryMap:
@@ -52,14 +59,14 @@ class HostMemoryMap:
         if i >= 0 and nbytes >= 0 and ptr + nbytes <= self._ends[i]:
             off = ptr - self._bases[i]
             return self._arrays[i][off : off + nbytes].data
-        raise HostRangeError(f"run of {nbytes} bytes at {ptr:#x} is outside the registered host pool")
+        raise HostRangeError("a page run outside the pool's buffers", f"{nbytes} bytes at {ptr:#x}")
 
     def page_parts(self, ptrs: Sequence[int], sizes: Sequence[int], pages: int) -> list[list[memoryview]]:
         """Split the flat (ptr, size) list of ``pages`` pages into one list of parts per page."""
         if pages == 0:
             return []
         if len(ptrs) != len(sizes) or len(ptrs) % pages:
-            raise HostRangeError(f"host pool returned {len(ptrs)} runs for {pages} pages")
+            raise HostRangeError("runs do not split into pages", f"{len(ptrs)} runs for {pages} pages")
         per = len(ptrs) // pages
         views = [self.view(int(p), int(s)) for p, s in zip(ptrs, sizes, strict=True)]
         return [views[i * per : (i + 1) * per] for i in range(pages)]

@@ -109,14 +109,15 @@ class SidecarIO:
             return [True] * len(page_hashes)  # replicated: the writer rank stores the one copy
         try:
             if transfer.host_indices is None:
-                raise HostRangeError(f"{name}: transfer without host indices")
+                raise HostRangeError("transfer without host indices")
             parts = pool.page_parts(transfer.host_indices, len(page_hashes))
             if not pool.holds_bytes:
                 return [True] * len(page_hashes)
             start = time.perf_counter()
             ok = self._move(op, pool, page_hashes, parts, extra_info)
         except HostRangeError as exc:
-            self.failures.record(f"{op}_v2 refused host indices of pool {name!r}: {exc}")
+            self.failures.record(f"batch_{op}_v2 refused host indices of pool {name!r}: {exc.reason}")
+            log.debug("batch_%s_v2 of pool %s: %s", op, name, exc)
             return [False] * len(page_hashes)
         except Exception as exc:
             self.failures.record(f"{op}_v2 of pool {name!r} failed", exc)

@@ -54,24 +54,21 @@ class RegisteredPool:
         page_size``, a non-integer tensor, an index outside ``[0, pool.size)``."""
         numel = getattr(host_indices, "numel", None)
         if not callable(numel):
-            raise HostRangeError(
-                f"{self.name}: host indices must be a tensor, got {type(host_indices).__name__}"
-            )
+            raise HostRangeError("host indices are not a tensor", type(host_indices).__name__)
         count = int(numel())
         if count != pages * self.page_size:
             raise HostRangeError(
-                f"{self.name}: {count} host indices for {pages} pages of {self.page_size} (need {pages * self.page_size})"
+                "index count is not keys x page_size",
+                f"{count} indices for {pages} pages of {self.page_size}",
             )
         if count == 0:
             return
         if host_indices.dtype.is_floating_point or host_indices.dtype.is_complex:
-            raise HostRangeError(f"{self.name}: host indices of dtype {host_indices.dtype}")
+            raise HostRangeError("host indices are not integers", str(host_indices.dtype))
         low, high = int(host_indices.min()), int(host_indices.max())
         size = getattr(self.pool, "size", None)
         if low < 0 or (isinstance(size, int) and high >= size):
-            raise HostRangeError(
-                f"{self.name}: host indices [{low}, {high}] outside the pool of {size} slots"
-            )
+            raise HostRangeError("host index outside the pool", f"[{low}, {high}] in a pool of {size} slots")
 
     def page_parts(self, host_indices: Any, pages: int) -> list[list[Any]]:
         """One list of byte views (memoryviews into the pool) per page, zero-copy."""

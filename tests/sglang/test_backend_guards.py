@@ -26,37 +26,42 @@ def refusals(caplog) -> list[str]:
 
 
 def test_out_of_range_host_indices_are_a_miss_with_one_log_line_not_a_crash(caplog):
-    """On main this dereferenced a pointer 10^8 slots past the pool (SIGSEGV)."""
+    """On main a get of a stored page into indices 10^8 slots past the pool wrote through a wild
+    pointer (SIGSEGV)."""
     backend, host = make_backend()
+    idx = host.alloc(PS)
+    fill_random_pages(host, idx, seed=1)
+    assert backend.batch_set_v1(keys(1), idx) == [True]
     far = torch.arange(10**8, 10**8 + PS)
     negative = torch.arange(-PS, 0)
     with caplog.at_level("WARNING", logger="hicache_mooncake"):
         for _ in range(3):
             assert backend.batch_get_v1(keys(1), far) == [False]
-            assert backend.batch_set_v1(keys(1), far) == [False]
-            assert backend.batch_set_v1(keys(1), negative) == [False]
-    assert len(refusals(caplog)) == 3  # get far, set far, set negative: one line each, not per call
-    assert backend.batch_exists(keys(1)) == 0  # nothing was stored from wild memory
-    idx = host.alloc(PS)
-    fill_random_pages(host, idx, seed=1)
-    assert backend.batch_set_v1(keys(1), idx) == [True]  # the backend still works
+            assert backend.batch_set_v1(keys(1, "n"), far) == [False]
+            assert backend.batch_set_v1(keys(1, "m"), negative) == [False]
+    assert len(refusals(caplog)) == 2  # one line per call kind and reason (get, set), not per call
+    assert backend.batch_exists(keys(1, "n")) == 0 and backend.batch_exists(keys(1, "m")) == 0
+    assert backend.batch_get_v1(keys(1), idx) == [True]  # the backend still works
     backend.close()
 
 
 def test_an_index_count_that_is_not_keys_times_page_size_is_refused(caplog):
-    """On main 1.5 pages of indices for 2 keys stored 2 pages (the second half-outside the call)."""
+    """On main one page of indices for two keys stored K as one page and V as the other, and three
+    pages for two keys stored 1.5 pages each: True, and garbage under both keys."""
     backend, host = make_backend()
-    idx = host.alloc(2 * PS)
+    idx = host.alloc(3 * PS)
     fill_random_pages(host, idx, seed=2)
-    want = page_snapshot(host, idx)
     with caplog.at_level("WARNING", logger="hicache_mooncake"):
-        assert backend.batch_set_v1(keys(2), idx[: PS + PS // 2]) == [False, False]
-        assert backend.batch_set_v1(keys(2), idx) == [True, True]
+        assert backend.batch_set_v1(keys(2), idx[:PS]) == [False, False]
+        assert backend.batch_set_v1(keys(2), idx) == [False, False]
         assert backend.batch_get_v1(keys(2), idx[:PS]) == [False, False]
-    assert len(refusals(caplog)) == 2
+    assert len(refusals(caplog)) == 2  # one line per call kind and reason (set, get), not per call
+    assert backend.batch_exists(keys(2)) == 0  # nothing stored under either key
+    want = page_snapshot(host, idx[: 2 * PS])
+    assert backend.batch_set_v1(keys(2), idx[: 2 * PS]) == [True, True]
     fill_random_pages(host, idx, seed=3)
-    assert backend.batch_get_v1(keys(2), idx) == [True, True]
-    assert all(torch.equal(a, b) for a, b in zip(page_snapshot(host, idx), want, strict=True))
+    assert backend.batch_get_v1(keys(2), idx[: 2 * PS]) == [True, True]
+    assert all(torch.equal(a, b) for a, b in zip(page_snapshot(host, idx[: 2 * PS]), want, strict=True))
     backend.close()
 
 
