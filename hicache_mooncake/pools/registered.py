@@ -35,7 +35,19 @@ class RegisteredPool:
 
     @property
     def page_size(self) -> int:
-        return int(getattr(self.pool, "page_size", 1) or 1)
+        """Host indices per page in the calls SGLang makes: the logical (DCP-widened) page where
+        the pool has one, else its page size."""
+        logical = getattr(self.pool, "logical_page_size", None)
+        return int(logical if isinstance(logical, int) else getattr(self.pool, "page_size", 1) or 1)
+
+    @property
+    def index_limit(self) -> int | None:
+        """Host indices are below this (the logical size under DCP); None when unknown."""
+        for name in ("logical_size", "size"):
+            value = getattr(self.pool, name, None)
+            if isinstance(value, int):
+                return value
+        return None
 
     @property
     def holds_bytes(self) -> bool:
@@ -66,8 +78,8 @@ class RegisteredPool:
         if host_indices.dtype.is_floating_point or host_indices.dtype.is_complex:
             raise HostRangeError("host indices are not integers", str(host_indices.dtype))
         low, high = int(host_indices.min()), int(host_indices.max())
-        size = getattr(self.pool, "size", None)
-        if low < 0 or (isinstance(size, int) and high >= size):
+        size = self.index_limit
+        if low < 0 or (size is not None and high >= size):
             raise HostRangeError("host index outside the pool", f"[{low}, {high}] in a pool of {size} slots")
 
     def page_parts(self, host_indices: Any, pages: int) -> list[list[Any]]:
