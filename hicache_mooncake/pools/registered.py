@@ -77,7 +77,11 @@ class RegisteredPool:
             return
         if host_indices.dtype.is_floating_point or host_indices.dtype.is_complex:
             raise HostRangeError("host indices are not integers", str(host_indices.dtype))
-        low, high = int(host_indices.min()), int(host_indices.max())
+        if count <= 64:  # a list is cheaper than two tensor reductions for a few indices
+            values = host_indices.tolist()
+            low, high = min(values), max(values)
+        else:
+            low, high = (int(v) for v in torch.aminmax(host_indices))
         size = self.index_limit
         if low < 0 or (size is not None and high >= size):
             raise HostRangeError("host index outside the pool", f"[{low}, {high}] in a pool of {size} slots")
