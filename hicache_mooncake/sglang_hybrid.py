@@ -37,6 +37,9 @@ class MambaShape:
     device_slots: int = 16
     host_ratio: float = 2.0
     ssm_dtype: str = "bfloat16"
+    side_state: tuple[int, int] | None = None
+    """A per-slot side state registered on the pool (SGLang's ``ShortConvPool``, as PLE models do):
+    the host pool then carries ``slot_state_buffers`` and SGLang's own zero-copy meta refuses it."""
 
 
 def make_mamba_device_pool(shape: MambaShape | None = None) -> Any:
@@ -58,9 +61,18 @@ def make_mamba_device_pool(shape: MambaShape | None = None) -> Any:
             conv_kernel=s.conv_kernel,
         )
         params = Mamba2CacheParams(shape=state, layers=layer_ids)
-    return MambaPool(
+    pool = MambaPool(
         size=s.device_slots, spec_state_size=0, cache_params=params, mamba_layer_ids=layer_ids, device="cpu"
     )
+    if s.side_state is not None:
+        from sglang.srt.mem_cache.ple_state_pool import ShortConvPool
+
+        pool.register_slot_state(
+            ShortConvPool(
+                size=s.device_slots, state_shape=s.side_state, layer_ids=[0], dtype=torch.float32, device="cpu"
+            )
+        )
+    return pool
 
 
 def mamba_host_pool_for(dev: Any, layout: str = "page_first", ratio: float = 2.0) -> Any:

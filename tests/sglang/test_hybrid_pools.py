@@ -63,6 +63,26 @@ def test_mamba_state_round_trips_byte_exact_next_to_kv(sglang_runtime, layout):
     backend.close()
 
 
+def test_mamba_state_with_slot_side_states_round_trips_zero_copy(sglang_runtime):
+    """A Mamba pool with a registered side state (SGLang's ShortConvPool): SGLang's own zero-copy
+    meta refuses such a pool; we address all of the slot's rows and store every byte."""
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+
+    group = kv_mamba_group(mamba=MambaShape(side_state=(24, 3)))
+    mamba = group.get_pool(PoolName.MAMBA)
+    assert mamba.slot_state_buffers  # the side state reached the host pool
+    with pytest.raises(NotImplementedError):
+        mamba.get_page_buffer_meta(torch.tensor([0]))
+    backend = hybrid_backend(group)
+    assert backend.pools.get("mamba").page_nbytes == mamba.get_size_per_token()  # every byte of the slot
+    slot, dst = mamba.alloc(1), mamba.alloc(1)
+    fill_random_pages(mamba, slot, seed=6)
+    assert backend.batch_set_v2([transfer(PoolName.MAMBA, ["s" * 64], slot)]) == {PoolName.MAMBA: [True]}
+    assert backend.batch_get_v2([transfer(PoolName.MAMBA, ["s" * 64], dst)]) == {PoolName.MAMBA: [True]}
+    assert torch.equal(page_snapshot(mamba, dst)[0], page_snapshot(mamba, slot)[0])
+    backend.close()
+
+
 def test_swa_window_pages_round_trip_and_the_window_defines_the_stop_points(sglang_runtime):
     """gpt-oss / Gemma style: full-attention KV + a sliding-window pool, TRAILING_PAGES window 2."""
     from sglang.srt.mem_cache.hicache_storage import PoolName
