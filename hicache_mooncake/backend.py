@@ -257,14 +257,27 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     def batch_exists(self, keys: list[str], extra_info: Any = None) -> int:
         if not keys:
             return 0
-        space = self._ready("batch_exists", len(keys))
+        space = self._ready("batch_exists", 0)
         if space is None:
             return 0
         try:
-            return self.store.exists_prefix(space.keys(keys))
+            return self._kv_prefix(space, keys)
         except Exception as exc:
             self._failures.record("batch_exists failed", exc)
             return 0
+
+    def _kv_prefix(self, space: KeySpace, keys: list[str]) -> int:
+        """Leading stored KV pages, asked ``io.max_batch_pages`` at a time: SGLang 0.5.23's
+        HybridCacheController asks for a whole request at once (thousands of pages)."""
+        step = self.config.io.max_batch_pages
+        found = 0
+        for start in range(0, len(keys), step):
+            chunk = keys[start : start + step]
+            hit = self.store.exists_prefix(space.keys(chunk))
+            found += hit
+            if hit < len(chunk):
+                break
+        return found
 
     def exists(self, key: str) -> bool:
         return self.batch_exists([key]) == 1
@@ -319,21 +332,20 @@ class HiCacheMooncakeBackend(HiCacheStorage):
 
         transfers = list(pool_transfers or [])
         if not keys:
-            return PoolTransferResult(0, {}, [])
-        space = self._ready("batch_exists_v2", len(keys))
+            return _pool_result(PoolTransferResult, 0, {}, [])
+        space = self._ready("batch_exists_v2", 0)
         if space is None:
-            return PoolTransferResult(0, {}, [])
+            return _pool_result(PoolTransferResult, 0, {}, [])
         try:
-            kv = self._kv_pool()
-            kv_pages = self.store.exists_prefix(space.keys(keys)) if kv.holds_bytes else len(keys)
+            kv_pages = self._kv_prefix(space, keys) if self._kv_pool().holds_bytes else len(keys)
             result = self.sidecars.exists(keys, transfers, kv_pages)
         except Exception as exc:
             self._failures.record("batch_exists_v2 failed", exc)
-            return PoolTransferResult(0, {}, [])
+            return _pool_result(PoolTransferResult, 0, {}, [])
         names = {pool_name(t.name): t.name for t in transfers}
         names.setdefault(KV, PoolName.KV)
         hits = {names[n]: pages for n, pages in result.pool_hits.items()}
-        return PoolTransferResult(result.kv_hit_pages, hits, result.restorable)
+        return _pool_result(PoolTransferResult, result.kv_hit_pages, hits, result.restorable)
 
     def batch_get_v2(self, transfers: Any, extra_info: Any = None) -> dict[Any, list[bool]]:
         return self._v2("get", transfers, extra_info)
@@ -390,6 +402,14 @@ class HiCacheMooncakeBackend(HiCacheStorage):
                 self._failures.record(f"close step {name} failed", exc)
         self.pools.close()
         self.mem_pool_host = None
+
+
+def _pool_result(cls: Any, kv_hit_pages: int, hits: dict[Any, int], restorable: list[int]) -> Any:
+    """SGLang's ``PoolTransferResult``; releases before 0.5.23 have no ``restorable_prefix_pages``
+    (their controller then reads the hit as one contiguous prefix, which ``kv_hit_pages`` is)."""
+    if "restorable_prefix_pages" in getattr(cls, "__dataclass_fields__", {}):
+        return cls(kv_hit_pages, hits, restorable)
+    return cls(kv_hit_pages, hits)
 
 
 def _tensor_bytes(tensor: torch.Tensor, writable: bool = False) -> memoryview:

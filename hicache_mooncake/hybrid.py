@@ -86,7 +86,10 @@ class SidecarIO:
             return [True] * len(page_hashes)
         count = chunk_count(pool.page_nbytes, self.max_object_bytes)
         flat = [k for h in page_hashes for k in chunk_keys(pool.keys.key(h), count)]
-        found = self.store.contains_batch(flat)
+        step = self.max_batch_pages
+        found = [
+            ok for i in range(0, len(flat), step) for ok in self.store.contains_batch(flat[i : i + step])
+        ]
         return [all(found[i * count : (i + 1) * count]) for i in range(len(page_hashes))]
 
     # ------------------------------------------------------------------ data

@@ -69,7 +69,11 @@ def make_mamba_device_pool(shape: MambaShape | None = None) -> Any:
 
         pool.register_slot_state(
             ShortConvPool(
-                size=s.device_slots, state_shape=s.side_state, layer_ids=[0], dtype=torch.float32, device="cpu"
+                size=s.device_slots,
+                state_shape=s.side_state,
+                layer_ids=[0],
+                dtype=torch.float32,
+                device="cpu",
             )
         )
     return pool

@@ -216,3 +216,14 @@ def test_repeated_attach_detach_of_a_hybrid_model_leaks_no_threads_or_fds(contro
         ctl.detach_storage_backend()
     assert threading.active_count() == threads_before
     assert len(os.listdir("/proc/self/fd")) == fds_before
+
+
+def test_a_hybrid_request_longer_than_128_pages_is_found_whole(controller):
+    """batch_exists_v2 gets the whole request (200 pages here), not 128 at a time."""
+    ctl, group = controller
+    attach(ctl, group)
+    tokens, hashes = chain(200, seed=9000)
+    kv_want, state_want = backup(ctl, group, tokens, hashes, 0, 200, seed=40)
+    hit, kv_pages, state, acks = prefetch(ctl, group, tokens, "req-long")
+    assert hit == 200 * PS
+    assert same(kv_pages, kv_want) and torch.equal(state, state_want)
