@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from hicache_mooncake.sglang_harness import PoolShape, host_pool_for, make_device_pool
+from hicache_mooncake.sglang_harness import PoolShape, host_pool_for
 
 
 @dataclass(frozen=True)
@@ -189,27 +189,3 @@ def register_group(backend: Any, group: Any) -> None:
     for entry in group.entries:
         backend.register_mem_host_pool_v2(entry.host_pool, entry.name)
     backend.on_host_pools_registered()
-
-
-def fill_random_pages(host: Any, host_indices: torch.Tensor, seed: int) -> None:
-    """Random bytes into every page of ``host_indices`` through SGLang's flat-page API (any pool
-    class, any dtype)."""
-    gen = torch.Generator().manual_seed(seed)
-    template = host.get_dummy_flat_data_page()
-    nbytes = template.numel() * template.element_size()
-    for i in range(0, len(host_indices), host.page_size):
-        page = torch.randint(0, 256, (nbytes,), generator=gen, dtype=torch.uint8)
-        host.set_from_flat_data_page(int(host_indices[i]), page.view(template.dtype))
-
-
-def page_snapshot(host: Any, host_indices: torch.Tensor) -> list[torch.Tensor]:
-    """Each page's bytes (uint8) through SGLang's ``get_data_page``."""
-    return [
-        host.get_data_page(int(host_indices[i]), flat=True).flatten().contiguous().view(torch.uint8).clone()
-        for i in range(0, len(host_indices), host.page_size)
-    ]
-
-
-def kv_device_pool(shape: PoolShape) -> Any:
-    """The MHA device pool a hybrid test's full-attention layers use."""
-    return make_device_pool(False, shape)

@@ -40,12 +40,8 @@ class HybridWorkload:
 
 
 def hybrid_workload(page_bytes: int, total: int, node_pages: int) -> HybridWorkload:
-    from hicache_mooncake.sglang_hybrid import (
-        MambaShape,
-        fill_random_pages,
-        make_mamba_device_pool,
-        mamba_host_pool_for,
-    )
+    from hicache_mooncake.sglang_harness import fill_random_pages
+    from hicache_mooncake.sglang_hybrid import MambaShape, make_mamba_device_pool, mamba_host_pool_for
 
     kv = page_workload(page_bytes, total, batch_max=node_pages)
     # about 1 MiB per state: 8 layers of a 16 x 64 x 64 bf16 SSM state + conv (a small Mamba2 model)

@@ -13,13 +13,11 @@ import pytest
 import torch
 from sglang_helpers import SMALL, small_extra
 
-from hicache_mooncake.sglang_harness import host_pool_for, make_device_pool
+from hicache_mooncake.sglang_harness import fill_random_pages, host_pool_for, make_device_pool, page_snapshot
 from hicache_mooncake.sglang_hybrid import (
-    fill_random_pages,
     host_group,
     make_mamba_device_pool,
     mamba_host_pool_for,
-    page_snapshot,
 )
 
 pytestmark = [pytest.mark.sglang, pytest.mark.integration]

@@ -9,15 +9,19 @@ import torch
 from hybrid_helpers import PS, hybrid_backend, kv_mamba_group, page_hashes, transfer
 from sglang_helpers import SMALL, small_extra
 
-from hicache_mooncake.sglang_harness import PoolShape, host_pool_for, make_device_pool
+from hicache_mooncake.sglang_harness import (
+    PoolShape,
+    fill_random_pages,
+    host_pool_for,
+    make_device_pool,
+    page_snapshot,
+)
 from hicache_mooncake.sglang_hybrid import (
     MambaShape,
-    fill_random_pages,
     host_group,
     make_dsa_pools,
     make_dsv4_pools,
     make_swa_pools,
-    page_snapshot,
 )
 from hicache_mooncake.tiers.policy import ObjectType
 

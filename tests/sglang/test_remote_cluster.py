@@ -109,8 +109,6 @@ def test_a_hybrid_models_states_are_shared_through_the_pool_with_their_type(
     from hybrid_helpers import hybrid_backend, kv_mamba_group, page_hashes, transfer
     from sglang.srt.mem_cache.hicache_storage import PoolName
 
-    from hicache_mooncake.sglang_hybrid import fill_random_pages as fill_any
-    from hicache_mooncake.sglang_hybrid import page_snapshot as snapshot_any
     from hicache_mooncake.tiers.policy import ObjectType
 
     monkeypatch.setenv("HICACHE_NODE_SECRET", SECRET)
@@ -127,7 +125,7 @@ def test_a_hybrid_models_states_are_shared_through_the_pool_with_their_type(
     kv_a, mamba_a = groups[0].get_pool(PoolName.KV), groups[0].get_pool(PoolName.MAMBA)
     src, slot = kv_a.alloc(4 * PS), mamba_a.alloc(1)
     fill_random_pages(kv_a, src, seed=31)
-    fill_any(mamba_a, slot, seed=32)
+    fill_random_pages(mamba_a, slot, seed=32)
     assert a.batch_set_v1(hashes, src) == [True] * 4
     assert a.batch_set_v2([transfer(PoolName.MAMBA, hashes[-1:], slot)]) == {PoolName.MAMBA: [True]}
 
@@ -140,7 +138,7 @@ def test_a_hybrid_models_states_are_shared_through_the_pool_with_their_type(
     dst, dst_slot = kv_b.alloc(4 * PS), mamba_b.alloc(1)
     assert b.batch_get_v1(hashes, dst) == [True] * 4
     assert b.batch_get_v2([transfer(PoolName.MAMBA, hashes[-1:], dst_slot)]) == {PoolName.MAMBA: [True]}
-    assert torch.equal(snapshot_any(mamba_b, dst_slot)[0], snapshot_any(mamba_a, slot)[0])
+    assert torch.equal(page_snapshot(mamba_b, dst_slot)[0], page_snapshot(mamba_a, slot)[0])
     assert all(
         torch.equal(x, y) for x, y in zip(page_snapshot(kv_a, src), page_snapshot(kv_b, dst), strict=True)
     )
