@@ -148,17 +148,42 @@ def make_dsa_pools(
 def make_dsv4_pools(
     page_size: int, host_pages: int, layout: str = "page_first", layers: int = 3
 ) -> dict[str, Any]:
-    """DeepSeek V4's host side: a ``LogicalHostPool`` KV anchor and two compressed pools
-    (``deepseek_v4_c4``, ``deepseek_v4_c128``) as ``DeepSeekV4PagedHostPool``s over CPU buffers."""
-    from sglang.srt.mem_cache.memory_pool_host import DeepSeekV4PagedHostPool, LogicalHostPool
+    """DeepSeek V4's host side: a ``LogicalHostPool`` KV anchor; the sliding-window pool and two
+    compressed pools (``deepseek_v4_c4``, ``deepseek_v4_c128``) as ``DeepSeekV4PagedHostPool``s over
+    CPU buffers; the C4 compressor state as a ``DeepSeekV4StateHostPool`` over SGLang's own
+    ``CompressStatePool``s (on ``"cpu"``)."""
+    from sglang.srt.mem_cache.deepseek_v4_compress_state import CompressStatePool
+    from sglang.srt.mem_cache.memory_pool_host import (
+        DeepSeekV4PagedHostPool,
+        DeepSeekV4StateHostPool,
+        LogicalHostPool,
+    )
 
     pools: dict[str, Any] = {"kv": LogicalHostPool(host_pages * page_size, page_size, layout)}
-    for name, item_bytes in (("deepseek_v4_c4", 576), ("deepseek_v4_c128", 160)):
+    for name, item_bytes in (("swa", 1152), ("deepseek_v4_c4", 576), ("deepseek_v4_c128", 160)):
         device_buffers = [torch.zeros(8, item_bytes, dtype=torch.uint8) for _ in range(layers)]
         pools[name] = DeepSeekV4PagedHostPool(
             name, device_buffers, item_bytes, num_host_pages=host_pages, slot_page_size=page_size,
             layout=layout, pin_memory=False,
         )  # fmt: skip
+    state_pools = [
+        CompressStatePool(
+            size=64,
+            ring_size=4,
+            overlap=False,
+            head_dim=32,
+            dtype=torch.float32,
+            device="cpu",
+            enable_memory_saver=False,
+            ratio=4,
+            swa_page_size=page_size,
+        )  # fmt: skip
+        for _ in range(layers)
+    ]
+    pools["deepseek_v4_c4_state"] = DeepSeekV4StateHostPool(
+        "deepseek_v4_c4_state", state_pools, num_host_pages=host_pages, swa_page_size=page_size,
+        layout=layout, pin_memory=False,
+    )  # fmt: skip
     return pools
 
 

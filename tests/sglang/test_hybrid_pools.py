@@ -150,55 +150,73 @@ def test_dsa_indexer_pages_ride_on_kv_indices_and_gate_all_pages(sglang_runtime)
     backend.close()
 
 
-def test_deepseek_v4_logical_anchor_and_compressed_pools(sglang_runtime):
-    """DeepSeek V4: the KV anchor is logical (no bytes); the compressed pools carry them."""
+def test_deepseek_v4_logical_anchor_compressed_pools_and_compressor_state(sglang_runtime):
+    """DeepSeek V4: the KV anchor is logical (no bytes); the sliding window, the compressed pools
+    and the compressor state carry them (ALL_PAGES for C4, BLOCK_GROUPS for C128 here, the state
+    TRAILING on SWA indices)."""
     from sglang.srt.mem_cache.hicache_storage import PoolName
 
     pools = make_dsv4_pools(PS, host_pages=16)
-    c4, c128 = pools["deepseek_v4_c4"], pools["deepseek_v4_c128"]
-    group = host_group(
-        [
-            (PoolName.KV, pools["kv"], None),
-            (PoolName.DEEPSEEK_V4_C4, c4, None),
-            (PoolName.DEEPSEEK_V4_C128, c128, None),
-        ]
-    )
+    names = {
+        PoolName.KV: "kv",
+        PoolName.SWA: "swa",
+        PoolName.DEEPSEEK_V4_C4: "deepseek_v4_c4",
+        PoolName.DEEPSEEK_V4_C128: "deepseek_v4_c128",
+        PoolName.DEEPSEEK_V4_C4_STATE: "deepseek_v4_c4_state",
+    }
+    group = host_group([(name, pools[key], None) for name, key in names.items()])
     backend = hybrid_backend(group, is_mla=True)
+    c4, c128, swa, state = (
+        pools[k] for k in ("deepseek_v4_c4", "deepseek_v4_c128", "swa", "deepseek_v4_c4_state")
+    )
     hashes = page_hashes(4)
     idx = pools["kv"].alloc(4 * PS)
     assert backend.batch_set_v1(hashes, idx) == [True] * 4  # nothing to store for a logical anchor
+    assert backend.store.stats()["dram"]["entries"] == 0
     fill_random_pages(c4, idx, seed=1)
     want = page_snapshot(c4, idx)
-    assert backend.batch_set_v2(
-        [transfer(PoolName.DEEPSEEK_V4_C4, hashes[:3], idx[: 3 * PS], "all_pages")]
-    ) == {PoolName.DEEPSEEK_V4_C4: [True] * 3}
+    ok = backend.batch_set_v2([transfer(PoolName.DEEPSEEK_V4_C4, hashes[:3], idx[: 3 * PS], "all_pages")])
+    assert ok == {PoolName.DEEPSEEK_V4_C4: [True] * 3}
     # C128 as block groups: blocks of 2 pages, each keyed by the page that ends it
     fill_random_pages(c128, idx, seed=2)
-    assert all(
-        backend.batch_set_v2([transfer(PoolName.DEEPSEEK_V4_C128, [hashes[1]], idx[PS : 2 * PS])])[
-            PoolName.DEEPSEEK_V4_C128
-        ]
-    )
+    ok = backend.batch_set_v2([transfer(PoolName.DEEPSEEK_V4_C128, [hashes[1]], idx[PS : 2 * PS])])
+    assert ok == {PoolName.DEEPSEEK_V4_C128: [True]}
+    # the compressor state at the end of page 3, on the sliding window's indices
+    swa_idx = swa.alloc(PS)
+    fill_random_pages(state, swa_idx, seed=3)
+    state_want = page_snapshot(state, swa_idx)
+    ok = backend.batch_set_v2([transfer(PoolName.DEEPSEEK_V4_C4_STATE, [hashes[2]], swa_idx)])
+    assert ok == {PoolName.DEEPSEEK_V4_C4_STATE: [True]}
 
     hit = backend.batch_exists_v2(
         hashes,
         [
             transfer(PoolName.DEEPSEEK_V4_C4, None, policy="all_pages"),
             transfer(PoolName.DEEPSEEK_V4_C128, None, policy="block_groups", block_pages=2, group_pages=1),
+            transfer(PoolName.DEEPSEEK_V4_C4_STATE, ["x"]),
         ],
     )
-    assert hit.kv_hit_pages == 3 and hit.restorable_prefix_pages == [1, 2, 3]  # block groups never gate
+    assert hit.kv_hit_pages == 3 and hit.restorable_prefix_pages == [3]  # block groups never gate
     assert hit.extra_pool_hit_pages == {
         PoolName.KV: 4,
         PoolName.DEEPSEEK_V4_C4: 3,
         PoolName.DEEPSEEK_V4_C128: 2,
+        PoolName.DEEPSEEK_V4_C4_STATE: 3,
     }
 
     fill_random_pages(c4, idx, seed=9)
-    assert backend.batch_get_v2(
-        [transfer(PoolName.DEEPSEEK_V4_C4, hashes[:3], idx[: 3 * PS], "all_pages")]
-    ) == {PoolName.DEEPSEEK_V4_C4: [True] * 3}
+    fill_random_pages(state, swa_idx, seed=10)
+    ok = backend.batch_get_v2(
+        [
+            transfer(PoolName.DEEPSEEK_V4_C4, hashes[:3], idx[: 3 * PS], "all_pages"),
+            transfer(PoolName.DEEPSEEK_V4_C4_STATE, [hashes[2]], swa_idx),
+        ]
+    )
+    assert ok == {PoolName.DEEPSEEK_V4_C4: [True] * 3, PoolName.DEEPSEEK_V4_C4_STATE: [True]}
     assert all(torch.equal(a, b) for a, b in zip(page_snapshot(c4, idx)[:3], want[:3], strict=True))
+    assert torch.equal(page_snapshot(state, swa_idx)[0], state_want[0])
+    assert backend.pools.get("deepseek_v4_c4_state").obj_type == ObjectType.COMPRESS_STATE
+    assert backend.pools.get("deepseek_v4_c4").obj_type == ObjectType.COMPRESSED_KV
     backend.close()
 
 
