@@ -80,7 +80,7 @@ class SidecarIO:
         """Whether each page has ``name``'s object(s); all False for an unknown pool."""
         pool = self.pools.get(name)
         if pool is None or pool.keys is None:
-            self.failures.record(f"exists_v2 for unregistered pool {name!r}: misses")
+            self.failures.record(f"batch_exists_v2 for unregistered pool {name!r}: misses")
             return [False] * len(page_hashes)
         if not pool.holds_bytes or not page_hashes:
             return [True] * len(page_hashes)
@@ -106,7 +106,7 @@ class SidecarIO:
             return []
         pool = self.pools.get(name)
         if pool is None or pool.keys is None:
-            self.failures.record(f"{op}_v2 for unregistered pool {name!r}: misses")
+            self.failures.record(f"batch_{op}_v2 for unregistered pool {name!r}: misses")
             return [False] * len(page_hashes)
         if op == "set" and not self.is_storage_writer and not pool.rank_sharded:
             return [True] * len(page_hashes)  # replicated: the writer rank stores the one copy
@@ -123,7 +123,7 @@ class SidecarIO:
             log.debug("batch_%s_v2 of pool %s: %s", op, name, exc)
             return [False] * len(page_hashes)
         except Exception as exc:
-            self.failures.record(f"{op}_v2 of pool {name!r} failed", exc)
+            self.failures.record(f"batch_{op}_v2 of pool {name!r} failed", exc)
             self.metrics.failures.labels(f"sidecar_{op}").inc()
             return [False] * len(page_hashes)
         nbytes = sum(p.nbytes for good, ps in zip(ok, parts, strict=True) if good for p in ps)
