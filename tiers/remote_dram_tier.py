@@ -39,7 +39,9 @@ class RemoteDramTier(Tier):
     def put(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
         return self.put_batch([(key, parts, ctx)])[0]
 
-    def put_batch(self, items: Sequence[tuple[str, Parts, AccessContext]]) -> list[bool]:
+    def put_batch(
+        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
+    ) -> list[bool]:
         if not items:
             return []
         obj_type = int(items[0][2].obj_type)
@@ -48,7 +50,9 @@ class RemoteDramTier(Tier):
     def get_into(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
         return self.get_batch_into([(key, parts, ctx)])[0]
 
-    def get_batch_into(self, items: Sequence[tuple[str, Parts, AccessContext]]) -> list[bool]:
+    def get_batch_into(
+        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
+    ) -> list[bool]:
         if not items:
             return []
         return self.client.get_batch_into([(key, parts) for key, parts, _ in items])

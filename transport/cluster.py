@@ -4,22 +4,28 @@ Each key lives on its home node (rendezvous hashing over the live members the me
 reports). A batch is split by home and each node gets ONE request per operation, all nodes in
 parallel. While the metadata service is unreachable the client is ``detached``: every call
 answers misses / ``False`` at once, and it re-attaches by itself when the service is back.
+A key that cannot go on the wire (see ``wire.key_problem``) is a miss of its own and is never
+routed; the rest of its batch is served.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from . import wire
 from .metadata.base import MetadataService, NodeInfo
 from .metadata.membership import Membership
 from .node_client import Item, NodeClient
 from .options import ClientOptions
+from .throttle import worth_logging
 from .wire import SlotRef
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -39,6 +45,8 @@ class ClusterClient:
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="hicache-cluster")
         self.counters: Counter[str] = Counter()
         self.membership = Membership(metadata, refresh_interval_s)
+        if not self.opts.secret and self.opts.allow_unauthenticated:
+            log.warning("remote tier: no shared secret, nodes beyond loopback are reached unauthenticated")
 
     @property
     def detached(self) -> bool:
@@ -75,9 +83,11 @@ class ClusterClient:
             self.counters["detached_calls" if self.detached else "no_nodes_calls"] += 1
             return out
         by_id = {n.node_id: n for n in nodes}
-        routes = self.membership.route([key_of(it) for it in items])
+        good = self._routable([key_of(it) for it in items])
+        routes = self.membership.route([key_of(items[i]) for i in good])
         jobs: list[tuple[list[int], Future[list[R]] | None, list[R] | None]] = []
-        for node_id, idx in routes.items():
+        for node_id, sub_idx in routes.items():
+            idx = [good[j] for j in sub_idx]
             client = self._client(by_id[node_id])
             sub = [items[i] for i in idx]
             if len(routes) == 1:
@@ -90,6 +100,20 @@ class ClusterClient:
             for i, r in zip(idx, got, strict=True):
                 out[i] = r
         return out
+
+    def _routable(self, keys: Sequence[str]) -> list[int]:
+        good = []
+        for i, key in enumerate(keys):
+            problem = wire.key_problem(key, self.opts.limits)
+            if problem is None:
+                good.append(i)
+                continue
+            self.counters["bad_keys"] += 1
+            if worth_logging(self.counters["bad_keys"]):
+                log.warning(
+                    "key %.80r %s: it is a miss (%d bad keys so far)", key, problem, self.counters["bad_keys"]
+                )
+        return good
 
     def exists_batch(self, keys: Sequence[str]) -> list[bool]:
         return self._fan_out(keys, lambda k: k, lambda c, ks: c.exists_batch(ks), False)

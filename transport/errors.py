@@ -12,6 +12,10 @@ class ProtocolError(TransportError):
     """A frame that breaks the wire format or its limits (bad magic, version, sizes)."""
 
 
+class RequestRefused(ProtocolError):
+    """The node answered a request with an error status: it is alive, the request was refused."""
+
+
 class AuthError(TransportError):
     """The shared-secret handshake failed (wrong secret, or the peer is not a node)."""
 

@@ -13,10 +13,11 @@ from .wire import Limits
 class NodeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    node_id: str = ""
-    """Node name in the membership; empty: ``<host>:<port>``."""
+    node_id: str = Field(default="", max_length=256)
+    """Node name in the membership; empty: ``<host>:<port>``. Also names its shm arena: at start the
+    node removes arenas that a dead earlier process with this id left in ``shm_dir``."""
     host: str = "127.0.0.1"
-    """Loopback unless configured"""
+    """Loopback unless configured. Beyond loopback a shared secret is required (see allow_unauthenticated)."""
     port: int = Field(default=7700, ge=0, le=65535)
     """0: any free port"""
     capacity: int = Field(default=1 << 30, ge=1 << 20)
@@ -31,6 +32,9 @@ class NodeConfig(BaseModel):
     """The shared secret is read from this variable"""
     secret_file: str = ""
     """... or from this file (wins when set)"""
+    allow_unauthenticated: bool = False
+    """Run without a shared secret although ``host`` is reachable beyond loopback (warned at every
+    start). Without it such a node refuses to start."""
     max_key_len: int = Field(default=1024, ge=1, le=65535)
     """Longest key accepted (bytes); longer requests are refused."""
     max_batch: int = Field(default=1024, ge=1)
@@ -40,11 +44,20 @@ class NodeConfig(BaseModel):
     max_payload: int = Field(default=1 << 30, ge=4096)
     """Largest payload per frame (bytes)."""
     max_connections: int = Field(default=256, ge=1)
-    """Concurrent client connections accepted."""
+    """Authenticated connections served at once (one thread each); when full, the longest-idle one
+    is closed to make room for a new one."""
     idle_timeout_s: float = Field(default=300.0, gt=0)
     """An idle connection is closed after this."""
-    handshake_timeout_s: float = Field(default=5.0, gt=0)
-    """A client that does not authenticate within this is dropped."""
+    handshake_timeout_s: float = Field(default=2.0, gt=0)
+    """A socket that does not authenticate within this is dropped (handshakes cost no thread)."""
+    max_handshakes: int = Field(default=256, ge=1)
+    """Unauthenticated sockets held at once; when full, the oldest of the peer holding most is dropped."""
+    max_handshakes_per_peer: int = Field(default=32, ge=1)
+    """Unauthenticated sockets held per peer address (IPv6: per /64); when full, its oldest is dropped."""
+    request_timeout_s: float = Field(default=10.0, gt=0)
+    """Once a request's header arrived, its metadata and body must arrive (and its reply leave)
+    within this; else the connection is closed and the space reserved for it released. A PUT
+    reserves space only once its body starts to arrive."""
     drain_timeout_s: float = Field(default=10.0, ge=0)
     """On SIGTERM: finish in-flight requests for at most this long."""
     rdma_device: str = ""

@@ -48,6 +48,10 @@ class RemoteTierConfig(BaseModel):
     """Environment variable holding the shared secret (the same on nodes and clients)."""
     secret_file: str = ""
     """File holding the shared secret (wins over secret_env when set)."""
+    allow_unauthenticated: bool = False
+    """Reach nodes beyond loopback without a shared secret (warned); otherwise such nodes are refused."""
+    shm_dir: str = "/dev/shm"
+    """engine local: map only node arenas in this directory (the nodes' ``node.shm_dir``)."""
 
     def secret(self) -> bytes:
         if self.secret_file:

@@ -192,3 +192,48 @@ def test_engine_registry() -> None:
     assert make_engine("tcp").name == "tcp" and make_engine("local").one_sided
     with pytest.raises(KeyError, match="known"):
         make_engine("carrier-pigeon")
+
+
+def test_arena_header_roundtrip_and_garbage() -> None:
+    from hicache_mooncake.transport.arena_header import ARENA_HEADER_SIZE, ArenaHeader
+
+    h = ArenaHeader("node-ä", 123, 1 << 20, 42, ArenaHeader.new_token())
+    raw = h.pack()
+    assert len(raw) < ARENA_HEADER_SIZE and ArenaHeader.unpack(raw + b"\0" * 100) == h
+    assert ArenaHeader.unpack(b"\0" * ARENA_HEADER_SIZE) is None
+    assert ArenaHeader.unpack(raw[:20]) is None
+    assert ArenaHeader.unpack(b"X" + raw[1:]) is None
+
+
+def test_arena_reserves_its_header_page() -> None:
+    from hicache_mooncake.transport.arena_header import ARENA_HEADER_SIZE
+
+    arena = Arena(8192)
+    store = NodeStore(arena)
+    status, slot = store.reserve("k", 100, 0)
+    assert status == RESERVED_NEW and slot is not None and slot.offset >= ARENA_HEADER_SIZE
+    assert store.stats()["capacity"] == 8192
+    a = Allocator(2 * 4096, base=4096)
+    assert [a.alloc(4096), a.alloc(4096), a.alloc(1)] == [4096, 8192, None]
+    arena.close()
+
+
+def test_loopback_detection_and_peer_grouping() -> None:
+    from hicache_mooncake.transport.auth import is_loopback_host
+    from hicache_mooncake.transport.handshake_gate import peer_key
+
+    assert is_loopback_host("127.0.0.1") and is_loopback_host("127.3.2.1") and is_loopback_host("::1")
+    assert is_loopback_host("localhost") and is_loopback_host("::ffff:127.0.0.1")
+    for host in ("0.0.0.0", "::", "", "10.0.0.1", "203.0.113.7", "no-such-host.invalid"):
+        assert not is_loopback_host(host), host
+    assert peer_key("2001:db8:1:2:aaaa::1") == peer_key("2001:db8:1:2:bbbb::9") != peer_key("2001:db8:1:3::1")
+    assert peer_key("::ffff:10.1.2.3") == "10.1.2.3" and peer_key("10.1.2.3") != peer_key("10.1.2.4")
+
+
+def test_wire_key_problems() -> None:
+    assert wire.key_problem("ok", LIM) is None
+    assert wire.key_problem("", LIM) is not None
+    assert wire.key_problem("x" * 65, LIM) is not None
+    assert "UTF-8" in (wire.key_problem("k\udc80", LIM) or "")
+    with pytest.raises(ProtocolError):
+        wire.encode_keys(["k\udc80"], LIM)
