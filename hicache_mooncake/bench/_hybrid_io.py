@@ -97,7 +97,9 @@ def bench_hybrid(
     from hicache_mooncake.bench.sglang import _timed
 
     w = hybrid_workload(page_bytes, total, node_pages)
-    dram = -(-(w.total_bytes * 5 // 4) // (64 << 20)) * (64 << 20)
+    # DRAM holds the run, plus one slab for each of the two size classes (KV page, state): a slab
+    # serves one object size, so a one-slab arena could not hold both kinds at once
+    dram = (-(-(w.total_bytes * 5 // 4) // (64 << 20)) + 2) * (64 << 20)
     conf = {**extra, "tiers": {**extra["tiers"], "dram": {**extra["tiers"]["dram"], "capacity": dram}}}
     ours_set, ours_get, mem_set, mem_get = [], [], [], []
     for _ in range(repeats):
