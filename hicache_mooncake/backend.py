@@ -4,13 +4,17 @@ SGLang constructs it as ``HiCacheMooncakeBackend(storage_config, {})`` through i
 loader (``module_path: hicache_mooncake.backend``), then calls ``register_mem_pool_host``. With
 ``interface_v1: 1`` pages move zero-copy between SGLang's host pool and our tiers
 (``batch_get_v1``/``batch_set_v1``); otherwise SGLang copies flat pages through ``batch_get``/``batch_set``.
+Hybrid models' sidecar pools (Mamba state, sliding window, indexer, DeepSeek V4 pools) arrive through
+``register_mem_host_pool_v2`` and move through the v2 calls (``hybrid.py``).
 
 Promises to SGLang:
 - a bad configuration raises ``ConfigError`` from the constructor (the attach fails with the
   message); nothing was allocated;
 - data-path calls never raise: a failure is a miss / False, counted, logged once per cause;
 - a page is one object (K and V, or every layer's parts, together), namespaced by model, layout
-  and rank (``keys.py``), so incompatible runs never read each other's bytes;
+  (of every registered pool) and rank (``keys.py``), so incompatible runs never read each other's bytes;
+- host indices are checked against the registered pool before any pointer is made: a count that
+  is not ``keys x page_size`` or an index outside the pool is a miss / False, logged once;
 - with a rank-replicated KV (MLA), only the storage writer (TP rank 0) stores; every rank reads;
 - ``close()`` releases every buffer, thread, socket and file, is idempotent and never raises;
   every call after it is a miss / False.
@@ -35,9 +39,13 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage  # noqa: E402
 from hicache_mooncake import logs  # noqa: E402
 from hicache_mooncake.config import BackendConfig, load_backend_config  # noqa: E402
 from hicache_mooncake.failures import FailureLog  # noqa: E402
-from hicache_mooncake.host_memory import HostMemoryMap, pool_tensors  # noqa: E402
-from hicache_mooncake.keys import KeySpace, RankInfo, build_keyspace, pool_geometry  # noqa: E402
+from hicache_mooncake.host_memory import HostRangeError  # noqa: E402
+from hicache_mooncake.hybrid import SidecarIO  # noqa: E402
+from hicache_mooncake.keys import KeySpace, RankInfo  # noqa: E402
 from hicache_mooncake.metrics import BackendMetrics  # noqa: E402
+from hicache_mooncake.object_split import max_object_bytes  # noqa: E402
+from hicache_mooncake.pools import PoolSet, RegisteredPool  # noqa: E402
+from hicache_mooncake.pools.names import KV, pool_name  # noqa: E402
 from hicache_mooncake.store_builder import build_store  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -68,8 +76,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         )
         self.io_path = "v1" if self.config.interface_v1 else "flat"
         self.mem_pool_host: Any = None
-        self._host_map: HostMemoryMap | None = None
-        self._keys: KeySpace | None = None
+        self.pools = PoolSet(self.model_name, self.config.namespace.tenant, self.io_path, self.ranks)
         self._failures = FailureLog()
         self._closed = False
         self._close_lock = threading.Lock()
@@ -78,6 +85,15 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         self.rank_tag = f"rank{r.tp_rank}_{r.pp_rank}_{r.cp_rank}_{dp_rank}"
         self.store = build_store(self.config, self.rank_tag)
         self.metrics = BackendMetrics(self.store.stats)
+        self.sidecars = SidecarIO(
+            self.store,
+            self.pools,
+            self._failures,
+            self.metrics,
+            is_storage_writer=self.is_storage_writer,
+            max_batch_pages=self.config.io.max_batch_pages,
+            max_object_bytes=max_object_bytes(self.config),
+        )
         self.metrics_port: int | None = None
         if self.config.metrics.port is not None:
             try:
@@ -106,39 +122,47 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     # ------------------------------------------------------------------ registration
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         super().register_mem_pool_host(mem_pool_host)
-        self._host_map = HostMemoryMap(pool_tensors(mem_pool_host))
-        self.store.register_memory(self._host_map.regions())
-        self._keys = build_keyspace(
-            self.model_name,
-            self.config.namespace.tenant,
-            pool_geometry(mem_pool_host),
-            self.io_path,
-            self.ranks,
-        )
-        log.info(
-            "hicache-mooncake: host pool %s registered, key prefix %s",
-            type(mem_pool_host).__name__,
-            self._keys.prefix,
-        )
+        self._register(KV, mem_pool_host)
 
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
         super().register_mem_host_pool_v2(host_pool, host_pool_name)
-        if str(getattr(host_pool_name, "value", host_pool_name)) != "kv":
-            self._failures.record(
-                f"sidecar host pool {host_pool_name!r} is not stored (hybrid models: misses)"
+        if pool_name(host_pool_name) == KV and self.pools.kv is not None:
+            return  # the anchor, registered by register_mem_pool_host
+        self._register(host_pool_name, host_pool)
+
+    def on_host_pools_registered(self) -> None:
+        """The burst is over: fix the key space now (the model digest covers every pool)."""
+        if self.pools.finalize():
+            kv = self.pools.kv
+            log.info(
+                "hicache-mooncake: pools %s registered, key prefix %s",
+                self.pools.names(),
+                kv.keys.prefix if kv is not None and kv.keys is not None else "?",
             )
+
+    def _register(self, name: Any, pool: Any) -> None:
+        try:
+            regions = self.pools.register(name, pool)
+        except Exception as exc:
+            self._failures.record(
+                f"host pool {pool_name(name)!r} ({type(pool).__name__}) not usable: misses", exc
+            )
+            return
+        if regions:
+            self.store.register_memory(regions)
 
     # ------------------------------------------------------------------ helpers
     def _ready(self, op: str, count: int) -> KeySpace | None:
         if self._closed:
             return None
-        if self._keys is None:
+        kv = self.pools.kv
+        if kv is None or not self.pools.finalize():
             self._failures.record(f"{op} before register_mem_pool_host")
             return None
         if count > self.config.io.max_batch_pages:
             self._failures.record(f"{op} of {count} pages exceeds io.max_batch_pages")
             return None
-        return self._keys
+        return kv.keys
 
     @staticmethod
     def _prev_key(keys: KeySpace, extra_info: Any) -> str | None:
@@ -147,10 +171,19 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             return keys.key(prefix[-1])
         return None
 
+    @property
+    def _keys(self) -> KeySpace | None:
+        """The KV pool's key space (None before ``register_mem_pool_host``)."""
+        kv = self.pools.kv
+        return kv.keys if kv is not None and self.pools.finalize() else None
+
+    def _kv_pool(self) -> RegisteredPool:
+        kv = self.pools.kv
+        assert kv is not None
+        return kv
+
     def _v1_parts(self, keys: Sequence[str], host_indices: Any) -> list[list[memoryview]]:
-        assert self._host_map is not None
-        ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
-        return self._host_map.page_parts(ptrs, sizes, len(keys))
+        return self._kv_pool().page_parts(host_indices, len(keys))
 
     # ------------------------------------------------------------------ zero-copy path
     def batch_set_v1(self, keys: list[str], host_indices: torch.Tensor, extra_info: Any = None) -> list[bool]:
@@ -163,7 +196,13 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             return [True] * len(keys)  # replicated KV: the writer rank stores the one copy
         try:
             parts = self._v1_parts(keys, host_indices)
+            if not self._kv_pool().holds_bytes:
+                return [True] * len(keys)  # a logical KV anchor: its sidecar pools hold the bytes
             return self._put(space, keys, parts, extra_info)
+        except HostRangeError as exc:
+            self._failures.record(f"batch_set_v1 refused host indices: {exc.reason}")
+            log.debug("batch_set_v1: %s", exc)
+            return [False] * len(keys)
         except Exception as exc:
             self._failures.record("batch_set_v1 failed", exc)
             self.metrics.failures.labels("set").inc()
@@ -177,7 +216,13 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             return [False] * len(keys)
         try:
             parts = self._v1_parts(keys, host_indices)
+            if not self._kv_pool().holds_bytes:
+                return [True] * len(keys)  # a logical KV anchor: nothing to read
             return self._get(space, keys, parts, extra_info)
+        except HostRangeError as exc:
+            self._failures.record(f"batch_get_v1 refused host indices: {exc.reason}")
+            log.debug("batch_get_v1: %s", exc)
+            return [False] * len(keys)
         except Exception as exc:
             self._failures.record("batch_get_v1 failed", exc)
             self.metrics.failures.labels("get").inc()
@@ -213,14 +258,27 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     def batch_exists(self, keys: list[str], extra_info: Any = None) -> int:
         if not keys:
             return 0
-        space = self._ready("batch_exists", len(keys))
+        space = self._ready("batch_exists", 0)
         if space is None:
             return 0
         try:
-            return self.store.exists_prefix(space.keys(keys))
+            return self._kv_prefix(space, keys)
         except Exception as exc:
             self._failures.record("batch_exists failed", exc)
             return 0
+
+    def _kv_prefix(self, space: KeySpace, keys: list[str]) -> int:
+        """Leading stored KV pages, asked ``io.max_batch_pages`` at a time: SGLang 0.5.23's
+        HybridCacheController asks for a whole request at once (thousands of pages)."""
+        step = self.config.io.max_batch_pages
+        found = 0
+        for start in range(0, len(keys), step):
+            chunk = keys[start : start + step]
+            hit = self.store.exists_prefix(space.keys(chunk))
+            found += hit
+            if hit < len(chunk):
+                break
+        return found
 
     def exists(self, key: str) -> bool:
         return self.batch_exists([key]) == 1
@@ -271,17 +329,40 @@ class HiCacheMooncakeBackend(HiCacheStorage):
 
     # ------------------------------------------------------------------ hybrid (v2) pools
     def batch_exists_v2(self, keys: list[str], pool_transfers: Any = None, extra_info: Any = None) -> Any:
-        from sglang.srt.mem_cache.hicache_storage import PoolTransferResult
+        from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransferResult
 
-        sidecars = [t for t in pool_transfers or [] if str(getattr(t.name, "value", t.name)) != "kv"]
-        hits = 0 if sidecars else self.batch_exists(keys, extra_info)
-        return PoolTransferResult(kv_hit_pages=hits, extra_pool_hit_pages={str(t.name): 0 for t in sidecars})
+        transfers = list(pool_transfers or [])
+        if not keys:
+            return _pool_result(PoolTransferResult, 0, {}, [])
+        space = self._ready("batch_exists_v2", 0)
+        if space is None:
+            return _pool_result(PoolTransferResult, 0, {}, [])
+        try:
+            kv_pages = self._kv_prefix(space, keys) if self._kv_pool().holds_bytes else len(keys)
+            result = self.sidecars.exists(keys, transfers, kv_pages)
+        except Exception as exc:
+            self._failures.record("batch_exists_v2 failed", exc)
+            return _pool_result(PoolTransferResult, 0, {}, [])
+        names = {pool_name(t.name): t.name for t in transfers}
+        names.setdefault(KV, PoolName.KV)
+        hits = {names[n]: pages for n, pages in result.pool_hits.items()}
+        return _pool_result(PoolTransferResult, result.kv_hit_pages, hits, result.restorable)
 
-    def batch_get_v2(self, transfers: Any, extra_info: Any = None) -> dict[str, list[bool]]:
-        return {str(t.name): [False] * len(t.keys or []) for t in transfers}
+    def batch_get_v2(self, transfers: Any, extra_info: Any = None) -> dict[Any, list[bool]]:
+        return self._v2("get", transfers, extra_info)
 
-    def batch_set_v2(self, transfers: Any, extra_info: Any = None) -> dict[str, list[bool]]:
-        return {str(t.name): [False] * len(t.keys or []) for t in transfers}
+    def batch_set_v2(self, transfers: Any, extra_info: Any = None) -> dict[Any, list[bool]]:
+        return self._v2("set", transfers, extra_info)
+
+    def _v2(self, op: str, transfers: Any, extra_info: Any) -> dict[Any, list[bool]]:
+        transfers = list(transfers or [])
+        if self._closed or self.pools.kv is None or not self.pools.finalize():
+            if not self._closed:
+                self._failures.record(f"batch_{op}_v2 before register_mem_pool_host")
+            return {t.name: [False] * len(t.keys or []) for t in transfers}
+        if op == "get":
+            return self.sidecars.get(transfers, extra_info)
+        return self.sidecars.set(transfers, extra_info)
 
     # ------------------------------------------------------------------ admin
     def clear(self) -> None:
@@ -320,9 +401,16 @@ class HiCacheMooncakeBackend(HiCacheStorage):
                 step()
             except Exception as exc:
                 self._failures.record(f"close step {name} failed", exc)
-        if self._host_map is not None:
-            self._host_map.close()
+        self.pools.close()
         self.mem_pool_host = None
+
+
+def _pool_result(cls: Any, kv_hit_pages: int, hits: dict[Any, int], restorable: list[int]) -> Any:
+    """SGLang's ``PoolTransferResult``; releases before 0.5.23 have no ``restorable_prefix_pages``
+    (their controller then reads the hit as one contiguous prefix, which ``kv_hit_pages`` is)."""
+    if "restorable_prefix_pages" in getattr(cls, "__dataclass_fields__", {}):
+        return cls(kv_hit_pages, hits, restorable)
+    return cls(kv_hit_pages, hits)
 
 
 def _tensor_bytes(tensor: torch.Tensor, writable: bool = False) -> memoryview:

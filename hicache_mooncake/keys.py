@@ -1,17 +1,25 @@
-"""Object keys: namespace + SGLang's page hash + rank suffix (DESIGN.md §3).
+"""Object keys: namespace + SGLang's page hash + pool tag + rank suffix (DESIGN.md §3).
 
-``{model}/{digest}/{page_hash}{rank_suffix}`` where
+``{model}/{digest}/{page_hash}{pool_tag}{rank_suffix}`` where
 - ``model`` is the served model name (``/`` replaced), or ``namespace.model`` from the YAML;
 - ``digest`` covers everything that changes a page's bytes: layout, dtype, page size, bytes per
-  page, layer/head geometry, the I/O path (v1 parts vs flat legacy pages order bytes differently),
-  the tenant salt and the key-format version. Incompatible runs therefore never read each
-  other's bytes, even when they share a store;
-- ``rank_suffix`` names the shard a rank holds: ``@tp{rank}of{size}`` unless the KV is replicated
-  across TP ranks (MLA), plus ``@pp``/``@cp``/``@dcp`` when those are split.
+  page, layer/head geometry of the KV pool AND of every sidecar pool registered with it (Mamba
+  state shapes, sliding-window, indexer and DeepSeek V4 pools), the I/O path (v1 parts vs flat
+  legacy pages order bytes differently), the tenant salt and the key-format version. Incompatible
+  runs therefore never read each other's bytes, even when they share a store: a model whose
+  Mamba state or indexer geometry changed reads neither its old states nor its old KV pages.
+  A model with no sidecar pool is keyed by its KV geometry alone;
+- ``pool_tag`` is empty for the KV pool and ``.{pool}~{pool digest}`` for a sidecar pool (the
+  pool's own geometry digest, so a sidecar registered after the first data call, which the model
+  digest cannot cover, still never reads another geometry's objects);
+- ``rank_suffix`` names the shard a rank holds: ``@tp{rank}of{size}`` unless the object is
+  replicated across TP ranks (MLA KV and its replicated sidecars), plus ``@pp``/``@cp``/``@dcp``
+  when those are split.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,9 +41,11 @@ class RankInfo:
     dcp_size: int = 1
     replicated_kv: bool = False
 
-    def suffix(self) -> str:
+    def suffix(self, replicated: bool | None = None) -> str:
+        """The rank suffix of an object; ``replicated`` overrides ``replicated_kv`` (a sidecar
+        that is TP-sharded under a replicated KV, e.g. a Mamba state under MLA)."""
         parts = []
-        if not self.replicated_kv:
+        if not (self.replicated_kv if replicated is None else replicated):
             parts.append(f"@tp{self.tp_rank}of{self.tp_size}")
         if self.pp_size > 1:
             parts.append(f"@pp{self.pp_rank}of{self.pp_size}")
@@ -50,31 +60,100 @@ class RankInfo:
 class KeySpace:
     prefix: str
     suffix: str
+    tag: str = ""
 
     def key(self, page_hash: str) -> str:
         if not isinstance(page_hash, str) or not 0 < len(page_hash) <= MAX_PAGE_KEY_CHARS:
             raise ValueError(f"page key must be a non-empty string of at most {MAX_PAGE_KEY_CHARS} chars")
-        return f"{self.prefix}{page_hash}{self.suffix}"
+        return f"{self.prefix}{page_hash}{self.tag}{self.suffix}"
 
     def keys(self, page_hashes: list[str]) -> list[str]:
         return [self.key(h) for h in page_hashes]
 
 
+# Host-pool attributes that shape a page's bytes, across SGLang's pool classes: KV (MHA, MLA),
+# Mamba state, DSA indexer, DeepSeek V4 paged and state pools. The KV fields are always part of the
+# geometry (None when absent); the others only where the pool has them.
+_GEOMETRY_FIELDS = (
+    "layout",
+    "page_size",
+    "layer_num",
+    "head_num",
+    "head_dim",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+)
+_SIDECAR_GEOMETRY_FIELDS = (
+    "kv_cache_dim",
+    "num_mamba_layers",
+    "temporal_state_shape",
+    "conv_state_shapes",
+    "temporal_dtype",
+    "conv_dtype",
+    "indexer_page_stride_size",
+    "indexer_dtype",
+    "item_bytes",
+    "state_page_bytes",
+    "slot_page_size",
+)
+
+
 def pool_geometry(pool: Any) -> dict[str, Any]:
     """The host-pool facts that determine a page's bytes (read defensively across releases)."""
-    fields = ("layout", "page_size", "layer_num", "head_num", "head_dim", "kv_lora_rank", "qk_rope_head_dim")
-    geometry: dict[str, Any] = {name: getattr(pool, name, None) for name in fields}
+    geometry: dict[str, Any] = {name: _plain(getattr(pool, name, None)) for name in _GEOMETRY_FIELDS}
+    for name in _SIDECAR_GEOMETRY_FIELDS:
+        value = getattr(pool, name, None)
+        if value is not None:
+            geometry[name] = _plain(value)
     geometry["dtype"] = str(getattr(pool, "dtype", None))
     geometry["pool_class"] = type(pool).__name__
     size_per_token = getattr(pool, "get_size_per_token", None)
-    geometry["bytes_per_token"] = size_per_token() if callable(size_per_token) else None
+    try:
+        geometry["bytes_per_token"] = size_per_token() if callable(size_per_token) else None
+    except Exception:  # a logical pool, or a class that cannot answer on this host
+        geometry["bytes_per_token"] = getattr(pool, "size_per_token", None)
+    side_states = getattr(pool, "slot_state_buffers", None) or ()
+    if side_states:
+        geometry["side_states"] = tuple((tuple(t.shape[1:]), str(t.dtype)) for t in side_states)
     return geometry
 
 
+def _plain(value: Any) -> Any:
+    """A stable repr-able form (torch sizes, dtypes and lists of them)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return tuple(_plain(v) for v in value)
+    return str(value)
+
+
+def geometry_digest(geometry: Mapping[str, Any]) -> str:
+    return xxhash.xxh64_hexdigest(repr(sorted(geometry.items())).encode())
+
+
 def build_keyspace(
-    model: str, tenant: str, geometry: dict[str, Any], io_path: str, ranks: RankInfo
+    model: str,
+    tenant: str,
+    geometry: dict[str, Any],
+    io_path: str,
+    ranks: RankInfo,
+    sidecars: Mapping[str, dict[str, Any]] | None = None,
 ) -> KeySpace:
-    identity = repr(sorted({**geometry, "io_path": io_path, "tenant": tenant, "format": KEY_FORMAT}.items()))
-    digest = xxhash.xxh64_hexdigest(identity.encode())
+    """The KV pool's key space; ``sidecars`` (pool name -> geometry) joins the digest when any."""
+    identity: dict[str, Any] = {**geometry, "io_path": io_path, "tenant": tenant, "format": KEY_FORMAT}
+    if sidecars:
+        identity["sidecars"] = tuple(sorted((name, geometry_digest(g)) for name, g in sidecars.items()))
+    digest = xxhash.xxh64_hexdigest(repr(sorted(identity.items())).encode())
     model_slug = model.replace("/", "-") or "model"
     return KeySpace(prefix=f"{model_slug}/{digest}/", suffix=ranks.suffix())
+
+
+def sidecar_keyspace(
+    kv: KeySpace, pool_name: str, geometry: dict[str, Any], ranks: RankInfo, replicated: bool
+) -> KeySpace:
+    """A sidecar pool's keys: the model's prefix, the pool tag, the pool's own rank suffix."""
+    return KeySpace(
+        prefix=kv.prefix,
+        suffix=ranks.suffix(replicated),
+        tag=f".{pool_name}~{geometry_digest(geometry)[:8]}",
+    )

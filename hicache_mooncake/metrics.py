@@ -1,15 +1,25 @@
 """Metrics of one backend instance: Prometheus series (own registry, optional HTTP endpoint) and
-the per-operation samples SGLang's ``get_stats`` polling expects (drained on every call)."""
+the per-operation samples SGLang's ``get_stats`` polling expects (drained on every call).
+
+SGLang polls ``get_stats`` only when it runs with ``--enable-metrics``; otherwise nobody drains the
+samples. Each series therefore keeps at most ``MAX_SAMPLES`` (the newest; older ones are dropped
+and counted in ``hicache_mooncake_samples_dropped``), so memory stays bounded whatever SGLang does.
+"""
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+MAX_SAMPLES = 4096
+"""Samples kept per series between two ``get_stats`` calls (SGLang polls every few seconds)."""
+_SERIES = ("prefetch_pgs", "backup_pgs", "prefetch_bandwidth", "backup_bandwidth")
 
 
 class _TierCollector(Collector):
@@ -42,14 +52,14 @@ class BackendMetrics:
         self.failures = Counter(
             "hicache_mooncake_failures", "failed calls by cause", ["cause"], registry=self.registry
         )
+        self.samples_dropped = Counter(
+            "hicache_mooncake_samples_dropped",
+            "get_stats samples dropped because nobody polled get_stats",
+            registry=self.registry,
+        )
         self.registry.register(_TierCollector(tier_stats))
         self._lock = threading.Lock()
-        self._samples: dict[str, list[float]] = {
-            "prefetch_pgs": [],
-            "backup_pgs": [],
-            "prefetch_bandwidth": [],
-            "backup_bandwidth": [],
-        }
+        self._samples: dict[str, deque[float]] = {name: deque(maxlen=MAX_SAMPLES) for name in _SERIES}
         self._server: Any = None
 
     def record(self, op: str, ok: int, failed: int, nbytes: int, seconds: float) -> None:
@@ -61,13 +71,22 @@ class BackendMetrics:
         if kind is None or not ok:
             return
         with self._lock:
-            self._samples[f"{kind}_pgs"].append(ok)
+            pages = self._samples[f"{kind}_pgs"]
+            if len(pages) == MAX_SAMPLES:
+                self.samples_dropped.inc()
+            pages.append(ok)
             self._samples[f"{kind}_bandwidth"].append(nbytes / max(seconds, 1e-9) / 1e9)
+
+    def retained_samples(self) -> int:
+        """Samples held now, all series together (at most ``4 * MAX_SAMPLES``)."""
+        with self._lock:
+            return sum(len(series) for series in self._samples.values())
 
     def drain_samples(self) -> dict[str, list[float]]:
         with self._lock:
-            out = self._samples
-            self._samples = {name: [] for name in out}
+            out = {name: list(series) for name, series in self._samples.items()}
+            for series in self._samples.values():
+                series.clear()
         return out
 
     def serve(self, host: str, port: int) -> int:

@@ -107,11 +107,13 @@ def make_storage_config(
 
 
 def fill_random_pages(host: Any, host_indices: torch.Tensor, seed: int) -> None:
-    """Write random bytes into every page of ``host_indices`` through SGLang's flat-page API."""
+    """Random bytes into every page of ``host_indices`` through SGLang's flat-page API (any host
+    pool class and dtype: KV, Mamba state, indexer, DeepSeek V4 pools)."""
     gen = torch.Generator().manual_seed(seed)
     template = host.get_dummy_flat_data_page()
+    nbytes = template.numel() * template.element_size()
     for i in range(0, len(host_indices), host.page_size):
-        page = torch.randint(-(2**15), 2**15 - 1, (template.numel(),), generator=gen, dtype=torch.int16)
+        page = torch.randint(0, 256, (nbytes,), generator=gen, dtype=torch.uint8)
         host.set_from_flat_data_page(int(host_indices[i]), page.view(template.dtype))
 
 

@@ -186,18 +186,27 @@ class TieredStore:
             if len(self._request_len) > _REQUEST_MEMORY:
                 self._request_len.popitem(last=False)
         n = len(keys)
-        pending = list(range(n))
-        for tier in self.tiers:
-            if not pending:
-                break
-            found = tier.contains_batch([keys[i] for i in pending])
-            pending = [i for i, ok in zip(pending, found, strict=True) if not ok]
-        hit = pending[0] if pending else n
+        present = self.contains_batch(keys)
+        hit = present.index(False) if False in present else n
         if hit < n and self.local:
             with self._lock:
                 if self._placement is not None:
                     self._placement.miss(keys[hit], miss_context(hit, n))
         return hit
+
+    def contains_batch(self, keys: Sequence[str]) -> list[bool]:
+        """Per key, whether some tier holds it (no prefix cut: a hybrid model's sidecar objects
+        have holes that matter). Tells the policy nothing."""
+        present = [False] * len(keys)
+        pending = list(range(len(keys)))
+        for tier in self.tiers:
+            if not pending:
+                break
+            found = tier.contains_batch([keys[i] for i in pending])
+            for i, ok in zip(pending, found, strict=True):
+                present[i] = ok
+            pending = [i for i in pending if not present[i]]
+        return present
 
     # ------------------------------------------------------------------ reads
     def get_batch_into(

@@ -40,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dir", default=None, help="directory for SGLang's file backend (default: a temp dir)"
     )
+    parser.add_argument(
+        "--hybrid",
+        choices=("include", "only", "skip"),
+        default="include",
+        help="the hybrid-model case (1 MiB KV pages + a ~1 MiB Mamba state per 16-page node, v1 + v2)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,6 +54,12 @@ def run(args: argparse.Namespace) -> int:
     total = parse_size(args.total)
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     rows = []
+    hybrid = _hybrid_case(total, args.repeats) if args.hybrid != "skip" else None
+    if args.hybrid == "only":
+        assert hybrid is not None
+        if args.json_out:
+            write_json(args.json_out, {"benchmark": "sglang", "hybrid": hybrid})
+        return 0
     for size in sizes:
         if size not in PAGE_SHAPES:
             raise UsageError(
@@ -81,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
         ),
         "per_page_size": rows,
     }
+    if hybrid is not None:
+        result["hybrid"] = hybrid
     print(
         f"summary: set x{result['set_ratio_vs_file']:.1f} and get x{result['get_ratio_vs_file']:.1f} vs SGLang file; "
         f"DRAM tier at {result['dram_ratio_vs_memcpy']:.0%} of memcpy, default config at "
@@ -91,6 +105,25 @@ def run(args: argparse.Namespace) -> int:
     if args.plot_out:
         _plot(rows, args.plot_out)
     return 0
+
+
+def _hybrid_case(total: int, repeats: int) -> dict[str, Any]:
+    """KV pages (v1) and a Mamba state per node (v2) through the default config (SSD off), as a
+    fraction of memcpy of the same parts."""
+    import yaml
+
+    from hicache_mooncake.bench._hybrid_io import bench_hybrid
+    from hicache_mooncake.presets import preset_path
+
+    extra = yaml.safe_load(preset_path("default").read_text())
+    extra.get("tiers", {}).pop("ssd", None)
+    row = bench_hybrid(extra, 1 << 20, total, repeats)
+    print(
+        f"hybrid (1 MiB KV pages + {format_size(row['state_bytes'])} Mamba state per {row['node_pages']} pages): "
+        f"set {row['ours_set_gbps']:.2f} get {row['ours_get_gbps']:.2f} GB/s | memcpy set {row['memcpy_set_gbps']:.2f} "
+        f"get {row['memcpy_get_gbps']:.2f} | {row['set_ratio_vs_memcpy']:.0%}/{row['get_ratio_vs_memcpy']:.0%} of memcpy"
+    )
+    return row
 
 
 def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None) -> dict[str, Any]:

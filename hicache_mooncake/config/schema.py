@@ -134,7 +134,9 @@ class IoConfig(StrictModel):
     timeout_s: float = Field(default=5.0, gt=0)
     """Upper bound of any blocking tier call; past it a get is a miss and a set is refused."""
     max_batch_pages: int = Field(default=128, ge=1)
-    """Pages per call above which a call is refused as malformed (SGLang sends at most 128)."""
+    """Pages per store call. A v1 get/set with more pages is refused as malformed (SGLang sends at
+    most 128); existence queries (SGLang 0.5.23 asks for a whole request at once) and v2 sidecar
+    transfers are split into calls of this many pages."""
 
 
 class MetricsConfig(StrictModel):

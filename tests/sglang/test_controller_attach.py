@@ -142,3 +142,36 @@ def test_reattach_with_the_same_yaml_works_after_detach(controller):
     ctl.detach_storage_backend()
     attach(ctl, group)
     assert ctl.storage_backend is not first and not ctl.storage_backend._closed
+
+
+def test_a_request_longer_than_128_pages_is_found_whole(controller):
+    """SGLang 0.5.23's HybridCacheController asks batch_exists for a whole request at once (the base
+    controller asked 128 pages at a time); on main a 200-page request was refused: 0 hits."""
+    from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
+    from sglang.srt.mem_cache.utils import get_hash_str
+
+    ctl, host, group = controller
+    attach(ctl, group)
+    n_pages = 200
+    tokens = list(range(5000, 5000 + n_pages * PS))
+    hashes, prior = [], None
+    for i in range(n_pages):
+        prior = get_hash_str(tokens[i * PS : (i + 1) * PS], prior)
+        hashes.append(prior)
+    src = host.alloc(n_pages * PS)
+    fill_random_pages(host, src, seed=12)
+    want = page_snapshot(host, src)
+    ctl.write_storage(src, tokens, hash_value=hashes)
+    assert ctl.ack_backup_queue.get(timeout=60).completed_tokens == len(tokens)
+    host.free(src)
+
+    ctl.prefetch(CacheRequestHandle(rid="req-long", attempt_id=0), tokens, last_hash=None)
+    hit = ctl.prefetch_hit_queue.get(timeout=30)
+    assert hit.storage_hit_count == len(tokens)
+    dst = ctl.alloc_prefetch_host_buffers(hit, hit.storage_hit_count)
+    hit.host_indices = dst
+    ctl.prefetch_buffer.put(hit)
+    deadline = time.monotonic() + 60
+    while not ctl.ack_prefetch_queue.get(timeout=max(0.1, deadline - time.monotonic())).completed_req:
+        pass
+    assert all(torch.equal(a, b) for a, b in zip(want, page_snapshot(host, dst), strict=True))

@@ -99,3 +99,48 @@ def test_redis_down_keeps_local_tiers_serving_and_the_pool_rejoins(cluster):
     while b.batch_exists(keys(4, "e")) < 4:  # nodes re-register by heartbeat, clients rejoin
         assert time.monotonic() < deadline, "the remote tier did not rejoin after Redis came back"
         time.sleep(0.1)
+
+
+def test_a_hybrid_models_states_are_shared_through_the_pool_with_their_type(
+    redis_server, node_factory, monkeypatch
+):
+    """KV pages and Mamba states stored by one instance are found, typed, and read byte-exact by
+    another instance through the memory nodes (the remote tier carries sidecars like KV)."""
+    from hybrid_helpers import hybrid_backend, kv_mamba_group, page_hashes, transfer
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+
+    from hicache_mooncake.tiers.policy import ObjectType
+
+    monkeypatch.setenv("HICACHE_NODE_SECRET", SECRET)
+    for i in range(2):
+        node_factory(f"h{i}", redis_server.url, namespace="hy")
+    extra = cluster_extra(redis_server.url, "hy")
+    groups = [kv_mamba_group(), kv_mamba_group()]
+    a, b = (hybrid_backend(g, extra=extra) for g in groups)
+    deadline = time.monotonic() + 10
+    while any(len(be.store.tier("remote").client.nodes()) < 2 for be in (a, b)):
+        assert time.monotonic() < deadline, "clients did not see both nodes"
+        time.sleep(0.05)
+    hashes = page_hashes(4, "y")
+    kv_a, mamba_a = groups[0].get_pool(PoolName.KV), groups[0].get_pool(PoolName.MAMBA)
+    src, slot = kv_a.alloc(4 * PS), mamba_a.alloc(1)
+    fill_random_pages(kv_a, src, seed=31)
+    fill_random_pages(mamba_a, slot, seed=32)
+    assert a.batch_set_v1(hashes, src) == [True] * 4
+    assert a.batch_set_v2([transfer(PoolName.MAMBA, hashes[-1:], slot)]) == {PoolName.MAMBA: [True]}
+
+    hit = b.batch_exists_v2(hashes, [transfer(PoolName.MAMBA, ["x"])])
+    assert hit.kv_hit_pages == 4 and hit.restorable_prefix_pages == [4]
+    state_key = b.pools.get("mamba").keys.key(hashes[-1])
+    (ref,) = b.store.tier("remote").client.lookup_batch([state_key])
+    assert ref.found and ref.obj_type == ObjectType.MAMBA_STATE
+    kv_b, mamba_b = groups[1].get_pool(PoolName.KV), groups[1].get_pool(PoolName.MAMBA)
+    dst, dst_slot = kv_b.alloc(4 * PS), mamba_b.alloc(1)
+    assert b.batch_get_v1(hashes, dst) == [True] * 4
+    assert b.batch_get_v2([transfer(PoolName.MAMBA, hashes[-1:], dst_slot)]) == {PoolName.MAMBA: [True]}
+    assert torch.equal(page_snapshot(mamba_b, dst_slot)[0], page_snapshot(mamba_a, slot)[0])
+    assert all(
+        torch.equal(x, y) for x, y in zip(page_snapshot(kv_a, src), page_snapshot(kv_b, dst), strict=True)
+    )
+    a.close()
+    b.close()

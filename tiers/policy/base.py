@@ -26,12 +26,34 @@ from typing import ClassVar
 
 
 class ObjectType(enum.IntEnum):
-    """What an object holds (DESIGN.md §3); policies may weigh types differently."""
+    """What an object holds (DESIGN.md §3); policies may weigh types differently.
+
+    The hybrid-model types are what SGLang's sidecar host pools (``PoolName``) hold for one page:
+    they matter to a policy because of WHERE in a cached prefix they are useful. A KV page, an
+    indexer page and a compressed-KV page are needed for every page of a prefix (SGLang's
+    ``ALL_PAGES``); a Mamba state, a compressor state and the pages of a sliding window only at
+    the END of the prefix they are loaded for (``TRAILING_PAGES``), so one in the middle of a
+    chain that is cached further is worth little. Values are stable (they travel as one byte in
+    the remote tier's object header); new types get new numbers.
+    """
 
     KV_PAGE = 0
     INDEX = 1
     CONFIG = 2
     SIDECAR = 3
+    """A hybrid-model pool with no finer type below."""
+    MAMBA_STATE = 4
+    """Linear-attention / SSM state (conv + temporal) at one page boundary (``PoolName.MAMBA``)."""
+    SWA_WINDOW = 5
+    """Sliding-window attention KV pages (``swa``, ``auxiliary_swa``, ``draft_swa``)."""
+    INDEXER = 6
+    """Sparse-attention indexer keys riding on the KV pages (``indexer``, V4 ``*_indexer*``)."""
+    COMPRESSED_KV = 7
+    """DeepSeek V4 compressed KV pages (``deepseek_v4_c1..c128`` and their ``_rope`` halves)."""
+    COMPRESS_STATE = 8
+    """DeepSeek V4 compressor state at one window boundary (``deepseek_v4_*_state``)."""
+    DRAFT_KV = 9
+    """A speculative-decoding draft model's KV pages (``draft``)."""
 
 
 @dataclass(frozen=True, slots=True)

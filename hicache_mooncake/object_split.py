@@ -1,0 +1,56 @@
+"""Pages larger than the largest object a tier accepts are stored as several objects.
+
+A Mamba state can outgrow a DRAM slab or an SSD region: Qwen3-Next's is about 72 MiB per slot at
+TP1 (36 linear-attention layers of a 32 x 128 x 128 fp32 state), more than the default 64 MiB
+slab. Such a page is cut into ``n`` chunks of at most ``max_object_bytes`` (zero-copy: slices of
+the page's own memoryviews) stored under ``{key}#{i}of{n}``. A page exists only when all its
+chunks do; the chunk count is part of every chunk key, so a page cut differently (another slab
+size) is a miss, never a mix of two cuts. A page that fits keeps its plain key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+SSD_ENTRY_OVERHEAD = 2 * 4096  # a region's header and one entry header (ssd.options.max_object_bytes)
+
+
+def max_object_bytes(config: Any) -> int:
+    """The largest object every enabled local tier of ``config`` accepts."""
+    tiers = config.tiers
+    limits = []
+    if tiers.dram.enabled:
+        limits.append(int(tiers.dram.slab_size))
+    if tiers.ssd.enabled:
+        limits.append(int(tiers.ssd.region_size) - SSD_ENTRY_OVERHEAD)
+    return min(limits) if limits else 1 << 62
+
+
+def chunk_count(nbytes: int, max_bytes: int) -> int:
+    return max(1, -(-nbytes // max_bytes))
+
+
+def chunk_keys(key: str, count: int) -> list[str]:
+    return [key] if count == 1 else [f"{key}#{i}of{count}" for i in range(count)]
+
+
+def split_parts(parts: Sequence[memoryview], count: int) -> list[list[memoryview]]:
+    """``parts`` (one page) cut into ``count`` chunks of nearly equal size, in order."""
+    if count == 1:
+        return [list(parts)]
+    total = sum(p.nbytes for p in parts)
+    size = -(-total // count)
+    chunks: list[list[memoryview]] = [[] for _ in range(count)]
+    room, index = size, 0
+    for part in parts:
+        flat = part.cast("B") if part.format != "B" or part.ndim != 1 else part
+        start = 0
+        while start < flat.nbytes:
+            if room == 0:
+                index, room = index + 1, size
+            take = min(room, flat.nbytes - start)
+            chunks[index].append(flat[start : start + take])
+            start += take
+            room -= take
+    return chunks

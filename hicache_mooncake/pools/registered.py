@@ -1,0 +1,99 @@
+"""``RegisteredPool``: one SGLang host pool registered on this attach, with everything needed to
+move its pages zero-copy: its provider, a bounds-checked map of its buffers, its object type and
+(once the key space is final) its keys.
+
+``page_parts`` is the only way from SGLang's host indices to memory, and it refuses, before any
+pointer is made, an index count that is not ``pages * page_size`` and an index outside the pool;
+then every run SGLang's pool class computes must lie inside the pool's registered buffers.
+A refusal raises ``HostRangeError``; callers turn it into a miss / False.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import torch
+
+from hicache_mooncake.host_memory import HostMemoryMap, HostRangeError
+from hicache_mooncake.keys import KeySpace
+from hicache_mooncake.pools.provider import PoolProvider
+from hicache_mooncake.tiers.policy import ObjectType
+
+
+@dataclass
+class RegisteredPool:
+    name: str
+    pool: Any
+    provider: PoolProvider
+    memory: HostMemoryMap
+    obj_type: ObjectType
+    rank_sharded: bool
+    """Keys carry the TP rank even when the model's KV is replicated (see ``names.rank_sharded``)."""
+    keys: KeySpace | None = field(default=None)
+
+    @property
+    def page_size(self) -> int:
+        """Host indices per page in the calls SGLang makes: the logical (DCP-widened) page where
+        the pool has one, else its page size."""
+        logical = getattr(self.pool, "logical_page_size", None)
+        return int(logical if isinstance(logical, int) else getattr(self.pool, "page_size", 1) or 1)
+
+    @property
+    def index_limit(self) -> int | None:
+        """Host indices are below this (the logical size under DCP); None when unknown."""
+        for name in ("logical_size", "size"):
+            value = getattr(self.pool, name, None)
+            if isinstance(value, int):
+                return value
+        return None
+
+    @property
+    def holds_bytes(self) -> bool:
+        return self.provider.holds_bytes(self.pool)
+
+    @cached_property
+    def page_nbytes(self) -> int:
+        """Bytes of one page (every page of a pool has the same size); 0 for a logical pool."""
+        if not self.holds_bytes:
+            return 0
+        _ptrs, sizes = self.provider.page_runs(self.pool, torch.arange(self.page_size, dtype=torch.int64))
+        return sum(sizes)
+
+    def check_indices(self, host_indices: Any, pages: int) -> None:
+        """Refuse host indices SGLang should never send: a count that is not ``pages x
+        page_size``, a non-integer tensor, an index outside ``[0, pool.size)``."""
+        numel = getattr(host_indices, "numel", None)
+        if not callable(numel):
+            raise HostRangeError("host indices are not a tensor", type(host_indices).__name__)
+        count = int(numel())
+        if count != pages * self.page_size:
+            raise HostRangeError(
+                "index count is not keys x page_size",
+                f"{count} indices for {pages} pages of {self.page_size}",
+            )
+        if count == 0:
+            return
+        if host_indices.dtype.is_floating_point or host_indices.dtype.is_complex:
+            raise HostRangeError("host indices are not integers", str(host_indices.dtype))
+        if count <= 64:  # a list is cheaper than two tensor reductions for a few indices
+            values = host_indices.tolist()
+            low, high = min(values), max(values)
+        else:
+            low, high = (int(v) for v in torch.aminmax(host_indices))
+        size = self.index_limit
+        if low < 0 or (size is not None and high >= size):
+            raise HostRangeError("host index outside the pool", f"[{low}, {high}] in a pool of {size} slots")
+
+    def page_parts(self, host_indices: Any, pages: int) -> list[list[Any]]:
+        """One list of byte views (memoryviews into the pool) per page, zero-copy."""
+        self.check_indices(host_indices, pages)
+        if pages == 0 or not self.holds_bytes:
+            return [[] for _ in range(pages)]
+        ptrs, sizes = self.provider.page_runs(self.pool, host_indices)
+        return self.memory.page_parts(ptrs, sizes, pages)
+
+    def close(self) -> None:
+        self.memory.close()
+        self.pool = None

@@ -1,0 +1,92 @@
+"""Hardening at the level SGLang meets the backend (factory + interface): host indices SGLang should
+never send are refused without touching memory, and metrics samples stay bounded when nobody
+polls ``get_stats`` (SGLang polls only with ``--enable-metrics``)."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+import torch
+from sglang_helpers import SMALL, make_backend
+
+from hicache_mooncake.metrics import MAX_SAMPLES
+from hicache_mooncake.sglang_harness import fill_random_pages, page_snapshot
+
+pytestmark = pytest.mark.sglang
+PS = SMALL.page_size
+
+
+def keys(n: int, tag: str = "g") -> list[str]:
+    return [f"{tag}{i:063x}" for i in range(n)]
+
+
+def refusals(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "refused host indices" in r.getMessage()]
+
+
+def test_out_of_range_host_indices_are_a_miss_with_one_log_line_not_a_crash(caplog):
+    """On main a get of a stored page into indices 10^8 slots past the pool wrote through a wild
+    pointer (SIGSEGV)."""
+    backend, host = make_backend()
+    idx = host.alloc(PS)
+    fill_random_pages(host, idx, seed=1)
+    assert backend.batch_set_v1(keys(1), idx) == [True]
+    far = torch.arange(10**8, 10**8 + PS)
+    negative = torch.arange(-PS, 0)
+    with caplog.at_level("WARNING", logger="hicache_mooncake"):
+        for _ in range(3):
+            assert backend.batch_get_v1(keys(1), far) == [False]
+            assert backend.batch_set_v1(keys(1, "n"), far) == [False]
+            assert backend.batch_set_v1(keys(1, "m"), negative) == [False]
+    assert len(refusals(caplog)) == 2  # one line per call kind and reason (get, set), not per call
+    assert backend.batch_exists(keys(1, "n")) == 0 and backend.batch_exists(keys(1, "m")) == 0
+    assert backend.batch_get_v1(keys(1), idx) == [True]  # the backend still works
+    backend.close()
+
+
+def test_an_index_count_that_is_not_keys_times_page_size_is_refused(caplog):
+    """On main one page of indices for two keys stored K as one page and V as the other, and three
+    pages for two keys stored 1.5 pages each: True, and garbage under both keys."""
+    backend, host = make_backend()
+    idx = host.alloc(3 * PS)
+    fill_random_pages(host, idx, seed=2)
+    with caplog.at_level("WARNING", logger="hicache_mooncake"):
+        assert backend.batch_set_v1(keys(2), idx[:PS]) == [False, False]
+        assert backend.batch_set_v1(keys(2), idx) == [False, False]
+        assert backend.batch_get_v1(keys(2), idx[:PS]) == [False, False]
+    assert len(refusals(caplog)) == 2  # one line per call kind and reason (set, get), not per call
+    assert backend.batch_exists(keys(2)) == 0  # nothing stored under either key
+    want = page_snapshot(host, idx[: 2 * PS])
+    assert backend.batch_set_v1(keys(2), idx[: 2 * PS]) == [True, True]
+    fill_random_pages(host, idx, seed=3)
+    assert backend.batch_get_v1(keys(2), idx[: 2 * PS]) == [True, True]
+    assert all(torch.equal(a, b) for a, b in zip(page_snapshot(host, idx[: 2 * PS]), want, strict=True))
+    backend.close()
+
+
+def test_metrics_samples_stay_bounded_when_get_stats_is_never_called():
+    """On main every successful call appended two samples forever (9.4 MB after 200,000 calls)."""
+    backend, host = make_backend()
+    idx = host.alloc(PS)
+    fill_random_pages(host, idx, seed=4)
+    assert backend.batch_set_v1(keys(1), idx) == [True]
+    tracemalloc.start()
+    for _ in range(MAX_SAMPLES + 100):  # fill every series up to its bound
+        backend.batch_get_v1(keys(1), idx)
+    before = tracemalloc.take_snapshot()
+    for _ in range(3000):
+        assert backend.batch_get_v1(keys(1), idx) == [True]
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    grown = sum(
+        s.size_diff
+        for s in after.compare_to(before, "filename")
+        if s.traceback[0].filename.endswith("metrics.py")
+    )
+    assert grown < 16 << 10  # on main: ~3000 x (float + int + list slots) > 100 KiB
+    assert backend.metrics.retained_samples() <= 4 * MAX_SAMPLES
+    stats = backend.get_stats()
+    assert len(stats.prefetch_pgs) == MAX_SAMPLES and stats.prefetch_pgs[-1] == 1  # the newest are kept
+    assert backend.metrics.retained_samples() == 0  # drained
+    backend.close()
