@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from log_lines import Lines
 from transport_procs import NodeProc, RedisProc, free_port
+
+from hicache_mooncake import logs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -51,3 +55,18 @@ def node_factory(tmp_path: Path) -> Iterator[Callable[..., NodeProc]]:
     finally:
         for n in started:
             n.stop(signal.SIGTERM)
+
+
+@pytest.fixture
+def printed_lines() -> Iterator[Lines]:
+    """The log lines a user sees (after a fresh repeat limiter), at WARNING and above."""
+    root = logging.getLogger()
+    lines = Lines()
+    lines.setLevel(logging.WARNING)
+    root.addHandler(lines)
+    logs.install(logs.RepeatLimiter())
+    try:
+        yield lines
+    finally:
+        root.removeHandler(lines)
+        logs.uninstall()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from log_lines import Lines
 
 from hicache_mooncake import logs
 from hicache_mooncake.config import validate_config
@@ -25,21 +26,6 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Lines(logging.Handler):
-    """What a root handler (SGLang's, the CLI's) receives, formatted as it would print it."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
-
-    def matching(self, text: str) -> list[str]:
-        return [ln for ln in self.lines if text in ln]
 
 
 @pytest.fixture
