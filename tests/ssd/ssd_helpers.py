@@ -55,7 +55,9 @@ def stall_writes(monkeypatch: Any) -> tuple[Any, Any]:
     import threading
 
     gate, entered = threading.Event(), threading.Event()
-    orig = SsdEngine._write_jobs
+    from hicache_mooncake.ssd.writer import WritePath
+
+    orig = WritePath.write_jobs
 
     def slow_jobs(self, g, buf):  # type: ignore[no-untyped-def]
         def wrap(j):  # type: ignore[no-untyped-def]
@@ -68,5 +70,5 @@ def stall_writes(monkeypatch: Any) -> tuple[Any, Any]:
 
         return [wrap(j) for j in orig(self, g, buf)]
 
-    monkeypatch.setattr(SsdEngine, "_write_jobs", slow_jobs)
+    monkeypatch.setattr(WritePath, "write_jobs", slow_jobs)
     return gate, entered

@@ -9,7 +9,7 @@ import pytest
 from ssd_helpers import check_get, open_engine, value_for
 
 from hicache_mooncake.ssd import SsdDirectIoError
-from hicache_mooncake.ssd import engine as engine_mod
+from hicache_mooncake.ssd import io as io_mod
 from hicache_mooncake.ssd.io import probe_direct_io
 
 
@@ -69,7 +69,7 @@ def test_io_mode_is_probed_and_reported(ssd_dir: str, small_tmpfs: str) -> None:
 
 def test_refused_direct_io_falls_back_or_errors(ssd_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
-        engine_mod, "probe_direct_io", lambda d: (False, "open(O_DIRECT) failed: Invalid argument")
+        io_mod, "probe_direct_io", lambda d: (False, "open(O_DIRECT) failed: Invalid argument")
     )
     with open_engine(ssd_dir, direct_io="auto") as e:
         st = e.stats()
