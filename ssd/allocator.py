@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 from .core import EngineCore
 from .format import BLOCK, RegionHeader, entry_size
+from .io import IoBatch
 from .reclaim import drop_all, pick_victim
 from .region import Region, RegionState, open_region_fd, preallocate, remove_region_file, write_region_header
 from .space import FloorGuard
@@ -43,14 +44,26 @@ class Reservation:
         self.epoch = epoch
 
 
+class _Opening:
+    """A region open in flight for one directory; waiters wait on ``event``."""
+
+    __slots__ = ("event", "why")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.why = ""
+
+
 class RegionAllocator:
     def __init__(self, core: EngineCore) -> None:
         self.core = core
         nd = len(core.options.dirs)
         self.active: list[Region | None] = [None] * nd
-        self.opening: list[threading.Event | None] = [None] * nd
+        self.opening: list[_Opening | None] = [None] * nd
         self.floors = [FloorGuard(d, core.options.min_free_bytes) for d in core.options.dirs]
         self._rr = 0
+        # Told when a region file is made (True) or removed (False): the region map (epoch.py).
+        self.on_region_file: Callable[[int, int, bool], None] | None = None
 
     # ------------------------------------------------------------------ lock held
 
@@ -128,22 +141,24 @@ class RegionAllocator:
         sizes: Sequence[int],
         allow_open: bool,
         on_reserved: Callable[[Reservation], None],
+        deadline: float | None = None,
     ) -> tuple[list[Reservation], str]:
         """Reserve space for entries of ``sizes`` payload bytes, in order; returns the reservations
         (pinned) and, if some entries could not be placed, the reason (``no_space`` / ``floor`` /
-        ``io_error``). Entries ``[sum(r.count), len(sizes))`` were not placed. ``on_reserved`` is
-        called under the lock for each reservation as it is made."""
+        ``io_error`` / ``timeout``). Entries ``[sum(r.count), len(sizes))`` were not placed.
+        ``on_reserved`` is called under the lock for each reservation as it is made. Opening a
+        region (preallocation, header write) runs on the I/O pool; a caller past ``deadline``
+        stops waiting for it (the open completes, or fails, on its own)."""
         c = self.core
         rs = c.options.region_size
         out: list[Reservation] = []
         k = 0
         reason = ""
-        alloc_failed = False  # a new region file could not be allocated: reuse old ones instead
+        alloc_failed = [False]  # a new region file could not be allocated: reuse old ones instead
         for _attempt in range(4 * len(c.regions) + 8):
             if k >= len(sizes):
                 break
-            to_open: Region | None = None
-            wait_ev: threading.Event | None = None
+            opening: _Opening | None = None
             evicted: list[str] = []
             with c.lock:
                 if c.closed:
@@ -169,9 +184,9 @@ class RegionAllocator:
                     reason = "no_space"
                     break
                 if self.opening[di] is not None:
-                    wait_ev = self.opening[di]
+                    opening = self.opening[di]
                 else:
-                    cand = self._take_free(di, allow_unallocated=not alloc_failed)
+                    cand = self._take_free(di, allow_unallocated=not alloc_failed[0])
                     if cand is None:
                         cand, evicted = self.drop_oldest(di)
                     if cand is None:
@@ -180,35 +195,50 @@ class RegionAllocator:
                     cand.state = RegionState.OPENING
                     cand.gen = c.next_seq()
                     cand.epoch = c.epoch
-                    wait_ev = threading.Event()
-                    self.opening[di] = wait_ev
-                    to_open = cand
+                    opening = _Opening()
+                    self.opening[di] = opening
+                    self._open_async(di, cand, opening, alloc_failed)
             c.notify_evicted(evicted)
-            if to_open is None:
-                assert wait_ev is not None
-                wait_ev.wait(timeout=1.0)
-                continue
-            ok, why = self._open_region(to_open)
+            assert opening is not None
+            left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+            done = left > 0 and opening.event.wait(left)
+            if not done and deadline is not None and time.monotonic() >= deadline:
+                reason = "timeout"
+                c.timed_out("region_open", deadline)
+                break
+            if opening.why:
+                reason = opening.why
+        return out, reason
+
+    def _open_async(self, di: int, r: Region, opening: _Opening, alloc_failed: list[bool]) -> None:
+        """Open ``r`` (state OPENING, owned by this open) on the I/O pool; ``opening.event`` is set
+        after the region became ACTIVE (or FREE again on failure, with ``opening.why``)."""
+        c = self.core
+
+        def finish(b: IoBatch) -> None:
+            res = b.results[0]
+            ok, why = res if isinstance(res, tuple) else (False, "io_error")
             with c.lock:
                 self.opening[di] = None
-                if ok and to_open.epoch == c.epoch and not c.closed:
-                    to_open.state = RegionState.ACTIVE
-                    to_open.write_off = BLOCK
-                    to_open.keys = []
-                    to_open.live_bytes = 0
-                    self.active[di] = to_open
+                if ok and r.epoch == c.epoch and not c.closed:
+                    r.state = RegionState.ACTIVE
+                    r.write_off = BLOCK
+                    r.keys = []
+                    r.live_bytes = 0
+                    self.active[di] = r
                     c.counts["opened_regions"] += 1
                 else:
-                    to_open.state = RegionState.FREE
+                    r.state = RegionState.FREE
                     if not ok:
-                        reason = why
-                        if to_open.allocated:
-                            to_open.alloc_retry_at = time.monotonic() + 1.0
+                        opening.why = why
+                        if r.allocated:
+                            r.alloc_retry_at = time.monotonic() + 1.0
                         else:
-                            alloc_failed = True
-            assert wait_ev is not None
-            wait_ev.set()
-        return out, reason
+                            alloc_failed[0] = True
+            opening.event.set()
+
+        assert c.pool is not None
+        c.pool.submit([lambda: self._open_region(r)], on_done=finish)
 
     def finish_write(self, res: Reservation, failed: bool) -> None:
         """Unpin a reservation once its write is over (lock held); a failed write seals the region."""
@@ -231,17 +261,26 @@ class RegionAllocator:
                 preallocate(r.fd, o.region_size)
                 r.allocated = True
                 self.floors[r.dir_index].invalidate()
+                self._region_file(r, True)
             write_region_header(r.fd, RegionHeader(r.rid, r.epoch, r.gen, o.region_size, time.time_ns()))
             return True, ""
         except OSError as e:
             full = e.errno in (errno.ENOSPC, errno.EDQUOT)
             if not r.allocated:
                 remove_region_file(r)
+                self._region_file(r, False)
             log.log(logging.DEBUG if full else logging.WARNING, "ssd: cannot open region %s: %s", r.path, e)
             return False, "no_space" if full else "io_error"
 
-    def release_for_floor(self, di: int) -> None:
-        """Below the free-space floor: give one region's disk space back (free ones first)."""
+    def _region_file(self, r: Region, present: bool) -> None:
+        cb = self.on_region_file
+        if cb is not None:
+            cb(r.dir_index, r.rid, present)
+
+    def release_for_floor(self, di: int, deadline: float | None) -> None:
+        """Below the free-space floor: give one region's disk space back (free ones first). The
+        unlink runs on the I/O pool (the region stays OPENING, owned by it, until done); the
+        caller waits for it until ``deadline``."""
         c = self.core
         evicted: list[str] = []
         with c.lock:
@@ -256,9 +295,19 @@ class RegionAllocator:
                 return
             victim.state = RegionState.OPENING  # exclusive while its file is removed
         c.notify_evicted(evicted)
-        remove_region_file(victim)
-        with c.lock:
-            victim.state = RegionState.FREE
-            victim.alloc_retry_at = time.monotonic() + 1.0
-            c.counts["released_regions"] += 1
-        self.floors[di].invalidate()
+        r = victim
+
+        def finish(_b: IoBatch) -> None:
+            with c.lock:
+                r.state = RegionState.FREE
+                r.alloc_retry_at = time.monotonic() + 1.0
+                c.counts["released_regions"] += 1
+            self.floors[di].invalidate()
+
+        assert c.pool is not None
+
+        def remove() -> None:
+            remove_region_file(r)
+            self._region_file(r, False)
+
+        c.pool.submit([remove], on_done=finish).wait(deadline)

@@ -18,6 +18,7 @@ import logging
 import os
 import resource
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import io as ssd_io
@@ -25,7 +26,9 @@ from .core import EngineCore
 from .epoch import EpochKeeper
 from .errors import SsdDirectIoError, SsdInUseError
 from .format import LOCK_NAME, SEQ_BOOT_SHIFT, parse_region_file_name
+from .health import prepare_probe
 from .index import Location
+from .io import run_with_deadline
 from .recover import recover
 from .region import Region, RegionState, open_region_fd
 
@@ -74,6 +77,8 @@ def attach(core: EngineCore, epochs: EpochKeeper, lock_fds: list[int], progress:
     o = core.options
     nd = len(o.dirs)
     lock_dirs(o.dirs, lock_fds)
+    for d in o.dirs:
+        prepare_probe(d)
     choose_io_mode(core)
     epochs.load()
     core.seq = core.boot << SEQ_BOOT_SHIFT
@@ -134,23 +139,51 @@ def attach(core: EngineCore, epochs: EpochKeeper, lock_fds: list[int], progress:
     return seconds
 
 
-def release(core: EngineCore, lock_fds: list[int]) -> None:
-    """Close everything (never raises): the I/O pool, region fds (fdatasync if written), locks."""
+def release(
+    core: EngineCore,
+    lock_fds: list[int],
+    deadline: float | None = None,
+    on_released: Callable[[], None] | None = None,
+) -> None:
+    """Close everything (never raises): wait for I/O in flight to end (regions unpinned), then
+    fdatasync regions written since open, close their fds, drop the locks, stop the I/O pool.
+
+    Runs on a daemon thread waited for until ``deadline``: on a stalled disk the caller returns
+    in time and the thread finishes the job when the disk comes back (an fd is never closed
+    while a read or write on it is in flight, so its number cannot be reused under that I/O)."""
     core.closed = True
-    if core.pool is not None:
-        with contextlib.suppress(Exception):
-            core.pool.shutdown()
-        core.pool = None
-    for r in core.regions:
-        if r.fd is not None:
+
+    def finish() -> None:
+        while True:
+            with core.lock:
+                busy = any(r.pinned for r in core.regions)
+            if not busy:
+                break
+            time.sleep(0.02)
+        for r in core.regions:
+            if r.fd is not None:
+                with contextlib.suppress(OSError):
+                    if r.dirty:
+                        os.fdatasync(r.fd)
+                with contextlib.suppress(OSError):
+                    os.close(r.fd)
+                r.fd = None
+        if on_released is not None:
+            on_released()
+        for fd in lock_fds:
             with contextlib.suppress(OSError):
-                if r.dirty:
-                    os.fdatasync(r.fd)
-            with contextlib.suppress(OSError):
-                os.close(r.fd)
-            r.fd = None
-    for fd in lock_fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    lock_fds.clear()
-    core.buffers.clear()
+                os.close(fd)
+        lock_fds.clear()
+        if core.pool is not None:
+            with contextlib.suppress(Exception):
+                core.pool.shutdown(timeout_s=1.0)
+            core.pool = None
+        core.buffers.clear()
+
+    done, _ = run_with_deadline(finish, deadline, "hicache-ssd-close")
+    if not done:
+        log.warning(
+            "ssd engine %s: closed with I/O still in flight (stalled disk?); its files and locks "
+            "are released when that I/O ends",
+            ",".join(core.options.dirs),
+        )

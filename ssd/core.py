@@ -7,7 +7,9 @@ same core. Invariants:
   ``epoch`` and ``seq``; it is never held during file I/O, payload hashing or callbacks;
 * ``ops`` counts public data calls in flight; ``close`` waits (bounded) for it to reach zero;
 * ``on_evict`` is called without the lock; ``keep`` is called with it (it must not block or call
-  back into the engine).
+  back into the engine);
+* ``refusing`` (a reason) is set while no data call may touch the disk: an epoch bump that has
+  not reached the disk yet, or one that failed (fail closed: cleared pages are never served).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from .buffer import BufferPool
+from .health import Health
 from .index import Index
 from .io import IoPool
 from .options import SsdOptions
@@ -47,6 +50,22 @@ class EngineCore:
         self.buffers = BufferPool()
         self.on_evict: Callable[[str], None] | None = None
         self.keep: Callable[[str], bool] | None = None
+        self.health = Health(options.dirs, options.probe_timeout_s, options.probe_interval_s)
+        self.refusing = ""
+
+    def usable(self) -> bool:
+        """Whether data calls may go to the disk now (not degraded, no clear outstanding)."""
+        return not self.health.degraded and not self.refusing
+
+    def timed_out(self, what: str, deadline: float) -> None:
+        """``what`` did not finish by its deadline: count it and mark the disk degraded."""
+        with self.lock:
+            self.counts[f"timeouts_{what}"] += 1
+        self.health.trip(f"{what} did not finish by its deadline")
+
+    def io_failed(self, what: str, err: OSError) -> None:
+        """An I/O error that is not a full disk (EIO...): the disk may be dying."""
+        self.health.trip(f"{what} failed: {err}")
 
     def next_seq(self) -> int:
         """A new sequence number (lock held)."""

@@ -20,7 +20,6 @@ back with its (correct, immutable) bytes. ``clear`` is durable (epoch bump in th
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
@@ -64,11 +63,12 @@ class SsdEngine:
         self._reader = ReadPath(core, self._alloc, self._writer)
         self._reclaimer = Reclaimer(core, self._alloc, self._writer, self._reader)
         self._epochs = EpochKeeper(core, self._alloc, self._writer)
+        self._alloc.on_region_file = self._epochs.region_made
         try:
             self._recover_seconds = attach(core, self._epochs, self._lock_fds, progress)
             core.pool = IoPool(options.io_threads)
         except BaseException:
-            release(core, self._lock_fds)
+            release(core, self._lock_fds, on_released=self._epochs.close)
             raise
 
     # ------------------------------------------------------------------ hooks
@@ -103,18 +103,22 @@ class SsdEngine:
 
     # ------------------------------------------------------------------ open / close
 
-    def close(self) -> None:
-        """Wait (up to 30 s) for calls in flight, then release fds, threads and locks. Never raises."""
+    def close(self, deadline: float | None = None) -> None:
+        """Wait for calls in flight (until ``deadline``; without one at most 30 s), then release
+        threads, fds and locks. Never raises. Region fds with I/O still in flight on a stalled
+        disk (and the directory locks) are released by a daemon thread once that I/O is over, so
+        close returns by its deadline whatever the disk does."""
         c = self._core
         try:
             with c.lock:
                 if c.closed:
                     return
                 c.closed = True
-                deadline = time.monotonic() + 30.0
-                while c.ops > 0 and time.monotonic() < deadline:
-                    c.idle.wait(timeout=0.1)
-            release(c, self._lock_fds)
+                end = deadline if deadline is not None else time.monotonic() + 30.0
+                while c.ops > 0 and time.monotonic() < end:
+                    c.idle.wait(timeout=min(0.1, max(0.0, end - time.monotonic())))
+            c.health.stop()
+            release(c, self._lock_fds, deadline, on_released=self._epochs.close)
         except Exception:  # noqa: BLE001 - close never raises
             log.exception("ssd engine close")
 
@@ -126,21 +130,23 @@ class SsdEngine:
 
     # ------------------------------------------------------------------ data path
 
-    def put(self, key: str, parts: Parts) -> bool:
+    def put(self, key: str, parts: Parts, deadline: float | None = None) -> bool:
         """Store one object (gather-write of ``parts``); True once its bytes are in the region file."""
-        return self.put_batch([(key, parts)])[0]
+        return self.put_batch([(key, parts)], deadline)[0]
 
-    def put_batch(self, items: Sequence[tuple[str, Parts]]) -> list[bool]:
+    def put_batch(self, items: Sequence[tuple[str, Parts]], deadline: float | None = None) -> list[bool]:
         """Store objects; per-item True/False (True: the bytes are in the region file; values are
-        immutable, so a key already stored is True without a write)."""
+        immutable, so a key already stored is True without a write). ``deadline``
+        (``time.monotonic()``): what is not written by then is False, and the engine is degraded
+        (see :mod:`.health`); while degraded, every item is False at once."""
         c = self._core
         results = [False] * len(items)
-        if not c.enter():
+        if not self._usable("put", len(items)) or not c.enter():
             return results
         try:
             di = self._alloc.pick_dir()
-            if self._writer.put_batch(items, results, di):
-                self._reclaimer.maybe_reclaim(di)
+            if self._writer.put_batch(items, results, di, deadline=deadline) and c.usable():
+                self._reclaimer.maybe_reclaim(di, deadline)
         except Exception:  # noqa: BLE001 - never raise from the data path
             log.exception("ssd put_batch failed")
             with c.lock:
@@ -149,31 +155,44 @@ class SsdEngine:
             c.exit()
         return results
 
-    def get_into(self, key: str, parts: Parts) -> bool:
+    def get_into(self, key: str, parts: Parts, deadline: float | None = None) -> bool:
         """Read one object into ``parts`` (their sizes must add up to the object's size)."""
-        return self.get_batch_into([(key, parts)])[0]
+        return self.get_batch_into([(key, parts)], deadline)[0]
 
-    def get_batch_into(self, items: Sequence[tuple[str, Parts]]) -> list[bool]:
-        """Scatter-read objects; False per item on miss, size mismatch or failed verification.
+    def get_batch_into(self, items: Sequence[tuple[str, Parts]], deadline: float | None = None) -> list[bool]:
+        """Scatter-read objects; False per item on miss, size mismatch or failed verification,
+        or when not read by ``deadline`` (see :meth:`.reader.ReadPath.get_batch`: reads that can
+        outlive the call land in engine memory, so a late one never touches the caller's).
 
         On False the caller's memory for that item may have been overwritten with garbage.
         """
         c = self._core
         results = [False] * len(items)
-        if not c.enter():
+        if not self._usable("get", len(items)) or not c.enter():
             return results
         try:
-            self._reader.get_batch(items, results, internal=False)
+            self._reader.get_batch(items, results, internal=False, deadline=deadline)
         except Exception:  # noqa: BLE001
             log.exception("ssd get_batch_into failed")
         finally:
             c.exit()
         return results
 
+    def _usable(self, op: str, n: int) -> bool:
+        c = self._core
+        if c.usable():
+            return True
+        with c.lock:
+            c.counts[f"skipped_{op}s"] += n
+        return False
+
     # ------------------------------------------------------------------ metadata ops
 
     def contains(self, key: str) -> bool:
+        """Whether ``key`` is stored (memory only, never waits for the disk); False while degraded."""
         c = self._core
+        if not c.usable():
+            return False
         with c.lock:
             return key in c.index or self._writer.pending_slot(key) is not None
 
@@ -202,18 +221,30 @@ class SsdEngine:
             snap = self._core.index.keys_snapshot()
         return iter(snap)
 
-    def clear(self) -> None:
-        """Drop everything, durably (see :class:`~.epoch.EpochKeeper`)."""
-        self._epochs.clear()
+    def clear(self, deadline: float | None = None) -> bool:
+        """Drop everything, durably; True once the new epoch is on disk by ``deadline`` (see
+        :class:`~.epoch.EpochKeeper`: until then nothing is served or written)."""
+        return self._epochs.clear(deadline)
 
-    def sync(self) -> None:
-        """fdatasync every region written since open (power-loss durability; not needed for crashes)."""
+    def sync(self, deadline: float | None = None) -> bool:
+        """fdatasync every region written since open (power-loss durability; not needed for
+        crashes); False if not done by ``deadline`` (it finishes in the background)."""
         c = self._core
         with c.lock:
             fds = [r.fd for r in c.regions if r.fd is not None and r.dirty]
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.fdatasync(fd)
+        if not fds:
+            return True
+        assert c.pool is not None
+
+        def sync_one(fd: int) -> Callable[[], None]:
+            return lambda: os.fdatasync(fd)
+
+        batch = c.pool.submit([sync_one(fd) for fd in fds])
+        if not batch.wait(deadline):
+            batch.abandon()
+            c.timed_out("sync", deadline or 0.0)
+            return False
+        return True
 
     def stats(self) -> dict[str, Any]:
         c = self._core
@@ -234,6 +265,10 @@ class SsdEngine:
                 "io_mode_reason": c.io_mode_reason,
                 "epoch": c.epoch,
                 "recover_seconds": round(self._recover_seconds, 4),
+                "degraded": c.health.degraded,
+                "degraded_reason": c.health.reason if c.health.degraded else "",
+                "degraded_episodes": c.health.trips,
+                "refusing": c.refusing,
             }
         for k in _STAT_KEYS:
             s[k] = counts.get(k, 0)

@@ -4,7 +4,8 @@ After a put that wrote something, when a directory has no free region, the oldes
 unpinned region is reclaimed: its hot entries (hit-based reinsertion, or ``keep``) are read back
 and rewritten into the active region through the write path, the others are dropped from the
 index and reported through ``on_evict``. The victim is pinned (``readers``) while its entries are
-read, so it is never reopened under the reinsertion; at most one reclaim runs per directory.
+read, so it is never reopened under the reinsertion; at most one reclaim runs per directory. It
+runs on the thread of the put that triggered it, within that put's deadline.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class Reclaimer:
         self.reader = reader
         self._busy = [False] * len(core.options.dirs)
 
-    def maybe_reclaim(self, di: int) -> None:
+    def maybe_reclaim(self, di: int, deadline: float | None = None) -> None:
         c = self.core
         o = c.options
         with c.lock:
@@ -56,7 +57,7 @@ class Reclaimer:
         late: list[str] = []
         try:
             if hot:
-                self._reinsert(victim, hot)
+                self._reinsert(victim, hot, deadline)
         except Exception:  # noqa: BLE001
             log.exception("ssd reinsertion failed")
         finally:
@@ -72,7 +73,7 @@ class Reclaimer:
                 self._busy[di] = False
         c.notify_evicted(late)
 
-    def _reinsert(self, victim: Region, hot: Sequence[tuple[str, Location]]) -> None:
+    def _reinsert(self, victim: Region, hot: Sequence[tuple[str, Location]], deadline: float | None) -> None:
         total = sum(entry_size(loc.length) for _, loc in hot)
         mem = self.core.buffers.take(total)
         try:
@@ -83,10 +84,12 @@ class Reclaimer:
                 items.append((key, [view[off : off + loc.length]]))
                 off += loc.length
             got = [False] * len(items)
-            self.reader.get_batch(items, got, internal=True)
+            self.reader.get_batch(items, got, internal=True, deadline=deadline)
             to_put = [(k, v) for (k, v), ok in zip(items, got, strict=True) if ok]
             if to_put:
                 res = [False] * len(to_put)
-                self.writer.put_batch(to_put, res, victim.dir_index, reinsert_rid=victim.rid)
+                self.writer.put_batch(
+                    to_put, res, victim.dir_index, reinsert_rid=victim.rid, deadline=deadline
+                )
         finally:
             self.core.buffers.give(mem)

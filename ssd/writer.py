@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,7 +29,7 @@ from .buffer import Slot, WriteBuffer
 from .core import EngineCore
 from .format import BLOCK, entry_size
 from .index import Location
-from .io import byte_view, is_aligned, pwritev_full, split_iov
+from .io import IoBatch, byte_view, is_aligned, pwritev_full, split_iov
 
 Parts = Sequence[Any]  # memoryview-compatible buffers
 
@@ -72,6 +73,23 @@ class _Group:
         self.error: OSError | None = None
 
 
+class _BatchWrite:
+    """One sub-batch in flight: shared by the caller and the I/O completion (``_finish``)."""
+
+    def __init__(
+        self, batch: list[_New], results: list[bool], reinsert_rid: int | None, buf: WriteBuffer
+    ) -> None:
+        self.batch = batch
+        self.results = results
+        self.reinsert_rid = reinsert_rid
+        self.buf = buf
+        self.groups: list[_Group] = []
+        self.job_groups: list[_Group] = []  # the group of each write job, in job order
+        self.failed_reason = ""
+        self.finished = False  # _finish ran (lock held to read/write)
+        self.abandoned = False  # the caller returned before _finish (lock held)
+
+
 class WritePath:
     def __init__(self, core: EngineCore, allocator: RegionAllocator) -> None:
         self.core = core
@@ -84,11 +102,13 @@ class WritePath:
         results: list[bool],
         di: int,
         reinsert_rid: int | None = None,
+        deadline: float | None = None,
     ) -> bool:
         """Store ``items`` into directory ``di``, setting ``results[i]``; returns whether anything
         new was written (the caller then gives the reclaimer a chance). ``reinsert_rid``: rewrite
         entries of that region (reclaim), only into the active region and only if still indexed
-        there."""
+        there. ``deadline`` (``time.monotonic()``): what is not written by then is False (the I/O
+        may finish later; it is then not indexed, see :meth:`_finish`)."""
         c = self.core
         o = c.options
         prepared: list[tuple[int, str, bytes, list[memoryview], int]] = []
@@ -128,32 +148,40 @@ class WritePath:
                 self.pending[key] = p
                 mine.append(_New(i, key, kb, views, size, p))
         if not floor_ok:
-            self.alloc.release_for_floor(di)
+            self.alloc.release_for_floor(di, deadline)
         # Sub-batches of at most one region's worth of bytes each.
         batch: list[_New] = []
         nbytes = 0
         for it in mine:
             es = entry_size(it.size)
             if batch and nbytes + es > o.region_size:
-                self._write_batch(di, batch, nbytes, results, reinsert_rid)
+                self._write_batch(di, batch, nbytes, results, reinsert_rid, deadline)
                 batch, nbytes = [], 0
             batch.append(it)
             nbytes += es
         if batch:
-            self._write_batch(di, batch, nbytes, results, reinsert_rid)
+            self._write_batch(di, batch, nbytes, results, reinsert_rid, deadline)
         for i, p in waits:
-            p.done.wait()
-            results[i] = p.ok
+            if p.done.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                results[i] = p.ok
         return bool(mine)
 
     def _write_batch(
-        self, di: int, batch: list[_New], nbytes: int, results: list[bool], reinsert_rid: int | None
+        self,
+        di: int,
+        batch: list[_New],
+        nbytes: int,
+        results: list[bool],
+        reinsert_rid: int | None,
+        deadline: float | None,
     ) -> None:
         c = self.core
         borrow = c.options.zero_copy_writes and (
             not c.direct or all(is_aligned(v, BLOCK) for it in batch for v in it.views)
         )
         buf = WriteBuffer(c.buffers, nbytes, entries=len(batch), borrow=borrow)
+        state = _BatchWrite(batch, results, reinsert_rid, buf)
+        submitted = False
         try:
             for it in batch:
                 it.slot = buf.append(it.kb, it.views)
@@ -162,48 +190,91 @@ class WritePath:
                 for it in batch[res.first : res.first + res.count]:
                     it.pending.buf, it.pending.slot = buf, it.slot
 
-            reservations, failed_reason = self.alloc.reserve(
-                di, [it.size for it in batch], reinsert_rid is None, on_reserved
+            reservations, state.failed_reason = self.alloc.reserve(
+                di, [it.size for it in batch], reinsert_rid is None, on_reserved, deadline
             )
-            groups = [_Group(res, batch[res.first : res.first + res.count]) for res in reservations]
-            for g in groups:
+            state.groups = [_Group(res, batch[res.first : res.first + res.count]) for res in reservations]
+            jobs: list[Callable[[], None]] = []
+            for g in state.groups:
                 for it, seq in zip(g.items, g.res.seqs, strict=True):
                     assert it.slot is not None
                     buf.write_header(it.slot, seq, g.res.gen)
-            jobs: list[Callable[[], None]] = []
-            for g in groups:
-                jobs.extend(self.write_jobs(g, buf))
+                for job in self.write_jobs(g, buf):
+                    jobs.append(job)
+                    state.job_groups.append(g)
             assert c.pool is not None
-            c.pool.run_all(jobs)
-            with c.lock:
-                placed: set[int] = set()
-                for g in groups:
-                    self.alloc.finish_write(g.res, failed=g.error is not None)
-                    if g.error is not None:
-                        reason = "no_space" if g.error.errno in (errno.ENOSPC, errno.EDQUOT) else "io_error"
-                        c.counts[f"rejected_{reason}"] += len(g.items)
-                    for it, seq in zip(g.items, g.res.seqs, strict=True):
-                        placed.add(it.idx)
-                        ok = g.error is None
-                        if ok:
-                            self._commit(it, seq, g, reinsert_rid)
-                            c.counts["bytes_written"] += it.size
-                        results[it.idx] = ok
-                        it.pending.ok = ok
+            buf.hold()  # the jobs' reference, dropped by _finish
+            iob = c.pool.submit(jobs, on_done=lambda b: self._finish(state, b))
+            submitted = True
+            if not iob.wait(deadline):
+                with c.lock:
+                    if not state.finished:
+                        state.abandoned = True
+                        iob.abandon()
+                        for it in batch:
+                            if self.pending.get(it.key) is it.pending:
+                                del self.pending[it.key]
+                            it.pending.ok = False
+                if state.abandoned:
+                    c.timed_out("write", deadline or 0.0)
+        finally:
+            if not submitted:  # reserve or staging raised: nothing is in flight
+                with c.lock:
+                    for g in state.groups:
+                        self.alloc.finish_write(g.res, failed=True)
+                    for it in batch:
                         if self.pending.get(it.key) is it.pending:
                             del self.pending[it.key]
-                for it in batch:
+            for it in batch:
+                it.pending.done.set()
+            buf.drop(wait_readers=buf.borrow)
+
+    def _finish(self, state: _BatchWrite, iob: IoBatch) -> None:
+        """Every write job of a batch has finished (runs once, maybe after the caller gave up):
+        unpin the regions, index what was written, unless the caller abandoned the batch (its
+        results are already False; entries written late are never indexed)."""
+        c = self.core
+        for g, r in zip(state.job_groups, iob.results, strict=True):
+            if isinstance(r, BaseException) and g.error is None:
+                g.error = r if isinstance(r, OSError) else OSError(errno.ECANCELED, str(r) or "cancelled")
+        dying: OSError | None = None
+        with c.lock:
+            state.finished = True
+            placed: set[int] = set()
+            for g in state.groups:
+                self.alloc.finish_write(g.res, failed=g.error is not None)
+                if g.error is not None:
+                    full = g.error.errno in (errno.ENOSPC, errno.EDQUOT)
+                    if not full and g.error.errno != errno.ECANCELED:
+                        dying = g.error
+                    if not state.abandoned:
+                        c.counts[f"rejected_{'no_space' if full else 'io_error'}"] += len(g.items)
+                for it, seq in zip(g.items, g.res.seqs, strict=True):
+                    placed.add(it.idx)
+                    if state.abandoned:
+                        continue
+                    ok = g.error is None
+                    if ok:
+                        self._commit(it, seq, g, state.reinsert_rid)
+                        c.counts["bytes_written"] += it.size
+                    state.results[it.idx] = ok
+                    it.pending.ok = ok
+                    if self.pending.get(it.key) is it.pending:
+                        del self.pending[it.key]
+            if state.abandoned:
+                c.counts["late_writes"] += len(placed)
+            else:
+                for it in state.batch:
                     if it.idx not in placed:
-                        c.counts[f"rejected_{failed_reason or 'no_space'}"] += 1
+                        c.counts[f"rejected_{state.failed_reason or 'no_space'}"] += 1
                         if self.pending.get(it.key) is it.pending:
                             del self.pending[it.key]
                         it.pending.ok = False
-                c.counts["writes"] += len(jobs)
-                c.counts["batches_zero_copy" if buf.borrow else "batches_staged"] += 1
-        finally:
-            for it in batch:
-                it.pending.done.set()
-            buf.release(wait=buf.borrow)
+            c.counts["writes"] += len(iob.results)
+            c.counts["batches_zero_copy" if state.buf.borrow else "batches_staged"] += 1
+        if dying is not None:
+            c.io_failed("write", dying)
+        state.buf.drop()
 
     def _commit(self, it: _New, seq: int, g: _Group, reinsert_rid: int | None) -> None:
         """Index one written entry (lock held) unless a clear/remove/reclaim raced it."""
