@@ -29,7 +29,7 @@ from .format import LOCK_NAME, SEQ_BOOT_SHIFT, parse_region_file_name
 from .health import prepare_probe
 from .index import Location
 from .io import run_with_deadline
-from .recover import recover
+from .recover import recover, region_loss
 from .region import Region, RegionState, open_region_fd
 
 log = logging.getLogger("hicache_mooncake.ssd")
@@ -127,6 +127,11 @@ def attach(core: EngineCore, epochs: EpochKeeper, lock_fds: list[int], progress:
         core.index.set(key, Location(rid, r.gen, rec_entry.offset, rec_entry.payload_len, rec_entry.seq))
         r.keys.append(key)
         r.live_bytes += rec_entry.payload_len
+    for scan in rec.scans:
+        why = region_loss(scan, o.region_size, scan.rid in epochs.maps[scan.rid % nd])
+        if why:
+            core.counts["recover_lost_regions"] += 1
+            log.warning("ssd: region file %s: %s; its entries are lost", scan.path, why)
     sealed.sort(key=lambda r: r.gen)
     core.fifo = [r.rid for r in sealed]
     core.counts.update(rec.counts())

@@ -28,7 +28,7 @@ from .core import EngineCore
 from .format import Superblock, region_file_name
 from .io import run_with_deadline
 from .region import RegionState
-from .state import State, StateFile, read_state
+from .state import State, StateFile, load_dir
 from .writer import WritePath
 
 log = logging.getLogger("hicache_mooncake.ssd")
@@ -50,22 +50,21 @@ class EpochKeeper:
         c = self.core
         o = c.options
         n = o.num_regions
-        states = [read_state(d) for d in o.dirs]
-        sbs = [Superblock.read(d) for d in o.dirs]
-        c.epoch = max([s.epoch for s in states if s] + [sb.epoch for sb in sbs if sb] + [0])
-        c.boot = max([s.boot for s in states if s] + [sb.boot for sb in sbs if sb] + [0]) + 1
+        found = [load_dir(d) for d in o.dirs]
+        c.epoch = max([f.epoch for f in found] + [0])
+        c.boot = max([f.boot for f in found] + [0]) + 1
         nd = len(o.dirs)
         for di, d in enumerate(o.dirs):
-            st = states[di]
+            info = found[di]
             on_disk = {r for r in range(di, n, nd) if os.path.exists(os.path.join(d, region_file_name(r)))}
-            if st is not None and st.region_size == o.region_size:
-                mapped = {r for r in st.regions if r < n and r % nd == di}
+            if info.mapped is not None and info.region_size == o.region_size:
+                mapped = {r for r in info.mapped if r < n and r % nd == di}
                 self.missing.extend((d, r) for r in sorted(mapped - on_disk))
                 self.maps.append(mapped & on_disk)
             else:
                 self.maps.append(on_disk)  # a store from before the state file, or a new layout
             try:
-                self.files.append(StateFile(d, n, st))
+                self.files.append(StateFile(d, n, info.state))
             except OSError as e:
                 log.warning("ssd: cannot make the state file in %s: %s (clear will need free space)", d, e)
                 c.counts["state_file_errors"] += 1

@@ -144,3 +144,29 @@ class StateFile:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self.fd)
+
+
+@dataclass
+class DirState:
+    """What a directory's metadata says, as recovery and fsck both read it (:func:`load_dir`)."""
+
+    epoch: int
+    boot: int
+    region_size: int  # 0: unknown (no readable state file nor superblock)
+    mapped: set[int] | None  # region files the engine made; None: no state file (older store)
+    state: State | None
+    source: str  # "state file", "superblock" or "none"
+
+
+def load_dir(directory: str) -> DirState:
+    """Read ``directory``'s state file and JSON superblock; the epoch and boot are the highest
+    of the two (each only grows). Never raises; a directory with neither is a new store."""
+    from .format import Superblock
+
+    st = read_state(directory)
+    sb = Superblock.read(directory)
+    epoch = max(st.epoch if st else 0, sb.epoch if sb else 0)
+    boot = max(st.boot if st else 0, sb.boot if sb else 0)
+    rsize = st.region_size if st else (sb.region_size if sb else 0)
+    source = "state file" if st else ("superblock" if sb else "none")
+    return DirState(epoch, boot, rsize, set(st.regions) if st else None, st, source)

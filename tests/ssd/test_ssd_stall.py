@@ -12,7 +12,6 @@ import time
 from typing import Any
 
 import numpy as np
-import pytest
 from ssd_helpers import aligned_array, value_for
 
 from hicache_mooncake.ssd import SsdEngine, SsdInUseError, SsdOptions
