@@ -43,7 +43,16 @@ class SyscallStall:
             return False
 
     def install(self) -> None:
-        for name in ("pwritev", "preadv", "pwrite", "pread", "write", "fsync", "fdatasync", "posix_fallocate"):
+        for name in (
+            "pwritev",
+            "preadv",
+            "pwrite",
+            "pread",
+            "write",
+            "fsync",
+            "fdatasync",
+            "posix_fallocate",
+        ):
             orig = getattr(os, name)
             self._saved[name] = orig
 
@@ -81,7 +90,9 @@ class LoopStall:
             f.truncate(size_mb << 20)
         subprocess.run(["mkfs.ext4", "-q", "-F", self.image], check=True, capture_output=True)
         os.makedirs(self.path)
-        subprocess.run(["mount", "-o", "loop", self.image, self.path], check=True, capture_output=True, text=True)
+        subprocess.run(
+            ["mount", "-o", "loop", self.image, self.path], check=True, capture_output=True, text=True
+        )
         self.device = subprocess.run(
             ["findmnt", "-no", "SOURCE", self.path], check=True, capture_output=True, text=True
         ).stdout.strip()

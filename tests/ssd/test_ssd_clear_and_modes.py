@@ -128,7 +128,9 @@ def test_clear_is_durable_on_a_full_disk(small_tmpfs: str) -> None:
         assert e.stats()["epoch"] == 1
 
 
-def test_a_failed_epoch_write_fails_closed_and_loud(ssd_dir: str, monkeypatch: pytest.MonkeyPatch, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_a_failed_epoch_write_fails_closed_and_loud(
+    ssd_dir: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """If the epoch still cannot be written (a dying disk), the cleared pages are never served
     again: not now (the engine refuses every call) and not after a restart (the old region files
     are gone)."""

@@ -95,9 +95,9 @@ def test_a_misdirected_entry_is_corruption(ssd_dir: str) -> None:
         f.seek(dst.entries[1].offset)
         f.write(block)
     rep = fsck([ssd_dir])
-    assert rep.corrupt >= 1 and any(
-        "misdirected" in p["reason"] for r in rep.regions for p in r.problems
-    ), rep.summary()
+    assert rep.corrupt >= 1 and any("misdirected" in p["reason"] for r in rep.regions for p in r.problems), (
+        rep.summary()
+    )
     assert cli_main(["fsck", ssd_dir]) == 1
     served, st = _engine_view(ssd_dir, keys)
     assert st["recover_corrupt"] >= 1 and served == rep.entries < len(keys)

@@ -55,7 +55,9 @@ def _wait(cond: Any, timeout: float = 20.0) -> bool:
     return bool(cond())
 
 
-def _get(tier: SsdTier, keys: list[str], deadline: float | None = None) -> tuple[list[bool], list[np.ndarray]]:
+def _get(
+    tier: SsdTier, keys: list[str], deadline: float | None = None
+) -> tuple[list[bool], list[np.ndarray]]:
     from hicache_mooncake.tiers.policy import DEFAULT_CONTEXT
 
     outs = [aligned_array(PAGE) for _ in keys]
