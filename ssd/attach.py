@@ -25,7 +25,7 @@ from . import io as ssd_io
 from .core import EngineCore
 from .epoch import EpochKeeper
 from .errors import SsdDirectIoError, SsdInUseError
-from .format import LOCK_NAME, SEQ_BOOT_SHIFT, parse_region_file_name
+from .format import LOCK_NAME, SEQ_BOOT_SHIFT, parse_region_file_name, region_files_in
 from .health import prepare_probe
 from .index import Location
 from .io import run_with_deadline
@@ -91,7 +91,8 @@ def attach(core: EngineCore, epochs: EpochKeeper, lock_fds: list[int], progress:
             if rid is not None and (rid >= n or rid % nd != di):
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(d, name))
-    existing = [(r.rid, r.path) for r in core.regions if os.path.exists(r.path)]
+    present = set().union(*(region_files_in(d) for d in o.dirs))
+    existing = [(rid, core.regions[rid].path) for rid in sorted(present) if rid < n]
     bar: Any = None
     if progress and existing:
         with contextlib.suppress(ImportError):

@@ -25,7 +25,7 @@ import threading
 
 from .allocator import RegionAllocator
 from .core import EngineCore
-from .format import Superblock, region_file_name
+from .format import Superblock, region_files_in
 from .io import run_with_deadline
 from .region import RegionState
 from .state import State, StateFile, load_dir
@@ -56,7 +56,7 @@ class EpochKeeper:
         nd = len(o.dirs)
         for di, d in enumerate(o.dirs):
             info = found[di]
-            on_disk = {r for r in range(di, n, nd) if os.path.exists(os.path.join(d, region_file_name(r)))}
+            on_disk = {r for r in region_files_in(d) if r < n and r % nd == di}
             if info.mapped is not None and info.region_size == o.region_size:
                 mapped = {r for r in info.mapped if r < n and r % nd == di}
                 self.missing.extend((d, r) for r in sorted(mapped - on_disk))

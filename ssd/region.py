@@ -45,7 +45,7 @@ class Region:
     def __init__(self, rid: int, dir_index: int, directory: str) -> None:
         self.rid = rid
         self.dir_index = dir_index
-        self.path = os.path.join(directory, region_file_name(rid))
+        self.path = f"{directory}{os.sep}{region_file_name(rid)}"
         self.fd: int | None = None
         self.allocated = False  # file exists with full size reserved
         self.state = RegionState.FREE
