@@ -25,12 +25,20 @@ from . import io as ssd_io
 from .core import EngineCore
 from .epoch import EpochKeeper
 from .errors import SsdDirectIoError, SsdInUseError
-from .format import LOCK_NAME, SEQ_BOOT_SHIFT, parse_region_file_name, region_files_in
+from .format import (
+    BLOCK,
+    LOCK_NAME,
+    SEQ_BOOT_SHIFT,
+    parse_region_file_name,
+    parse_region_header,
+    region_files_in,
+)
 from .health import prepare_probe
-from .index import Location
 from .io import run_with_deadline
-from .recover import recover, region_loss
+from .recover import EntryRecord, recover, region_loss
 from .region import Region, RegionState, open_region_fd
+from .rescan import index_entries
+from .summary import RegionSummary, read_summary
 
 log = logging.getLogger("hicache_mooncake.ssd")
 
@@ -72,8 +80,12 @@ def choose_io_mode(core: EngineCore) -> None:
     log.info("ssd engine %s: io mode %s (%s)", ",".join(o.dirs), core.io_mode, core.io_mode_reason)
 
 
-def attach(core: EngineCore, epochs: EpochKeeper, lock_fds: list[int], progress: bool) -> float:
-    """Open the directories into ``core`` (regions, FIFO, index); returns the recovery seconds."""
+def attach(
+    core: EngineCore, epochs: EpochKeeper, lock_fds: list[int], progress: bool
+) -> tuple[float, list[tuple[int, str]]]:
+    """Open the directories into ``core`` (regions, FIFO, index) from the region summaries;
+    returns the seconds it took and the regions left to scan in the background (no usable
+    summary), which the caller hands to :class:`~.rescan.BackgroundScan`."""
     o = core.options
     nd = len(o.dirs)
     lock_dirs(o.dirs, lock_fds)
@@ -93,18 +105,84 @@ def attach(core: EngineCore, epochs: EpochKeeper, lock_fds: list[int], progress:
                     os.unlink(os.path.join(d, name))
     present = set().union(*(region_files_in(d) for d in o.dirs))
     existing = [(rid, core.regions[rid].path) for rid in sorted(present) if rid < n]
+    t0 = time.monotonic()
+    summaries: list[tuple[Region, RegionSummary]] = []
+    to_scan: list[tuple[int, str]] = []
+    for rid, path in existing:
+        summ = None if o.strict else read_summary(path, rid, o.region_size, core.epoch)
+        if summ is not None:
+            summaries.append((core.regions[rid], summ))
+        else:
+            to_scan.append((rid, path))
+    # strict: every problem must be found before serving (no summaries, every payload); a boot counter that could not be
+    # persisted: sequence numbers must start above every recovered one. Both scan up front.
+    sync_scan = o.strict or core.counts["superblock_write_errors"] > 0
+    for r, summ in summaries:
+        try:
+            r.fd = open_region_fd(r.path, core.direct, create=False)
+        except OSError:
+            continue
+        r.allocated = summ.file_size >= o.region_size
+        r.state = RegionState.SEALED
+        r.gen = summ.header.gen
+        r.epoch = core.epoch
+        r.write_off = summ.end_offset
+        r.summarized = True
+        core.counts["recovered_entries"] += index_entries(
+            core, r, summ.keys, summ.offsets, summ.lengths, summ.seqs
+        )
+        core.counts["recover_from_summaries"] += 1
+    if summaries:
+        core.seq = max(
+            core.seq,
+            max(s.header.gen for _, s in summaries) + 1,
+            *(max(s.seqs, default=0) + 1 for _, s in summaries),
+        )
+    sealed = [r for r, _ in summaries if r.state is RegionState.SEALED]
+    if sync_scan:
+        sealed += _scan_now(core, epochs, to_scan, progress)
+        to_scan = []
+    sealed.sort(key=lambda r: r.gen)
+    core.fifo = [r.rid for r in sealed]
+    for rid, path in to_scan:
+        r = core.regions[rid]
+        with contextlib.suppress(OSError):
+            r.fd = open_region_fd(path, core.direct, create=False)
+    seconds = time.monotonic() - t0
+    log.info(
+        "ssd engine: %d entries from %d region summaries in %.2fs; %d regions to scan in the background",
+        len(core.index), len(summaries), seconds, len(to_scan),
+    )  # fmt: skip
+    return seconds, to_scan
+
+
+def peek_gen(path: str) -> int | None:
+    """The generation in a region file's header (None if unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            h, _ = parse_region_header(f.read(BLOCK))
+    except OSError:
+        return None
+    return h.gen if h is not None else None
+
+
+def _scan_now(
+    core: EngineCore, epochs: EpochKeeper, todo: list[tuple[int, str]], progress: bool
+) -> list[Region]:
+    """Scan ``todo`` before serving (strict mode, or no persisted boot counter); returns the live
+    regions (sealed, indexed)."""
+    o = core.options
+    nd = len(o.dirs)
     bar: Any = None
-    if progress and existing:
+    if progress and todo:
         with contextlib.suppress(ImportError):
             from tqdm import tqdm
 
-            bar = tqdm(total=len(existing), desc="hicache-ssd recover", unit="region")
-    t0 = time.monotonic()
+            bar = tqdm(total=len(todo), desc="hicache-ssd recover", unit="region")
     try:
         rec = recover(
-            existing, o.region_size, core.epoch, o.verify_on_recover, core.direct, o.strict,
-            o.max_key_bytes, bar,
-        )  # fmt: skip
+            todo, o.region_size, core.epoch, o.verify_on_recover, core.direct, o.strict, o.max_key_bytes, bar
+        )
     finally:
         if bar is not None:
             bar.close()
@@ -112,6 +190,10 @@ def attach(core: EngineCore, epochs: EpochKeeper, lock_fds: list[int], progress:
     sealed: list[Region] = []
     for scan in rec.scans:
         r = core.regions[scan.rid]
+        why = region_loss(scan, o.region_size, scan.rid in epochs.maps[scan.rid % nd])
+        if why:
+            core.counts["recover_lost_regions"] += 1
+            log.warning("ssd: region file %s: %s; its entries are lost", scan.path, why)
         try:
             r.fd = open_region_fd(r.path, core.direct, create=False)
         except OSError:
@@ -123,26 +205,18 @@ def attach(core: EngineCore, epochs: EpochKeeper, lock_fds: list[int], progress:
             r.epoch = core.epoch
             r.write_off = scan.end_offset
             sealed.append(r)
-    for key, (rid, rec_entry) in rec.winners.items():
+    by_region: dict[int, list[EntryRecord]] = {}
+    for _key, (rid, e) in rec.winners.items():
+        by_region.setdefault(rid, []).append(e)
+    for rid, es in by_region.items():
         r = core.regions[rid]
-        core.index.set(key, Location(rid, r.gen, rec_entry.offset, rec_entry.payload_len, rec_entry.seq))
-        r.keys.append(key)
-        r.live_bytes += rec_entry.payload_len
-    for scan in rec.scans:
-        why = region_loss(scan, o.region_size, scan.rid in epochs.maps[scan.rid % nd])
-        if why:
-            core.counts["recover_lost_regions"] += 1
-            log.warning("ssd: region file %s: %s; its entries are lost", scan.path, why)
-    sealed.sort(key=lambda r: r.gen)
-    core.fifo = [r.rid for r in sealed]
-    core.counts.update(rec.counts())
-    seconds = time.monotonic() - t0
-    log.info(
-        "ssd engine recovered %d entries from %d regions in %.2fs (corrupt %d, torn %d)",
-        len(core.index), len(sealed), seconds,
-        core.counts["recover_corrupt"], core.counts["recover_torn"],
-    )  # fmt: skip
-    return seconds
+        if r.state is RegionState.SEALED:
+            index_entries(core, r, [e.key for e in es], [e.offset for e in es], [e.payload_len for e in es],
+                          [e.seq for e in es])  # fmt: skip
+    counts = rec.counts()
+    counts["recovered_entries"] = len(rec.winners)
+    core.counts.update(counts)
+    return sealed
 
 
 def release(
@@ -150,6 +224,7 @@ def release(
     lock_fds: list[int],
     deadline: float | None = None,
     on_released: Callable[[], None] | None = None,
+    before_close: Callable[[], None] | None = None,
 ) -> None:
     """Close everything (never raises): wait for I/O in flight to end (regions unpinned), then
     fdatasync regions written since open, close their fds, drop the locks, stop the I/O pool.
@@ -166,6 +241,11 @@ def release(
             if not busy:
                 break
             time.sleep(0.02)
+        if before_close is not None:
+            try:
+                before_close()
+            except Exception:  # noqa: BLE001 - closing goes on
+                log.exception("ssd close: writing summaries")
         for r in core.regions:
             if r.fd is not None:
                 with contextlib.suppress(OSError):

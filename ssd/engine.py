@@ -35,6 +35,7 @@ from .io import IoPool
 from .options import SsdOptions
 from .reader import ReadPath
 from .reclaimer import Reclaimer
+from .rescan import BackgroundScan
 from .writer import WritePath
 
 log = logging.getLogger("hicache_mooncake.ssd")
@@ -58,6 +59,7 @@ class SsdEngine:
         self.options = options
         self._core = core = EngineCore(options)
         self._lock_fds: list[int] = []
+        self._rescan: BackgroundScan | None = None
         self._alloc = RegionAllocator(core)
         self._writer = WritePath(core, self._alloc)
         self._reader = ReadPath(core, self._alloc, self._writer)
@@ -65,8 +67,13 @@ class SsdEngine:
         self._epochs = EpochKeeper(core, self._alloc, self._writer)
         self._alloc.on_region_file = self._epochs.region_made
         try:
-            self._recover_seconds = attach(core, self._epochs, self._lock_fds, progress)
+            self._recover_seconds, to_scan = attach(core, self._epochs, self._lock_fds, progress)
             core.pool = IoPool(options.io_threads)
+            self._rescan = BackgroundScan(
+                core, to_scan, lambda rid: rid in self._epochs.maps[rid % len(options.dirs)],
+                self._alloc.maybe_summarize,
+            )  # fmt: skip
+            self._rescan.start()
         except BaseException:
             release(core, self._lock_fds, on_released=self._epochs.close)
             raise
@@ -103,6 +110,14 @@ class SsdEngine:
 
     # ------------------------------------------------------------------ open / close
 
+    def wait_recovered(self, timeout: float | None = None) -> bool:
+        """Wait until the regions left to the background scan are indexed (True), or ``timeout``."""
+        t = self._rescan.thread if self._rescan is not None else None
+        if t is not None and t.is_alive():
+            t.join(timeout)
+            return not t.is_alive()
+        return True
+
     def close(self, deadline: float | None = None) -> None:
         """Wait for calls in flight (until ``deadline``; without one at most 30 s), then release
         threads, fds and locks. Never raises. Region fds with I/O still in flight on a stalled
@@ -118,7 +133,10 @@ class SsdEngine:
                 while c.ops > 0 and time.monotonic() < end:
                     c.idle.wait(timeout=min(0.1, max(0.0, end - time.monotonic())))
             c.health.stop()
-            release(c, self._lock_fds, deadline, on_released=self._epochs.close)
+            release(
+                c, self._lock_fds, deadline, on_released=self._epochs.close,
+                before_close=self._alloc.summarize_all_now,
+            )  # fmt: skip
         except Exception:  # noqa: BLE001 - close never raises
             log.exception("ssd engine close")
 
@@ -265,6 +283,8 @@ class SsdEngine:
                 "io_mode_reason": c.io_mode_reason,
                 "epoch": c.epoch,
                 "recover_seconds": round(self._recover_seconds, 4),
+                "recovering_regions": self._rescan.left if self._rescan is not None else 0,
+                "recover_background_seconds": round(self._rescan.seconds, 4) if self._rescan else 0.0,
                 "degraded": c.health.degraded,
                 "degraded_reason": c.health.reason if c.health.degraded else "",
                 "degraded_episodes": c.health.trips,

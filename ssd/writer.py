@@ -242,7 +242,6 @@ class WritePath:
             state.finished = True
             placed: set[int] = set()
             for g in state.groups:
-                self.alloc.finish_write(g.res, failed=g.error is not None)
                 if g.error is not None:
                     full = g.error.errno in (errno.ENOSPC, errno.EDQUOT)
                     if not full and g.error.errno != errno.ECANCELED:
@@ -261,6 +260,8 @@ class WritePath:
                     it.pending.ok = ok
                     if self.pending.get(it.key) is it.pending:
                         del self.pending[it.key]
+                # unpin after indexing: a region sealed meanwhile is summarised with these entries
+                self.alloc.finish_write(g.res, failed=g.error is not None)
             if state.abandoned:
                 c.counts["late_writes"] += len(placed)
             else:

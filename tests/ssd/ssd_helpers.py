@@ -37,7 +37,9 @@ def aligned_array(size: int, align: int = 4096) -> np.ndarray:
 def open_engine(directory: str | os.PathLike[str], **kw: Any) -> SsdEngine:
     opts: dict[str, Any] = {"dirs": (str(directory),), "capacity_bytes": 16 << 20, "region_size": 1 << 20}
     opts.update(kw)
-    return SsdEngine(SsdOptions(**opts))
+    engine = SsdEngine(SsdOptions(**opts))
+    assert engine.wait_recovered(120), "background recovery did not finish"
+    return engine
 
 
 def check_get(engine: SsdEngine, key: str, size: int, nparts: int = 1) -> bool:

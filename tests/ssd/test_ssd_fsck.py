@@ -100,7 +100,7 @@ def test_a_misdirected_entry_is_corruption(ssd_dir: str) -> None:
     )
     assert cli_main(["fsck", ssd_dir]) == 1
     served, st = _engine_view(ssd_dir, keys)
-    assert st["recover_corrupt"] >= 1 and served == rep.entries < len(keys)
+    assert st["corrupt"] >= 1 and served == rep.entries < len(keys)
     assert cli_main(["fsck", ssd_dir, "--repair"]) == 1
     rep = fsck([ssd_dir])
     assert rep.clean, rep.summary()

@@ -31,7 +31,9 @@ def _engine(path: str, **kw: Any) -> SsdEngine:
         "probe_interval_s": 0.2,
     }
     opts.update(kw)
-    return SsdEngine(SsdOptions(**opts))
+    engine = SsdEngine(SsdOptions(**opts))
+    assert engine.wait_recovered(60)
+    return engine
 
 
 def _page(key: str) -> np.ndarray:
