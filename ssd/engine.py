@@ -47,7 +47,8 @@ _STAT_KEYS = (
     "bytes_read", "reclaimed_regions", "evicted_entries", "reinserted_entries", "released_regions",
     "read_checksum_errors", "get_size_mismatch", "batches_zero_copy", "batches_staged",
     "recovered_entries", "recover_corrupt", "recover_torn", "recover_stale_entries",
-    "recover_stale_epoch_regions", "recover_bad_region_headers",
+    "recover_stale_epoch_regions", "recover_bad_region_headers", "recover_from_summaries",
+    "recover_lost_regions", "recover_missing_regions", "late_writes", "skipped_puts", "skipped_gets",
 )  # fmt: skip
 _REJECT_REASONS = ("no_space", "floor", "too_large", "io_error", "bad_key")
 
