@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import logging
 import os
 import resource
 import time
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any
 
 from . import io as ssd_io
@@ -34,6 +36,7 @@ from .format import (
     region_files_in,
 )
 from .health import prepare_probe
+from .index import Location
 from .io import run_with_deadline
 from .recover import EntryRecord, recover, region_loss
 from .region import Region, RegionState, open_region_fd
@@ -114,30 +117,27 @@ def attach(
             summaries.append((core.regions[rid], summ))
         else:
             to_scan.append((rid, path))
-    # strict: every problem must be found before serving (no summaries, every payload); a boot counter that could not be
-    # persisted: sequence numbers must start above every recovered one. Both scan up front.
+    # strict: every problem must be found before serving (no summaries, every payload); a boot
+    # counter that could not be persisted: sequence numbers must start above every recovered one.
+    # Both scan up front.
     sync_scan = o.strict or core.counts["superblock_write_errors"] > 0
-    for r, summ in summaries:
-        try:
-            r.fd = open_region_fd(r.path, core.direct, create=False)
-        except OSError:
-            continue
-        r.allocated = summ.file_size >= o.region_size
-        r.state = RegionState.SEALED
-        r.gen = summ.header.gen
-        r.epoch = core.epoch
-        r.write_off = summ.end_offset
-        r.summarized = True
-        core.counts["recovered_entries"] += index_entries(
-            core, r, summ.keys, summ.offsets, summ.lengths, summ.seqs
-        )
-        core.counts["recover_from_summaries"] += 1
-    if summaries:
-        core.seq = max(
-            core.seq,
-            max(s.header.gen for _, s in summaries) + 1,
-            *(max(s.seqs, default=0) + 1 for _, s in summaries),
-        )
+    summaries.sort(key=lambda x: x[1].header.gen)  # a key in several regions: the newest wins
+    gc_was_on = gc.isenabled()
+    gc.disable()  # millions of new objects, none garbage: collection passes would double the time
+    try:
+        _load_summaries(core, summaries)
+    finally:
+        if gc_was_on:
+            gc.enable()
+    core.index.recount()
+    core.counts["recovered_entries"] += len(core.index)
+    # A boot counter that an earlier open could not persist would repeat sequence numbers: any
+    # region generation at or above this boot's base means so; start a whole boot above it.
+    gens = [s.header.gen for _, s in summaries] + [
+        g for g in (peek_gen(p) for _, p in to_scan) if g is not None
+    ]
+    if gens and max(gens) >= core.seq:
+        core.seq = max(gens) + (1 << SEQ_BOOT_SHIFT)
     sealed = [r for r, _ in summaries if r.state is RegionState.SEALED]
     if sync_scan:
         sealed += _scan_now(core, epochs, to_scan, progress)
@@ -154,6 +154,28 @@ def attach(
         len(core.index), len(summaries), seconds, len(to_scan),
     )  # fmt: skip
     return seconds, to_scan
+
+
+def _load_summaries(core: EngineCore, summaries: list[tuple[Region, RegionSummary]]) -> None:
+    """Index the entries of regions that have a summary, oldest generation first (lock not
+    needed: nothing else runs yet)."""
+    o = core.options
+    for r, summ in summaries:
+        try:
+            r.fd = open_region_fd(r.path, core.direct, create=False)
+        except OSError:
+            continue
+        r.allocated = summ.file_size >= o.region_size
+        r.state = RegionState.SEALED
+        r.gen = summ.header.gen
+        r.epoch = core.epoch
+        r.write_off = summ.end_offset
+        r.summarized = True
+        r.keys = summ.keys
+        r.live_bytes = sum(summ.lengths)
+        locs = map(Location, repeat(r.rid), repeat(r.gen), summ.offsets, summ.lengths, summ.seqs)
+        core.index.load(summ.keys, locs)
+        core.counts["recover_from_summaries"] += 1
 
 
 def peek_gen(path: str) -> int | None:

@@ -7,8 +7,11 @@ entries still indexed there are listed (a removed key does not come back). Layou
 endian::
 
     magic "HCMSUMM1" | version u16 | pad u16 | region id u32 | gen u64 | epoch u64
-    | count u32 | pad u32 | end offset u64 | offsets u64[count] | lengths u64[count]
-    | seqs u64[count] | key lengths u16[count] | keys | xxh3_64 of everything before it
+    | count u32 | flags u32 | end offset u64 | offsets u64[count] | lengths u64[count]
+    | seqs u64[count] | keys | xxh3_64 of everything before it
+
+``keys`` is the keys joined by NUL (flag 1: decoded and split in one call) or, when a key holds a
+NUL byte, key lengths u16[count] followed by the keys back to back.
 
 A summary is used only when its region id, generation and epoch equal those of the region
 header it sits beside and of the current epoch; otherwise (or when it is missing, torn, or the
@@ -31,7 +34,8 @@ from .format import BLOCK, REGION_SUFFIX, RegionHeader, parse_region_header
 MAGIC = b"HCMSUMM1"
 VERSION = 1
 SUFFIX = ".sum"
-_HDR = struct.Struct("<8sHHIQQIIQ")  # magic ver pad rid gen epoch count pad end
+_HDR = struct.Struct("<8sHHIQQIIQ")  # magic ver pad rid gen epoch count flags end
+_NUL_KEYS = 1
 
 
 def summary_path(region_path: str) -> str:
@@ -65,14 +69,15 @@ def write_summary(
     Raises OSError (a full disk: the region will simply be scanned)."""
     kb = [k.encode("utf-8", "surrogateescape") for k, _, _, _ in entries]
     n = len(entries)
+    nul = all(b"\0" not in k for k in kb)
+    keys = [b"\0".join(kb)] if nul else [np.fromiter((len(k) for k in kb), np.uint16, n).tobytes(), *kb]
     body = b"".join(
         [
-            _HDR.pack(MAGIC, VERSION, 0, rid, gen, epoch, n, 0, end_offset),
+            _HDR.pack(MAGIC, VERSION, 0, rid, gen, epoch, n, _NUL_KEYS if nul else 0, end_offset),
             np.fromiter((e[1] for e in entries), np.uint64, n).tobytes(),
             np.fromiter((e[2] for e in entries), np.uint64, n).tobytes(),
             np.fromiter((e[3] for e in entries), np.uint64, n).tobytes(),
-            np.fromiter((len(k) for k in kb), np.uint16, n).tobytes(),
-            *kb,
+            *keys,
         ]
     )
     body += struct.pack("<Q", xxhash.xxh3_64_intdigest(body))
@@ -115,7 +120,7 @@ def read_summary(region_path: str, rid: int, region_size: int, epoch: int) -> Re
         return None
     if struct.unpack_from("<Q", data, len(data) - 8)[0] != xxhash.xxh3_64_intdigest(memoryview(data)[:-8]):
         return None
-    _m, ver, _p, s_rid, gen, s_epoch, n, _p2, end = _HDR.unpack_from(data, 0)
+    _m, ver, _p, s_rid, gen, s_epoch, n, flags, end = _HDR.unpack_from(data, 0)
     if (
         ver != VERSION
         or s_rid != rid
@@ -129,12 +134,18 @@ def read_summary(region_path: str, rid: int, region_size: int, epoch: int) -> Re
     for _ in range(3):
         cols.append(np.frombuffer(data, np.uint64, n, pos).tolist())
         pos += 8 * n
-    klens = np.frombuffer(data, np.uint16, n, pos).tolist()
-    pos += 2 * n
-    keys: list[str] = []
-    for kl in klens:
-        keys.append(data[pos : pos + kl].decode("utf-8", "surrogateescape"))
-        pos += kl
-    if pos != len(data) - 8:
-        return None
+    keys: list[str]
+    if flags & _NUL_KEYS:
+        keys = data[pos:-8].decode("utf-8", "surrogateescape").split("\0") if n else []
+        if len(keys) != n:
+            return None
+    else:
+        klens = np.frombuffer(data, np.uint16, n, pos).tolist()
+        pos += 2 * n
+        keys = []
+        for kl in klens:
+            keys.append(data[pos : pos + kl].decode("utf-8", "surrogateescape"))
+            pos += kl
+        if pos != len(data) - 8:
+            return None
     return RegionSummary(header, size, end, keys, cols[0], cols[1], cols[2])

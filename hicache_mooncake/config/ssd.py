@@ -32,11 +32,14 @@ class SsdTierConfig(BaseModel):
     direct_io: Literal["auto", "on", "off"] = "auto"
     """O_DIRECT where the filesystem allows it (auto), required (on), or never (off). Reported in stats."""
     strict: bool = False
-    """Refuse to attach when recovery finds a corrupt entry (default: skip and count it)."""
+    """Scan and verify every region at attach (no summaries, nothing in the background) and refuse
+    to attach when a corrupt entry is found (default: skip and count it)."""
     io_threads: int = Field(default=4, ge=1)
     """Threads doing preadv/pwritev (they release the GIL); more threads = more I/O depth."""
     verify_on_recover: bool = True
-    """Hash every payload at attach (finds corruption early); false: headers only, payloads on read."""
+    """Hash every payload of the regions recovered by a scan (those without a summary, e.g. open at a
+    crash; scanned in the background while the tier serves); false: headers only. Regions reopened
+    from their summary, and every read, verify payloads on read."""
     reinsertion_hits: int = Field(default=1, ge=0)
     """On region reclaim, entries read at least this often are rewritten instead of dropped (0: never)."""
     mode: Literal["write_on_evict", "write_through"] = "write_on_evict"
