@@ -129,7 +129,11 @@ def attach(
     finally:
         if gc_was_on:
             gc.enable()
-    core.index.recount()
+    listed = sum(len(summ.keys) for r, summ in summaries if r.state is RegionState.SEALED)
+    if len(core.index) == listed:  # no key in two regions: the regions' sums are the total
+        core.index.bytes = sum(r.live_bytes for r, _ in summaries if r.state is RegionState.SEALED)
+    else:
+        core.index.recount()
     core.counts["recovered_entries"] += len(core.index)
     # A boot counter that an earlier open could not persist would repeat sequence numbers: any
     # region generation at or above this boot's base means so; start a whole boot above it.

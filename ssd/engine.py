@@ -251,14 +251,14 @@ class SsdEngine:
         c = self._core
         with c.lock:
             fds = [r.fd for r in c.regions if r.fd is not None and r.dirty]
-        if not fds:
-            return True
-        assert c.pool is not None
+        pool = c.pool
+        if not fds or pool is None:
+            return not fds
 
         def sync_one(fd: int) -> Callable[[], None]:
             return lambda: os.fdatasync(fd)
 
-        batch = c.pool.submit([sync_one(fd) for fd in fds])
+        batch = pool.submit([sync_one(fd) for fd in fds])
         if not batch.wait(deadline):
             batch.abandon()
             c.timed_out("sync", deadline or 0.0)
