@@ -24,7 +24,8 @@ from .io import IoBatch
 from .reclaim import drop_all, pick_victim
 from .region import Region, RegionState, open_region_fd, preallocate, remove_region_file, write_region_header
 from .space import FloorGuard
-from .summary import remove_summary, write_summary
+from .summarizer import Summarizer
+from .summary import remove_summary
 
 log = logging.getLogger("hicache_mooncake.ssd")
 
@@ -63,6 +64,7 @@ class RegionAllocator:
         self.opening: list[_Opening | None] = [None] * nd
         self.floors = [FloorGuard(d, core.options.min_free_bytes) for d in core.options.dirs]
         self._rr = 0
+        self.summaries = Summarizer(core)
         # Told when a region file is made (True) or removed (False): the region map (epoch.py).
         self.on_region_file: Callable[[int, int, bool], None] | None = None
 
@@ -99,37 +101,9 @@ class RegionAllocator:
         if r.state is RegionState.ACTIVE:
             r.state = RegionState.SEALED
             self.core.fifo.append(r.rid)
-            self.maybe_summarize(r)
+            self.summaries.maybe_summarize(r)
         if self.active[r.dir_index] is r:
             self.active[r.dir_index] = None
-
-    def summary_entries(self, r: Region) -> list[tuple[str, int, int, int]]:
-        """``(key, offset, length, seq)`` of the entries still indexed in ``r`` (lock held)."""
-        out = []
-        index = self.core.index
-        for k in r.keys:
-            loc = index.get(k)
-            if loc is not None and loc.region == r.rid and loc.gen == r.gen:
-                out.append((k, loc.offset, loc.length, loc.seq))
-        return out
-
-    def maybe_summarize(self, r: Region) -> None:
-        """Write ``r``'s summary once it is sealed and its last write is over (lock held; the
-        write runs on the I/O pool)."""
-        c = self.core
-        if r.state is not RegionState.SEALED or r.writers or r.summarized or c.pool is None or c.closed:
-            return
-        r.summarized = True
-        entries = self.summary_entries(r)
-        rid, gen, epoch, end, path = r.rid, r.gen, r.epoch, r.write_off, r.path
-
-        def write() -> None:
-            try:
-                write_summary(path, rid, gen, epoch, end, entries)
-            except OSError as e:
-                log.debug("ssd: no summary for %s: %s", path, e)
-
-        c.pool.submit([write])
 
     def maybe_free(self, r: Region) -> None:
         if r.state is RegionState.DRAINING and not r.pinned:
@@ -149,23 +123,6 @@ class RegionAllocator:
         c.counts["reclaimed_regions"] += 1
         c.counts["evicted_entries"] += len(evicted)
         return victim, evicted
-
-    def summarize_all_now(self) -> None:
-        """At close (no I/O in flight): write the summaries still missing, the active regions'
-        included, so the next open reads summaries only."""
-        c = self.core
-        todo = []
-        with c.lock:
-            for r in c.regions:
-                live = r.state is RegionState.ACTIVE or (r.state is RegionState.SEALED and r.rid in c.fifo)
-                if live and not r.summarized and not r.writers and r.fd is not None:
-                    r.summarized = True
-                    todo.append((r.path, r.rid, r.gen, r.epoch, r.write_off, self.summary_entries(r)))
-        for path, rid, gen, epoch, end, entries in todo:
-            try:
-                write_summary(path, rid, gen, epoch, end, entries)
-            except OSError as e:
-                log.debug("ssd: no summary for %s: %s", path, e)
 
     def forget_all(self) -> None:
         """``clear``: no active region, nothing sealed (lock held)."""
@@ -295,7 +252,7 @@ class RegionAllocator:
         r.dirty = True
         if failed and r.state is RegionState.ACTIVE:
             self.seal(r)  # do not keep appending after a failed write
-        self.maybe_summarize(r)
+        self.summaries.maybe_summarize(r)
         self.maybe_free(r)
 
     def _open_region(self, r: Region) -> tuple[bool, str]:

@@ -72,7 +72,7 @@ class SsdEngine:
             core.pool = IoPool(options.io_threads)
             self._rescan = BackgroundScan(
                 core, to_scan, lambda rid: rid in self._epochs.maps[rid % len(options.dirs)],
-                self._alloc.maybe_summarize,
+                self._alloc.summaries.maybe_summarize,
             )  # fmt: skip
             self._rescan.start()
         except BaseException:
@@ -136,7 +136,7 @@ class SsdEngine:
             c.health.stop()
             release(
                 c, self._lock_fds, deadline, on_released=self._epochs.close,
-                before_close=self._alloc.summarize_all_now,
+                before_close=self._alloc.summaries.summarize_all_now,
             )  # fmt: skip
         except Exception:  # noqa: BLE001 - close never raises
             log.exception("ssd engine close")
