@@ -192,9 +192,10 @@ def _stalling_disk(tmp_path):
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ssd"))
-    from stall import LoopStall, SyscallStall
+    from stall import LoopStall, SyscallStall  # tests/ssd/stall.py
 
-    if not LoopStall.available():
+    why_not = LoopStall.available()
+    if not why_not:
         return LoopStall(str(tmp_path))
     stall = SyscallStall(str(tmp_path / "stalled"))
     stall.install()
