@@ -27,6 +27,11 @@ class RemoteDramTier(Tier):
         self.write_through = write_through
         self.promote_on_hit = promote_on_hit
 
+    def register_memory(self, regions: Sequence[memoryview]) -> None:
+        """Hand SGLang's host pool buffers to the transfer engine (RDMA registers them, so pages
+        move NIC-to-pool with no copy; deregistered when the client closes)."""
+        self.client.register_memory(regions)
+
     def should_promote(self, key: str, ctx: AccessContext) -> bool:
         return self.promote_on_hit
 
@@ -39,7 +44,9 @@ class RemoteDramTier(Tier):
     def put(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
         return self.put_batch([(key, parts, ctx)])[0]
 
-    def put_batch(self, items: Sequence[tuple[str, Parts, AccessContext]]) -> list[bool]:
+    def put_batch(
+        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
+    ) -> list[bool]:
         if not items:
             return []
         obj_type = int(items[0][2].obj_type)
@@ -48,7 +55,9 @@ class RemoteDramTier(Tier):
     def get_into(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
         return self.get_batch_into([(key, parts, ctx)])[0]
 
-    def get_batch_into(self, items: Sequence[tuple[str, Parts, AccessContext]]) -> list[bool]:
+    def get_batch_into(
+        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
+    ) -> list[bool]:
         if not items:
             return []
         return self.client.get_batch_into([(key, parts) for key, parts, _ in items])

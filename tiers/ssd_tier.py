@@ -7,10 +7,11 @@ promotion rules of hot/cold movement.
 - Promotion: a page read from SSD ``promote_min_hits`` times is reported hot, and ``TieredStore``
   copies it into the tiers above (DRAM, and the pool when one is configured).
 - Deadlines: ``put_batch`` / ``get_batch_into`` take an optional absolute ``deadline``
-  (``time.monotonic()``; None: none; not given: now + ``timeout_s``, the YAML's
-  ``io.timeout_s``); ``clear`` and ``close`` are bounded by ``timeout_s``; ``contains`` and ``remove`` never wait for the disk. Work not done in
-  time is a miss / False, and the tier is then *degraded*: every call answers at once (miss,
-  False, not contained) until the engine's health probe passes again (``stats()["degraded"]``).
+  (``time.monotonic()``; None: now + ``timeout_s``, the YAML's ``io.timeout_s``, as the ``Tier``
+  contract says); ``clear`` and ``close`` are bounded by ``timeout_s``; ``contains`` and
+  ``remove`` never wait for the disk. Work not done in time is a miss / False, and the tier is
+  then *degraded*: every call answers at once (miss, False, not contained) until the engine's
+  health probe passes again (``stats()["degraded"]``).
   Reads with a deadline land in engine memory first, so a read that completes late never writes
   into the caller's (reused) buffers.
 """
@@ -21,7 +22,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from enum import Enum
 from typing import Any
 
 from hicache_mooncake.ssd import SsdEngine
@@ -31,14 +31,6 @@ from .parts import Parts
 from .policy import DEFAULT_CONTEXT, AccessContext
 from .rate_budget import RateBudget
 from .tier import Tier
-
-
-class _Default(Enum):
-    TIER_TIMEOUT = 0
-
-
-TIER_TIMEOUT = _Default.TIER_TIMEOUT
-Deadline = float | None | _Default
 
 
 class SsdTier(Tier):
@@ -99,9 +91,9 @@ class SsdTier(Tier):
         return hot
 
     # ------------------------------------------------------------------ Tier
-    def _deadline(self, given: Deadline = TIER_TIMEOUT) -> float | None:
-        if given is not TIER_TIMEOUT:
-            assert not isinstance(given, _Default)
+    def _deadline(self, given: float | None = None) -> float | None:
+        """``given``, or (None) now + ``timeout_s`` (no deadline when the tier has no timeout)."""
+        if given is not None:
             return given
         return None if self.timeout_s is None else time.monotonic() + self.timeout_s
 
@@ -112,24 +104,24 @@ class SsdTier(Tier):
         return [self.engine.contains(k) for k in keys]
 
     def put(
-        self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT, deadline: Deadline = TIER_TIMEOUT
+        self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT, deadline: float | None = None
     ) -> bool:
         return self.put_batch([(key, parts, ctx)], deadline=deadline)[0]
 
     def put_batch(
-        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: Deadline = TIER_TIMEOUT
+        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
     ) -> list[bool]:
         if not items:
             return []
         return self.engine.put_batch([(key, parts) for key, parts, _ in items], self._deadline(deadline))
 
     def get_into(
-        self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT, deadline: Deadline = TIER_TIMEOUT
+        self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT, deadline: float | None = None
     ) -> bool:
         return self.get_batch_into([(key, parts, ctx)], deadline=deadline)[0]
 
     def get_batch_into(
-        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: Deadline = TIER_TIMEOUT
+        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
     ) -> list[bool]:
         if not items:
             return []
