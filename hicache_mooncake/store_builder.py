@@ -100,10 +100,12 @@ def build_ssd(config: BackendConfig, rank_tag: str) -> Tier | None:
     ssd = config.tiers.ssd
     if not ssd.enabled:
         return None
+    from hicache_mooncake.config.ssd import fit_to_disk
     from hicache_mooncake.ssd import SsdEngine, SsdOptions
     from hicache_mooncake.tiers.rate_budget import RateBudget
     from hicache_mooncake.tiers.ssd_tier import SsdTier
 
+    capacity = fit_to_disk(ssd)  # refuses / warns before anything is made
     dirs = []
     for base in ssd.paths:
         path = os.path.join(os.path.expanduser(base), rank_tag)
@@ -112,10 +114,12 @@ def build_ssd(config: BackendConfig, rank_tag: str) -> Tier | None:
         except OSError as exc:
             raise ValueError(f"tiers.ssd.path: cannot create {path}: {exc.strerror or exc}") from None
         dirs.append(path)
+    if len({os.path.realpath(d) for d in dirs}) != len(dirs):
+        raise ValueError(f"tiers.ssd.path: two entries name the same directory ({', '.join(ssd.paths)})")
     engine = SsdEngine(
         SsdOptions(
             dirs=tuple(dirs),
-            capacity_bytes=ssd.capacity,
+            capacity_bytes=capacity,
             region_size=ssd.region_size,
             min_free_bytes=ssd.min_free,
             direct_io=ssd.direct_io,
@@ -123,11 +127,16 @@ def build_ssd(config: BackendConfig, rank_tag: str) -> Tier | None:
             io_threads=ssd.io_threads,
             reinsertion_hits=ssd.reinsertion_hits,
             verify_on_recover=ssd.verify_on_recover,
+            probe_timeout_s=config.io.timeout_s,
         )
     )
     budget = RateBudget(ssd.write_budget_mbps * 1e6 if ssd.write_budget_mbps else None)
     return SsdTier(
-        engine, admit_min_hits=ssd.admit_min_hits, promote_min_hits=ssd.promote_min_hits, write_budget=budget
+        engine,
+        admit_min_hits=ssd.admit_min_hits,
+        promote_min_hits=ssd.promote_min_hits,
+        write_budget=budget,
+        timeout_s=config.io.timeout_s,
     )
 
 

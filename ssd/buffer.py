@@ -8,16 +8,20 @@ engine reserves region space for that layout and writes it with ``pwritev``. Two
 * **borrowed** (zero copy): only the header blocks live in our aligned memory; the payload iovecs
   are the caller's own memoryviews (SGLang's host pool), written in place. Used for buffered I/O
   and for O_DIRECT when every part is aligned. The caller's memory must stay valid until the
-  put returns; :meth:`WriteBuffer.release` in borrowed mode therefore waits until every reader
+  put returns; :meth:`WriteBuffer.drop` in borrowed mode therefore waits until every reader
   that is copying a pending entry out of it has finished.
 
-Payload hashes are computed while appending; headers are filled in after the engine has
-reserved region space (they carry the sequence number and region generation).
+Payload hashes are computed while appending, before any byte is written; headers (filled in
+after the engine has reserved region space: sequence number, region generation) carry them. So a
+write that completes after its put gave up (deadline), while the caller already reuses its
+memory, leaves an entry whose checksum does not match: never indexed in this life, and dropped by
+recovery or by the read-time verification after a restart.
 
 While the batch is being written, readers of its keys copy their bytes from here
 (``payload_views``). Buffers are reference counted: the writer holds one reference, each such
-reader holds one while it copies; the memory returns to the :class:`BufferPool` only when the
-count drops to zero, so a buffer is never reused under a reader.
+reader holds one while it copies, the I/O jobs hold one until they have finished (which may be
+after an abandoned put returned); the memory returns to the :class:`BufferPool` only when the
+count drops to zero, so a buffer is never reused under a reader or a write in flight.
 """
 
 from __future__ import annotations
@@ -106,6 +110,7 @@ class WriteBuffer:
         self._hdr_used = 0  # borrowed mode: header blocks used in ``view``
         self.slots: list[Slot] = []
         self._refs = 1
+        self._readers = 0
         self._cond = threading.Condition()
 
     def append(self, key: bytes, parts: Sequence[memoryview]) -> Slot:
@@ -156,20 +161,34 @@ class WriteBuffer:
         return slot.payload
 
     def acquire(self) -> None:
+        """A reader starts copying a pending entry out of this buffer."""
+        with self._cond:
+            self._refs += 1
+            self._readers += 1
+
+    def release(self) -> None:
+        """A reader is done (see :meth:`acquire`)."""
+        with self._cond:
+            self._readers -= 1
+            if self._readers == 0:
+                self._cond.notify_all()
+        self.drop()
+
+    def hold(self) -> None:
+        """One more owner reference (the I/O jobs hold one until they have finished)."""
         with self._cond:
             self._refs += 1
 
-    def release(self, wait: bool = False) -> None:
-        """Drop one reference (the last one returns the memory to the pool). With ``wait`` (the
-        writer, borrowed mode) block until the readers still copying out of the caller's memory
-        are done, so the put does not return while its memory is being read."""
+    def drop(self, wait_readers: bool = False) -> None:
+        """Drop one owner reference (the last reference returns the memory to the pool). With
+        ``wait_readers`` (the writer, borrowed mode) first wait until the readers still copying out
+        of the caller's memory are done, so a put does not return while its memory is being read
+        (a memory copy: short, whatever the disk does)."""
         with self._cond:
+            if wait_readers:
+                while self._readers > 0:
+                    self._cond.wait()
             self._refs -= 1
             last = self._refs == 0
-            if last:
-                self._cond.notify_all()
-            elif wait:
-                while self._refs > 0:
-                    self._cond.wait()
         if last:
             self._pool.give(self._mem)

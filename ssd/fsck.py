@@ -1,8 +1,14 @@
 """Offline verification (and repair) of SSD engine directories.
 
-``fsck(paths)`` scans every region file of every directory (all payloads hashed) and returns an
-:class:`FsckReport`: live entries and bytes, corrupt and torn entries, stale entries (left by an
-earlier life of a region, harmless) and repaired ones, in total and by region.
+``fsck(paths)`` reads every directory the way the engine's recovery does (the same code: state
+file / superblock for the epoch, :func:`.recover.recover` over the region files with every
+payload hashed, :func:`.recover.region_loss` for whole region files) and returns an
+:class:`FsckReport`: live entries and bytes (what the engine would serve), corrupt, torn and
+misdirected entries, region files lost (missing though the region map says the engine made them,
+truncated, holding another region), stale entries (left by an earlier life of a region,
+harmless) and repaired ones. A path that is a ``tiers.ssd.path`` (rank directories below it) is
+expanded to those directories. A missing or unreadable superblock is a warning, not an error,
+when the engine opens the directory anyway.
 
 ``repair=True`` makes bad entries unreachable without moving anything: an entry whose header is
 intact is re-marked ``DEAD`` (its header is rewritten with the dead flag and a fresh header hash,
@@ -23,15 +29,20 @@ from typing import Any
 from .errors import SsdInUseError
 from .format import (
     BLOCK,
+    ENTRY_FIXED_SIZE,
     FLAG_DEAD,
     LOCK_NAME,
+    SUPERBLOCK_NAME,
     EntryHeader,
     Superblock,
     parse_entry_header,
     parse_region_file_name,
+    parse_region_header,
+    region_file_name,
 )
 from .io import aligned_buffer, preadv_full, pwritev_full
-from .recover import RegionScan, scan_region
+from .recover import RegionScan, recover, region_loss
+from .state import STATE_NAME, load_dir
 
 
 @dataclass
@@ -51,6 +62,7 @@ class RegionReport:
 @dataclass
 class FsckReport:
     paths: list[str]
+    dirs: list[str] = field(default_factory=list)  # engine directories checked (rank dirs expanded)
     entries: int = 0
     bytes: int = 0
     corrupt: int = 0
@@ -59,12 +71,14 @@ class FsckReport:
     dead: int = 0
     repaired: int = 0
     regions: list[RegionReport] = field(default_factory=list)
+    lost_regions: list[dict[str, Any]] = field(default_factory=list)  # whole region files lost
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     in_use: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        return self.corrupt == 0 and self.torn == 0 and not self.errors
+        return self.corrupt == 0 and self.torn == 0 and not self.lost_regions and not self.errors
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -73,9 +87,9 @@ class FsckReport:
 
     def summary(self) -> str:
         lines = [
-            f"fsck {' '.join(self.paths)}: {len(self.regions)} region files, {self.entries} entries, "
-            f"{self.bytes} bytes, corrupt {self.corrupt}, torn {self.torn}, stale {self.stale}, "
-            f"dead {self.dead}, repaired {self.repaired}"
+            f"fsck {' '.join(self.dirs or self.paths)}: {len(self.regions)} region files, {self.entries} entries, "
+            f"{self.bytes} bytes, corrupt {self.corrupt}, torn {self.torn}, lost regions "
+            f"{len(self.lost_regions)}, stale {self.stale}, dead {self.dead}, repaired {self.repaired}"
         ]
         for r in self.regions:
             if r.corrupt or r.torn or r.status not in ("live", "empty", "stale_epoch"):
@@ -85,8 +99,12 @@ class FsckReport:
                 )
                 for p in r.problems[:10]:
                     lines.append(f"    {r.path} offset {p['offset']}: {p['kind']}: {p['reason']}")
+        for lost in self.lost_regions:
+            lines.append(f"  LOST region {lost['region']} ({lost['path']}): {lost['reason']}")
         for d in self.in_use:
             lines.append(f"  warning: {d} is in use by a running engine (writes in flight may look torn)")
+        for w in self.warnings:
+            lines.append(f"  warning: {w}")
         for e in self.errors:
             lines.append(f"  error: {e}")
         lines.append("clean" if self.clean else ("repaired" if self.repaired else "NOT CLEAN"))
@@ -102,6 +120,39 @@ def _region_files(directory: str) -> list[tuple[int, str]]:
     return sorted(out)
 
 
+def _is_engine_dir(d: str) -> bool:
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return False
+    return any(
+        n in (SUPERBLOCK_NAME, STATE_NAME, LOCK_NAME) or parse_region_file_name(n) is not None for n in names
+    )
+
+
+def expand_paths(paths: list[str] | tuple[str, ...]) -> list[str]:
+    """Engine directories to check: each path itself, or, when it is the parent ``tiers.ssd.path``
+    (rank subdirectories ``rank*`` inside), every engine directory directly under it."""
+    out: list[str] = []
+    for p in paths:
+        if _is_engine_dir(p) or not os.path.isdir(p):
+            out.append(p)
+            continue
+        subs = sorted(os.path.join(p, n) for n in os.listdir(p) if _is_engine_dir(os.path.join(p, n)))
+        out.extend(subs or [p])
+    return out
+
+
+def _guess_region_size(files: list[tuple[int, str]]) -> int:
+    for _rid, path in files:
+        with contextlib.suppress(OSError):
+            with open(path, "rb") as f:
+                h, _ = parse_region_header(f.read(BLOCK))
+            if h is not None:
+                return h.region_size
+    return 0
+
+
 def _repair(scan: RegionScan) -> int:
     fixed = 0
     fd = os.open(scan.path, os.O_RDWR)
@@ -114,11 +165,11 @@ def _repair(scan: RegionScan) -> int:
         for p in scan.problems:
             n = preadv_full(fd, [blk], p.offset)
             hdr, _ = parse_entry_header(blk) if n == BLOCK else (None, "")
-            if hdr is not None:
+            if hdr is not None and not p.misdirected:
                 EntryHeader(
                     hdr.key, hdr.payload_len, hdr.seq, hdr.gen, hdr.payload_hash, hdr.flags | FLAG_DEAD
                 ).pack_into(blk)
-            else:
+            else:  # unparsable, or a misdirected header whose length means nothing here
                 blk[:] = bytes(BLOCK)
             pwritev_full(fd, [blk], p.offset)
             fixed += 1
@@ -128,63 +179,105 @@ def _repair(scan: RegionScan) -> int:
     return fixed
 
 
+def _check_dir(d: str, report: FsckReport, repair: bool, bar: Any) -> None:
+    """Read ``d`` exactly as the engine's recovery does (same epoch, same scan, same verdicts)."""
+    info = load_dir(d)
+    files = _region_files(d)
+    rsize = info.region_size or _guess_region_size(files)
+    if info.source == "none":
+        if not files:
+            report.errors.append(
+                f"{d}: not an SSD engine directory (no state file, superblock or region files)"
+            )
+            return
+        report.warnings.append(
+            f"{d}: no readable state file or superblock: the engine opens it at epoch 0 "
+            "(regions of a later epoch are ignored)"
+        )
+    if Superblock.read(d) is None and info.state is not None:
+        report.warnings.append(
+            f"{d}: the JSON superblock is missing or unreadable (the state file is intact)"
+        )
+    if info.mapped is not None:
+        present = {rid for rid, _ in files}
+        for rid in sorted(info.mapped - present):
+            report.lost_regions.append(
+                {
+                    "region": rid,
+                    "path": os.path.join(d, region_file_name(rid)),
+                    "reason": "region file missing (deleted?)",
+                }
+            )
+    rec = recover(files, rsize, info.epoch, True, False, False, BLOCK - ENTRY_FIXED_SIZE, bar)
+    mapped = info.mapped if info.mapped is not None else {rid for rid, _ in files}
+    for scan in rec.scans:
+        if repair and (scan.problems or scan.status == "bad_header"):
+            report.repaired += _repair(scan)
+        rr = RegionReport(
+            scan.rid, scan.path, scan.status, len(scan.entries), scan.live_bytes, scan.corrupt, scan.torn,
+            scan.stale, scan.dead,
+            [{"offset": p.offset, "kind": p.kind, "reason": p.reason} for p in scan.problems],
+        )  # fmt: skip
+        if scan.status == "bad_header":
+            rr.problems.insert(0, {"offset": 0, "kind": "corrupt", "reason": scan.header_reason})
+        why = region_loss(scan, rsize, scan.rid in mapped)
+        if why:
+            report.lost_regions.append({"region": scan.rid, "path": scan.path, "reason": why})
+        report.regions.append(rr)
+        report.corrupt += rr.corrupt
+        report.torn += rr.torn
+        report.stale += rr.stale
+        report.dead += rr.dead
+    report.entries += len(rec.winners)
+    report.bytes += sum(e.payload_len for _rid, e in rec.winners.values())
+
+
 def fsck(paths: list[str] | tuple[str, ...], repair: bool = False, progress: bool = False) -> FsckReport:
-    """Verify (and with ``repair`` fix) the engine directories ``paths``. Never raises for data
+    """Verify (and with ``repair`` fix) SSD engine directories: each of ``paths``, or the rank
+    directories under a ``tiers.ssd.path``. Reads each directory the way recovery does (shared
+    code: epoch, scan, region verdicts) and reports every loss it can see. Never raises for data
     problems; unreadable directories are listed in ``errors``; repair of a directory in use raises
     :class:`SsdInUseError`."""
-    report = FsckReport(paths=list(paths))
-    plan: list[tuple[str, int, int, int, str]] = []  # (dir, epoch, region_size, rid, path)
+    dirs = expand_paths(paths)
+    report = FsckReport(paths=list(paths), dirs=dirs)
     lock_fds: list[int] = []
+    bar: Any = None
     try:
-        for d in paths:
-            sb = Superblock.read(d)
-            if sb is None:
-                report.errors.append(f"{d}: no superblock (not an SSD engine directory)")
+        for d in dirs:
+            if not os.path.isdir(d):
+                report.errors.append(f"{d}: not a directory")
                 continue
-            fd = os.open(os.path.join(d, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                lock_fds.append(fd)
-            except OSError:
-                os.close(fd)
-                if repair:
-                    raise SsdInUseError(
-                        f"{d}: in use by a running engine; stop it before fsck --repair"
-                    ) from None
-                report.in_use.append(d)
-            for rid, path in _region_files(d):
-                plan.append((d, sb.epoch, sb.region_size, rid, path))
-        bar: Any = None
-        if progress and plan:
+            fd = (
+                os.open(os.path.join(d, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+                if _is_engine_dir(d)
+                else -1
+            )
+            if fd >= 0:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    lock_fds.append(fd)
+                except OSError:
+                    os.close(fd)
+                    if repair:
+                        raise SsdInUseError(
+                            f"{d}: in use by a running engine; stop it before fsck --repair"
+                        ) from None
+                    report.in_use.append(d)
+        if progress:
             with contextlib.suppress(ImportError):
                 from tqdm import tqdm
 
-                bar = tqdm(total=len(plan), desc="fsck", unit="region")
-        try:
-            for _d, epoch, rsize, rid, path in plan:
-                scan = scan_region(path, rid, rsize, epoch, verify_payload=True)
-                if bar is not None:
-                    bar.update(1)
-                if repair and (scan.problems or scan.status == "bad_header"):
-                    report.repaired += _repair(scan)
-                rr = RegionReport(
-                    rid, path, scan.status, len(scan.entries), scan.live_bytes, scan.corrupt, scan.torn,
-                    scan.stale, scan.dead,
-                    [{"offset": p.offset, "kind": p.kind, "reason": p.reason} for p in scan.problems],
-                )  # fmt: skip
-                if scan.status == "bad_header":
-                    rr.problems.insert(0, {"offset": 0, "kind": "corrupt", "reason": scan.header_reason})
-                report.regions.append(rr)
-                report.entries += rr.entries
-                report.bytes += rr.bytes
-                report.corrupt += rr.corrupt
-                report.torn += rr.torn
-                report.stale += rr.stale
-                report.dead += rr.dead
-        finally:
-            if bar is not None:
-                bar.close()
+                bar = tqdm(
+                    total=sum(len(_region_files(d)) for d in dirs if os.path.isdir(d)),
+                    desc="fsck",
+                    unit="region",
+                )
+        for d in dirs:
+            if os.path.isdir(d):
+                _check_dir(d, report, repair, bar)
     finally:
+        if bar is not None:
+            bar.close()
         for fd in lock_fds:
             with contextlib.suppress(OSError):
                 os.close(fd)

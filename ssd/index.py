@@ -9,7 +9,7 @@ never wrong bytes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 
 class Location:
@@ -61,6 +61,14 @@ class Index:
         if loc is not None and loc.region == region and loc.gen == gen:
             return self.pop(key)
         return None
+
+    def load(self, keys: list[str], locs: Iterable[Location]) -> None:
+        """Bulk insert at open (later entries of a key replace earlier ones); call
+        :meth:`recount` once after the last load."""
+        self._map.update(zip(keys, locs, strict=False))
+
+    def recount(self) -> None:
+        self.bytes = sum(loc.length for loc in self._map.values())
 
     def clear(self) -> None:
         self._map.clear()

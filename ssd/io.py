@@ -11,11 +11,13 @@
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import contextlib
 import errno
 import mmap
 import os
+import queue
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -151,37 +153,137 @@ def pwritev_full(fd: int, bufs: Sequence[memoryview], offset: int) -> int:
     return total
 
 
+class Cancelled(Exception):
+    """A job of an abandoned :class:`IoBatch` that had not started (it did no I/O)."""
+
+
+class IoBatch:
+    """Jobs submitted together. ``results[i]`` is the job's return value or the exception it
+    raised (:class:`Cancelled` when skipped after :meth:`abandon`). ``on_done(batch)`` runs
+    exactly once, on the thread that finishes the last job, after every job has finished (or been
+    skipped): the place to unpin what the jobs used, since a job can outlive an abandoned caller.
+    """
+
+    def __init__(self, fns: Sequence[Callable[[], Any]], on_done: Callable[[IoBatch], None] | None) -> None:
+        self.fns = list(fns)
+        self.results: list[Any] = [None] * len(fns)
+        self.abandoned = False
+        self._left = len(fns)
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._on_done = on_done
+        if not fns:
+            self._finish()
+
+    def run_job(self, i: int) -> None:
+        try:
+            self.results[i] = Cancelled() if self.abandoned else self.fns[i]()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller through results
+            self.results[i] = e
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._finish()
+
+    def _finish(self) -> None:
+        try:
+            if self._on_done is not None:
+                self._on_done(self)
+        finally:
+            self._done.set()
+
+    def wait(self, deadline: float | None) -> bool:
+        """Wait until every job finished (True) or ``deadline`` (``time.monotonic()``) passed (False)."""
+        if deadline is None:
+            self._done.wait()
+            return True
+        return self._done.wait(max(0.0, deadline - time.monotonic()))
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def abandon(self) -> None:
+        """The caller gives up: jobs not started yet are skipped (running ones finish)."""
+        self.abandoned = True
+
+    def raise_first(self) -> None:
+        for r in self.results:
+            if isinstance(r, BaseException):
+                raise r
+
+
 class IoPool:
-    """A fixed thread pool for blocking file I/O (GIL released inside the syscalls)."""
+    """A fixed pool of daemon threads for blocking file I/O (GIL released inside the syscalls).
+
+    Daemon threads, so a thread stuck in a syscall on a stalled disk never blocks interpreter
+    exit or :meth:`shutdown`; callers bound their wait with a deadline (:meth:`IoBatch.wait`).
+    """
 
     def __init__(self, threads: int) -> None:
-        self._pool = cf.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hicache-ssd-io")
         self.threads = threads
+        self._q: queue.SimpleQueue[tuple[IoBatch, int] | None] = queue.SimpleQueue()
+        self._workers = [
+            threading.Thread(target=self._work, name=f"hicache-ssd-io-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        for t in self._workers:
+            t.start()
+
+    def _work(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            batch, i = item
+            batch.run_job(i)
+
+    def submit(
+        self, fns: Sequence[Callable[[], Any]], on_done: Callable[[IoBatch], None] | None = None
+    ) -> IoBatch:
+        batch = IoBatch(fns, on_done)
+        for i in range(len(fns)):
+            self._q.put((batch, i))
+        return batch
 
     def run_all(self, fns: Sequence[Callable[[], T]]) -> list[T]:
-        """Run ``fns`` concurrently (the last one on the calling thread); results in order.
+        """Run ``fns`` on the pool and wait for all (no deadline); results in order.
 
-        Exceptions propagate after every call has finished (nothing is left running).
-        """
-        if not fns:
-            return []
-        if len(fns) == 1:
-            return [fns[0]()]
-        futs = [self._pool.submit(fn) for fn in fns[:-1]]
-        results: list[Any] = [None] * len(fns)
-        first_exc: BaseException | None = None
+        Exceptions propagate after every call has finished (nothing is left running)."""
+        batch = self.submit(fns)
+        batch.wait(None)
+        batch.raise_first()
+        return batch.results
+
+    def shutdown(self, timeout_s: float = 1.0) -> None:
+        """Stop the workers; waits at most ``timeout_s`` for ones still busy (they are daemons)."""
+        for _ in self._workers:
+            self._q.put(None)
+        end = time.monotonic() + timeout_s
+        for t in self._workers:
+            t.join(max(0.0, end - time.monotonic()))
+
+
+def run_with_deadline(fn: Callable[[], T], deadline: float | None, name: str) -> tuple[bool, T | None]:
+    """Run ``fn`` on a daemon thread; ``(True, result)`` if it returned by ``deadline``, else
+    ``(False, None)`` (it keeps running; its result is dropped). Exceptions propagate."""
+    if deadline is None:
+        return True, fn()
+    box: list[Any] = []
+
+    def run() -> None:
         try:
-            results[-1] = fns[-1]()
-        except BaseException as e:  # noqa: BLE001 - re-raised below after the others finish
-            first_exc = e
-        for i, f in enumerate(futs):
-            try:
-                results[i] = f.result()
-            except BaseException as e:  # noqa: BLE001
-                first_exc = first_exc or e
-        if first_exc is not None:
-            raise first_exc
-        return results
+            box.append((True, fn()))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller
+            box.append((False, e))
 
-    def shutdown(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+    t = threading.Thread(target=run, name=name, daemon=True)
+    t.start()
+    t.join(max(0.0, deadline - time.monotonic()))
+    if not box:
+        return False, None
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return True, value

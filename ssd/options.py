@@ -37,6 +37,9 @@ class SsdOptions:
     ``zero_copy_writes``: write payloads straight from the caller's memory (buffered I/O, or
     O_DIRECT when every part is 4096-aligned) instead of copying each batch into an aligned
     buffer first; a put then does not return while a concurrent get still copies from it.
+    ``probe_timeout_s`` / ``probe_interval_s``: after a call ran past its deadline the engine is
+    degraded (calls skipped) until a health probe (write + fsync + read of a small file in each
+    directory) finishes within ``probe_timeout_s``; one probe every ``probe_interval_s``.
     """
 
     dirs: tuple[str, ...]
@@ -53,6 +56,8 @@ class SsdOptions:
     write_chunk_bytes: int = 8 << 20
     max_read_run_bytes: int = 32 << 20
     zero_copy_writes: bool = True
+    probe_timeout_s: float = 5.0
+    probe_interval_s: float = 1.0
 
     def __post_init__(self) -> None:
         if isinstance(self.dirs, str):
@@ -84,6 +89,8 @@ class SsdOptions:
             raise ValueError(f"SsdOptions.max_key_bytes: must be in 1..{BLOCK - ENTRY_FIXED_SIZE}")
         if not 0.0 <= self.reinsertion_fraction <= 1.0:
             raise ValueError("SsdOptions.reinsertion_fraction: must be in [0, 1]")
+        if self.probe_timeout_s <= 0 or self.probe_interval_s <= 0:
+            raise ValueError("SsdOptions.probe_timeout_s / probe_interval_s: must be > 0")
         if self.write_chunk_bytes < BLOCK or self.max_read_run_bytes < BLOCK:
             raise ValueError("SsdOptions.write_chunk_bytes / max_read_run_bytes: must be >= 4096")
 

@@ -7,7 +7,9 @@ where the previous one ends (a batch written together is contiguous on disk), up
 slice of a bounce buffer:
 
 * buffered I/O: the caller's views are used directly, whatever their alignment;
-* O_DIRECT: only when every view has a 4096-aligned address and length; else bounce.
+* O_DIRECT: only when every view has a 4096-aligned address and length; else bounce;
+* calls with a deadline: always bounce (a read completing after the caller gave up must not
+  write into the caller's memory).
 """
 
 from __future__ import annotations
@@ -47,9 +49,10 @@ class Run:
     bounce_bytes: int = 0
 
 
-def plan_runs(items: Sequence[ReadItem], direct: bool, max_run_bytes: int) -> list[Run]:
+def plan_runs(items: Sequence[ReadItem], direct: bool, max_run_bytes: int, staged: bool = False) -> list[Run]:
+    """``staged``: every entry is read into engine memory (a read that may outlive its caller)."""
     for it in items:
-        it.bounce = direct and not all(is_aligned(v, BLOCK) for v in it.views)
+        it.bounce = staged or (direct and not all(is_aligned(v, BLOCK) for v in it.views))
     by_region: dict[int, list[ReadItem]] = {}
     for it in items:
         by_region.setdefault(it.region.rid, []).append(it)

@@ -7,7 +7,8 @@ into the active region (up to ``reinsertion_fraction`` of a region per reclaim);
 dropped from the index and reported through ``on_evict``. This approximates LRU on FIFO regions
 (CacheLib Navy's hits-based reinsertion).
 
-Functions here only decide; the engine holds its lock while calling them and does the I/O.
+The functions only decide (called with the core lock held); :class:`Reclaimer` (in
+:mod:`.reclaimer`) does the I/O.
 """
 
 from __future__ import annotations

@@ -60,6 +60,7 @@ class Problem:
     reason: str
     length: int  # bytes the bad entry spans when its header was readable, else 0
     kind: str = "torn"  # "torn" | "corrupt" (set after the scan)
+    misdirected: bool = False  # a valid header written for another region: always corrupt
 
 
 @dataclass
@@ -194,7 +195,15 @@ def scan_region(
                 pos = cand + BLOCK
                 continue
             if hdr.gen != header.gen:
-                scan.stale += 1
+                if hdr.seq > header.gen:
+                    # Written after this region was opened, yet for another region (or life): a
+                    # misdirected write, which may have overwritten an entry of this region.
+                    scan.problems.append(
+                        Problem(cand, f"misdirected entry (generation {hdr.gen}, region is {header.gen})", 0,
+                                misdirected=True)
+                    )  # fmt: skip
+                else:
+                    scan.stale += 1  # left by an earlier life of the region
                 pos = cand + BLOCK
                 continue
             esize = hdr.size
@@ -221,7 +230,7 @@ def scan_region(
             scan.end_offset = pos
         last_live = scan.entries[-1].offset if scan.entries else -1
         for p in scan.problems:
-            p.kind = "corrupt" if p.offset < last_live else "torn"
+            p.kind = "corrupt" if p.misdirected or p.offset < last_live else "torn"
         return scan
     finally:
         reader.close()
@@ -254,6 +263,19 @@ class Recovered:
             "recover_stale_epoch_regions": sum(1 for s in self.scans if s.status == "stale_epoch"),
             "recover_bad_region_headers": sum(1 for s in self.scans if s.status == "bad_header"),
         }
+
+
+def region_loss(scan: RegionScan, region_size: int, mapped: bool) -> str:
+    """Why a whole region file's entries are lost to recovery ("" when they are not): the same
+    verdict for the engine (counted, logged) and fsck (reported). ``mapped``: the engine made
+    this file (region map), so a short file was cut by someone else."""
+    if scan.status == "foreign_size":
+        return f"file holds another region ({scan.header_reason}): swapped or renamed?"
+    if scan.status == "unreadable":
+        return f"unreadable: {scan.header_reason}"
+    if mapped and scan.file_size < region_size:
+        return f"truncated to {scan.file_size} of {region_size} bytes"
+    return ""
 
 
 def first_problem(scan: RegionScan) -> tuple[int, str] | None:

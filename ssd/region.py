@@ -39,13 +39,13 @@ class RegionState(Enum):
 class Region:
     __slots__ = (
         "rid", "dir_index", "path", "fd", "allocated", "state", "gen", "epoch", "write_off",
-        "readers", "writers", "keys", "alloc_retry_at", "unlink_when_free", "live_bytes", "dirty",
+        "readers", "writers", "keys", "alloc_retry_at", "unlink_when_free", "live_bytes", "dirty", "summarized",
     )  # fmt: skip
 
     def __init__(self, rid: int, dir_index: int, directory: str) -> None:
         self.rid = rid
         self.dir_index = dir_index
-        self.path = os.path.join(directory, region_file_name(rid))
+        self.path = f"{directory}{os.sep}{region_file_name(rid)}"
         self.fd: int | None = None
         self.allocated = False  # file exists with full size reserved
         self.state = RegionState.FREE
@@ -59,6 +59,7 @@ class Region:
         self.unlink_when_free = False
         self.live_bytes = 0
         self.dirty = False
+        self.summarized = False  # its summary (summary.py) is written for this generation
 
     @property
     def pinned(self) -> bool:

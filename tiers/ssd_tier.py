@@ -6,11 +6,20 @@ promotion rules of hot/cold movement.
   and counted (never blocked).
 - Promotion: a page read from SSD ``promote_min_hits`` times is reported hot, and ``TieredStore``
   copies it into the tiers above (DRAM, and the pool when one is configured).
+- Deadlines: ``put_batch`` / ``get_batch_into`` take an optional absolute ``deadline``
+  (``time.monotonic()``; None: now + ``timeout_s``, the YAML's ``io.timeout_s``, as the ``Tier``
+  contract says); ``clear`` and ``close`` are bounded by ``timeout_s``; ``contains`` and
+  ``remove`` never wait for the disk. Work not done in time is a miss / False, and the tier is
+  then *degraded*: every call answers at once (miss, False, not contained) until the engine's
+  health probe passes again (``stats()["degraded"]``).
+  Reads with a deadline land in engine memory first, so a read that completes late never writes
+  into the caller's (reused) buffers.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,8 +43,10 @@ class SsdTier(Tier):
         admit_min_hits: int = 0,
         promote_min_hits: int = 1,
         write_budget: RateBudget | None = None,
+        timeout_s: float | None = None,
     ) -> None:
         self.engine = engine
+        self.timeout_s = timeout_s
         self.write_through = write_through
         self.admit_min_hits = admit_min_hits
         self.promote_min_hits = promote_min_hits
@@ -80,31 +91,43 @@ class SsdTier(Tier):
         return hot
 
     # ------------------------------------------------------------------ Tier
+    def _deadline(self, given: float | None = None) -> float | None:
+        """``given``, or (None) now + ``timeout_s`` (no deadline when the tier has no timeout)."""
+        if given is not None:
+            return given
+        return None if self.timeout_s is None else time.monotonic() + self.timeout_s
+
     def contains(self, key: str) -> bool:
         return self.engine.contains(key)
 
     def contains_batch(self, keys: Sequence[str]) -> list[bool]:
         return [self.engine.contains(k) for k in keys]
 
-    def put(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
-        return self.put_batch([(key, parts, ctx)])[0]
+    def put(
+        self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT, deadline: float | None = None
+    ) -> bool:
+        return self.put_batch([(key, parts, ctx)], deadline=deadline)[0]
 
     def put_batch(
         self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
     ) -> list[bool]:
         if not items:
             return []
-        return self.engine.put_batch([(key, parts) for key, parts, _ in items])
+        return self.engine.put_batch([(key, parts) for key, parts, _ in items], self._deadline(deadline))
 
-    def get_into(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
-        return self.get_batch_into([(key, parts, ctx)])[0]
+    def get_into(
+        self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT, deadline: float | None = None
+    ) -> bool:
+        return self.get_batch_into([(key, parts, ctx)], deadline=deadline)[0]
 
     def get_batch_into(
         self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
     ) -> list[bool]:
         if not items:
             return []
-        result = self.engine.get_batch_into([(key, parts) for key, parts, _ in items])
+        result = self.engine.get_batch_into(
+            [(key, parts) for key, parts, _ in items], self._deadline(deadline)
+        )
         with self._lock:
             for (key, _, _), ok in zip(items, result, strict=True):
                 if ok:
@@ -117,12 +140,14 @@ class SsdTier(Tier):
         return self.engine.remove(key)
 
     def clear(self) -> None:
+        """Durable clear within ``timeout_s``; if the new epoch is not on disk by then the tier
+        serves nothing until it is (see ``SsdEngine.clear``)."""
         with self._lock:
             self._reads.clear()
-        self.engine.clear()
+        self.engine.clear(self._deadline())
 
     def close(self) -> None:
-        self.engine.close()
+        self.engine.close(self._deadline())
 
     def stats(self) -> dict[str, Any]:
         raw = self.engine.stats()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -40,6 +41,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=2, help="caller threads")
     parser.add_argument("--io-threads", type=int, default=4)
     parser.add_argument("--region-mb", type=int, default=64)
+    parser.add_argument(
+        "--reopen-entries",
+        type=int,
+        default=0,
+        help="instead of throughput: write this many small entries, kill -9 the writer, and time "
+        "the reopen after the kill, after a clean close, and a full scan (the pre-summary reopen)",
+    )
+    parser.add_argument(
+        "--entry-bytes", type=int, default=4096, help="payload per entry for --reopen-entries"
+    )
 
 
 def _aligned(size: int) -> np.ndarray:
@@ -129,8 +140,100 @@ def measure(
     }  # fmt: skip
 
 
+_WRITER = """
+import sys, numpy as np
+from hicache_mooncake.ssd import SsdEngine, SsdOptions
+d, n, size, cap, region = sys.argv[1], *map(int, sys.argv[2:6])
+eng = SsdEngine(SsdOptions(dirs=(d,), capacity_bytes=cap, region_size=region, direct_io="off",
+                           reinsertion_hits=0))
+src = np.random.default_rng(1).integers(0, 256, size, dtype=np.uint8)
+view = memoryview(src)
+for j in range(0, n, 256):
+    res = eng.put_batch([(f"e{i:09d}", [view]) for i in range(j, min(n, j + 256))])
+    assert all(res), "put failed"
+print("written", flush=True)
+sys.stdin.read()  # wait to be killed
+"""
+
+
+def measure_reopen(directory: str, n: int, size: int, region: int, drop: bool = False) -> dict[str, Any]:
+    """Reopen times of a store of ``n`` entries: after kill -9 of the writer (summaries of the
+    sealed regions, the open region scanned in the background), after a clean close (summaries
+    only), and with a full synchronous scan of every payload (``strict``: the pre-summary reopen)."""
+    import signal
+    import subprocess
+    import sys
+
+    from hicache_mooncake.ssd.format import entry_size
+
+    cap = (n * entry_size(size) // (region - 4096) + 3) * region
+    t0 = time.perf_counter()
+    p = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, directory, str(n), str(size), str(cap), str(region)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    write_s = time.perf_counter() - t0
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    if "written" not in line:
+        raise RuntimeError("the writer failed")
+    opts = SsdOptions(dirs=(directory,), capacity_bytes=cap, region_size=region, direct_io="off")
+    out: dict[str, Any] = {
+        "entries": n,
+        "entry_bytes": size,
+        "region_mb": region >> 20,
+        "write_s": round(write_s, 2),
+    }
+    dropped = drop_caches(drop)
+    t0, c0 = time.perf_counter(), time.process_time()
+    eng = SsdEngine(opts)
+    out["after_kill_attach_s"] = round(time.perf_counter() - t0, 3)
+    out["after_kill_attach_cpu_s"] = round(time.process_time() - c0, 3)
+    out["after_kill_regions_scanned_in_background"] = eng.stats()["recovering_regions"]
+    eng.wait_recovered()
+    out["after_kill_all_indexed_s"] = round(time.perf_counter() - t0, 3)
+    out["after_kill_entries"] = eng.stats()["entries"]
+    eng.close()
+    drop_caches(drop)
+    t0, c0 = time.perf_counter(), time.process_time()
+    eng = SsdEngine(opts)
+    out["clean_reopen_s"] = round(time.perf_counter() - t0, 3)
+    out["clean_reopen_cpu_s"] = round(time.process_time() - c0, 3)
+    st = eng.stats()
+    out["clean_reopen_entries"], out["clean_reopen_from_summaries"] = (
+        st["entries"],
+        st["recover_from_summaries"],
+    )
+    eng.close()
+    drop_caches(drop)
+    t0, c0 = time.perf_counter(), time.process_time()
+    eng = SsdEngine(SsdOptions(**{**opts.__dict__, "strict": True}))
+    out["full_scan_reopen_s"] = round(time.perf_counter() - t0, 3)
+    out["full_scan_reopen_cpu_s"] = round(time.process_time() - c0, 3)
+    out["full_scan_entries"] = eng.stats()["entries"]
+    eng.close()
+    out["page_cache_dropped"] = dropped
+    out["load_avg_1m"] = round(os.getloadavg()[0], 2)  # this machine is shared: wall times vary
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     base = args.dir or default_work_dir()
+    if args.reopen_entries:
+        d = tempfile.mkdtemp(prefix="ssd-bench-reopen-", dir=base)
+        try:
+            r = measure_reopen(
+                d, args.reopen_entries, args.entry_bytes, args.region_mb << 20, args.drop_caches
+            )
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        print(json.dumps(r))
+        if args.json_out:
+            with open(args.json_out, "w", encoding="utf-8") as f:
+                json.dump({"reopen": r}, f, indent=2)
+        return 0
     if not args.drop_caches:
         print(NOT_DROPPED, flush=True)
     results = []

@@ -1,7 +1,10 @@
 """``hicache-mooncake fsck PATH...``: verify SSD tier directories (and optionally repair them).
 
-Exit status: 0 clean; 1 corrupt or torn entries found (dropped when ``--repair``); 2 when a
-path is not an SSD engine directory or is in use during ``--repair``.
+A PATH is an SSD engine directory or a ``tiers.ssd.path`` (every rank directory under it is
+checked). Exit status: 0 clean; 1 data lost or damaged (corrupt, torn or misdirected entries,
+dropped when ``--repair``; region files missing, truncated or swapped); 2 when a path is not an SSD
+engine directory or is in use during ``--repair``. A superblock the engine tolerates (it opens
+the directory anyway) is a warning, not an error.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from typing import Any
 def register(sub: Any) -> None:
     parser = sub.add_parser("fsck", help="verify SSD tier files: entries, bytes, corrupt, torn (by region)")
     parser.add_argument(
-        "paths", nargs="+", metavar="PATH", help="SSD engine directory (all dirs of one engine)"
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="SSD engine directory, or a tiers.ssd.path (checks every rank directory under it)",
     )
     parser.add_argument("--repair", action="store_true", help="drop bad entries (marks them dead on disk)")
     parser.add_argument(
@@ -48,4 +54,4 @@ def run(args: argparse.Namespace) -> int:
                 json.dump(report.to_dict(), f, indent=2)
     if report.errors:
         return 2
-    return 0 if report.corrupt == 0 and report.torn == 0 else 1
+    return 0 if report.clean else 1

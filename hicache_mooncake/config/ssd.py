@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from hicache_mooncake.sizes import parse_size
+from hicache_mooncake.sizes import format_size, parse_size
+
+log = logging.getLogger("hicache_mooncake.config")
+_MIN_REGION = 64 << 10
 
 ByteSize = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
 
@@ -27,11 +32,14 @@ class SsdTierConfig(BaseModel):
     direct_io: Literal["auto", "on", "off"] = "auto"
     """O_DIRECT where the filesystem allows it (auto), required (on), or never (off). Reported in stats."""
     strict: bool = False
-    """Refuse to attach when recovery finds a corrupt entry (default: skip and count it)."""
+    """Scan and verify every region at attach (no summaries, nothing in the background) and refuse
+    to attach when a corrupt entry is found (default: skip and count it)."""
     io_threads: int = Field(default=4, ge=1)
     """Threads doing preadv/pwritev (they release the GIL); more threads = more I/O depth."""
     verify_on_recover: bool = True
-    """Hash every payload at attach (finds corruption early); false: headers only, payloads on read."""
+    """Hash every payload of the regions recovered by a scan (those without a summary, e.g. open at a
+    crash; scanned in the background while the tier serves); false: headers only. Regions reopened
+    from their summary, and every read, verify payloads on read."""
     reinsertion_hits: int = Field(default=1, ge=0)
     """On region reclaim, entries read at least this often are rewritten instead of dropped (0: never)."""
     mode: Literal["write_on_evict", "write_through"] = "write_on_evict"
@@ -55,6 +63,30 @@ class SsdTierConfig(BaseModel):
     promote_min_hits: int = Field(default=1, ge=0)
     """An SSD hit is copied back into DRAM once the page has been read this often from SSD; 0: never."""
 
+    @field_validator("region_size")
+    @classmethod
+    def _region_size(cls, v: int) -> int:
+        if v < _MIN_REGION or v % 4096:
+            raise ValueError(
+                f"{format_size(v)} ({v} bytes): a region must be a multiple of 4096 bytes and at least "
+                f"{format_size(_MIN_REGION)}"
+            )
+        return v
+
+    @field_validator("path")
+    @classmethod
+    def _distinct_paths(cls, v: str | list[str]) -> str | list[str]:
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("the path list is empty")
+            seen: set[str] = set()
+            for p in v:
+                norm = os.path.normpath(os.path.expanduser(p))
+                if norm in seen:
+                    raise ValueError(f"{p!r} is listed twice (one directory per device)")
+                seen.add(norm)
+        return v
+
     @model_validator(mode="after")
     def _check(self) -> SsdTierConfig:
         if self.low_watermark >= self.high_watermark:
@@ -65,10 +97,52 @@ class SsdTierConfig(BaseModel):
             raise ValueError(
                 f"capacity ({self.capacity}) must hold at least 2 regions of region_size ({self.region_size})"
             )
-        if self.region_size % 4096:
-            raise ValueError(f"region_size must be a multiple of 4096, got {self.region_size}")
         return self
 
     @property
     def paths(self) -> list[str]:
         return [self.path] if isinstance(self.path, str) else list(self.path)
+
+
+def _existing_ancestor(path: str) -> str:
+    p = os.path.abspath(os.path.expanduser(path))
+    while not os.path.exists(p) and os.path.dirname(p) != p:
+        p = os.path.dirname(p)
+    return p
+
+
+def fit_to_disk(cfg: SsdTierConfig) -> int:
+    """Check ``capacity`` and ``min_free`` against the filesystems of ``path`` (before anything is
+    allocated). Returns the capacity to use: ``capacity``, or, when it is larger than the disks
+    can hold, what they can (one warning line says so). Raises ``ValueError`` naming the key when
+    ``min_free`` is not smaller than a filesystem (every set would be refused) or when the disks
+    cannot hold two regions above ``min_free``."""
+    rooms: list[int] = []
+    for base in cfg.paths:
+        where = _existing_ancestor(base)
+        try:
+            st = os.statvfs(where)
+        except OSError as exc:
+            raise ValueError(f"tiers.ssd.path: cannot inspect {base}: {exc.strerror or exc}") from None
+        total = st.f_blocks * st.f_frsize
+        if cfg.min_free >= total:
+            raise ValueError(
+                f"tiers.ssd.min_free: {format_size(cfg.min_free)} is not smaller than the filesystem of "
+                f"{base} ({format_size(total)}): every SSD set would be refused"
+            )
+        rooms.append((total - cfg.min_free) // cfg.region_size * cfg.region_size)
+    room = min(rooms) * len(rooms)  # regions go round robin over the paths
+    if room < 2 * cfg.region_size:
+        raise ValueError(
+            f"tiers.ssd.capacity: the filesystem(s) of {', '.join(cfg.paths)} hold "
+            f"{format_size(room)} above min_free ({format_size(cfg.min_free)}), less than 2 regions of "
+            f"{format_size(cfg.region_size)}"
+        )
+    if cfg.capacity > room:
+        log.warning(
+            "tiers.ssd.capacity: %s is more than the filesystem(s) of %s can hold above min_free; "
+            "using %s (the SSD tier never holds more than the disk)",
+            format_size(cfg.capacity), ", ".join(cfg.paths), format_size(room),
+        )  # fmt: skip
+        return room
+    return cfg.capacity

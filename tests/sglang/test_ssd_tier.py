@@ -184,3 +184,66 @@ def test_detach_without_flush_drops_dram_pages(tmp_path):
     again, _ = make_backend(extra=extra)
     assert again.batch_exists(keys(4, tag="n")) == 0
     again.close()
+
+
+def _stalling_disk(tmp_path):
+    """A real frozen ext4 loop mount where the machine allows (root: CI), else a syscall stall."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ssd"))
+    from stall import LoopStall, SyscallStall  # tests/ssd/stall.py
+
+    why_not = LoopStall.available()
+    if not why_not:
+        return LoopStall(str(tmp_path))
+    stall = SyscallStall(str(tmp_path / "stalled"))
+    stall.install()
+    return stall
+
+
+def test_a_stalled_disk_never_stalls_sglang(tmp_path):
+    """Sets, gets, exists and detach return within io.timeout_s while the SSD is frozen; the
+    tier is skipped while degraded and serves again (same bytes) after the thaw."""
+    import time
+
+    stall = _stalling_disk(tmp_path)
+    try:
+        extra = ssd_extra(stall.path)
+        extra["tiers"]["dram"]["enabled"] = False
+        extra.setdefault("io", {})["timeout_s"] = 1.0
+        backend, host = make_backend(extra=extra)
+        idx = host.alloc(4 * PS)
+        fill_random_pages(host, idx, seed=11)
+        want = dict(zip(keys(4, tag="f"), page_snapshot(host, idx), strict=True))
+        assert all(backend.batch_set_v1(list(want), idx))
+        stall.freeze()
+        try:
+            t0 = time.monotonic()
+            assert not any(backend.batch_set_v1(keys(4, start=100, tag="f"), idx))
+            assert time.monotonic() - t0 < 1.0 + 2.5
+            assert backend.tier_stats()["tiers"]["ssd"]["degraded"]
+            t0 = time.monotonic()
+            assert backend.batch_exists(list(want)) == 0
+            assert not any(backend.batch_get_v1(list(want), idx))
+            assert time.monotonic() - t0 < 0.5
+            t0 = time.monotonic()
+            backend.close()  # detach
+            assert time.monotonic() - t0 < 1.0 + 2.5
+        finally:
+            stall.thaw()
+        for _ in range(200):  # the old engine's files are released once its stuck I/O ends
+            try:
+                again, host2 = make_backend(extra=extra)
+                break
+            except Exception:  # noqa: BLE001 - still in use
+                time.sleep(0.1)
+        else:
+            raise AssertionError("could not attach again after the thaw")
+        assert read_back(again, host2, want) == 4
+        again.close()
+    finally:
+        if hasattr(stall, "destroy"):
+            stall.destroy()
+        else:
+            stall.uninstall()

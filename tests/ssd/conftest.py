@@ -33,3 +33,27 @@ def small_tmpfs(tmp_path) -> Iterator[str]:  # type: ignore[no-untyped-def]
             subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True)
         with contextlib.suppress(OSError):
             os.rmdir(mnt)
+
+
+@pytest.fixture(params=["syscall", "fsfreeze"])
+def stalling_disk(request, tmp_path) -> Iterator[object]:  # type: ignore[no-untyped-def]
+    """A directory whose disk can be stalled (``freeze()``) and brought back (``thaw()``):
+    a syscall-level stall (any user) and a real frozen ext4 loop mount (root)."""
+    from stall import LoopStall, SyscallStall
+
+    if request.param == "syscall":
+        stall = SyscallStall(str(tmp_path / "stalled"))
+        stall.install()
+        try:
+            yield stall
+        finally:
+            stall.uninstall()
+        return
+    why = LoopStall.available()
+    if why:
+        pytest.skip(f"real stalled disk needs root, loop devices and blkio throttling: {why}")
+    loop = LoopStall(str(tmp_path))
+    try:
+        yield loop
+    finally:
+        loop.destroy()

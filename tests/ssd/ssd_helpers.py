@@ -37,7 +37,9 @@ def aligned_array(size: int, align: int = 4096) -> np.ndarray:
 def open_engine(directory: str | os.PathLike[str], **kw: Any) -> SsdEngine:
     opts: dict[str, Any] = {"dirs": (str(directory),), "capacity_bytes": 16 << 20, "region_size": 1 << 20}
     opts.update(kw)
-    return SsdEngine(SsdOptions(**opts))
+    engine = SsdEngine(SsdOptions(**opts))
+    assert engine.wait_recovered(120), "background recovery did not finish"
+    return engine
 
 
 def check_get(engine: SsdEngine, key: str, size: int, nparts: int = 1) -> bool:
@@ -55,7 +57,9 @@ def stall_writes(monkeypatch: Any) -> tuple[Any, Any]:
     import threading
 
     gate, entered = threading.Event(), threading.Event()
-    orig = SsdEngine._write_jobs
+    from hicache_mooncake.ssd.writer import WritePath
+
+    orig = WritePath.write_jobs
 
     def slow_jobs(self, g, buf):  # type: ignore[no-untyped-def]
         def wrap(j):  # type: ignore[no-untyped-def]
@@ -68,5 +72,5 @@ def stall_writes(monkeypatch: Any) -> tuple[Any, Any]:
 
         return [wrap(j) for j in orig(self, g, buf)]
 
-    monkeypatch.setattr(SsdEngine, "_write_jobs", slow_jobs)
+    monkeypatch.setattr(WritePath, "write_jobs", slow_jobs)
     return gate, entered

@@ -83,7 +83,7 @@ def test_free_space_floor_rejects_and_releases(small_tmpfs: str) -> None:
         before = free_bytes(small_tmpfs)
         _fill(os.path.join(small_tmpfs, "other-program"), 2 * MB)  # a foreign writer eats the headroom
         assert free_bytes(small_tmpfs) < floor
-        e._floors[0].invalidate()
+        e._alloc.floors[0].invalidate()
         assert e.put("x", [memoryview(value_for("x", 1000))]) is False
         st = e.stats()
         assert st["rejected"]["floor"] >= 1 and st["released_regions"] >= 1

@@ -81,7 +81,7 @@ def test_borrowed_release_waits_for_readers() -> None:
     released = threading.Event()
 
     def writer() -> None:
-        buf.release(wait=True)
+        buf.drop(wait_readers=True)
         released.set()
 
     t = threading.Thread(target=writer)

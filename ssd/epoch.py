@@ -1,0 +1,177 @@
+"""Epoch, boot counter, region map and ``clear`` (:class:`EpochKeeper`).
+
+The epoch says which regions are current: a region whose header carries another epoch is ignored
+by recovery. It lives in each directory's reserved state file (:mod:`.state`, overwritten in
+place, so writing it never needs free space) and, best effort, in the JSON superblock; the
+effective epoch is the highest found. The boot counter makes sequence numbers unique across
+restarts (``boot << SEQ_BOOT_SHIFT``). The region map (which region files the engine made and did
+not remove) lets recovery and fsck tell a deleted region file from one never made.
+
+``clear`` is fail closed: under the lock it bumps the epoch in memory, drops the index and frees
+the regions, and refuses every data call (``core.refusing``) until the new epoch is on disk in
+every directory. If that write does not finish by the deadline (a stalled disk), ``clear``
+returns False and the write goes on in the background; serving resumes when it lands. If it
+fails, the engine stays refusing for the rest of its life (logged as an error) and the old
+region files are unlinked (no free space needed), so the cleared pages cannot come back after a
+restart either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+
+from .allocator import RegionAllocator
+from .core import EngineCore
+from .format import Superblock, region_files_in
+from .io import run_with_deadline
+from .region import RegionState
+from .state import State, StateFile, load_dir
+from .writer import WritePath
+
+log = logging.getLogger("hicache_mooncake.ssd")
+
+
+class EpochKeeper:
+    def __init__(self, core: EngineCore, allocator: RegionAllocator, writer: WritePath) -> None:
+        self.core = core
+        self.alloc = allocator
+        self.writer = writer
+        self._mutex = threading.Lock()  # one clear at a time
+        self._map_lock = threading.Lock()
+        self.files: list[StateFile | None] = []
+        self.maps: list[set[int]] = []  # per directory: region ids whose files the engine made
+        self.missing: list[tuple[str, int]] = []  # (directory, region id) in the map, file gone
+
+    def load(self) -> None:
+        """At open: take the highest epoch and boot found, count this boot, and write them."""
+        c = self.core
+        o = c.options
+        n = o.num_regions
+        found = [load_dir(d) for d in o.dirs]
+        c.epoch = max([f.epoch for f in found] + [0])
+        c.boot = max([f.boot for f in found] + [0]) + 1
+        nd = len(o.dirs)
+        for di, d in enumerate(o.dirs):
+            info = found[di]
+            on_disk = {r for r in region_files_in(d) if r < n and r % nd == di}
+            if info.mapped is not None and info.region_size == o.region_size:
+                mapped = {r for r in info.mapped if r < n and r % nd == di}
+                self.missing.extend((d, r) for r in sorted(mapped - on_disk))
+                self.maps.append(mapped & on_disk)
+            else:
+                self.maps.append(on_disk)  # a store from before the state file, or a new layout
+            try:
+                self.files.append(StateFile(d, n, info.state))
+            except OSError as e:
+                log.warning("ssd: cannot make the state file in %s: %s (clear will need free space)", d, e)
+                c.counts["state_file_errors"] += 1
+                self.files.append(None)
+        for d, r in self.missing:
+            log.warning("ssd: region file %s of %s is missing (deleted?): its entries are lost", r, d)
+        c.counts["recover_missing_regions"] += len(self.missing)
+        for di, d in enumerate(o.dirs):
+            try:
+                self._persist(di)
+            except OSError as e:
+                # Disk full or read-only: open anyway (puts fail until space returns). Sequence
+                # numbers stay unique through the recovered maximum (see attach).
+                log.warning("ssd: cannot write the state of %s: %s", d, e)
+                c.counts["superblock_write_errors"] += 1
+
+    def _persist(self, di: int) -> None:
+        """Write the current epoch, boot and region map of directory ``di`` (state file, then the
+        JSON superblock best effort). Serialised, and the epoch is read inside, so a newer epoch
+        is never overwritten by an older one."""
+        c = self.core
+        d = c.options.dirs[di]
+        f = self.files[di]
+        with self._map_lock:
+            rec = State(c.epoch, c.boot, c.options.region_size, set(self.maps[di]))
+            if f is not None:
+                f.write(rec)
+            try:
+                Superblock(rec.epoch, c.boot, c.options.region_size).write(d)
+            except OSError:
+                if f is None:
+                    raise
+
+    def region_made(self, di: int, rid: int, present: bool) -> None:
+        """The engine made (``present``) or removed region file ``rid``: update the map on disk."""
+        with self._map_lock:
+            if (rid in self.maps[di]) == present:
+                return
+            (self.maps[di].add if present else self.maps[di].discard)(rid)
+        with contextlib.suppress(OSError):
+            self._persist(di)
+
+    def clear(self, deadline: float | None = None) -> bool:
+        """Drop everything (see the module docstring); True once the new epoch is durable."""
+        c = self.core
+        with self._mutex:
+            with c.lock:
+                if c.closed or c.refusing.startswith("clear failed"):
+                    return False
+                c.refusing = "clear: new epoch not on disk yet"
+                c.epoch += 1
+                new_epoch = c.epoch
+                c.index.clear()
+                self.writer.forget_all()
+                for r in c.regions:
+                    if r.state in (RegionState.ACTIVE, RegionState.SEALED, RegionState.DRAINING):
+                        r.keys = []
+                        r.live_bytes = 0
+                        r.state = RegionState.DRAINING if r.pinned else RegionState.FREE
+                self.alloc.forget_all()
+                c.counts["clears"] += 1
+            done, ok = run_with_deadline(
+                lambda: self._persist_epoch(new_epoch), deadline, "hicache-ssd-clear"
+            )
+        if not done:
+            c.timed_out("clear", deadline or 0.0)
+            return False
+        return bool(ok)
+
+    def _persist_epoch(self, epoch: int) -> bool:
+        c = self.core
+        try:
+            for di in range(len(c.options.dirs)):
+                self._persist(di)
+        except OSError as e:
+            self._fail_closed(e)
+            return False
+        with c.lock:
+            if c.epoch == epoch and c.refusing.startswith("clear:"):
+                c.refusing = ""
+        return True
+
+    def _fail_closed(self, err: OSError) -> None:
+        c = self.core
+        with c.lock:
+            c.refusing = f"clear failed: {err}"
+            c.counts["clear_errors"] += 1
+            paths = [r.path for r in c.regions]
+        removed = 0
+        for p in paths:
+            with contextlib.suppress(OSError):
+                os.unlink(p)
+                removed += 1
+        for d in c.options.dirs:
+            with contextlib.suppress(OSError):
+                dfd = os.open(d, os.O_RDONLY)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+        log.error(
+            "ssd %s: clear could not write the new epoch (%s): the SSD tier refuses every call "
+            "from now on, and %d old region files were deleted so the cleared pages cannot come back",
+            ",".join(c.options.dirs), err, removed,
+        )  # fmt: skip
+
+    def close(self) -> None:
+        for f in self.files:
+            if f is not None:
+                f.close()

@@ -1,0 +1,126 @@
+"""Recovery of regions without a usable summary, in the background (:class:`BackgroundScan`).
+
+At open, regions whose summary is valid are indexed from it at once; the others (open at a
+crash, written by an older engine, summary lost) are scanned here, on a daemon thread, while the
+engine already serves. Until its scan is done such a region is pinned (``readers``) and outside
+the FIFO, so it is never reclaimed or reopened; its entries join the index when the scan ends,
+each only if no newer entry of its key (higher sequence number) is indexed by then, and only if
+no ``clear`` happened meanwhile. The region is then sealed into the FIFO (by generation) and its
+summary is written, so the next open reads the summary.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from .core import EngineCore
+from .index import Location
+from .recover import recover, region_loss
+from .region import Region, RegionState
+
+log = logging.getLogger("hicache_mooncake.ssd")
+
+
+def index_entries(
+    core: EngineCore, r: Region, keys: list[str], offsets: list[int], lengths: list[int], seqs: list[int]
+) -> int:
+    """Index ``r``'s entries where they are the newest of their key (lock held); returns how many."""
+    index = core.index
+    rid, gen = r.rid, r.gen
+    added = 0
+    for key, off, length, seq in zip(keys, offsets, lengths, seqs, strict=True):
+        cur = index.get(key)
+        if cur is not None and cur.seq >= seq:
+            continue
+        index.set(key, Location(rid, gen, off, length, seq))
+        r.keys.append(key)
+        r.live_bytes += length
+        added += 1
+    return added
+
+
+def seal_into_fifo(core: EngineCore, r: Region) -> None:
+    """Insert a recovered region into the FIFO at its generation's place (lock held)."""
+    gens = [core.regions[x].gen for x in core.fifo]
+    core.fifo.insert(bisect.bisect_left(gens, r.gen), r.rid)
+
+
+class BackgroundScan:
+    def __init__(
+        self,
+        core: EngineCore,
+        todo: list[tuple[int, str]],
+        mapped: Callable[[int], bool],
+        on_sealed: Callable[[Region], None],
+    ) -> None:
+        self.core = core
+        self.todo = todo
+        self._mapped = mapped
+        self._on_sealed = on_sealed
+        self.left = len(todo)
+        self.seconds = 0.0
+        self._epoch = core.epoch
+        for rid, _path in todo:
+            r = core.regions[rid]
+            r.state = RegionState.SEALED
+            r.readers += 1  # pinned until scanned
+        self.thread = threading.Thread(target=self._run, name="hicache-ssd-rescan", daemon=True)
+
+    def start(self) -> None:
+        if self.todo:
+            self.thread.start()
+
+    def _run(self) -> None:
+        c = self.core
+        o = c.options
+        t0 = time.monotonic()
+        for rid, path in self.todo:
+            r = c.regions[rid]
+            try:
+                if c.closed:
+                    with c.lock:
+                        r.state = RegionState.DRAINING  # not scanned: freed, never summarized
+                    continue
+                rec = recover([(rid, path)], o.region_size, self._epoch, o.verify_on_recover, c.direct, False,
+                              o.max_key_bytes)  # fmt: skip
+                scan = rec.scans[0]
+                why = region_loss(scan, o.region_size, self._mapped(rid))
+                if why:
+                    log.warning("ssd: region file %s: %s; its entries are lost", path, why)
+                with c.lock:
+                    c.counts.update({k: v for k, v in rec.counts().items() if k != "recovered_entries"})
+                    c.counts["recover_lost_regions"] += 1 if why else 0
+                    r.allocated = scan.file_size >= o.region_size
+                    if c.epoch == self._epoch and r.state is RegionState.SEALED and scan.status == "live":
+                        assert scan.header is not None
+                        r.gen = scan.header.gen
+                        r.epoch = c.epoch
+                        r.write_off = scan.end_offset
+                        e = scan.entries
+                        c.counts["recovered_entries"] += index_entries(
+                            c, r, [x.key for x in e], [x.offset for x in e], [x.payload_len for x in e],
+                            [x.seq for x in e],
+                        )  # fmt: skip
+                        seal_into_fifo(c, r)
+                        self._on_sealed(r)
+                    elif r.state is RegionState.SEALED:
+                        r.state = RegionState.DRAINING  # nothing live: free once unpinned
+            except Exception:  # noqa: BLE001 - a scan failure only loses that region's entries
+                log.exception("ssd background scan of %s failed", path)
+                with c.lock:
+                    if r.state is RegionState.SEALED and r.rid not in c.fifo:
+                        r.state = RegionState.DRAINING
+            finally:
+                with c.lock:
+                    r.readers -= 1
+                    if r.state is RegionState.DRAINING and not r.pinned:
+                        r.state = RegionState.FREE
+                        r.keys = []
+                        r.live_bytes = 0
+                    self.left -= 1
+        self.seconds = time.monotonic() - t0
+        log.info("ssd engine: background scan of %d regions done in %.2fs", len(self.todo), self.seconds)

@@ -1,0 +1,63 @@
+"""Writing region summaries (:class:`Summarizer`): when a region is sealed and its last write is
+over (on the I/O pool), and at close for every live region still without one (see
+:mod:`.summary` for the format and when a summary is used)."""
+
+from __future__ import annotations
+
+import logging
+
+from .core import EngineCore
+from .region import Region, RegionState
+from .summary import write_summary
+
+log = logging.getLogger("hicache_mooncake.ssd")
+
+
+class Summarizer:
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+
+    def entries(self, r: Region) -> list[tuple[str, int, int, int]]:
+        """``(key, offset, length, seq)`` of the entries still indexed in ``r`` (lock held)."""
+        out = []
+        index = self.core.index
+        for k in r.keys:
+            loc = index.get(k)
+            if loc is not None and loc.region == r.rid and loc.gen == r.gen:
+                out.append((k, loc.offset, loc.length, loc.seq))
+        return out
+
+    def maybe_summarize(self, r: Region) -> None:
+        """Write ``r``'s summary once it is sealed and its last write is over (lock held; the
+        write runs on the I/O pool)."""
+        c = self.core
+        if r.state is not RegionState.SEALED or r.writers or r.summarized or c.pool is None or c.closed:
+            return
+        r.summarized = True
+        entries = self.entries(r)
+        rid, gen, epoch, end, path = r.rid, r.gen, r.epoch, r.write_off, r.path
+
+        def write() -> None:
+            try:
+                write_summary(path, rid, gen, epoch, end, entries)
+            except OSError as e:
+                log.debug("ssd: no summary for %s: %s", path, e)
+
+        c.pool.submit([write])
+
+    def summarize_all_now(self) -> None:
+        """At close (no I/O in flight): write the summaries still missing, the active regions'
+        included, so the next open reads summaries only."""
+        c = self.core
+        todo = []
+        with c.lock:
+            for r in c.regions:
+                live = r.state is RegionState.ACTIVE or (r.state is RegionState.SEALED and r.rid in c.fifo)
+                if live and not r.summarized and not r.writers and r.fd is not None:
+                    r.summarized = True
+                    todo.append((r.path, r.rid, r.gen, r.epoch, r.write_off, self.entries(r)))
+        for path, rid, gen, epoch, end, entries in todo:
+            try:
+                write_summary(path, rid, gen, epoch, end, entries)
+            except OSError as e:
+                log.debug("ssd: no summary for %s: %s", path, e)

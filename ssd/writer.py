@@ -1,0 +1,336 @@
+"""The write path (:class:`WritePath`): ``put_batch`` from the caller's memory to a region file.
+
+1. under the lock: skip keys already stored (values are immutable) and register the new ones as
+   *pending* (a concurrent put of the same key waits for this one's result);
+2. no lock: stage the batch in a :class:`WriteBuffer` (payload hashes computed): the caller's
+   memoryviews are written in place when the I/O mode allows (buffered, or O_DIRECT with every
+   part 4096-aligned), otherwise the batch is copied once into aligned memory;
+3. under the lock (:meth:`RegionAllocator.reserve`): reserve contiguous space in the directory's
+   active region and pin it; from here a get of a pending key is served from the write buffer;
+4. no lock: fill in the headers, ``pwritev`` the buffer (split at 4096 boundaries into chunks
+   that run in parallel on the I/O pool);
+5. under the lock: index the entries, unpin. Only now does the put report True: the bytes are in
+   the region file (page cache or device), so a SIGKILL after it loses nothing.
+
+Results are per item; nothing here raises for I/O or space problems (reasons are counted).
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .allocator import RegionAllocator, Reservation
+from .buffer import Slot, WriteBuffer
+from .core import EngineCore
+from .format import BLOCK, entry_size
+from .index import Location
+from .io import IoBatch, byte_view, is_aligned, pwritev_full, split_iov
+
+Parts = Sequence[Any]  # memoryview-compatible buffers
+
+
+class Pending:
+    """A key whose write is in flight. ``buf``/``slot`` are set once its space is reserved."""
+
+    __slots__ = ("buf", "slot", "done", "ok", "removed")
+
+    def __init__(self) -> None:
+        self.buf: WriteBuffer | None = None
+        self.slot: Slot | None = None
+        self.done = threading.Event()
+        self.ok = False
+        self.removed = False
+
+
+class _New:
+    __slots__ = ("idx", "key", "kb", "views", "size", "pending", "slot")
+
+    def __init__(self, idx: int, key: str, kb: bytes, views: list[memoryview], size: int, p: Pending) -> None:
+        self.idx = idx
+        self.key = key
+        self.kb = kb
+        self.views = views
+        self.size = size
+        self.pending = p
+        self.slot: Slot | None = None
+
+
+class _Group:
+    """The entries of one reservation and the outcome of their write."""
+
+    __slots__ = ("res", "items", "start", "error")
+
+    def __init__(self, res: Reservation, items: list[_New]) -> None:
+        self.res = res
+        self.items = items
+        assert items[0].slot is not None
+        self.start = items[0].slot.offset
+        self.error: OSError | None = None
+
+
+class _BatchWrite:
+    """One sub-batch in flight: shared by the caller and the I/O completion (``_finish``)."""
+
+    def __init__(
+        self, batch: list[_New], results: list[bool], reinsert_rid: int | None, buf: WriteBuffer
+    ) -> None:
+        self.batch = batch
+        self.results = results
+        self.reinsert_rid = reinsert_rid
+        self.buf = buf
+        self.groups: list[_Group] = []
+        self.job_groups: list[_Group] = []  # the group of each write job, in job order
+        self.failed_reason = ""
+        self.finished = False  # _finish ran (lock held to read/write)
+        self.abandoned = False  # the caller returned before _finish (lock held)
+
+
+class WritePath:
+    def __init__(self, core: EngineCore, allocator: RegionAllocator) -> None:
+        self.core = core
+        self.alloc = allocator
+        self.pending: dict[str, Pending] = {}
+
+    def put_batch(
+        self,
+        items: Sequence[tuple[str, Parts]],
+        results: list[bool],
+        di: int,
+        reinsert_rid: int | None = None,
+        deadline: float | None = None,
+    ) -> bool:
+        """Store ``items`` into directory ``di``, setting ``results[i]``; returns whether anything
+        new was written (the caller then gives the reclaimer a chance). ``reinsert_rid``: rewrite
+        entries of that region (reclaim), only into the active region and only if still indexed
+        there. ``deadline`` (``time.monotonic()``): what is not written by then is False (the I/O
+        may finish later; it is then not indexed, see :meth:`_finish`)."""
+        c = self.core
+        o = c.options
+        prepared: list[tuple[int, str, bytes, list[memoryview], int]] = []
+        rejects: Counter[str] = Counter()
+        for i, (key, parts) in enumerate(items):
+            kb = key.encode("utf-8", "surrogateescape")
+            if not kb or len(kb) > o.max_key_bytes:
+                rejects["rejected_bad_key"] += 1
+                continue
+            views = [byte_view(p) for p in parts]
+            size = sum(v.nbytes for v in views)
+            if size > o.max_object_bytes:
+                rejects["rejected_too_large"] += 1
+                continue
+            prepared.append((i, key, kb, views, size))
+        floor_ok = reinsert_rid is not None or self.alloc.floors[di].ok()
+        mine: list[_New] = []
+        waits: list[tuple[int, Pending]] = []
+        with c.lock:
+            c.counts.update(rejects)
+            if reinsert_rid is None:
+                c.counts["puts"] += len(items)
+            if not floor_ok:
+                c.counts["rejected_floor"] += len(prepared)
+                prepared = []
+            for i, key, kb, views, size in prepared:
+                loc = c.index.get(key)
+                if loc is not None and loc.region != reinsert_rid:
+                    results[i] = True
+                    c.counts["put_existing"] += 1
+                    continue
+                p = self.pending.get(key)
+                if p is not None:
+                    waits.append((i, p))
+                    continue
+                p = Pending()
+                self.pending[key] = p
+                mine.append(_New(i, key, kb, views, size, p))
+        if not floor_ok:
+            self.alloc.release_for_floor(di, deadline)
+        # Sub-batches of at most one region's worth of bytes each.
+        batch: list[_New] = []
+        nbytes = 0
+        for it in mine:
+            es = entry_size(it.size)
+            if batch and nbytes + es > o.region_size:
+                self._write_batch(di, batch, nbytes, results, reinsert_rid, deadline)
+                batch, nbytes = [], 0
+            batch.append(it)
+            nbytes += es
+        if batch:
+            self._write_batch(di, batch, nbytes, results, reinsert_rid, deadline)
+        for i, p in waits:
+            if p.done.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                results[i] = p.ok
+        return bool(mine)
+
+    def _write_batch(
+        self,
+        di: int,
+        batch: list[_New],
+        nbytes: int,
+        results: list[bool],
+        reinsert_rid: int | None,
+        deadline: float | None,
+    ) -> None:
+        c = self.core
+        borrow = c.options.zero_copy_writes and (
+            not c.direct or all(is_aligned(v, BLOCK) for it in batch for v in it.views)
+        )
+        buf = WriteBuffer(c.buffers, nbytes, entries=len(batch), borrow=borrow)
+        state = _BatchWrite(batch, results, reinsert_rid, buf)
+        submitted = False
+        try:
+            for it in batch:
+                it.slot = buf.append(it.kb, it.views)
+
+            def on_reserved(res: Reservation) -> None:
+                for it in batch[res.first : res.first + res.count]:
+                    it.pending.buf, it.pending.slot = buf, it.slot
+
+            reservations, state.failed_reason = self.alloc.reserve(
+                di, [it.size for it in batch], reinsert_rid is None, on_reserved, deadline
+            )
+            state.groups = [_Group(res, batch[res.first : res.first + res.count]) for res in reservations]
+            jobs: list[Callable[[], None]] = []
+            for g in state.groups:
+                for it, seq in zip(g.items, g.res.seqs, strict=True):
+                    assert it.slot is not None
+                    buf.write_header(it.slot, seq, g.res.gen)
+                for job in self.write_jobs(g, buf):
+                    jobs.append(job)
+                    state.job_groups.append(g)
+            assert c.pool is not None
+            buf.hold()  # the jobs' reference, dropped by _finish
+            iob = c.pool.submit(jobs, on_done=lambda b: self._finish(state, b))
+            submitted = True
+            if not iob.wait(deadline):
+                with c.lock:
+                    if not state.finished:
+                        state.abandoned = True
+                        iob.abandon()
+                        for it in batch:
+                            if self.pending.get(it.key) is it.pending:
+                                del self.pending[it.key]
+                            it.pending.ok = False
+                if state.abandoned:
+                    c.timed_out("write", deadline or 0.0)
+        finally:
+            if not submitted:  # reserve or staging raised: nothing is in flight
+                with c.lock:
+                    for g in state.groups:
+                        self.alloc.finish_write(g.res, failed=True)
+                    for it in batch:
+                        if self.pending.get(it.key) is it.pending:
+                            del self.pending[it.key]
+            for it in batch:
+                it.pending.done.set()
+            buf.drop(wait_readers=buf.borrow)
+
+    def _finish(self, state: _BatchWrite, iob: IoBatch) -> None:
+        """Every write job of a batch has finished (runs once, maybe after the caller gave up):
+        unpin the regions, index what was written, unless the caller abandoned the batch (its
+        results are already False; entries written late are never indexed)."""
+        c = self.core
+        for g, r in zip(state.job_groups, iob.results, strict=True):
+            if isinstance(r, BaseException) and g.error is None:
+                g.error = r if isinstance(r, OSError) else OSError(errno.ECANCELED, str(r) or "cancelled")
+        dying: OSError | None = None
+        with c.lock:
+            state.finished = True
+            placed: set[int] = set()
+            for g in state.groups:
+                if g.error is not None:
+                    full = g.error.errno in (errno.ENOSPC, errno.EDQUOT)
+                    if not full and g.error.errno != errno.ECANCELED:
+                        dying = g.error
+                    if not state.abandoned:
+                        c.counts[f"rejected_{'no_space' if full else 'io_error'}"] += len(g.items)
+                for it, seq in zip(g.items, g.res.seqs, strict=True):
+                    placed.add(it.idx)
+                    if state.abandoned:
+                        continue
+                    ok = g.error is None
+                    if ok:
+                        self._commit(it, seq, g, state.reinsert_rid)
+                        c.counts["bytes_written"] += it.size
+                    state.results[it.idx] = ok
+                    it.pending.ok = ok
+                    if self.pending.get(it.key) is it.pending:
+                        del self.pending[it.key]
+                # unpin after indexing: a region sealed meanwhile is summarised with these entries
+                self.alloc.finish_write(g.res, failed=g.error is not None)
+            if state.abandoned:
+                c.counts["late_writes"] += len(placed)
+            else:
+                for it in state.batch:
+                    if it.idx not in placed:
+                        c.counts[f"rejected_{state.failed_reason or 'no_space'}"] += 1
+                        if self.pending.get(it.key) is it.pending:
+                            del self.pending[it.key]
+                        it.pending.ok = False
+            c.counts["writes"] += len(iob.results)
+            c.counts["batches_zero_copy" if state.buf.borrow else "batches_staged"] += 1
+        if dying is not None:
+            c.io_failed("write", dying)
+        state.buf.drop()
+
+    def _commit(self, it: _New, seq: int, g: _Group, reinsert_rid: int | None) -> None:
+        """Index one written entry (lock held) unless a clear/remove/reclaim raced it."""
+        c = self.core
+        r = g.res.region
+        if it.pending.removed or g.res.epoch != c.epoch or r.gen != g.res.gen:
+            return
+        if reinsert_rid is not None:
+            cur = c.index.get(it.key)
+            if cur is None or cur.region != reinsert_rid:
+                return
+            c.counts["reinserted_entries"] += 1
+        assert it.slot is not None
+        loc = Location(r.rid, g.res.gen, g.res.file_off + (it.slot.offset - g.start), it.size, seq)
+        c.index.set(it.key, loc)
+        r.keys.append(it.key)
+        r.live_bytes += it.size
+
+    def write_jobs(self, g: _Group, buf: WriteBuffer) -> list[Callable[[], None]]:
+        """Cut a group's bytes into pieces of about ``write_chunk_bytes`` (at 4096 boundaries,
+        within entries too) that the I/O pool writes in parallel."""
+        fd = g.res.region.fd
+        assert fd is not None
+        iov: list[memoryview] = []
+        for it in g.items:
+            assert it.slot is not None
+            iov.extend(buf.entry_iov(it.slot))
+
+        def job(off: int, bufs: list[memoryview]) -> Callable[[], None]:
+            def run() -> None:
+                try:
+                    pwritev_full(fd, bufs, g.res.file_off + off)
+                except OSError as e:
+                    g.error = e
+
+            return run
+
+        return [job(off, bufs) for off, bufs in split_iov(iov, self.core.options.write_chunk_bytes)]
+
+    # ------------------------------------------------------------------ pending entries (lock held)
+
+    def pending_slot(self, key: str) -> tuple[WriteBuffer, Slot] | None:
+        """The staged bytes of ``key`` if its write is in flight (lock held)."""
+        p = self.pending.get(key)
+        if p is not None and p.buf is not None and p.slot is not None and not p.removed:
+            return p.buf, p.slot
+        return None
+
+    def forget(self, key: str) -> bool:
+        """``remove``: a pending write of ``key`` will not be indexed (lock held)."""
+        p = self.pending.get(key)
+        if p is not None:
+            p.removed = True
+        return p is not None
+
+    def forget_all(self) -> None:
+        for p in self.pending.values():
+            p.removed = True
