@@ -100,12 +100,10 @@ def build_ssd(config: BackendConfig, rank_tag: str) -> Tier | None:
     ssd = config.tiers.ssd
     if not ssd.enabled:
         return None
-    from hicache_mooncake.config.ssd import fit_to_disk
     from hicache_mooncake.ssd import SsdEngine, SsdOptions
     from hicache_mooncake.tiers.rate_budget import RateBudget
     from hicache_mooncake.tiers.ssd_tier import SsdTier
 
-    capacity = fit_to_disk(ssd)  # refuses / warns before anything is made
     dirs = []
     for base in ssd.paths:
         path = os.path.join(os.path.expanduser(base), rank_tag)
@@ -119,7 +117,7 @@ def build_ssd(config: BackendConfig, rank_tag: str) -> Tier | None:
     engine = SsdEngine(
         SsdOptions(
             dirs=tuple(dirs),
-            capacity_bytes=capacity,
+            capacity_bytes=ssd.capacity,
             region_size=ssd.region_size,
             min_free_bytes=ssd.min_free,
             direct_io=ssd.direct_io,
@@ -156,6 +154,7 @@ def build_store(config: BackendConfig, rank_tag: str = "rank0") -> TieredStore:
         ssd_write_through=ssd.mode == "write_through",
         wait_for_room=ssd.foreground_demotion,
     )
+    config = _fitted(config)
     tiers: list[Tier] = []
     try:
         for _order, _name, builder in _BUILDERS:
@@ -169,3 +168,18 @@ def build_store(config: BackendConfig, rank_tag: str = "rank0") -> TieredStore:
         for tier in tiers:
             tier.close()
         raise
+
+
+def _fitted(config: BackendConfig) -> BackendConfig:
+    """The configuration with what the host imposes applied before any tier is built: SSD keys
+    checked against the disks (refused with the key, or the capacity reduced with one warning)."""
+    ssd = config.tiers.ssd
+    if not ssd.enabled:
+        return config
+    from hicache_mooncake.config.ssd import fit_to_disk
+
+    capacity = fit_to_disk(ssd)
+    if capacity == ssd.capacity:
+        return config
+    tiers = config.tiers.model_copy(update={"ssd": ssd.model_copy(update={"capacity": capacity})})
+    return config.model_copy(update={"tiers": tiers})

@@ -39,7 +39,6 @@ class SsdTier(Tier):
     def __init__(
         self,
         engine: SsdEngine,
-        write_through: bool = False,
         admit_min_hits: int = 0,
         promote_min_hits: int = 1,
         write_budget: RateBudget | None = None,
@@ -47,7 +46,6 @@ class SsdTier(Tier):
     ) -> None:
         self.engine = engine
         self.timeout_s = timeout_s
-        self.write_through = write_through
         self.admit_min_hits = admit_min_hits
         self.promote_min_hits = promote_min_hits
         self.budget = write_budget or RateBudget(None)
