@@ -10,13 +10,14 @@ import pytest
 
 from hicache_mooncake.config.errors import ConfigError
 from hicache_mooncake.config.loader import validate_config
-from hicache_mooncake.store_builder import build_ssd
+from hicache_mooncake.store_builder import build_store
 
 
 def _cfg(path: str, **ssd: object):  # type: ignore[no-untyped-def]
     return validate_config(
         {
             "tiers": {
+                "dram": {"enabled": False},
                 "ssd": {
                     "enabled": True,
                     "path": path,
@@ -24,7 +25,7 @@ def _cfg(path: str, **ssd: object):  # type: ignore[no-untyped-def]
                     "region_size": "1MiB",
                     "min_free": 0,
                     **ssd,
-                }
+                },
             }
         }
     )
@@ -45,7 +46,7 @@ def test_min_free_larger_than_the_disk_is_refused_before_anything_is_made(small_
     base = os.path.join(small_tmpfs, "cache")
     cfg = _cfg(base, min_free="1GiB")
     with pytest.raises(ValueError, match=r"tiers\.ssd\.min_free: .*every SSD set would be refused"):
-        build_ssd(cfg, "rank0")
+        build_store(cfg, "rank0")
     assert not os.path.exists(base)
 
 
@@ -54,7 +55,8 @@ def test_a_capacity_far_beyond_the_disk_is_accepted_with_one_warning(
 ) -> None:
     cfg = _cfg(os.path.join(small_tmpfs, "cache"), capacity="16TiB")
     with caplog.at_level(logging.WARNING):
-        tier = build_ssd(cfg, "rank0")
+        store = build_store(cfg, "rank0")
+    tier = store.ssd
     assert tier is not None
     try:
         lines = [r.message for r in caplog.records if "tiers.ssd.capacity" in r.message]
@@ -62,4 +64,4 @@ def test_a_capacity_far_beyond_the_disk_is_accepted_with_one_warning(
         st = tier.stats()
         assert st["capacity_bytes"] <= 8 << 20 and st["regions"] <= 8
     finally:
-        tier.close()
+        store.close()
