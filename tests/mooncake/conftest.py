@@ -51,6 +51,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         holders = [Holder(c.ns, f"holder{i}", 50060 + i, addr).start() for i in range(2)]
         extra = client_extra(addr, replica_num=2)
         c.agents = [Agent(c.ns, "client-a", extra), Agent(c.ns, "client-b", extra)]
+        for agent in c.agents:
+            agent.wait_ready()
         yield {"ns": c.ns, "master": master, "holders": holders, "a": c.agents[0], "b": c.agents[1]}
     finally:
         c.close()
@@ -65,10 +67,21 @@ def ha_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
         etcd = Etcd(c.ns).start()
         ha = ["--enable_ha=true", "--ha_backend_type=etcd", f"--etcd_endpoints=127.0.0.1:{etcd.port}"]
         leader = Master(c.ns, 50051, ha, "master0").start()
+        leader.wait_role("serving")
         entry = f"etcd://127.0.0.1:{etcd.port}"
         holder = Holder(c.ns, "holder0", 50060, entry).start()
         c.agents = [Agent(c.ns, "ha-a", client_extra(entry)), Agent(c.ns, "ha-b", client_extra(entry))]
-        standby = Master(c.ns, 50052, ha, "master1").start()
-        yield {"ns": c.ns, "leader": leader, "standby": standby, "holder": holder, "a": c.agents[0], "b": c.agents[1]}
+        for agent in c.agents:
+            agent.wait_ready()
+        standby = Master(c.ns, 50052, ha, "master1").start(listen=False)
+        standby.wait_role("standby")
+        yield {
+            "ns": c.ns,
+            "leader": leader,
+            "standby": standby,
+            "holder": holder,
+            "a": c.agents[0],
+            "b": c.agents[1],
+        }
     finally:
         c.close()

@@ -84,7 +84,12 @@ class Netns:
         if log is not None:
             with log.open("ab") as out:
                 proc = subprocess.Popen(
-                    cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_enter(self.fd), pass_fds=(self.fd,), **kw
+                    cmd,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=_enter(self.fd),
+                    pass_fds=(self.fd,),
+                    **kw,
                 )
         else:
             proc = subprocess.Popen(cmd, preexec_fn=_enter(self.fd), pass_fds=(self.fd,), **kw)
@@ -93,7 +98,12 @@ class Netns:
 
     def run(self, cmd: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            cmd, preexec_fn=_enter(self.fd), pass_fds=(self.fd,), capture_output=True, text=True, timeout=timeout
+            cmd,
+            preexec_fn=_enter(self.fd),
+            pass_fds=(self.fd,),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     def wait_port(self, port: int, proc: subprocess.Popen[Any], what: str, timeout: float = 30) -> None:
@@ -121,7 +131,9 @@ class Netns:
 class Master:
     """``mooncake_master`` on loopback, without the HTTP metadata server (clients use P2P)."""
 
-    def __init__(self, ns: Netns, port: int = MASTER_PORT, extra: list[str] | None = None, name: str = "master"):
+    def __init__(
+        self, ns: Netns, port: int = MASTER_PORT, extra: list[str] | None = None, name: str = "master"
+    ):
         self.ns, self.port, self.name = ns, port, name
         self.flags = [
             "--rpc_address=127.0.0.1",
@@ -135,10 +147,28 @@ class Master:
         self.proc: subprocess.Popen[Any] | None = None
         self.log = ns.tmp / f"{name}.log"
 
-    def start(self) -> Master:
+    def start(self, listen: bool = True) -> Master:
+        """Start; with ``listen`` wait for the RPC port (an HA standby opens it only when elected)."""
         self.proc = self.ns.popen([str(BIN / "mooncake_master"), *self.flags], self.log)
-        self.ns.wait_port(self.port, self.proc, self.name)
+        if listen:
+            self.ns.wait_port(self.port, self.proc, self.name)
         return self
+
+    def wait_role(self, state: str, timeout: float = 60) -> None:
+        """HA: until the master's log says its runtime state became ``state`` (e.g. ``serving``
+        for the elected leader after its warm-up, ``standby`` for a follower)."""
+        proc = self.proc
+        assert proc is not None
+
+        def reached() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited with {proc.returncode}: {self.log.read_text()[-2000:]}"
+                )
+            return f"runtime state -> {state}" in self.log.read_text(errors="replace")
+
+        if not wait_until(reached, timeout, 0.2):
+            raise RuntimeError(f"{self.name} did not reach {state!r} within {timeout:.0f} s")
 
     def kill(self) -> None:
         if self.proc is not None:
@@ -189,12 +219,18 @@ class Etcd:
         self.proc = self.ns.popen(
             [
                 exe,
-                "--data-dir", str(self.data),
-                "--listen-client-urls", f"http://127.0.0.1:{self.port}",
-                "--advertise-client-urls", f"http://127.0.0.1:{self.port}",
-                "--listen-peer-urls", peer,
-                "--initial-advertise-peer-urls", peer,
-                "--initial-cluster", f"default={peer}",
+                "--data-dir",
+                str(self.data),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{self.port}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{self.port}",
+                "--listen-peer-urls",
+                peer,
+                "--initial-advertise-peer-urls",
+                peer,
+                "--initial-cluster",
+                f"default={peer}",
             ],  # fmt: skip
             self.ns.tmp / "etcd.log",
         )
@@ -209,30 +245,45 @@ class Agent:
     def __init__(self, ns: Netns, name: str, extra: dict[str, Any]) -> None:
         self.name = name
         self.err = ns.tmp / f"{name}.log"
+        self._err_file = self.err.open("ab")
         self.proc = ns.popen(
             [sys.executable, str(HERE / "client_agent.py"), json.dumps(extra)],
             None,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=self.err.open("ab"),
+            stderr=self._err_file,
             text=True,
             bufsize=1,
         )
         self._lock = threading.Lock()
-        self.ready = self.call({"op": "ping"}, timeout=300)
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"op": "ping"}) + "\n")  # answered once SGLang is up
+        self.proc.stdin.flush()
+        self.ready: dict[str, Any] | None = None
+
+    def wait_ready(self, timeout: float = 300) -> Agent:
+        """The answer to the ``ping`` sent at start (agents import SGLang in parallel meanwhile)."""
+        if self.ready is None:
+            self.ready = self._answer(timeout)
+        return self
 
     def call(self, cmd: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
         """Send one command, wait for its answer (the agent is killed past ``timeout``)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.wait_ready()
         with self._lock:
-            timer = threading.Timer(timeout, lambda: self.proc.poll() is None and os.kill(self.proc.pid, 9))
-            timer.start()
-            try:
-                self.proc.stdin.write(json.dumps(cmd) + "\n")
-                self.proc.stdin.flush()
-                line = self.proc.stdout.readline()
-            finally:
-                timer.cancel()
+            self.proc.stdin.write(json.dumps(cmd) + "\n")
+            self.proc.stdin.flush()
+            return self._answer(timeout)
+
+    def _answer(self, timeout: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        timer = threading.Timer(timeout, lambda: self.proc.poll() is None and os.kill(self.proc.pid, 9))
+        timer.start()
+        try:
+            line = self.proc.stdout.readline()
+        finally:
+            timer.cancel()
         if not line:
             raise RuntimeError(f"agent {self.name} died; log tail: {self.err.read_text()[-3000:]}")
         answer: dict[str, Any] = json.loads(line)
@@ -247,6 +298,7 @@ class Agent:
             self.proc.stdin.flush()
             self.proc.wait(30)
         stop_pid(self.proc)
+        self._err_file.close()
 
 
 def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.3) -> bool:
