@@ -13,6 +13,7 @@ one JSON command per stdin line with one JSON line on stdout:
   (exceptions that escaped the backend: must stay empty), hit counts per phase;
 - ``{"op": "exists_as", "tenant": u, "tag": t, "n": n}``: ``batch_exists`` through a second
   backend of this process whose namespace has tenant u;
+- ``{"op": "legacy_set" | "legacy_get", ...}``: the same through SGLang's legacy (non-v1) path;
 - ``{"op": "stats"}``: ``tier_stats()``; ``{"op": "quit"}``.
 """
 
@@ -123,6 +124,32 @@ class Agent:
             }
         finally:
             self.host.free(idx)
+
+    def legacy_set(self, tag: str, n: int, seed: int) -> dict[str, Any]:
+        """SGLang's legacy copy path: ``batch_set`` of fresh flat page tensors (not in the
+        registered host pool)."""
+        import torch
+
+        gen = torch.Generator().manual_seed(seed)
+        template = self.host.get_dummy_flat_data_page()
+        nbytes = template.numel() * template.element_size()
+        pages = [torch.randint(0, 255, (nbytes,), generator=gen, dtype=torch.uint8) for _ in range(n)]
+        stored = self.backend.batch_set(self.keys(tag, n), [p.view(template.dtype) for p in pages])
+        return {"stored": stored, "digests": [hashlib.sha256(p.numpy().tobytes()).hexdigest() for p in pages]}
+
+    def legacy_get(self, tag: str, n: int) -> dict[str, Any]:
+        """``batch_get`` into fresh flat tensors (the legacy path)."""
+        import torch
+
+        template = self.host.get_dummy_flat_data_page()
+        got = self.backend.batch_get(self.keys(tag, n), [torch.zeros_like(template) for _ in range(n)])
+        return {
+            "ok": [g is not None for g in got],
+            "digests": [
+                hashlib.sha256(g.view(torch.uint8).numpy().tobytes()).hexdigest() if g is not None else ""
+                for g in got
+            ],
+        }
 
     def storm(self, seconds: float, n: int, local: str) -> dict[str, Any]:
         """Calls as SGLang makes them, for ``seconds``; exceptions are recorded, never raised."""

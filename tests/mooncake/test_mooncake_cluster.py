@@ -34,6 +34,18 @@ def test_a_page_set_by_one_client_is_found_and_byte_checked_by_the_other(cluster
     assert stats["dram"]["entries"] == N  # the pool hits were promoted into b's local DRAM
 
 
+def test_pages_outside_the_registered_host_pool_are_staged_and_still_correct(cluster: dict[str, Any]) -> None:
+    """SGLang's legacy path hands over fresh tensors: they go through Mooncake's own staging buffer
+    (``put_parts`` / ``get_buffer``), not the zero-copy calls, and still round-trip byte-exact."""
+    a, b = cluster["a"], cluster["b"]
+    put = a.call({"op": "legacy_set", "tag": "flat", "n": 3, "seed": 6})
+    assert put["stored"] is True
+    got = b.call({"op": "legacy_get", "tag": "flat", "n": 3})
+    assert got["ok"] == [True] * 3 and got["digests"] == put["digests"]
+    assert a.call({"op": "stats"})["tiers"]["remote"]["client"]["staged_puts"] == 3
+    assert b.call({"op": "stats"})["tiers"]["remote"]["client"]["staged_gets"] == 3
+
+
 def test_master_killed_mid_storm_gives_misses_within_the_timeout_and_no_exception(
     cluster: dict[str, Any],
 ) -> None:
