@@ -60,6 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats (median reported)")
     parser.add_argument("--engines", default="tcp,local")
     parser.add_argument(
+        "--provider",
+        choices=("nodes", "mooncake"),
+        default="nodes",
+        help="nodes: our node client vs socket/Mooncake baselines; mooncake: our remote tier over "
+        "Mooncake Store next to the bare Mooncake client (see _remote_provider)",
+    )
+    parser.add_argument(
         "--with-mooncake",
         dest="with_mooncake",
         action="store_true",
@@ -379,6 +386,10 @@ def _ratio(a: float, b: float | None) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "provider", "nodes") == "mooncake":
+        from hicache_mooncake.bench._remote_provider import run_provider_mooncake
+
+        return run_provider_mooncake(args)
     sizes = [int(s.strip().lower().removesuffix("mib")) * MiB for s in args.sizes.split(",")]
     total = args.total_mib * MiB
     batch = args.batch_mib * MiB
