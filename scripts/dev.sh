@@ -23,9 +23,12 @@ pick_python() {
 }
 
 system_packages() {
-  # Services the tests start for real (redis-server) and the benchmark's raw-disk baseline (fio).
+  # Services the tests start for real (redis-server; etcd for Mooncake's master HA), the library the
+  # Mooncake wheel loads even for TCP (libibverbs1) and the benchmark's raw-disk baseline (fio).
   local missing=()
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+  ldconfig -p 2>/dev/null | grep -q 'libibverbs\.so\.1 ' || missing+=(libibverbs1)
   command -v fio >/dev/null 2>&1 || missing+=(fio)
   ((${#missing[@]})) || return 0
   if [[ $(id -u) -ne 0 ]]; then
@@ -49,6 +52,7 @@ setup() {
     "$VENV/bin/pip" install -q -r requirements/torch.txt
     "$VENV/bin/pip" install -q --no-deps -r requirements/sglang-cpu.txt
     "$VENV/bin/pip" install -q -r requirements/dev.txt
+    "$VENV/bin/pip" install -q --no-deps -r requirements/mooncake.txt
     "$VENV/bin/pip" install -q --no-deps -e .
     echo "$want" > "$stamp"
   fi

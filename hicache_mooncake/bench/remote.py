@@ -11,7 +11,7 @@ this process and a separate process holding the memory, over loopback:
   registered buffers) over its Transfer Engine TCP transport, against ``mooncake_master`` and a
   separate segment-holder process, all in one private network namespace (``unshare -n``; see
   ``_mooncake_runner``). With ``--with-mooncake`` (default) the pinned wheel
-  (``requirements/bench-mooncake.txt``) is pip-installed into this environment when missing, and
+  (``requirements/mooncake.txt``) is pip-installed into this environment when missing, and
   ``libibverbs1`` apt-installed when missing; any failure is recorded as ``mooncake_reason`` and the
   rest of the benchmark still runs.
 
@@ -49,7 +49,7 @@ from hicache_mooncake.transport.sockio import recv_into_exact, send_all
 
 MiB = 1 << 20
 MOONCAKE_DIST = "mooncake-transfer-engine-non-cuda"
-MOONCAKE_PIN = f"{MOONCAKE_DIST}==0.3.13.post1"  # same pin as requirements/bench-mooncake.txt
+MOONCAKE_PIN = f"{MOONCAKE_DIST}==0.3.13.post1"  # same pin as requirements/mooncake.txt
 RUNNER_MODULE = "hicache_mooncake.bench._mooncake_runner"
 
 

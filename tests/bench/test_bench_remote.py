@@ -106,9 +106,9 @@ def test_libibverbs_missing_without_apt(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_pin_matches_requirements_file() -> None:
-    lines = (REPO / "requirements" / "bench-mooncake.txt").read_text().splitlines()
+    lines = (REPO / "requirements" / "mooncake.txt").read_text().splitlines()
     pins = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
-    assert pins == [remote.MOONCAKE_PIN]
+    assert remote.MOONCAKE_PIN in pins
 
 
 def test_remote_importable_without_mooncake() -> None:
