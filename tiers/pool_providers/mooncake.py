@@ -17,6 +17,8 @@ seconds), so the provider is ``blocking``: the tier runs it under its ``CallGuar
 while the master is away, answers misses without calling. Mooncake's client pings the master,
 reconnects, remounts its segments and follows the elected leader in HA mode by itself; ``probe()``
 only checks that it did (and connects the first time, if the master was not up at start).
+``setup`` and ``close`` hold the GIL while they wait for a master, so they are only called when
+``mooncake_reach`` finds one accepting connections (else: retry later / leave the client unclosed).
 
 ``clear()`` does not wipe the pool: a Mooncake cluster is shared by every deployment and instance
 (``remove_all`` would delete their pages too); objects leave it by Mooncake's eviction.
@@ -38,6 +40,7 @@ import numpy as np
 from ..parts import scatter
 from .base import Item, PoolProvider, PoolUnavailable, RemoteSettings
 from .mooncake_config import MooncakeConfig
+from .mooncake_reach import metadata_reachable, reachable_master
 from .registered import RegisteredRanges, address_of
 from .registry import register_provider
 
@@ -46,6 +49,9 @@ log = logging.getLogger(__name__)
 OBJECT_ALREADY_EXISTS = -705
 UNREACHABLE = frozenset({-900, -901})  # RPC_FAIL, RPC_TIMEOUT: the master did not answer
 PROBE_KEY = "hicache-mooncake/probe"
+# Clients closed while their master was unreachable: ``close()`` (and the destructor) would hold
+# the GIL for seconds, so they are kept here, unclosed, for the life of the process.
+_PARKED: list[Any] = []
 
 StoreFactory = Callable[[], Any]
 
@@ -70,8 +76,9 @@ class MooncakeProvider(PoolProvider):
         self._store: Any = None
         self._replicate: Any = None
         self._connect_lock = threading.Lock()
-        self._regions = RegisteredRanges()
-        self._registered: list[tuple[int, int]] = []  # registered with the live store
+        self._memory_lock = threading.Lock()  # announced regions, registrations, the store's arrival
+        self._announced = RegisteredRanges()  # what the caller announced
+        self._registered = RegisteredRanges()  # what the live store accepted: zero copy
         self._closed = False
         self.counters: Counter[str] = Counter()
         self.last_error = ""
@@ -108,6 +115,15 @@ class MooncakeProvider(PoolProvider):
         try:
             if self._store is not None:
                 return True
+            wait_s = min(1.0, self.timeout_s)
+            if reachable_master(self.cfg.master, wait_s) is None:
+                self.last_error = f"no master accepting connections at {self.cfg.master}"
+                self.counters["master_unreachable"] += 1
+                return False  # setup() would hold the GIL while it waits: see mooncake_reach
+            if not metadata_reachable(self.cfg.metadata_server, wait_s):
+                self.last_error = f"metadata server {self.cfg.metadata_server} not reachable"
+                self.counters["metadata_unreachable"] += 1
+                return False
             store = self._factory()
             rc = store.setup(self.setup_config())
             if rc != 0:
@@ -121,9 +137,10 @@ class MooncakeProvider(PoolProvider):
             replicate = ReplicateConfig()
             replicate.replica_num = self.cfg.replica_num
             self._replicate = replicate
-            for base, nbytes in self._regions.ranges():
-                self._register(store, base, nbytes)
-            self._store = store
+            with self._memory_lock:
+                for base, nbytes in self._announced.ranges():
+                    self._register(store, base, nbytes)
+                self._store = store
             self.counters["connects"] += 1
             log.info("hicache-mooncake: connected to Mooncake master %s", self.cfg.master)
             return True
@@ -133,16 +150,18 @@ class MooncakeProvider(PoolProvider):
     def _register(self, store: Any, base: int, nbytes: int) -> None:
         rc = store.register_buffer(base, nbytes)
         if rc == 0:
-            self._registered.append((base, nbytes))
+            self._registered.add(base, nbytes)
         else:  # pages in it take the staged path (still correct)
             self.counters["register_failures"] += 1
             self.last_error = f"register_buffer({nbytes} bytes) returned {rc}"
 
     def register_memory(self, regions: Sequence[memoryview]) -> None:
-        for view in regions:
-            base, nbytes = address_of(view), view.nbytes
-            if nbytes and self._regions.add(base, nbytes) and self._store is not None:
-                self._register(self._store, base, nbytes)
+        """Announce the host pool's buffers; registered now if connected, else at connection."""
+        with self._memory_lock:
+            for view in regions:
+                base, nbytes = address_of(view), view.nbytes
+                if nbytes and self._announced.add(base, nbytes) and self._store is not None:
+                    self._register(self._store, base, nbytes)
 
     def probe(self) -> bool:
         if self._store is None:
@@ -171,11 +190,11 @@ class MooncakeProvider(PoolProvider):
         ptrs: list[list[int]] = []
         sizes: list[list[int]] = []
         staged: list[int] = []
-        registered = self._regions
+        registered = self._registered
         for i, (_key, parts) in enumerate(items):
             addrs = [address_of(p) for p in parts]
             ns = [p.nbytes for p in parts]
-            if self._registered and registered.covers_all(addrs, ns):
+            if registered.covers_all(addrs, ns):
                 direct.append(i)
                 ptrs.append(addrs)
                 sizes.append(ns)
@@ -240,7 +259,7 @@ class MooncakeProvider(PoolProvider):
             "master": self.cfg.master,
             "replica_num": self.cfg.replica_num,
             "segment_bytes": self.cfg.segment_size,
-            "registered_bytes": sum(n for _, n in self._registered),
+            "registered_bytes": self._registered.total_bytes(),
             "last_error": self.last_error,
             "client": dict(self.counters),
         }
@@ -250,10 +269,15 @@ class MooncakeProvider(PoolProvider):
         store, self._store = self._store, None
         if store is None:
             return
-        for base, _ in self._registered:
-            with contextlib.suppress(Exception):
-                store.unregister_buffer(base)
-        self._registered.clear()
+        if reachable_master(self.cfg.master, min(1.0, self.timeout_s)) is None:
+            _PARKED.append(store)  # close() would freeze the process while it waits for the master
+            log.warning("hicache-mooncake: Mooncake master unreachable at close; client left unclosed")
+            return
+        with self._memory_lock:
+            for base, _ in self._registered.ranges():
+                with contextlib.suppress(Exception):
+                    store.unregister_buffer(base)
+            self._registered.clear()
         with contextlib.suppress(Exception):
             store.close()
 

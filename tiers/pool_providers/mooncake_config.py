@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 P2P = "P2PHANDSHAKE"
-MASTER_SCHEMES = ("etcd", "k8s")
+MASTER_SCHEMES = ("etcd",)
 METADATA_SCHEMES = ("etcd", "http", "https")
 
 
@@ -23,8 +23,7 @@ class MooncakeConfig(BaseModel):
 
     master: str = "127.0.0.1:50051"
     """Mooncake master: ``host:port`` (one master), or the HA forms ``etcd://h1:p1;h2:p2`` (the
-    masters run with ``--enable_ha --etcd_endpoints=...``; the client follows the elected leader)
-    and ``k8s://...``."""
+    masters run with ``--enable_ha --etcd_endpoints=...``; the client follows the elected leader)."""
     metadata_server: str = P2P
     """Transfer Engine metadata: ``P2PHANDSHAKE`` (no metadata service: peers exchange segment
     descriptors directly; recommended), ``etcd://h:p``, or ``http://h:p/metadata`` (the master's
