@@ -17,6 +17,12 @@ metadata server binds 0.0.0.0:8080 whatever it is told. In that namespace it
    (both also get ``PR_SET_PDEATHSIG``, so they die if this process is killed; the namespace goes
    with the last of them).
 
+With ``--provider`` (``bench remote --provider mooncake``) step 4 measures two series side by side
+instead: the bare client (``MooncakeSeries(parts=2)``) and our remote tier with the ``mooncake``
+provider (``TierSeries``: its own client, same pages, parts and batches), repeats interleaved, each
+repeat's objects force-removed afterwards, with the process CPU time spent inside each series'
+timed calls; one ``MOONCAKE_RESULT`` line carries both.
+
 The measurement helpers (``stamp``/``timed_batches``) are shared with our side in ``remote.py`` so
 both are measured the same way: one untimed warm-up pass, then per repeat the sum of the batch calls'
 own durations (stamping and verification are outside the timed region), median over repeats.
