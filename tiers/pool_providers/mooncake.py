@@ -32,7 +32,7 @@ import logging
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -53,26 +53,15 @@ PROBE_KEY = "hicache-mooncake/probe"
 # the GIL for seconds, so they are kept here, unclosed, for the life of the process.
 _PARKED: list[Any] = []
 
-StoreFactory = Callable[[], Any]
-
-
-def _default_store() -> Any:
-    from mooncake.store import MooncakeDistributedStore
-
-    return MooncakeDistributedStore()
-
 
 class MooncakeProvider(PoolProvider):
     name = "mooncake"
     blocking = True
 
-    def __init__(
-        self, cfg: MooncakeConfig, timeout_s: float, store_factory: StoreFactory = _default_store
-    ) -> None:
+    def __init__(self, cfg: MooncakeConfig, timeout_s: float) -> None:
         self.cfg = cfg
         self.timeout_s = timeout_s
         self.retry_interval_s = cfg.retry_interval_s
-        self._factory = store_factory
         self._store: Any = None
         self._replicate: Any = None
         self._connect_lock = threading.Lock()
@@ -124,7 +113,9 @@ class MooncakeProvider(PoolProvider):
                 self.last_error = f"metadata server {self.cfg.metadata_server} not reachable"
                 self.counters["metadata_unreachable"] += 1
                 return False
-            store = self._factory()
+            from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+
+            store = MooncakeDistributedStore()
             rc = store.setup(self.setup_config())
             if rc != 0:
                 self.last_error = f"setup returned {rc} (master {self.cfg.master})"
@@ -132,8 +123,6 @@ class MooncakeProvider(PoolProvider):
                 with contextlib.suppress(Exception):
                     store.close()
                 return False
-            from mooncake.store import ReplicateConfig
-
             replicate = ReplicateConfig()
             replicate.replica_num = self.cfg.replica_num
             self._replicate = replicate
