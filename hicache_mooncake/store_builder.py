@@ -6,18 +6,19 @@ backend never changes.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
-from typing import Any
 
 from hicache_mooncake.config import BackendConfig
-from hicache_mooncake.tiers.demoter import Demoter
+from hicache_mooncake.host_ram import memory_available, memory_limit
+from hicache_mooncake.sizes import format_size
 from hicache_mooncake.tiers.dram_tier import DramTier
-from hicache_mooncake.tiers.policy import AccessContext, policy_factory
-from hicache_mooncake.tiers.ssd_tier import SsdTier
+from hicache_mooncake.tiers.policy import policy_factory
 from hicache_mooncake.tiers.tier import Tier
-from hicache_mooncake.tiers.tiered_store import TieredStore
+from hicache_mooncake.tiers.tiered_store import StoreOptions, TieredStore
 
+log = logging.getLogger(__name__)
 TierBuilder = Callable[[BackendConfig, str], Tier | None]
 _BUILDERS: list[tuple[int, str, TierBuilder]] = []
 
@@ -36,13 +37,27 @@ def build_dram(config: BackendConfig, rank_tag: str) -> Tier | None:
     dram = config.tiers.dram
     if not dram.enabled:
         return None
-    return DramTier(
-        capacity=dram.capacity,
-        slab_size=dram.slab_size,
-        policy=dram.policy,
-        policy_options=dict(dram.policy_options),
-        prefault=dram.prefault,
-    )
+    limit, available = memory_limit(), memory_available()
+    if dram.capacity > limit:
+        raise ValueError(
+            f"tiers.dram.capacity: {format_size(dram.capacity)} is more than this host lets the process use "
+            f"({format_size(limit)}, the RAM or the container's memory limit); every rank allocates it"
+        )
+    if available is not None and dram.capacity > available:
+        log.warning(
+            "tiers.dram.capacity: %s is more than the memory available now (%s)%s",
+            format_size(dram.capacity),
+            format_size(available),
+            "; prefault touches all of it at attach, so the kernel may kill the process"
+            if dram.prefault
+            else "; the arena is touched as it fills",
+        )
+    try:
+        return DramTier(capacity=dram.capacity, slab_size=dram.slab_size, prefault=dram.prefault)
+    except OSError as exc:
+        raise ValueError(
+            f"tiers.dram.capacity: cannot allocate {format_size(dram.capacity)}: {exc.strerror or exc}"
+        ) from None
 
 
 @register_tier_builder(1, "remote")
@@ -69,6 +84,7 @@ def build_ssd(config: BackendConfig, rank_tag: str) -> Tier | None:
         return None
     from hicache_mooncake.ssd import SsdEngine, SsdOptions
     from hicache_mooncake.tiers.rate_budget import RateBudget
+    from hicache_mooncake.tiers.ssd_tier import SsdTier
 
     dirs = []
     for base in ssd.paths:
@@ -98,8 +114,21 @@ def build_ssd(config: BackendConfig, rank_tag: str) -> Tier | None:
 
 
 def build_store(config: BackendConfig, rank_tag: str = "rank0") -> TieredStore:
-    """All enabled tiers (and the DRAM->SSD mover when both exist). A tier that fails to build
-    closes the ones already built, then raises."""
+    """The one store over all enabled tiers. The policy is validated before anything is
+    allocated; a tier that fails to build closes the ones already built, then raises."""
+    tiers_cfg = config.tiers
+    try:
+        factory = policy_factory(tiers_cfg.policy, **dict(tiers_cfg.policy_options))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"tiers.policy_options: {exc}") from None
+    ssd = tiers_cfg.ssd
+    options = StoreOptions(
+        timeout_s=config.io.timeout_s,
+        dram_high=ssd.high_watermark,
+        dram_low=ssd.low_watermark,
+        ssd_write_through=ssd.mode == "write_through",
+        wait_for_room=ssd.foreground_demotion,
+    )
     tiers: list[Tier] = []
     try:
         for _order, _name, builder in _BUILDERS:
@@ -108,31 +137,8 @@ def build_store(config: BackendConfig, rank_tag: str = "rank0") -> TieredStore:
                 tiers.append(tier)
         if not tiers:
             raise ValueError("the configuration enables no tier (tiers.*.enabled are all false)")
-        demoter, background_copy = _mover(config, tiers)
-        if config.tiers.placement == "unified" and any(isinstance(t, DramTier | SsdTier) for t in tiers):
-            from hicache_mooncake.tiers.placed_store import PlacedTieredStore
-
-            factory = policy_factory(config.tiers.policy, **dict(config.tiers.policy_options))
-            return PlacedTieredStore(tiers, factory, demoter)
-        return TieredStore(tiers, demoter, background_copy)
+        return TieredStore(tiers, factory, options)
     except BaseException:
         for tier in tiers:
             tier.close()
         raise
-
-
-def _mover(config: BackendConfig, tiers: list[Tier]) -> tuple[Demoter | None, bool]:
-    dram = next((t for t in tiers if isinstance(t, DramTier)), None)
-    ssd_tier = next((t for t in tiers if isinstance(t, SsdTier)), None)
-    if dram is None or ssd_tier is None:
-        return None, False
-    ssd = config.tiers.ssd
-    if ssd.foreground_demotion:
-        dram.on_evict = lambda key, data: _demote_now(ssd_tier, key, data)
-    demoter = Demoter(dram, ssd_tier, ssd.high_watermark, ssd.low_watermark)
-    return demoter, ssd.mode == "write_through"
-
-
-def _demote_now(ssd_tier: Any, key: str, data: Any) -> None:
-    if not ssd_tier.contains(key) and ssd_tier.admit(key, data.nbytes, 0):
-        ssd_tier.put_batch([(key, [data.data], AccessContext(demoted=True))])

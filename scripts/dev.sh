@@ -24,12 +24,14 @@ pick_python() {
 
 system_packages() {
   # Services the tests start for real (redis-server; etcd for Mooncake's master HA), the library the
-  # Mooncake wheel loads even for TCP (libibverbs1) and the benchmark's raw-disk baseline (fio).
+  # Mooncake wheel loads even for TCP (libibverbs1), the benchmark's raw-disk baseline (fio), and
+  # rdma-core's real pyverbs, which the RDMA simulator's API is checked against (no device needed).
   local missing=()
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
   command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
   ldconfig -p 2>/dev/null | grep -q 'libibverbs\.so\.1 ' || missing+=(libibverbs1)
   command -v fio >/dev/null 2>&1 || missing+=(fio)
+  /usr/bin/python3 -c 'import pyverbs' >/dev/null 2>&1 || missing+=(python3-pyverbs)
   ((${#missing[@]})) || return 0
   if [[ $(id -u) -ne 0 ]]; then
     echo "warning: ${missing[*]} missing and not root; tests that need them will be skipped" >&2

@@ -65,16 +65,52 @@ class RedisProc:
             self.proc = None
 
 
+def node_env(secret: str | None = SECRET) -> dict[str, str]:
+    """The environment of a node process: ``secret`` in $HICACHE_NODE_SECRET, or none at all."""
+    env = dict(os.environ)
+    env.pop("HICACHE_NODE_SECRET", None)
+    if secret is not None:
+        env["HICACHE_NODE_SECRET"] = secret
+    return env
+
+
+def node_command(cfg_path: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "hicache_mooncake", "node", "--config", str(cfg_path), *extra]
+
+
 class NodeProc:
+    """``hicache-mooncake node`` in a process. ``node`` overrides keys of its ``node:`` section;
+    ``secret=None`` starts it without a shared secret; ``env`` is added to its environment (e.g.
+    a simulated RDMA fabric, ``rdma_sim.Fabric.env()``)."""
+
     def __init__(
-        self, tmp: Path, name: str, redis_url: str | None, namespace: str, capacity: str = "64MiB"
+        self,
+        tmp: Path,
+        name: str,
+        redis_url: str | None,
+        namespace: str,
+        capacity: str = "64MiB",
+        node: dict[str, object] | None = None,
+        secret: str | None = SECRET,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.tmp, self.name = tmp, name
+        self.secret = secret
+        self.extra_env = env or {}
         self.cfg_path = tmp / f"{name}.yaml"
         self.ready = tmp / f"{name}.ready"
-        self.port = free_port()
+        overrides = dict(node or {})
+        self.port = int(str(overrides.pop("port", free_port())))
+        node_cfg: dict[str, object] = {
+            "node_id": name,
+            "port": self.port,
+            "capacity": capacity,
+            "drain_timeout_s": 2,
+            **overrides,
+        }
+        self.shm_dir = Path(str(node_cfg.get("shm_dir", "/dev/shm")))
         cfg = {
-            "node": {"node_id": name, "port": self.port, "capacity": capacity, "drain_timeout_s": 2},
+            "node": node_cfg,
             "metadata": {
                 "backend": "redis" if redis_url else "embedded",
                 "url": redis_url or "redis://127.0.0.1:1/0",
@@ -89,22 +125,12 @@ class NodeProc:
 
     def start(self) -> NodeProc:
         self.ready.unlink(missing_ok=True)
-        env = dict(os.environ, HICACHE_NODE_SECRET=SECRET)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "hicache_mooncake",
-                    "node",
-                    "--config",
-                    str(self.cfg_path),
-                    "--ready-file",
-                    str(self.ready),
-                ],
+                node_command(self.cfg_path, "--ready-file", str(self.ready)),
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=env,
+                env=dict(node_env(self.secret), **self.extra_env),
             )
         deadline = time.monotonic() + 15
         while not self.ready.exists():
@@ -116,14 +142,24 @@ class NodeProc:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, sig: int = signal.SIGTERM) -> int | None:
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def arenas(self, pid: int | None = None) -> list[Path]:
+        """This node's arena files in its shm directory (of process ``pid``, or of any)."""
+        return sorted(self.shm_dir.glob(f"hicache-node-{self.name}-{pid if pid else '*'}-*"))
+
+    def stop(self, sig: int = signal.SIGTERM, keep_arena: bool = False) -> int | None:
         if self.proc is None:
             return None
         pid = self.proc.pid
         _stop(self.proc, sig)
         code = self.proc.returncode
         self.proc = None
-        # a killed node cannot unlink its shared-memory arena: do it for it
-        for leftover in Path("/dev/shm").glob(f"hicache-node-{self.name}-{pid}-*"):
-            leftover.unlink(missing_ok=True)
+        if not keep_arena:
+            # a killed node cannot unlink its shared-memory arena: do it for it
+            for leftover in self.arenas(pid):
+                leftover.unlink(missing_ok=True)
         return code

@@ -4,7 +4,7 @@ This class is the same for every provider (``tiers.remote.provider``: ``nodes`` 
 - write-through (``write_through``): the stores put every set here too, so other instances find
   it; promotion of pool hits into local DRAM (``promote_on_hit``);
 - deadlines: a provider whose calls can block (``provider.blocking``) runs under a ``CallGuard``:
-  no call waits longer than ``timeout_s``; after a timeout or an unreachable pool every call is an
+  no call waits longer than ``timeout_s`` (or the caller's earlier absolute ``deadline``); after a timeout or an unreachable pool every call is an
   immediate miss until the provider's ``probe()`` succeeds (the tier rejoins by itself);
 - misses, never exceptions: anything a provider raises is a miss / refused write, counted;
 - counters (``stats()["calls"]``): keys asked, hits, bytes in and out, failures, per operation.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -59,13 +60,22 @@ class RemoteDramTier(Tier):
         return True
 
     # ------------------------------------------------------------------ plumbing
-    def _call(self, op: str, fn: Callable[[], list[R]], n: int, miss: R) -> list[R]:
-        """``fn()`` under the deadline of ``op``; any failure is ``[miss] * n``, counted."""
+    def _call(
+        self, op: str, fn: Callable[[], list[R]], n: int, miss: R, deadline: float | None = None
+    ) -> list[R]:
+        """``fn()`` under the deadline of ``op`` (and the caller's absolute ``deadline``, when it
+        is earlier); any failure is ``[miss] * n``, counted."""
         try:
             if self.guard is None:
                 out = fn()
             else:
-                got = self.guard.call(fn, self.provider.deadline_s(op, self.timeout_s))
+                wait_s = self.provider.deadline_s(op, self.timeout_s)
+                if deadline is not None:
+                    wait_s = min(wait_s, deadline - time.monotonic())
+                if wait_s <= 0:
+                    self._count(f"{op}_late", n)
+                    return [miss] * n
+                got = self.guard.call(fn, wait_s)
                 if got is None:
                     self._count(f"{op}_unanswered", n)
                     return [miss] * n
@@ -95,6 +105,8 @@ class RemoteDramTier(Tier):
 
     # ------------------------------------------------------------------ Tier
     def register_memory(self, regions: Sequence[memoryview]) -> None:
+        """SGLang's host pool buffers, to the provider (nodes: the RDMA engine registers them;
+        mooncake: ``register_buffer``), so pages move with no copy."""
         try:
             self.provider.register_memory(regions)
         except Exception as exc:  # the provider keeps working through its slower path
@@ -117,7 +129,9 @@ class RemoteDramTier(Tier):
     def put(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
         return self.put_batch([(key, parts, ctx)])[0]
 
-    def put_batch(self, items: Sequence[tuple[str, Parts, AccessContext]]) -> list[bool]:
+    def put_batch(
+        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
+    ) -> list[bool]:
         if not items:
             return []
         obj_type = int(items[0][2].obj_type)
@@ -134,7 +148,9 @@ class RemoteDramTier(Tier):
     def get_into(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
         return self.get_batch_into([(key, parts, ctx)])[0]
 
-    def get_batch_into(self, items: Sequence[tuple[str, Parts, AccessContext]]) -> list[bool]:
+    def get_batch_into(
+        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
+    ) -> list[bool]:
         if not items:
             return []
         plain: list[Item] = [(key, parts) for key, parts, _ in items]

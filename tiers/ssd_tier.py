@@ -89,7 +89,9 @@ class SsdTier(Tier):
     def put(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
         return self.put_batch([(key, parts, ctx)])[0]
 
-    def put_batch(self, items: Sequence[tuple[str, Parts, AccessContext]]) -> list[bool]:
+    def put_batch(
+        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
+    ) -> list[bool]:
         if not items:
             return []
         return self.engine.put_batch([(key, parts) for key, parts, _ in items])
@@ -97,7 +99,9 @@ class SsdTier(Tier):
     def get_into(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
         return self.get_batch_into([(key, parts, ctx)])[0]
 
-    def get_batch_into(self, items: Sequence[tuple[str, Parts, AccessContext]]) -> list[bool]:
+    def get_batch_into(
+        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
+    ) -> list[bool]:
         if not items:
             return []
         result = self.engine.get_batch_into([(key, parts) for key, parts, _ in items])

@@ -11,7 +11,9 @@ Failure semantics, for every tier:
   ``put`` returns True (values are immutable).
 - ``get_into`` returns False on a miss, a size mismatch or an I/O error; on False the contents of
   the destination parts are unspecified (the caller treats the page as not loaded).
-- No method blocks longer than the tier's configured timeout.
+- The batched calls take an absolute ``deadline`` (``time.monotonic()``; None: the tier's own
+  timeout); work not finished by then is reported as not done (a miss, or False). No method
+  blocks longer than the tier's configured timeout.
 - Every method is thread-safe.
 """
 
@@ -64,10 +66,14 @@ class Tier(ABC):
     def stats(self) -> dict[str, Any]: ...
 
     # Batched forms. Tiers that can coalesce I/O (SSD, remote) override these.
-    def put_batch(self, items: Sequence[tuple[str, Parts, AccessContext]]) -> list[bool]:
+    def put_batch(
+        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
+    ) -> list[bool]:
         return [self.put(key, parts, ctx) for key, parts, ctx in items]
 
-    def get_batch_into(self, items: Sequence[tuple[str, Parts, AccessContext]]) -> list[bool]:
+    def get_batch_into(
+        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
+    ) -> list[bool]:
         return [self.get_into(key, parts, ctx) for key, parts, ctx in items]
 
     def contains_batch(self, keys: Sequence[str]) -> list[bool]:

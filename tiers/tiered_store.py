@@ -1,64 +1,505 @@
-"""The one place that decides which tier serves a get and where a set goes.
+"""``TieredStore``: the one store. Local DRAM and SSD placed by ONE policy; the shared pool beside.
 
-Tiers are ordered fastest first (DRAM, remote DRAM, SSD). Semantics SGLang relies on:
-- ``exists_prefix`` counts the leading keys present in any tier and stops at the first miss.
-- ``get_batch_into`` tries each tier in order for the keys still missing; a key's result is True
-  only if its bytes were copied in full. Results after the first miss are False (SGLang uses only
-  the leading run, so later keys are not fetched at all).
-- ``put_batch`` stores keys that no tier holds yet into the first tier that accepts them; a key
-  already present anywhere counts as stored (values are immutable).
+Tiers: an optional ``DramTier``, an optional ``SsdTier`` and any number of pool tiers (the remote
+DRAM pool). ``policy.placement.TierPlacement`` owns the local capacity: its policy decides which
+pages leave the host, DRAM holds the most recently used of them, and every get or set asks it
+once per key (``set`` / ``hit``). This class moves bytes as told:
 
-Each call builds one ``AccessContext`` per key from the call's key order, so policies see
-prefix positions and chain parents exactly as SGLang sent them.
+- set: new pages are copied into free DRAM from the caller's buffers (with no DRAM tier: written
+  to SSD within the call's deadline); pages the policy refuses are a decision, not a failure (True,
+  counted ``not_admitted``); pages that find no DRAM room in time are False (SGLang keeps them);
+  ``ssd_write_through`` also queues every new page for an SSD copy; pool tiers with
+  ``write_through`` receive every page they lack.
+- get: DRAM, then SSD, then the pool; results after the first miss are False (SGLang uses only the
+  leading run). An SSD hit is promoted into free DRAM when the SSD tier says it is hot
+  (``promote_min_hits``); a pool hit is copied into DRAM when the pool tier says so; a page the
+  placement does not know (recovered from SSD, found in the pool) is adopted.
+- exists: the leading run of keys held by any tier; the first miss is told to the policy.
+- after each call: pages the policy dropped are removed from both local tiers; DRAM overflow is
+  handed to the ``Mover`` (copy to SSD, then free DRAM), so sets do not wait for the disk. Only
+  when DRAM has no free slot does a set run queued moves itself (``wait_for_room``), and never past
+  its deadline.
+
+Deadlines: every call runs under ``timeout_s`` (``io.timeout_s``) unless given an absolute
+``deadline`` (``time.monotonic()``); tiers get the deadline and report unfinished work as misses
+/ False. Failure semantics of each tier: ``tier.py``.
+
+Locks: one lock guards the placement (bookkeeping only). No I/O and no SSD call runs under it;
+under it only the DRAM tier's index may be touched (lock order: store -> DRAM). Keys the SSD
+engine drops (region reclaim) are queued and forgotten at the next call, so the engine never
+waits for this lock.
+
+Placement bookkeeping of an all-DRAM get, or of a set with many new pages, runs on a worker
+thread while the caller's thread copies bytes (numpy, GIL released): a call costs
+max(copy, bookkeeping) instead of their sum.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import replace
+import time
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any
 
-from .demoter import Demoter
+from .dram_tier import DramTier
+from .mover import Mover
 from .parts import Parts
-from .policy import AccessContext, ObjectType
-from .policy.contexts import get_contexts, set_contexts
+from .policy import AccessContext, EvictionPolicy, ObjectType
+from .policy.contexts import get_contexts, miss_context, set_contexts
+from .policy.placement import DRAM, SSD, SetOutcome, TierPlacement
+from .ssd_tier import SsdTier
 from .tier import Tier
 
 _REQUEST_MEMORY = 1 << 16
+_OVERLAP_MIN = 8  # pages per call below which the hand-off to the worker costs more than it saves
+_TO_DRAM = (SetOutcome.NEW_DRAM, SetOutcome.UP)
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """How the store uses its tiers; each field is one YAML key (``store_builder`` maps them)."""
+
+    timeout_s: float = 5.0
+    """``io.timeout_s``: the deadline of a call that is given none."""
+    dram_high: float = 0.9
+    """``tiers.ssd.high_watermark``: share of DRAM the placement fills before demoting."""
+    dram_low: float = 0.75
+    """``tiers.ssd.low_watermark``: demotions bring DRAM back to this share."""
+    ssd_fill: float = 0.85
+    """Share of the SSD entries the placement uses (headroom for whole-region reclaim)."""
+    ssd_write_through: bool = False
+    """``tiers.ssd.mode: write_through``: every new page also gets an SSD copy (background)."""
+    wait_for_room: bool = True
+    """``tiers.ssd.foreground_demotion``: a set that finds no free DRAM runs queued demotions
+    itself (up to its deadline) instead of refusing the pages at once."""
 
 
 class TieredStore:
-    """``demoter`` (optional) moves pages DRAM -> SSD in the background; with
-    ``background_copy`` every set is also queued for an SSD copy (write-through without making
-    the set wait for the disk)."""
-
     def __init__(
-        self, tiers: Sequence[Tier], demoter: Demoter | None = None, background_copy: bool = False
+        self,
+        tiers: Sequence[Tier],
+        policy_factory: Callable[[], EvictionPolicy],
+        options: StoreOptions | None = None,
+        capacity: tuple[int, int] | None = None,
     ) -> None:
+        """``capacity``: fixed ``(total, dram)`` placement capacities in size units; by default
+        they are derived from the tiers and the first object's size."""
         if not tiers:
             raise ValueError("TieredStore needs at least one tier")
         self.tiers = list(tiers)
-        self.demoter = demoter
-        self.background_copy = background_copy and demoter is not None
-        # request length by first key of each exists call: a later get of that run knows it
+        self.options = options or StoreOptions()
+        self.dram = next((t for t in tiers if isinstance(t, DramTier)), None)
+        self.ssd = next((t for t in tiers if isinstance(t, SsdTier)), None)
+        self.pools = [t for t in tiers if t is not self.dram and t is not self.ssd]
+        self._new_policy = policy_factory
+        self._capacity = capacity
+        self._placement: TierPlacement | None = None
+        self._lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+        self._reclaimed: deque[str] = deque()
         self._request_len: OrderedDict[str, int] = OrderedDict()
-        self._request_len_lock = threading.Lock()
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hicache-placement")
+        self.mover: Mover | None = None
+        if self.dram is not None and self.ssd is not None:
+            self.mover = Mover(self.dram, self.ssd, self, timeout_s=self.options.timeout_s)
+        if self.ssd is not None:
+            self.ssd.evict_listeners.append(self._reclaimed.append)
+            self.ssd.engine.keep = self._ssd_copy_needed
+        if capacity is not None:
+            self._placement_for(0)
 
-    def _remember_request(self, keys: Sequence[str]) -> None:
+    # ------------------------------------------------------------------ placement
+    @property
+    def local(self) -> bool:
+        return self.dram is not None or self.ssd is not None
+
+    def _placement_for(self, nbytes: int) -> TierPlacement:
+        """The placement, created at the first call that knows an object size (under the lock)."""
+        if self._placement is None:
+            opts = self.options
+            if self._capacity is not None:
+                total, dram = self._capacity
+                low = int(dram * opts.dram_low / opts.dram_high) if self.ssd is not None else dram
+            else:
+                size = max(nbytes, 1)
+                dram_full = self.dram.capacity_objects(size) * size if self.dram else 0
+                ssd = int(self.ssd.capacity_objects(size) * size * opts.ssd_fill) if self.ssd else 0
+                if self.ssd is None:
+                    dram = low = dram_full
+                else:
+                    dram, low = int(dram_full * opts.dram_high), int(dram_full * opts.dram_low)
+                total = max(ssd, dram) if opts.ssd_write_through else dram + ssd
+            self._placement = TierPlacement(self._new_policy(), total, dram, low)
+        return self._placement
+
+    def _forget_reclaimed(self, placement: TierPlacement) -> None:
+        """Keys the SSD engine dropped: forgotten unless DRAM still holds them (under the lock)."""
+        while self._reclaimed:
+            key = self._reclaimed.popleft()
+            if key in placement and (self.dram is None or not self.dram.contains(key)):
+                placement.remove(key)
+                self.counts["forgotten"] += 1
+
+    def _ssd_copy_needed(self, key: str) -> bool:
+        """SSD region reclaim asks: rewrite this entry? Yes while the placement holds the page and
+        this SSD copy is its only one. Called under the engine's lock: dict reads only."""
+        placement = self._placement
+        if placement is None or key not in placement:
+            return False
+        return placement.tier_of(key) == SSD or self.dram is None or not self.dram.contains(key)
+
+    def _deadline(self, deadline: float | None) -> float:
+        return deadline if deadline is not None else time.monotonic() + self.options.timeout_s
+
+    # ------------------------------------------------------------------ MoveListener (the mover)
+    def moved(self, keys: Sequence[str]) -> None:
+        """Demoted pages have an SSD copy: free their DRAM slot unless placed in DRAM again."""
+        assert self.dram is not None
+        with self._lock:
+            placement = self._placement
+            gone = [k for k in keys if placement is None or placement.tier_of(k) != DRAM]
+            self.dram.remove_batch(gone)
+
+    def lost(self, keys: Sequence[str]) -> None:
+        """Demotions that found no SSD room: the pages leave the host (unless wanted in DRAM)."""
+        assert self.dram is not None
+        with self._lock:
+            placement = self._placement
+            gone = [k for k in keys if placement is None or placement.tier_of(k) != DRAM]
+            for key in gone:
+                if placement is not None:
+                    placement.remove(key)
+            self.dram.remove_batch(gone)
+            self.counts["dropped_on_demotion"] += len(gone)
+
+    # ------------------------------------------------------------------ existence
+    def exists_prefix(self, keys: Sequence[str]) -> int:
+        """How many leading ``keys`` some tier holds."""
         if not keys:
-            return
-        with self._request_len_lock:
+            return 0
+        with self._lock:
             self._request_len[keys[0]] = len(keys)
             self._request_len.move_to_end(keys[0])
             if len(self._request_len) > _REQUEST_MEMORY:
                 self._request_len.popitem(last=False)
+        n = len(keys)
+        pending = list(range(n))
+        for tier in self.tiers:
+            if not pending:
+                break
+            found = tier.contains_batch([keys[i] for i in pending])
+            pending = [i for i, ok in zip(pending, found, strict=True) if not ok]
+        hit = pending[0] if pending else n
+        if hit < n and self.local:
+            with self._lock:
+                if self._placement is not None:
+                    self._placement.miss(keys[hit], miss_context(hit, n))
+        return hit
 
-    def _request_len_of(self, keys: Sequence[str]) -> int:
-        with self._request_len_lock:
-            return self._request_len.get(keys[0], 0) if keys else 0
+    # ------------------------------------------------------------------ reads
+    def get_batch_into(
+        self,
+        keys: Sequence[str],
+        parts: Sequence[Parts],
+        obj_type: ObjectType = ObjectType.KV_PAGE,
+        deadline: float | None = None,
+    ) -> list[bool]:
+        if not keys:
+            return []
+        deadline = self._deadline(deadline)
+        sizes = [sum(p.nbytes for p in ps) for ps in parts]
+        with self._lock:
+            request_len = self._request_len.get(keys[0], 0)
+        ctxs = get_contexts(keys, sizes, request_len, obj_type=obj_type)
+        noted: Future[tuple[list[tuple[str, str]], list[str]]] | None = None
+        if self.dram is not None and len(keys) >= _OVERLAP_MIN and all(self.dram.contains_batch(keys)):
+            # all in DRAM (the common hit): note the hits while the bytes are copied
+            noted = self._worker.submit(self._note_dram_hits, keys, ctxs, sizes[0])
+        done, level_of = self._read_through(keys, parts, ctxs, deadline)
+        if noted is not None:
+            drops, demote = noted.result()
+            if not all(done):  # removed between the check and the read: fix the bookkeeping
+                self._reconcile([k for k, ok in zip(keys, done, strict=True) if not ok])
+            self._apply(drops, demote)
+            return done
+        promote = self._note_reads(keys, ctxs, done, level_of, sizes[0])
+        if promote and self.dram is not None:
+            landed = self.dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in promote], deadline)
+            failed = [keys[i] for i, ok in zip(promote, landed, strict=True) if not ok]
+            self.counts["promotions"] += len(promote) - len(failed)
+            if failed:
+                self.counts["promotions_skipped_full"] += len(failed)
+                self._reconcile(failed)
+        with self._lock:
+            drops, demote = self._placement.settle() if self._placement is not None else ([], [])
+        self._apply(drops, demote)
+        return done
 
+    def _reconcile(self, keys: Sequence[str]) -> None:
+        """``keys`` are not in DRAM although the placement may place them there: they stay placed
+        on SSD when it holds them, and are forgotten otherwise."""
+        on_ssd = self.ssd.contains_batch(keys) if self.ssd is not None else [False] * len(keys)
+        in_dram = self.dram.contains_batch(keys) if self.dram is not None else [False] * len(keys)
+        with self._lock:
+            placement = self._placement
+            if placement is None:
+                return
+            for key, ssd, dram in zip(keys, on_ssd, in_dram, strict=True):
+                if dram:
+                    continue
+                if ssd:
+                    placement.leave_dram(key)
+                else:
+                    placement.remove(key)
+
+    def _read_through(
+        self, keys: Sequence[str], parts: Sequence[Parts], ctxs: Sequence[AccessContext], deadline: float
+    ) -> tuple[list[bool], list[Tier | None]]:
+        """Each key from the first tier that has it, tier by tier, stopping at the first key no
+        tier has (SGLang uses only the leading run). Returns per key whether its bytes were copied
+        and from which tier."""
+        done = [False] * len(keys)
+        level_of: list[Tier | None] = [None] * len(keys)
+        pending = list(range(len(keys)))
+        for tier in self.tiers:
+            if not pending:
+                break
+            got = tier.get_batch_into([(keys[i], parts[i], ctxs[i]) for i in pending], deadline=deadline)
+            for i, ok in zip(pending, got, strict=True):
+                if ok:
+                    done[i], level_of[i] = True, tier
+            pending = [i for i in pending if not done[i]]
+        if pending:
+            first_miss = pending[0]
+            done[first_miss:] = [False] * (len(done) - first_miss)
+        return done, level_of
+
+    def _note_dram_hits(
+        self, keys: Sequence[str], ctxs: Sequence[AccessContext], nbytes: int
+    ) -> tuple[list[tuple[str, str]], list[str]]:
+        with self._lock:
+            placement = self._placement_for(nbytes)
+            self._forget_reclaimed(placement)
+            for key, ctx in zip(keys, ctxs, strict=True):
+                if placement.hit(key, ctx) is None:  # held but unknown (a race, or a restart)
+                    placement.adopt(key, replace(ctx, promoted=True), DRAM)
+            return placement.settle()
+
+    def _note_reads(
+        self,
+        keys: Sequence[str],
+        ctxs: Sequence[AccessContext],
+        done: Sequence[bool],
+        level_of: Sequence[Tier | None],
+        nbytes: int,
+    ) -> list[int]:
+        """Placement bookkeeping of a read (one placement call per key read); returns the
+        indexes of the pages to copy into DRAM from the caller's buffers."""
+        if not self.local:
+            return []
+        hot = [
+            bool(done[i] and tier is not None and tier is not self.dram and tier.should_promote(key, ctxs[i]))
+            for i, (key, tier) in enumerate(zip(keys, level_of, strict=True))
+        ]
+        promote: list[int] = []
+        with self._lock:
+            placement = self._placement_for(nbytes)
+            self._forget_reclaimed(placement)
+            for i, key in enumerate(keys):
+                tier = level_of[i]
+                if not done[i]:
+                    if tier is None and key in placement:
+                        placement.remove(key)  # bookkeeping said resident, no tier served it
+                    continue
+                up = hot[i] and self.dram is not None
+                before = placement.hit(key, ctxs[i], promote=up)
+                if before is None:
+                    if tier is self.dram or tier is self.ssd or up:
+                        where = DRAM if tier is self.dram or up else SSD
+                        if not placement.adopt(key, replace(ctxs[i], promoted=True), where):
+                            continue
+                    else:
+                        continue  # a pool hit that stays in the pool
+                if tier is not self.dram and placement.tier_of(key) == DRAM:
+                    promote.append(i)
+        return promote
+
+    # ------------------------------------------------------------------ writes
+    def put_batch(
+        self,
+        keys: Sequence[str],
+        parts: Sequence[Parts],
+        prev_key: str | None = None,
+        prefix_len: int | None = None,
+        obj_type: ObjectType = ObjectType.KV_PAGE,
+        deadline: float | None = None,
+    ) -> list[bool]:
+        """Store ``keys`` (module docstring). ``prefix_len``: pages of the request stored before
+        this call (SGLang's ``prefix_keys``), ``prev_key`` the last of them."""
+        if not keys:
+            return []
+        deadline = self._deadline(deadline)
+        sizes = [sum(p.nbytes for p in ps) for ps in parts]
+        ctxs = set_contexts(keys, prefix_len or 0, prev_key, sizes, obj_type=obj_type)
+        kept = self._put_local(keys, parts, ctxs, sizes, deadline) if self.local else [None] * len(keys)
+        # kept: True placed locally, None not placed by decision (refused, or no local tier),
+        # False a copy that could not be made in time
+        # a refusal is a decision (True) unless a pool was to take the page instead
+        stored = [k is True or (k is None and not self.pools) for k in kept]
+        for pool in self.pools:
+            # write-through pools get every page they lack; the others the pages not kept locally
+            want = [i for i, k in enumerate(kept) if pool.write_through or k is not True]
+            if not want:
+                continue
+            found = pool.contains_batch([keys[i] for i in want])
+            todo = [i for i, f in zip(want, found, strict=True) if not f]
+            if todo:
+                results = pool.put_batch([(keys[i], parts[i], ctxs[i]) for i in todo], deadline=deadline)
+                for i, ok in zip(todo, results, strict=True):
+                    stored[i] = stored[i] or ok
+            for i, f in zip(want, found, strict=True):
+                stored[i] = stored[i] or f
+        return stored
+
+    def _put_local(
+        self,
+        keys: Sequence[str],
+        parts: Sequence[Parts],
+        ctxs: Sequence[AccessContext],
+        sizes: Sequence[int],
+        deadline: float,
+    ) -> list[bool | None]:
+        """Local placement of a set; per key: True placed, None refused, False no room in time."""
+        dram = self.dram
+        in_dram = dram.contains_batch(keys) if dram is not None else [False] * len(keys)
+        new = [i for i, held in enumerate(in_dram) if not held]
+        landed: set[int] = set()
+        if dram is not None and len(new) >= _OVERLAP_MIN:
+            # decide while copying the new pages into free DRAM; copies the placement then does
+            # not want there are removed again
+            decided = self._worker.submit(self._decide_sets, keys, ctxs, sizes[0])
+            ok = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in new], deadline)
+            outcomes, drops, demote = decided.result()
+            landed = {i for i, good in zip(new, ok, strict=True) if good}
+            dropped = {key for key, _tier in drops}
+            unwanted = [i for i in landed if outcomes[i] not in _TO_DRAM or keys[i] in dropped]
+            dram.remove_batch([keys[i] for i in unwanted])
+            landed.difference_update(unwanted)
+        else:
+            outcomes, drops, demote = self._decide_sets(keys, ctxs, sizes[0])
+        self._apply(drops, demote)
+        dropped = {key for key, _tier in drops}
+        to_dram = [
+            i for i, o in enumerate(outcomes) if o in _TO_DRAM and i not in landed and keys[i] not in dropped
+        ]
+        to_ssd = [i for i, o in enumerate(outcomes) if o == SetOutcome.NEW_SSD and keys[i] not in dropped]
+        failed: list[int] = []
+        kept: list[bool | None] = [None if o == SetOutcome.REFUSED else True for o in outcomes]
+        for i, key in enumerate(keys):
+            if key in dropped:
+                kept[i] = None
+        if to_dram and dram is not None:
+            failed.extend(self._copy_into_dram(keys, parts, ctxs, to_dram, landed, deadline))
+        if to_ssd and self.ssd is not None:
+            ok = self.ssd.put_batch([(keys[i], parts[i], ctxs[i]) for i in to_ssd], deadline=deadline)
+            failed.extend(i for i, good in zip(to_ssd, ok, strict=True) if not good)
+        if failed:
+            self._unplace(keys, outcomes, failed, kept)
+        if self.mover is not None and self.options.ssd_write_through:
+            self.mover.copy_later([keys[i] for i in sorted(landed) if outcomes[i] == SetOutcome.NEW_DRAM])
+        return kept
+
+    def _copy_into_dram(
+        self,
+        keys: Sequence[str],
+        parts: Sequence[Parts],
+        ctxs: Sequence[AccessContext],
+        idx: list[int],
+        landed: set[int],
+        deadline: float,
+    ) -> list[int]:
+        """Copy pages ``idx`` into free DRAM (adding them to ``landed``); returns those that found
+        no room in time. When DRAM has no free slot, queued demotions run in this thread
+        (``wait_for_room``) and, if DRAM is still full, the placement frees room (demotes its least
+        recent DRAM pages, or drops victims without an SSD)."""
+        assert self.dram is not None
+        missing = idx
+        for attempt in range(3):
+            if attempt == 1 and self.mover is not None and self.options.wait_for_room:
+                self.counts["waits_for_room"] += 1
+                self.mover.make_room(ctxs[missing[0]].size, len(missing), deadline)
+            elif attempt == 2:
+                with self._lock:
+                    placement = self._placement_for(ctxs[missing[0]].size)
+                    drops, demote = placement.free_dram(sum(ctxs[i].size for i in missing))
+                self._apply(drops, demote)
+                if demote and self.mover is not None and self.options.wait_for_room:
+                    self.mover.make_room(ctxs[missing[0]].size, len(missing), deadline)
+            ok = self.dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in missing], deadline)
+            landed.update(i for i, good in zip(missing, ok, strict=True) if good)
+            missing = [i for i, good in zip(missing, ok, strict=True) if not good]
+            if not missing or time.monotonic() >= deadline:
+                break
+        return missing
+
+    def _decide_sets(
+        self, keys: Sequence[str], ctxs: Sequence[AccessContext], nbytes: int
+    ) -> tuple[list[SetOutcome], list[tuple[str, str]], list[str]]:
+        """Placement bookkeeping of a set: one placement call per key, then what to drop/demote."""
+        with self._lock:
+            placement = self._placement_for(nbytes)
+            self._forget_reclaimed(placement)
+            outcomes = []
+            for key, ctx in zip(keys, ctxs, strict=True):
+                outcome = placement.set(key, ctx)
+                if outcome == SetOutcome.REFUSED:
+                    self.counts["not_admitted"] += 1
+                outcomes.append(outcome)
+            drops, demote = placement.settle()
+        return outcomes, drops, demote
+
+    def _unplace(
+        self,
+        keys: Sequence[str],
+        outcomes: Sequence[SetOutcome],
+        failed: Sequence[int],
+        kept: list[bool | None],
+    ) -> None:
+        """Pages whose copy could not be made in time: a new page is forgotten (False: SGLang
+        keeps it in its host pool); a page moving up from SSD stays placed on SSD."""
+        with self._lock:
+            placement = self._placement
+            for i in failed:
+                if outcomes[i] == SetOutcome.UP:
+                    if placement is not None:
+                        placement.leave_dram(keys[i])
+                    continue
+                kept[i] = False
+                if placement is not None:
+                    placement.remove(keys[i])
+            self.counts["local_put_failed"] += len(failed)
+
+    def _apply(self, drops: Sequence[tuple[str, str]], demote: Sequence[str]) -> None:
+        """Remove dropped pages from both local tiers; hand DRAM overflow to the mover."""
+        if drops:
+            keys = [key for key, _tier in drops]
+            if self.dram is not None:
+                self.dram.remove_batch(keys)
+            if self.ssd is not None:
+                for key in keys:
+                    self.ssd.remove(key)
+            self.counts["dropped"] += len(drops)
+        if demote:
+            self.counts["demotions"] += len(demote)
+            if self.mover is not None:
+                self.mover.demote_later(demote)
+            elif self.dram is not None:  # no SSD: nothing to demote to (the placement never asks)
+                self.dram.remove_batch(list(demote))
+
+    # ------------------------------------------------------------------ the rest of the contract
     def register_memory(self, regions: Sequence[memoryview]) -> None:
         """Caller memory that pages will be copied from and into (SGLang's host pool buffers),
         announced once before the first call: tiers whose transport must register memory (RDMA
@@ -70,133 +511,49 @@ class TieredStore:
     def tier(self, name: str) -> Tier | None:
         return next((t for t in self.tiers if t.name == name), None)
 
-    def exists_prefix(self, keys: Sequence[str]) -> int:
-        self._remember_request(keys)
-        present = [False] * len(keys)
-        pending = list(range(len(keys)))
-        for tier in self.tiers:
-            if not pending:
-                break
-            found = tier.contains_batch([keys[i] for i in pending])
-            for i, ok in zip(pending, found, strict=True):
-                present[i] = ok
-            pending = [i for i in pending if not present[i]]
-        for i, ok in enumerate(present):
-            if not ok:
-                return i
-        return len(keys)
-
-    def get_batch_into(
-        self, keys: Sequence[str], parts: Sequence[Parts], obj_type: ObjectType = ObjectType.KV_PAGE
-    ) -> list[bool]:
-        sizes = [sum(p.nbytes for p in ps) for ps in parts]
-        ctxs = get_contexts(keys, sizes, self._request_len_of(keys), obj_type=obj_type)
-        done, level_of = self._read_through(keys, parts, ctxs)
-        for level in range(1, len(self.tiers)):
-            tier = self.tiers[level]
-            hot = [
-                i
-                for i, lv in enumerate(level_of)
-                if lv == level and done[i] and tier.should_promote(keys[i], ctxs[i])
-            ]
-            self._promote(level, hot, keys, parts, ctxs)
-        return done
-
-    def _read_through(
-        self, keys: Sequence[str], parts: Sequence[Parts], ctxs: Sequence[AccessContext]
-    ) -> tuple[list[bool], list[int]]:
-        """Read each key from the first tier that has it. Returns per key whether its bytes were
-        copied and from which tier level (-1: none); results after the first miss are False,
-        since SGLang uses only the leading run."""
-        done = [False] * len(keys)
-        level_of = [-1] * len(keys)
-        pending = list(range(len(keys)))
-        for level, tier in enumerate(self.tiers):
-            if not pending:
-                break
-            got = tier.get_batch_into([(keys[i], parts[i], ctxs[i]) for i in pending])
-            for i, ok in zip(pending, got, strict=True):
-                if ok:
-                    done[i], level_of[i] = True, level
-            pending = [i for i in pending if not done[i]]
-        if False in done:
-            first_miss = done.index(False)
-            done[first_miss:] = [False] * (len(done) - first_miss)
-        return done, level_of
-
-    def _promote(
-        self,
-        level: int,
-        idx: list[int],
-        keys: Sequence[str],
-        parts: Sequence[Parts],
-        ctxs: list[AccessContext],
-    ) -> None:
-        """Copy objects just read from tier ``level`` (now in the caller's buffers) upward."""
-        if not idx:
-            return
-        promoted = [replace(ctxs[i], promoted=True) for i in idx]
-        for tier in self.tiers[:level]:
-            tier.put_batch([(keys[i], parts[i], c) for i, c in zip(idx, promoted, strict=True)])
-        if self.demoter is not None:
-            self.demoter.notify()
-
-    def put_batch(
-        self,
-        keys: Sequence[str],
-        parts: Sequence[Parts],
-        prev_key: str | None = None,
-        prefix_len: int | None = None,
-        obj_type: ObjectType = ObjectType.KV_PAGE,
-    ) -> list[bool]:
-        """Store in the first tier that accepts each key, and in every write-through tier.
-
-        ``prefix_len``: pages of the request stored before this call (SGLang's ``prefix_keys``);
-        when unknown, the call's leading run of already-stored keys stands in for it."""
-        found = [tier.contains_batch(keys) for tier in self.tiers]
-        stored = [any(col) for col in zip(*found, strict=True)] if found else []
-        prefix_hits = (
-            prefix_len if prefix_len is not None else (stored.index(False) if False in stored else len(keys))
-        )
-        sizes = [sum(p.nbytes for p in ps) for ps in parts]
-        ctxs = set_contexts(keys, prefix_hits, prev_key, sizes, obj_type=obj_type)
-        primary = [i for i, ok in enumerate(stored) if not ok]
-        for level, tier in enumerate(self.tiers):
-            todo = [
-                i for i in range(len(keys)) if not found[level][i] and (tier.write_through or i in primary)
-            ]
-            if not todo:
-                continue
-            ok_list = tier.put_batch([(keys[i], parts[i], ctxs[i]) for i in todo])
-            for i, ok in zip(todo, ok_list, strict=True):
-                stored[i] = stored[i] or ok
-            ok_set = {i for i, ok in zip(todo, ok_list, strict=True) if ok}
-            primary = [i for i in primary if i not in ok_set]
-            if level == 0 and self.background_copy and self.demoter is not None and ok_set:
-                self.demoter.copy_later([keys[i] for i in sorted(ok_set)])
-        if self.demoter is not None:
-            self.demoter.notify()
-        return stored
-
     def remove(self, key: str) -> bool:
+        with self._lock:
+            if self._placement is not None:
+                self._placement.remove(key)
         return any([tier.remove(key) for tier in self.tiers])
 
     def clear(self) -> None:
+        with self._lock:
+            if self._placement is not None:
+                self._placement.clear()
+            self._reclaimed.clear()
         for tier in self.tiers:
             tier.clear()
 
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until background moves are done (tests, replay)."""
+        return self.mover.flush(timeout_s) if self.mover is not None else True
+
     def close(self, flush_timeout_s: float = 0.0) -> None:
-        """Stop background movement first (it reads DRAM and writes SSD); with a flush timeout,
-        copy DRAM pages the SSD lacks to the SSD (bounded by it); then close every tier."""
-        if self.demoter is not None:
-            self.demoter.close()
+        """Stop background movement (it reads DRAM and writes SSD); with a flush timeout, copy the
+        DRAM pages the SSD lacks to the SSD (bounded by it); then close every tier."""
+        self._worker.shutdown(wait=True)
+        if self.mover is not None:
+            self.mover.close()
             if flush_timeout_s > 0:
-                self.demoter.drain_dram(flush_timeout_s)
+                self.mover.drain_dram(flush_timeout_s)
         for tier in self.tiers:
             tier.close()
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {tier.name: tier.stats() for tier in self.tiers}
-        if self.demoter is not None:
-            out["ssd"] = {**out.get("ssd", {}), "background": self.demoter.stats()}
+        if self.mover is not None:
+            out["ssd"] = {**out.get("ssd", {}), "background": self.mover.stats()}
+        with self._lock:
+            placement = self._placement
+            out["placement"] = {
+                "policy": type(placement.policy).__name__ if placement else None,
+                "capacity": placement.capacity if placement else None,
+                "dram_capacity": placement.dram_capacity if placement else None,
+                "resident": len(placement) if placement else 0,
+                "in_dram": placement.dram_len if placement else 0,
+                "used": placement.used if placement else 0,
+                "dram_used": placement.dram_used if placement else 0,
+                **dict(self.counts),
+            }
         return out

@@ -4,22 +4,36 @@ Each key lives on its home node (rendezvous hashing over the live members the me
 reports). A batch is split by home and each node gets ONE request per operation, all nodes in
 parallel. While the metadata service is unreachable the client is ``detached``: every call
 answers misses / ``False`` at once, and it re-attaches by itself when the service is back.
+A key that cannot go on the wire (see ``wire.key_problem``) is a miss of its own and is never
+routed; the rest of its batch is served.
+
+One transfer engine serves every node (an RDMA engine: one device context, one set of memory
+registrations, one completion poller); given by name it is created here (before the membership
+thread, so a failure leaks nothing); either way the client owns it, and the metadata service,
+and closes them.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from . import wire
+from .engine import TransferEngine
+from .errors import TransportError
 from .metadata.base import MetadataService, NodeInfo
 from .metadata.membership import Membership
 from .node_client import Item, NodeClient
 from .options import ClientOptions
+from .registry import make_engine
+from .throttle import worth_logging
 from .wire import SlotRef
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -29,16 +43,23 @@ class ClusterClient:
         self,
         metadata: MetadataService,
         options: ClientOptions | None = None,
-        engine: str = "tcp",
+        engine: str | TransferEngine = "tcp",
         refresh_interval_s: float = 1.0,
     ) -> None:
         self.opts = options or ClientOptions()
-        self.engine_name = engine
+        self.engine: TransferEngine = make_engine(engine) if isinstance(engine, str) else engine
+        self.engine_name = self.engine.name
         self._clients: dict[str, tuple[NodeInfo, NodeClient]] = {}
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="hicache-cluster")
         self.counters: Counter[str] = Counter()
-        self.membership = Membership(metadata, refresh_interval_s)
+        try:
+            self.membership = Membership(metadata, refresh_interval_s)
+        except BaseException:
+            self.engine.close()
+            raise
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="hicache-cluster")
+        if not self.opts.secret and self.opts.allow_unauthenticated:
+            log.warning("remote tier: no shared secret, nodes beyond loopback are reached unauthenticated")
 
     @property
     def detached(self) -> bool:
@@ -56,7 +77,7 @@ class ClusterClient:
                 info.epoch,
             ):
                 return cur[1]
-            client = NodeClient(info.host, info.port, self.opts, self.engine_name)
+            client = NodeClient(info.host, info.port, self.opts, self.engine)
             self._clients[info.node_id] = (info, client)
         if cur is not None:
             cur[1].close()
@@ -75,9 +96,11 @@ class ClusterClient:
             self.counters["detached_calls" if self.detached else "no_nodes_calls"] += 1
             return out
         by_id = {n.node_id: n for n in nodes}
-        routes = self.membership.route([key_of(it) for it in items])
+        good = self._routable([key_of(it) for it in items])
+        routes = self.membership.route([key_of(items[i]) for i in good])
         jobs: list[tuple[list[int], Future[list[R]] | None, list[R] | None]] = []
-        for node_id, idx in routes.items():
+        for node_id, sub_idx in routes.items():
+            idx = [good[j] for j in sub_idx]
             client = self._client(by_id[node_id])
             sub = [items[i] for i in idx]
             if len(routes) == 1:
@@ -90,6 +113,33 @@ class ClusterClient:
             for i, r in zip(idx, got, strict=True):
                 out[i] = r
         return out
+
+    def _routable(self, keys: Sequence[str]) -> list[int]:
+        good = []
+        for i, key in enumerate(keys):
+            problem = wire.key_problem(key, self.opts.limits)
+            if problem is None:
+                good.append(i)
+                continue
+            self.counters["bad_keys"] += 1
+            if worth_logging(self.counters["bad_keys"]):
+                log.warning(
+                    "key %.80r %s: it is a miss (%d bad keys so far)", key, problem, self.counters["bad_keys"]
+                )
+        return good
+
+    def register_memory(self, regions: Sequence[memoryview]) -> int:
+        """Register the caller's buffers (SGLang's host pool) with the engine, once; returns how
+        many it took. A region the engine refuses is logged and moves through bounce buffers."""
+        done = 0
+        for region in regions:
+            try:
+                self.engine.register_memory(region)
+                done += 1
+            except (TransportError, ValueError, TypeError) as exc:
+                self.counters["register_failures"] += 1
+                log.warning("%s engine cannot register %d bytes: %s", self.engine_name, len(region), exc)
+        return done
 
     def exists_batch(self, keys: Sequence[str]) -> list[bool]:
         return self._fan_out(keys, lambda k: k, lambda c, ks: c.exists_batch(ks), False)
@@ -121,10 +171,13 @@ class ClusterClient:
         }
 
     def close(self) -> None:
+        """Stop the membership thread, close node connections, the engine and the metadata client."""
         self.membership.close()
+        self.membership.service.close()
         self._pool.shutdown(wait=False)
         with self._lock:
             clients = [c for _, c in self._clients.values()]
             self._clients.clear()
         for c in clients:
             c.close()
+        self.engine.close()  # deregisters the memory registered through this client

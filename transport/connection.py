@@ -1,10 +1,16 @@
-"""A client connection to a node (handshake, framed request/reply) and a pool of them per peer."""
+"""A client connection to a node (handshake, framed request/reply) and a pool of them per peer.
+
+Without a shared secret a connection to a node beyond loopback is refused (``AuthError``) unless
+``ClientOptions.allow_unauthenticated``; then it is warned once per node. A connection's ``limits``
+are the stricter of the client's and the node's (learned in the handshake)."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
 import json
+import logging
+import select
 import socket
 import threading
 import time
@@ -12,18 +18,50 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import auth, wire
-from .errors import AuthError, PeerUnavailable, ProtocolError
+from .errors import AuthError, PeerUnavailable, ProtocolError, RequestRefused
 from .options import ClientOptions
 from .sockio import recv_exact, recv_into_exact, send_all
-from .wire import FrameHeader, Op, Status
+from .wire import FrameHeader, Limits, Op, Status
 
+log = logging.getLogger(__name__)
 _req_ids = itertools.count(1)
+_warned_open: set[tuple[str, int]] = set()
+
+
+def _stricter(mine: Limits, node: Any) -> Limits:
+    """The tighter of our limits and the ones a node announced (ignored when malformed)."""
+    if not isinstance(node, dict):
+        return mine
+    try:
+        return Limits(
+            min(mine.max_key_len, int(node["max_key_len"])),
+            min(mine.max_batch, int(node["max_batch"])),
+            min(mine.max_meta, int(node["max_meta"])),
+            min(mine.max_payload, int(node["max_payload"])),
+        )
+    except (KeyError, TypeError, ValueError):
+        return mine
+
+
+def check_authentication(host: str, port: int, opts: ClientOptions) -> None:
+    """Refuse (``AuthError``) to reach a node beyond loopback without a secret, unless allowed."""
+    if opts.secret or auth.is_loopback_host(host):
+        return
+    if not opts.allow_unauthenticated:
+        raise AuthError(
+            f"refusing to reach {host}:{port} (beyond loopback) without a shared secret: set one "
+            "(tiers.remote.secret_env / secret_file), or tiers.remote.allow_unauthenticated: true"
+        )
+    if (host, port) not in _warned_open:
+        _warned_open.add((host, port))
+        log.warning("reaching node %s:%d WITHOUT a shared secret (allow_unauthenticated)", host, port)
 
 
 class Connection:
     def __init__(self, host: str, port: int, opts: ClientOptions) -> None:
         self.opts = opts
         self.limits = opts.limits
+        check_authentication(host, port, opts)
         deadline = time.monotonic() + opts.connect_timeout_s
         try:
             self.sock = socket.create_connection((host, port), timeout=opts.connect_timeout_s)
@@ -52,7 +90,13 @@ class Connection:
             raise ProtocolError("bad AUTH reply")
         if not auth.verify(auth.server_proof(self.opts.secret, cnonce), meta[: auth.PROOF_LEN]):
             raise AuthError("node failed to prove the shared secret")
-        info: dict[str, Any] = json.loads(bytes(meta[auth.PROOF_LEN :]))
+        try:
+            info = json.loads(bytes(meta[auth.PROOF_LEN :]))
+        except ValueError as exc:
+            raise ProtocolError(f"bad segment description in the AUTH reply: {exc}") from None
+        if not isinstance(info, dict):
+            raise ProtocolError("bad segment description in the AUTH reply")
+        self.limits = _stricter(self.opts.limits, info.get("limits"))
         return info
 
     def _read_reply(self, deadline: float, allow_payload: bool = True) -> tuple[FrameHeader, bytearray]:
@@ -75,13 +119,23 @@ class Connection:
         if h.req_id != rid:
             raise ProtocolError(f"reply id {h.req_id} does not match request {rid}")
         if h.status != Status.OK:
-            raise ProtocolError(
+            raise RequestRefused(
                 f"node answered {Status(h.status).name if h.status in Status._value2member_map_ else h.status}"
             )
         return h, rmeta
 
     def recv_into(self, view: memoryview, deadline: float) -> None:
         recv_into_exact(self.sock, view, deadline)
+
+    def idle_usable(self) -> bool:
+        """For a pooled idle connection: nothing may be readable (readable means the node closed
+        it, e.g. as idle, or the stream holds bytes nobody asked for)."""
+        try:
+            poller = select.poll()
+            poller.register(self.sock, select.POLLIN)
+            return not poller.poll(0)
+        except (OSError, ValueError):
+            return False
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -106,8 +160,12 @@ class ConnectionPool:
             while True:
                 if self._closed:
                     raise PeerUnavailable("pool closed")
-                if self._idle:
-                    return self._idle.pop()
+                while self._idle:
+                    idle = self._idle.pop()
+                    if idle.idle_usable():
+                        return idle
+                    idle.close()  # closed by the node while idle: not a sign of a dead node
+                    self._total -= 1
                 if time.monotonic() < self._down_until:
                     raise PeerUnavailable(f"{self.host}:{self.port} is marked down")
                 if self._total < self.opts.connections_per_peer:
@@ -132,15 +190,17 @@ class ConnectionPool:
         self.segment = conn.segment
         return conn
 
-    def release(self, conn: Connection, ok: bool) -> None:
-        """Return ``conn``; ``ok=False`` (any error mid-request) closes it: the stream is lost."""
+    def release(self, conn: Connection, ok: bool, peer_alive: bool = False) -> None:
+        """Return ``conn``; ``ok=False`` (any error mid-request) closes it: the stream is lost.
+        Unless ``peer_alive`` (the node answered, it refused the request), the peer is then also
+        marked down for a moment."""
         with self._cond:
             if ok and not self._closed:
                 self._idle.append(conn)
             else:
                 conn.close()
                 self._total -= 1
-                if not ok:
+                if not ok and not peer_alive:
                     # the node may be dying: new calls should not queue behind connect timeouts
                     self._down_until = time.monotonic() + min(self.opts.retry_interval_s, 0.2)
             self._cond.notify()

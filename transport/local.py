@@ -1,16 +1,25 @@
-"""The ``local`` engine: same-host fast path. The node's arena is a file in ``/dev/shm``; the
-client maps it and moves bytes with memoryview slice assignment (one memcpy in C, no Python
+"""The ``local`` engine: same-host fast path. The node's arena is a file in its shm directory;
+the client maps it and moves bytes with memoryview slice assignment (one memcpy in C, no Python
 loop). Reads are validated by the object header (``NodeClient``), writes go only into slots the
-node reserved (ALLOC) and become visible on COMMIT."""
+node reserved (ALLOC) and become visible on COMMIT.
+
+The client maps only what it can prove is the node's arena (``arena_files.open_node_arena``): a
+file in ITS configured directory (``ClientOptions.shm_dir``), opened without following links and
+never created or truncated, a regular file owned by this user, whose arena header names the node
+id, epoch, size and token of the authenticated handshake. Anything else is refused before a byte
+is written. A batch past its deadline moves no more bytes."""
 
 from __future__ import annotations
 
 import contextlib
 import mmap
 import os
+import time
 from collections.abc import Sequence
 from typing import ClassVar
 
+from .arena_files import ArenaRefused, open_node_arena
+from .arena_header import TOKEN_LEN, ArenaHeader
 from .connection import ConnectionPool
 from .engine import Extent, Segment
 from .errors import PeerUnavailable
@@ -18,18 +27,30 @@ from .registry import register_engine
 from .sockio import as_bytes_view
 
 
+def _expected_header(segment: Segment) -> ArenaHeader:
+    try:
+        token = bytes.fromhex(str(segment.extra.get("arena_token", "")))
+    except ValueError:
+        token = b""
+    if len(token) != TOKEN_LEN:
+        raise PeerUnavailable(f"node {segment.node_id} announced no valid arena token")
+    return ArenaHeader(segment.node_id, segment.epoch, segment.size, 0, token)
+
+
 class _Mapping:
-    def __init__(self, path: str, size: int, epoch: int) -> None:
-        fd = os.open(path, os.O_RDWR)
+    def __init__(self, segment: Segment, shm_dir: str) -> None:
+        size = segment.size
         try:
-            if os.fstat(fd).st_size < size:
-                raise PeerUnavailable(f"{path} is smaller than the advertised arena")
+            fd = open_node_arena(shm_dir, segment.shm_path, _expected_header(segment), os.geteuid())
+        except ArenaRefused as exc:
+            raise PeerUnavailable(f"refusing to map the arena of node {segment.node_id}: {exc}") from None
+        try:
             self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
         self.view = memoryview(self.mm)
         self.size = size
-        self.epoch = epoch
+        self.epoch = segment.epoch
 
     def close(self) -> None:
         self.view.release()
@@ -59,7 +80,7 @@ class LocalEngine:
         if not segment.shm_path:
             raise PeerUnavailable(f"node {segment.node_id} exports no shared-memory arena")
         try:
-            new = _Mapping(segment.shm_path, segment.size, segment.epoch)
+            new = _Mapping(segment, pool.opts.shm_dir)
         except OSError as exc:
             raise PeerUnavailable(f"cannot map {segment.shm_path}: {exc} (not on this host?)") from exc
         if cur is not None:
@@ -71,7 +92,7 @@ class LocalEngine:
         if m is not None:
             m.close()
 
-    def _run(self, node_id: str, items: Sequence[Extent], write: bool) -> list[bool]:
+    def _run(self, node_id: str, items: Sequence[Extent], deadline: float, write: bool) -> list[bool]:
         m = self._maps.get(node_id)
         if m is None:
             return [False] * len(items)
@@ -79,7 +100,7 @@ class LocalEngine:
         for off, parts in items:
             views = [as_bytes_view(p) for p in parts]
             total = sum(len(v) for v in views)
-            if off < 0 or off + total > m.size:
+            if off < 0 or off + total > m.size or time.monotonic() > deadline:
                 out.append(False)
                 continue
             pos = off
@@ -94,10 +115,10 @@ class LocalEngine:
         return out
 
     def read(self, node_id: str, items: Sequence[Extent], deadline: float) -> list[bool]:
-        return self._run(node_id, items, write=False)
+        return self._run(node_id, items, deadline, write=False)
 
     def write(self, node_id: str, items: Sequence[Extent], deadline: float) -> list[bool]:
-        return self._run(node_id, items, write=True)
+        return self._run(node_id, items, deadline, write=True)
 
     def close(self) -> None:
         for node_id in list(self._maps):

@@ -3,9 +3,20 @@
 With the ``tcp`` engine every batch is one keyed request (GET/PUT frames carrying the bodies;
 ``sendmsg`` gathers from the caller's memoryviews, ``recv_into`` scatters into them). With a
 one-sided engine (``local``, ``rdma``) a get is LOOKUP (one round trip) + a one-sided read of
-header, body and header again, validated against the key hash and version; a put is ALLOC +
-one-sided write + COMMIT. Every call is bounded by ``ClientOptions.timeout_s``; any failure
-turns into misses / ``False`` and is counted, never raised.
+header and body, then -- once that read completed -- a second read of the header: both must
+match the key hash and the version LOOKUP gave. The second read starts after the body landed, so
+the check holds however the engine orders the bytes of one read (RDMA does not promise an order);
+a slot is invalidated before it is reused and versions never repeat, so a body read while its
+slot was being reused fails the second check. A put is ALLOC + one-sided write + COMMIT. A node
+that serves no RDMA (``RdmaNotServed``) is reached through the keyed TCP path instead, said once.
+Every call is bounded by ``ClientOptions.timeout_s``; any failure turns into misses / ``False``
+and is counted, never raised. A client given an engine *name* owns that engine and closes it; an
+engine *instance* (shared by ``ClusterClient``) is left to its owner.
+
+A key that cannot go on the wire (not UTF-8 encodable, empty, or longer than the stricter of the
+client's and the node's ``max_key_len``) fails only itself: it is a miss / ``False``, counted in
+``bad_keys``, and the rest of its batch is served. A request the node refuses (error status) closes
+that connection but never marks the node down: it answered.
 """
 
 from __future__ import annotations
@@ -19,18 +30,20 @@ from typing import Any, TypeVar
 
 from . import wire
 from .connection import Connection, ConnectionPool
-from .engine import Extent, Segment, TransferEngine
-from .errors import AuthError, TransportError
+from .engine import Segment, TransferEngine
+from .errors import AuthError, RdmaNotServed, RequestRefused, TransportError
 from .object_header import HEADER_SIZE, ObjectHeader
 from .options import ClientOptions
 from .registry import make_engine
 from .sockio import as_bytes_view
 from .store import RESERVED_NEW, RESERVED_PRESENT
-from .wire import Op, SlotRef
+from .throttle import worth_logging
+from .wire import Limits, Op, SlotRef
 
 log = logging.getLogger(__name__)
 Item = tuple[str, Sequence[memoryview]]
 T = TypeVar("T")
+R = TypeVar("R")
 _ABORT = 1 << 63
 
 
@@ -49,22 +62,24 @@ class NodeClient:
         self.host, self.port = host, port
         self.opts = options or ClientOptions()
         self.limits = self.opts.limits
+        self._owns_engine = isinstance(engine, str)
         self.engine: TransferEngine = make_engine(engine) if isinstance(engine, str) else engine
         self.pool = ConnectionPool(host, port, self.opts)
         self.counters: Counter[str] = Counter()
         self._segment: Segment | None = None
+        self._two_sided = not self.engine.one_sided  # also when the node does not serve the engine
 
     # ---- plumbing -------------------------------------------------------------------------
 
-    def _chunks(self, items: Sequence[T], size_of: Callable[[T], int]) -> list[list[int]]:
-        """Split a batch so no request exceeds the batch or payload limits."""
+    @staticmethod
+    def _chunks(idx: Sequence[int], sizes: Sequence[int], limits: Limits) -> list[list[int]]:
+        """Split ``idx`` so no request exceeds the batch or payload limits."""
         out: list[list[int]] = []
         cur: list[int] = []
         nbytes = 0
-        budget = self.limits.max_payload
-        for i, it in enumerate(items):
-            n = size_of(it)
-            if cur and (len(cur) >= self.limits.max_batch or nbytes + n > budget):
+        for i in idx:
+            n = sizes[i]
+            if cur and (len(cur) >= limits.max_batch or nbytes + n > limits.max_payload):
                 out.append(cur)
                 cur, nbytes = [], 0
             cur.append(i)
@@ -73,82 +88,138 @@ class NodeClient:
             out.append(cur)
         return out
 
-    def _with_conn(self, fn: Callable[[Connection, float], T], fail: T, what: str) -> T:
-        deadline = time.monotonic() + self.opts.timeout_s
+    def _acquire(self, deadline: float) -> Connection | None:
         try:
-            conn = self.pool.acquire(deadline)
+            return self.pool.acquire(deadline)
         except AuthError as exc:
             self.counters["auth_errors"] += 1
-            log.warning("node %s:%d: %s", self.host, self.port, exc)
-            return fail
+            if worth_logging(self.counters["auth_errors"]):
+                log.warning(
+                    "node %s:%d: %s (%d so far)", self.host, self.port, exc, self.counters["auth_errors"]
+                )
         except (TransportError, OSError) as exc:
             self.counters["unavailable"] += 1
             log.debug("node %s:%d unavailable: %s", self.host, self.port, exc)
+        return None
+
+    def _release(self, conn: Connection, exc: BaseException | None, what: str) -> None:
+        if exc is None:
+            self.pool.release(conn, True)
+            return
+        self.counters["errors"] += 1
+        self.counters[f"errors_{what}"] += 1
+        log.debug("node %s:%d %s failed: %s", self.host, self.port, what, exc)
+        self.pool.release(conn, False, peer_alive=isinstance(exc, RequestRefused))
+
+    def _with_conn(self, fn: Callable[[Connection, float], T], fail: T, what: str) -> T:
+        deadline = time.monotonic() + self.opts.timeout_s
+        conn = self._acquire(deadline)
+        if conn is None:
             return fail
-        ok = False
         try:
             result = fn(conn, deadline)
-            ok = True
-            return result
         except (TransportError, OSError, TimeoutError, ValueError) as exc:
-            self.counters["errors"] += 1
-            self.counters[f"errors_{what}"] += 1
-            log.debug("node %s:%d %s failed: %s", self.host, self.port, what, exc)
+            self._release(conn, exc, what)
             return fail
-        finally:
-            self.pool.release(conn, ok)
+        except BaseException as exc:
+            self._release(conn, exc, what)
+            raise
+        self._release(conn, None, what)
+        return result
 
-    def _segment_for(self, conn: Connection) -> Segment:
+    def _valid(self, keys: Sequence[str], limits: Limits) -> list[int]:
+        """Indexes of the keys that can go on the wire; the others are counted and logged."""
+        good = []
+        for i, key in enumerate(keys):
+            problem = wire.key_problem(key, limits)
+            if problem is None:
+                good.append(i)
+                continue
+            self.counters["bad_keys"] += 1
+            if worth_logging(self.counters["bad_keys"]):
+                log.warning(
+                    "key %.80r %s: it is a miss, the rest of its batch is served (%d bad keys so far)",
+                    key,
+                    problem,
+                    self.counters["bad_keys"],
+                )
+        return good
+
+    def _batched(
+        self,
+        keys: Sequence[str],
+        sizes: Sequence[int],
+        fn: Callable[[Connection, float, list[int]], list[R]],
+        miss: R,
+        what: str,
+    ) -> list[R]:
+        """Run ``fn`` over the valid keys, chunked to the connection's limits, on one connection and
+        within one deadline; every key that was not served is ``miss``."""
+        out = [miss] * len(keys)
+        if not keys:
+            return out
+        deadline = time.monotonic() + self.opts.timeout_s
+        conn = self._acquire(deadline)
+        if conn is None:
+            return out
+        try:
+            for idx in self._chunks(self._valid(keys, conn.limits), sizes, conn.limits):
+                for i, r in zip(idx, fn(conn, deadline, idx), strict=True):
+                    out[i] = r
+        except (TransportError, OSError, TimeoutError, ValueError) as exc:
+            self._release(conn, exc, what)
+            return out
+        except BaseException as exc:
+            self._release(conn, exc, what)
+            raise
+        self._release(conn, None, what)
+        return out
+
+    def _segment_for(self, conn: Connection) -> Segment | None:
+        """The node's segment opened on the engine; None when the node does not serve it."""
+        if self._two_sided:
+            return None
         seg = Segment.from_handshake(self.host, self.port, conn.segment)
         if self._segment is None or self._segment.epoch != seg.epoch:
-            self.engine.open_segment(seg, self.pool)
+            try:
+                self.engine.open_segment(seg, self.pool)
+            except RdmaNotServed as exc:
+                log.warning("node %s:%d: %s; using TCP for it", self.host, self.port, exc)
+                self._two_sided = True
+                return None
+            except TransportError as exc:
+                self.counters["segment_refused"] += 1
+                if worth_logging(self.counters["segment_refused"]):
+                    log.warning("node %s:%d: %s", self.host, self.port, exc)
+                raise
             self._segment = seg
         return seg
 
     # ---- queries --------------------------------------------------------------------------
 
+    def _keyed(self, op: Op, keys: Sequence[str], what: str) -> list[bool]:
+        def go(conn: Connection, deadline: float, idx: list[int]) -> list[bool]:
+            _, meta = conn.request(op, wire.encode_keys([keys[i] for i in idx], conn.limits), (), deadline)
+            return [bool(f) for f in wire.decode_flags(meta, len(idx))]
+
+        return self._batched(keys, [0] * len(keys), go, False, what)
+
     def exists_batch(self, keys: Sequence[str]) -> list[bool]:
-        out = [False] * len(keys)
-        for idx in self._chunks(keys, lambda k: 0):
-
-            def go(conn: Connection, deadline: float, idx: list[int] = idx) -> list[bool]:
-                _, meta = conn.request(
-                    Op.EXISTS, wire.encode_keys([keys[i] for i in idx], self.limits), (), deadline
-                )
-                return [bool(f) for f in wire.decode_flags(meta, len(idx))]
-
-            for i, f in zip(idx, self._with_conn(go, [False] * len(idx), "exists"), strict=True):
-                out[i] = f
-        return out
+        return self._keyed(Op.EXISTS, keys, "exists")
 
     def lookup_batch(self, keys: Sequence[str]) -> list[SlotRef]:
         """Where each object lives and its object type (``found=False`` for a miss)."""
-        out = [SlotRef(False)] * len(keys)
-        for idx in self._chunks(keys, lambda k: 0):
 
-            def go(conn: Connection, deadline: float, idx: list[int] = idx) -> list[SlotRef]:
-                _, meta = conn.request(
-                    Op.LOOKUP, wire.encode_keys([keys[i] for i in idx], self.limits), (), deadline
-                )
-                return wire.decode_lookup_reply(meta, len(idx))
+        def go(conn: Connection, deadline: float, idx: list[int]) -> list[SlotRef]:
+            _, meta = conn.request(
+                Op.LOOKUP, wire.encode_keys([keys[i] for i in idx], conn.limits), (), deadline
+            )
+            return wire.decode_lookup_reply(meta, len(idx))
 
-            for i, ref in zip(idx, self._with_conn(go, [SlotRef(False)] * len(idx), "lookup"), strict=True):
-                out[i] = ref
-        return out
+        return self._batched(keys, [0] * len(keys), go, SlotRef(False), "lookup")
 
     def remove_batch(self, keys: Sequence[str]) -> list[bool]:
-        out = [False] * len(keys)
-        for idx in self._chunks(keys, lambda k: 0):
-
-            def go(conn: Connection, deadline: float, idx: list[int] = idx) -> list[bool]:
-                _, meta = conn.request(
-                    Op.REMOVE, wire.encode_keys([keys[i] for i in idx], self.limits), (), deadline
-                )
-                return [bool(f) for f in wire.decode_flags(meta, len(idx))]
-
-            for i, f in zip(idx, self._with_conn(go, [False] * len(idx), "remove"), strict=True):
-                out[i] = f
-        return out
+        return self._keyed(Op.REMOVE, keys, "remove")
 
     def clear(self) -> int:
         """Remove every object on the node; returns how many, or -1 on failure."""
@@ -183,31 +254,24 @@ class NodeClient:
     def put_batch(self, items: Sequence[Item], obj_type: int = 0) -> list[bool]:
         """Store each ``(key, parts)``; the object is the concatenation of its parts. True when
         stored or already present (values are immutable)."""
-        out = [False] * len(items)
-        put = self._put_one_sided if self.engine.one_sided else self._put_tcp
-        for idx in self._chunks(items, lambda it: _nbytes(it[1])):
-            sub = [items[i] for i in idx]
+        put = self._put_tcp if self._two_sided else self._put_one_sided
 
-            def go(conn: Connection, deadline: float, sub: list[Item] = sub) -> list[bool]:
-                return put(conn, deadline, sub, obj_type)
+        def go(conn: Connection, deadline: float, idx: list[int]) -> list[bool]:
+            return put(conn, deadline, [items[i] for i in idx], obj_type)
 
-            for i, f in zip(idx, self._with_conn(go, [False] * len(sub), "put"), strict=True):
-                out[i] = f
-        return out
+        keys = [k for k, _ in items]
+        return self._batched(keys, [_nbytes(p) for _, p in items], go, False, "put")
 
     def get_batch_into(self, items: Sequence[Item]) -> list[bool]:
         """Fill each ``(key, parts)`` with the object's bytes; an object whose size differs from
         the parts' total is a miss (the parts are then left in an unspecified state)."""
-        out = [False] * len(items)
-        get = self._get_one_sided if self.engine.one_sided else self._get_tcp
-        for idx in self._chunks(items, lambda it: _nbytes(it[1])):
-            sub = [items[i] for i in idx]
+        get = self._get_tcp if self._two_sided else self._get_one_sided
 
-            def go(conn: Connection, deadline: float, sub: list[Item] = sub) -> list[bool]:
-                return get(conn, deadline, sub)
+        def go(conn: Connection, deadline: float, idx: list[int]) -> list[bool]:
+            return get(conn, deadline, [items[i] for i in idx])
 
-            for i, f in zip(idx, self._with_conn(go, [False] * len(sub), "get"), strict=True):
-                out[i] = f
+        keys = [k for k, _ in items]
+        out = self._batched(keys, [_nbytes(p) for _, p in items], go, False, "get")
         self.counters["get_hits"] += sum(out)
         self.counters["get_misses"] += len(out) - sum(out)
         return out
@@ -216,7 +280,7 @@ class NodeClient:
         views = [[as_bytes_view(p) for p in parts] for _, parts in items]
         meta = wire.encode_put(
             [(k, sum(len(v) for v in vs), obj_type) for (k, _), vs in zip(items, views, strict=True)],
-            self.limits,
+            conn.limits,
         )
         _, rmeta = conn.request(Op.PUT, meta, [v for vs in views for v in vs], deadline)
         return [bool(f) for f in wire.decode_flags(rmeta, len(items))]
@@ -224,7 +288,7 @@ class NodeClient:
     def _get_tcp(self, conn: Connection, deadline: float, items: list[Item]) -> list[bool]:
         views = [[as_bytes_view(p) for p in parts] for _, parts in items]
         sizes = [sum(len(v) for v in vs) for vs in views]
-        meta = wire.encode_get([(k, n) for (k, _), n in zip(items, sizes, strict=True)], self.limits)
+        meta = wire.encode_get([(k, n) for (k, _), n in zip(items, sizes, strict=True)], conn.limits)
         h, rmeta = conn.request(Op.GET, meta, (), deadline)
         entries = wire.decode_get_reply(rmeta, len(items))
         if sum(s for f, s, _ in entries if f) != h.payload_len:
@@ -241,32 +305,36 @@ class NodeClient:
 
     def _get_one_sided(self, conn: Connection, deadline: float, items: list[Item]) -> list[bool]:
         seg = self._segment_for(conn)
+        if seg is None:
+            return self._get_tcp(conn, deadline, items)
         keys = [k for k, _ in items]
-        _, meta = conn.request(Op.LOOKUP, wire.encode_keys(keys, self.limits), (), deadline)
+        _, meta = conn.request(Op.LOOKUP, wire.encode_keys(keys, conn.limits), (), deadline)
         refs = wire.decode_lookup_reply(meta, len(items))
         sizes = [_nbytes(parts) for _, parts in items]
         live = [i for i, r in enumerate(refs) if r.found and r.size == sizes[i]]
         if not live:
             return [False] * len(items)
-        before = memoryview(bytearray(HEADER_SIZE * len(live)))
-        after = memoryview(bytearray(HEADER_SIZE * len(live)))
-        extents: list[Extent] = []
+        headers = memoryview(bytearray(HEADER_SIZE * len(live)))
+        hdr = [headers[j * HEADER_SIZE : (j + 1) * HEADER_SIZE] for j in range(len(live))]
+        # round 1: header + body (one extent per object); round 2, after it completed: header
+        flags = self.engine.read(
+            seg.node_id, [(refs[i].offset, [hdr[j], *items[i][1]]) for j, i in enumerate(live)], deadline
+        )
+        first = []
         for j, i in enumerate(live):
-            off = refs[i].offset
-            hb = before[j * HEADER_SIZE : (j + 1) * HEADER_SIZE]
-            ha = after[j * HEADER_SIZE : (j + 1) * HEADER_SIZE]
-            extents += [(off, [hb]), (off + HEADER_SIZE, items[i][1]), (off, [ha])]
-        flags = self.engine.read(seg.node_id, extents, deadline)
+            if flags[j] and ObjectHeader.unpack(hdr[j]).matches(keys[i], refs[i].version, refs[i].size):
+                first.append(j)
+            elif flags[j]:
+                self.counters["stale_reads"] += 1
         out = [False] * len(items)
-        for j, i in enumerate(live):
-            if not all(flags[3 * j : 3 * j + 3]):
-                continue
-            ref = refs[i]
-            h1 = ObjectHeader.unpack(before[j * HEADER_SIZE : (j + 1) * HEADER_SIZE])
-            h2 = ObjectHeader.unpack(after[j * HEADER_SIZE : (j + 1) * HEADER_SIZE])
-            if h1.matches(keys[i], ref.version, ref.size) and h2.matches(keys[i], ref.version, ref.size):
+        if not first:
+            return out
+        again = self.engine.read(seg.node_id, [(refs[live[j]].offset, [hdr[j]]) for j in first], deadline)
+        for j, ok in zip(first, again, strict=True):
+            i = live[j]
+            if ok and ObjectHeader.unpack(hdr[j]).matches(keys[i], refs[i].version, refs[i].size):
                 out[i] = True
-            else:
+            elif ok:
                 self.counters["stale_reads"] += 1
         return out
 
@@ -274,9 +342,11 @@ class NodeClient:
         self, conn: Connection, deadline: float, items: list[Item], obj_type: int
     ) -> list[bool]:
         seg = self._segment_for(conn)
+        if seg is None:
+            return self._put_tcp(conn, deadline, items, obj_type)
         sizes = [_nbytes(parts) for _, parts in items]
         meta = wire.encode_put(
-            [(k, n, obj_type) for (k, _), n in zip(items, sizes, strict=True)], self.limits
+            [(k, n, obj_type) for (k, _), n in zip(items, sizes, strict=True)], conn.limits
         )
         _, rmeta = conn.request(Op.ALLOC, meta, (), deadline)
         slots = wire.decode_alloc_reply(rmeta, len(items))
@@ -291,13 +361,19 @@ class NodeClient:
             (items[i][0], slots[i][2] if ok else slots[i][2] | _ABORT)
             for i, ok in zip(fresh, flags, strict=True)
         ]
-        _, cmeta = conn.request(Op.COMMIT, wire.encode_commit(commits, self.limits), (), deadline)
+        _, cmeta = conn.request(Op.COMMIT, wire.encode_commit(commits, conn.limits), (), deadline)
         for i, ok in zip(fresh, wire.decode_flags(cmeta, len(commits)), strict=True):
             out[i] = bool(ok)
         return out
+
+    def register_memory(self, buf: memoryview) -> int:
+        """Register ``buf`` with the engine (RDMA then moves it with no copy); see the engine."""
+        return self.engine.register_memory(buf)
 
     def close(self) -> None:
         self.pool.close()
         if self._segment is not None:
             self.engine.close_segment(self._segment.node_id)
             self._segment = None
+        if self._owns_engine:
+            self.engine.close()

@@ -4,19 +4,22 @@ strings such as ``"4GiB"`` before validation)."""
 from __future__ import annotations
 
 import os
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .rdma_options import RdmaOptions
 from .wire import Limits
 
 
 class NodeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    node_id: str = ""
-    """Node name in the membership; empty: ``<host>:<port>``."""
+    node_id: str = Field(default="", max_length=256)
+    """Node name in the membership; empty: ``<host>:<port>``. Also names its shm arena: at start the
+    node removes arenas that a dead earlier process with this id left in ``shm_dir``."""
     host: str = "127.0.0.1"
-    """Loopback unless configured"""
+    """Loopback unless configured. Beyond loopback a shared secret is required (see allow_unauthenticated)."""
     port: int = Field(default=7700, ge=0, le=65535)
     """0: any free port"""
     capacity: int = Field(default=1 << 30, ge=1 << 20)
@@ -31,6 +34,9 @@ class NodeConfig(BaseModel):
     """The shared secret is read from this variable"""
     secret_file: str = ""
     """... or from this file (wins when set)"""
+    allow_unauthenticated: bool = False
+    """Run without a shared secret although ``host`` is reachable beyond loopback (warned at every
+    start). Without it such a node refuses to start."""
     max_key_len: int = Field(default=1024, ge=1, le=65535)
     """Longest key accepted (bytes); longer requests are refused."""
     max_batch: int = Field(default=1024, ge=1)
@@ -40,19 +46,47 @@ class NodeConfig(BaseModel):
     max_payload: int = Field(default=1 << 30, ge=4096)
     """Largest payload per frame (bytes)."""
     max_connections: int = Field(default=256, ge=1)
-    """Concurrent client connections accepted."""
+    """Authenticated connections served at once (one thread each); when full, the longest-idle one
+    is closed to make room for a new one."""
     idle_timeout_s: float = Field(default=300.0, gt=0)
     """An idle connection is closed after this."""
-    handshake_timeout_s: float = Field(default=5.0, gt=0)
-    """A client that does not authenticate within this is dropped."""
+    handshake_timeout_s: float = Field(default=2.0, gt=0)
+    """A socket that does not authenticate within this is dropped (handshakes cost no thread)."""
+    max_handshakes: int = Field(default=256, ge=1)
+    """Unauthenticated sockets held at once; when full, the oldest of the peer holding most is dropped."""
+    max_handshakes_per_peer: int = Field(default=32, ge=1)
+    """Unauthenticated sockets held per peer address (IPv6: per /64); when full, its oldest is dropped."""
+    request_timeout_s: float = Field(default=10.0, gt=0)
+    """Once a request's header arrived, its metadata and body must arrive (and its reply leave)
+    within this; else the connection is closed and the space reserved for it released. A PUT
+    reserves space only once its body starts to arrive."""
     drain_timeout_s: float = Field(default=10.0, ge=0)
     """On SIGTERM: finish in-flight requests for at most this long."""
     rdma_device: str = ""
-    """E.g. ``mlx5_0`` or ``rxe0``: serve one-sided RDMA too (needs pyverbs + rdma-core)."""
+    """E.g. ``mlx5_0`` or ``rxe0`` (``auto``: the first device): serve one-sided RDMA too (needs
+    pyverbs + rdma-core); empty: no RDMA. A device that cannot be opened stops the node."""
     rdma_port: int = Field(default=1, ge=1)
-    rdma_gid_index: int = Field(default=0, ge=0)
+    """Port of ``rdma_device``."""
+    rdma_gid_index: Annotated[int, Field(ge=0)] | Literal["auto"] = "auto"
+    """GID table index; ``auto``: the first RoCE v2 GID with an IPv4 address (index 0 on IB)."""
+    rdma_hop_limit: int = Field(default=64, ge=1, le=255)
+    """IP hop limit of RoCE v2 packets (1 would stop them at the first router)."""
+    rdma_traffic_class: int = Field(default=0, ge=0, le=255)
+    """Traffic class (DSCP << 2 | ECN), e.g. 106 for a fabric's lossless RoCE class."""
+    rdma_service_level: int = Field(default=0, ge=0, le=15)
+    """Service level (InfiniBand; the PCP priority on some RoCE setups)."""
     ready_file: str = ""
     """Written with "host port" once listening (tests, supervisors)"""
+
+    def rdma_options(self) -> RdmaOptions:
+        return RdmaOptions(
+            device=self.rdma_device,
+            port=self.rdma_port,
+            gid_index=-1 if self.rdma_gid_index == "auto" else self.rdma_gid_index,
+            hop_limit=self.rdma_hop_limit,
+            traffic_class=self.rdma_traffic_class,
+            service_level=self.rdma_service_level,
+        )
 
     def limits(self) -> Limits:
         return Limits(self.max_key_len, self.max_batch, self.max_meta, self.max_payload)

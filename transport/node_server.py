@@ -1,9 +1,17 @@
 """The memory node: contributes a DRAM arena and serves it over the wire protocol.
 
-One thread per connection (socket I/O releases the GIL); PUT bodies are received straight into
-arena slots and GET bodies sent straight from them. A heartbeat thread keeps the node registered
+One thread (the ``HandshakeGate``) accepts sockets and authenticates them all without blocking;
+each authenticated connection then gets its own worker thread (socket I/O releases the GIL), at
+most ``max_connections`` (when full, the longest-idle one makes room). PUT bodies are received
+straight into arena slots and GET bodies sent straight from them; every request must complete
+within ``request_timeout_s`` once its header arrived. A heartbeat thread keeps the node registered
 in the metadata service. ``drain()`` (SIGTERM in the CLI) deregisters, stops accepting, lets
 in-flight requests finish and closes.
+
+A node bound beyond loopback refuses to start without a shared secret unless
+``allow_unauthenticated`` is set. With ``shm`` the arena is an ``ArenaFile`` (header with node id,
+epoch and a random token, locked while the node lives); arenas of dead earlier processes with the
+same node id are removed at start.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import select
 import socket
 import threading
 import time
@@ -19,9 +28,12 @@ from collections import Counter
 from typing import Any
 
 from . import auth, wire
-from .arena import Arena
-from .errors import AuthError, ProtocolError, TransportError
+from .arena import Arena, arena_size
+from .arena_files import ArenaFile, collect_stale
+from .arena_header import ArenaHeader
+from .errors import ProtocolError, RdmaSetupError, TransportError
 from .eviction import Evictor
+from .handshake_gate import GateLimits, HandshakeGate
 from .metadata.base import MetadataService, NodeInfo
 from .node_config import NodeConfig
 from .rdma_handshake import QpInfo
@@ -34,11 +46,46 @@ _ABORT = 1 << 63  # COMMIT of (key, version | _ABORT) releases the reservation i
 
 
 class _Conn:
-    __slots__ = ("busy", "sock")
+    __slots__ = ("busy", "last_active", "sock")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.busy = False
+        self.last_active = time.monotonic()
+
+
+def _wait_readable(sock: socket.socket, deadline: float) -> None:
+    """Block until ``sock`` has bytes to read (or EOF), or raise ``TimeoutError`` at ``deadline``."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no body before the request deadline")
+        if poller.poll(left * 1000):
+            return
+
+
+def check_authentication(cfg: NodeConfig, secret: bytes) -> None:
+    """Refuse (``ValueError`` naming the keys) to serve beyond loopback without a shared secret,
+    unless ``allow_unauthenticated``; then warn, at every start."""
+    if secret or auth.is_loopback_host(cfg.host):
+        return
+    where = f"node.host {cfg.host!r} is reachable beyond loopback"
+    if not cfg.allow_unauthenticated:
+        if cfg.secret_file:
+            source = f"node.secret_file {cfg.secret_file!r} is empty"
+        else:
+            source = f"${cfg.secret_env} (node.secret_env) is empty or unset"
+        raise ValueError(
+            f"{where} and no shared secret is set ({source}): anyone who can reach the port could "
+            "read and write the pool. Set a secret, or node.allow_unauthenticated: true to run open."
+        )
+    log.warning(
+        "%s and runs WITHOUT a shared secret (node.allow_unauthenticated: true): "
+        "anyone who can reach it can read and write the pool",
+        where,
+    )
 
 
 class NodeServer:
@@ -53,25 +100,41 @@ class NodeServer:
         self.cfg = cfg
         self.limits = cfg.limits()
         self._secret = cfg.secret()
+        check_authentication(cfg, self._secret)
         self.metadata = metadata
         self.hb_interval = heartbeat_interval_s
         self.hb_ttl = heartbeat_ttl_s
-        self._listener = socket.create_server((cfg.host, cfg.port), backlog=128, reuse_port=False)
+        self._listener = socket.create_server((cfg.host, cfg.port), backlog=1024, reuse_port=False)
         self.host, self.port = self._listener.getsockname()[:2]
         self.node_id = cfg.node_id or f"{self.host}:{self.port}"
         self.epoch = int(time.time() * 1_000_000)
-        shm_path = ""
-        if cfg.shm:
-            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.node_id)
-            shm_path = os.path.join(cfg.shm_dir, f"hicache-node-{safe}-{os.getpid()}-{self.epoch}")
-        self.arena = Arena(cfg.capacity, shm_path or None)
+        self._arena_token = ArenaHeader.new_token()
+        shm = None
+        try:
+            if cfg.shm:
+                for stale in collect_stale(cfg.shm_dir, self.node_id):
+                    log.info(
+                        "removed stale arena %s (%d bytes) of dead process %d",
+                        stale.path,
+                        stale.size,
+                        stale.pid,
+                    )
+                header = ArenaHeader(
+                    self.node_id, self.epoch, arena_size(cfg.capacity), os.getpid(), self._arena_token
+                )
+                shm = ArenaFile(cfg.shm_dir, header)
+            self.arena = Arena(cfg.capacity, shm)
+        except BaseException:
+            if shm is not None:
+                shm.close()
+            self._listener.close()
+            raise
+        shm_path = self.arena.shm_path or ""
         self.store = NodeStore(self.arena, evictor)
         self.info = NodeInfo(self.node_id, self.host, self.port, self.arena.size, self.epoch, shm_path)
         self._rdma: Any = None
         if cfg.rdma_device:
-            from .rdma import RdmaResponder
-
-            self._rdma = RdmaResponder(self.arena.view, cfg.rdma_device, cfg.rdma_port, cfg.rdma_gid_index)
+            self._rdma = self._open_rdma()
         self.requests: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self._conns: set[_Conn] = set()
@@ -79,11 +142,32 @@ class NodeServer:
         self._draining = threading.Event()
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._gate = HandshakeGate(
+            self._listener,
+            self._secret,
+            self._hello(),
+            GateLimits(cfg.handshake_timeout_s, cfg.max_handshakes, cfg.max_handshakes_per_peer),
+            self._admit,
+            self.errors,
+        )
+
+    def _open_rdma(self) -> Any:
+        """The RDMA responder over the arena; a device that cannot serve stops the node (with
+        its listener and arena released) naming the ``node.rdma_*`` keys."""
+        from .rdma_responder import RdmaResponder
+
+        try:
+            return RdmaResponder(self.arena.view, self.cfg.rdma_options(), self.arena.data_offset)
+        except (TransportError, ValueError) as exc:
+            with contextlib.suppress(OSError):
+                self._listener.close()
+            self.arena.close()
+            raise ValueError(f"node.rdma_device: {self.cfg.rdma_device!r} cannot serve RDMA: {exc}") from exc
 
     # ---- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._spawn(self._accept_loop, "accept")
+        self._gate.start()
         if self.metadata is not None:
             self._heartbeat_once()
             self._spawn(self._heartbeat_loop, "heartbeat")
@@ -113,8 +197,7 @@ class NodeServer:
                 self.metadata.deregister_node(self.node_id)
             except TransportError as exc:
                 log.warning("could not deregister from metadata: %s", exc)
-        with contextlib.suppress(OSError):
-            self._listener.close()
+        self._gate.close()
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
@@ -127,6 +210,8 @@ class NodeServer:
             time.sleep(0.02)
         for c in conns:
             self._shutdown(c.sock)
+        if self._rdma is not None:
+            self._rdma.close()  # no client QP reaches the arena from here on
         self.arena.close()
         self._stopped.set()
         log.info("node %s drained", self.node_id)
@@ -149,39 +234,52 @@ class NodeServer:
         while not self._draining.wait(self.hb_interval):
             self._heartbeat_once()
 
-    def _accept_loop(self) -> None:
-        while not self._draining.is_set():
-            try:
-                sock, _ = self._listener.accept()
-            except OSError:
-                if self._draining.is_set():
-                    return
-                time.sleep(0.01)
-                continue
-            with self._lock:
-                too_many = len(self._conns) >= self.cfg.max_connections
-            if too_many:
-                self.errors["refused_connections"] += 1
-                sock.close()
-                continue
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = _Conn(sock)
-            with self._lock:
+    def _admit(self, sock: socket.socket, peer: str) -> None:
+        """An authenticated socket from the gate: give it a worker, making room when full by
+        closing the longest-idle connection (never one in a request or holding reservations)."""
+        conn = _Conn(sock)
+        with self._lock:
+            if self._draining.is_set():
+                victim, refused = None, True
+            elif len(self._conns) < self.cfg.max_connections:
+                victim, refused = None, False
+            else:
+                idle = [
+                    c
+                    for c in self._conns
+                    if not c.busy
+                    and not self.store.owns_pending(c)
+                    and not (self._rdma is not None and self._rdma.owns(c))  # it anchors live QPs
+                ]
+                victim = min(idle, key=lambda c: c.last_active, default=None)
+                refused = victim is None
+                if victim is not None:
+                    self._conns.discard(victim)
+            if not refused:
                 self._conns.add(conn)
-            self._spawn(self._serve, "conn", conn)
+        if victim is not None:
+            self.errors["idle_connections_closed"] += 1
+            self._shutdown(victim.sock)
+        if refused:
+            self.errors["refused_connections"] += 1
+            with contextlib.suppress(OSError):
+                sock.close()
+            return
+        self._spawn(self._serve, "conn", conn)
 
     # ---- one connection -------------------------------------------------------------------
 
     def _serve(self, conn: _Conn) -> None:
         sock = conn.sock
         try:
-            self._handshake(sock)
             hdr_buf = bytearray(wire.HEADER_SIZE)
             hdr_view = memoryview(hdr_buf)
             while not self._draining.is_set():
-                recv_into_exact(sock, hdr_view, time.monotonic() + self.cfg.idle_timeout_s)
+                # a connection anchoring RDMA QPs idles as long as its client keeps them
+                idle = self._rdma is not None and self._rdma.owns(conn)
+                recv_into_exact(sock, hdr_view, None if idle else time.monotonic() + self.cfg.idle_timeout_s)
                 conn.busy = True
-                deadline = time.monotonic() + self.cfg.idle_timeout_s
+                deadline = time.monotonic() + self.cfg.request_timeout_s
                 try:
                     h = wire.unpack_header(hdr_buf, self.limits)
                 except ProtocolError as exc:
@@ -193,10 +291,8 @@ class NodeServer:
                 meta = recv_exact(sock, h.meta_len, deadline)
                 if not self._dispatch(conn, h, meta, deadline):
                     return
+                conn.last_active = time.monotonic()
                 conn.busy = False
-        except AuthError as exc:
-            self.errors["auth"] += 1
-            log.info("refused connection: %s", exc)
         except (OSError, TimeoutError, TransportError) as exc:
             log.debug("connection closed: %s", exc)
         except Exception:
@@ -205,28 +301,22 @@ class NodeServer:
         finally:
             conn.busy = False
             self.store.release_owner(conn)
+            if self._rdma is not None:
+                self._rdma.release_owner(conn)
             with self._lock:
                 self._conns.discard(conn)
             with contextlib.suppress(OSError):
                 sock.close()
 
-    def _handshake(self, sock: socket.socket) -> None:
-        deadline = time.monotonic() + self.cfg.handshake_timeout_s
-        nonce = auth.new_nonce()
-        self._send(sock, Op.CHALLENGE, Status.OK, 0, nonce, deadline=deadline)
-        h = wire.unpack_header(recv_exact(sock, wire.HEADER_SIZE, deadline), self.limits)
-        if h.op != Op.AUTH or h.meta_len != auth.PROOF_LEN + auth.NONCE_LEN or h.payload_len:
-            raise AuthError("expected an AUTH frame")
-        meta = recv_exact(sock, h.meta_len, deadline)
-        if not auth.verify(auth.client_proof(self._secret, nonce), meta[: auth.PROOF_LEN]):
-            self._send(sock, Op.AUTH, Status.AUTH_FAILED, h.req_id, b"", deadline=deadline)
-            raise AuthError("bad client proof (wrong shared secret?)")
-        info = json.dumps(
+    def _hello(self) -> bytes:
+        """What an authenticated client learns: the segment (for one-sided engines) and limits."""
+        return json.dumps(
             {
                 "node_id": self.node_id,
                 "epoch": self.epoch,
                 "arena_size": self.arena.size,
                 "shm_path": self.arena.shm_path or "",
+                "arena_token": self._arena_token.hex(),
                 "limits": {
                     "max_key_len": self.limits.max_key_len,
                     "max_batch": self.limits.max_batch,
@@ -235,8 +325,6 @@ class NodeServer:
                 },
             }
         ).encode()
-        proof = auth.server_proof(self._secret, bytes(meta[auth.PROOF_LEN :]))
-        self._send(sock, Op.AUTH, Status.OK, h.req_id, proof + info, deadline=deadline)
 
     def _send(
         self,
@@ -303,10 +391,17 @@ class NodeServer:
             elif op is Op.STATS:
                 reply = json.dumps(self.stats()).encode()
             elif op is Op.RDMA_CONNECT:
-                if self._rdma is None:
-                    self._reply_error(sock, h.req_id, Status.BAD_REQUEST, op)
+                if self._rdma is None:  # "unknown op": this node serves no RDMA
+                    self._reply_error(sock, h.req_id, Status.UNKNOWN_OP, op)
                     return True
-                reply = self._rdma.accept(QpInfo.decode(meta)).encode()
+                try:
+                    reply = self._rdma.accept(QpInfo.decode(meta), owner=conn).encode()
+                except RdmaSetupError as exc:
+                    self.errors["rdma_setup"] += 1
+                    log.warning("RDMA connect refused: %s", exc)
+                    self._reply_error(sock, h.req_id, Status.INTERNAL, op)
+                    return True
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # it anchors the QP
             elif op is Op.PING:
                 reply = b""
             else:
@@ -329,6 +424,8 @@ class NodeServer:
             return False  # we cannot trust payload_len to skip the body
         view = self.arena.view
         oks: list[bool] = []
+        if h.payload_len:
+            _wait_readable(sock, deadline)  # reserve nothing for a body that never comes
         for key, size, otype in items:
             status, slot = self.store.reserve(key, size, otype, conn)
             if status == RESERVED_NEW and slot is not None:
@@ -410,5 +507,7 @@ class NodeServer:
             "requests": dict(self.requests),
             "errors": dict(self.errors),
             "connections": nconn,
+            "rdma_qps": self._rdma.connections() if self._rdma is not None else None,
+            "handshakes": self._gate.pending,
             "draining": self._draining.is_set(),
         }

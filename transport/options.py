@@ -15,3 +15,7 @@ class ClientOptions:
     retry_interval_s: float = 1.0  # a peer that failed is not retried (calls miss at once) for this long
     secret: bytes = b""
     limits: Limits = field(default_factory=Limits)
+    # without a secret, a node beyond loopback is refused unless this is set (then warned)
+    allow_unauthenticated: bool = False
+    # the local engine maps only node arenas in this directory (the nodes' node.shm_dir)
+    shm_dir: str = "/dev/shm"

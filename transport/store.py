@@ -56,7 +56,7 @@ class NodeStore:
     def __init__(self, arena: Arena, evictor: Evictor | None = None) -> None:
         self.arena = arena
         self.view = arena.view
-        self._alloc = Allocator(arena.size)
+        self._alloc = Allocator(arena.capacity, arena.data_offset)
         self._evictor: Evictor = evictor if evictor is not None else LruEvictor()
         self._index: dict[str, Slot] = {}
         self._pending: dict[str, Slot] = {}
@@ -139,6 +139,12 @@ class NodeStore:
                 if slot.body <= offset and offset + length <= slot.body + slot.size:
                     return slot
         return None
+
+    def owns_pending(self, owner: object) -> bool:
+        """True while ``owner`` holds a reservation (its connection must not be closed as idle:
+        a one-sided writer may be filling the slot right now)."""
+        with self._lock:
+            return any(s.owner is owner for s in self._pending.values())
 
     def release_owner(self, owner: object) -> int:
         """Abort every reservation ``owner`` (a dropped connection) still holds."""
@@ -226,7 +232,7 @@ class NodeStore:
                 **self.counters,
                 "objects": len(self._index),
                 "pending": len(self._pending),
-                "capacity": self.arena.size,
+                "capacity": self.arena.capacity,
                 "used": self._alloc.used,
             }
 

@@ -122,8 +122,22 @@ class _Reader:
             raise ProtocolError("trailing bytes in meta")
 
 
+def key_problem(key: str, limits: Limits) -> str | None:
+    """Why ``key`` cannot go on the wire under ``limits`` (``None``: it can)."""
+    try:
+        n = len(key.encode())
+    except UnicodeEncodeError:
+        return "is not encodable as UTF-8 (lone surrogate?)"
+    if not 0 < n <= limits.max_key_len:
+        return f"has {n} bytes, outside 1..{limits.max_key_len}"
+    return None
+
+
 def _encode_key(key: str, limits: Limits) -> bytes:
-    raw = key.encode()
+    try:
+        raw = key.encode()
+    except UnicodeEncodeError as exc:
+        raise ProtocolError("key is not encodable as UTF-8") from exc
     if not raw or len(raw) > limits.max_key_len:
         raise ProtocolError(f"key length {len(raw)} outside 1..{limits.max_key_len}")
     return _U16.pack(len(raw)) + raw

@@ -260,7 +260,7 @@ def _bench_round(
         keys = [f"{rnd:04d}{i:060x}" for i in range(pages)]
         batches = [keys[i : i + batch] for i in range(0, pages, batch)]
         region = 64 << 20
-        # headroom: the unified placement keeps the SSD at most ``ssd_fill`` full (whole-region
+        # headroom: the placement keeps the SSD at most ``ssd_fill`` full (whole-region
         # reclaim), and every entry carries a 4 KiB header
         capacity = (-(-total * 3 // 2) // region + 4) * region
         cfg = ssd_only_config(os.path.join(work, "ours"), capacity)

@@ -65,17 +65,17 @@ def run(args: argparse.Namespace) -> int:
         keys = [f"{i:064x}" for i in range(args.pages)]
         batches = [keys[i : i + batch] for i in range(0, len(keys), batch)]
         written = t_set = 0.0
-        demoter = backend.store.demoter
+        mover = backend.store.mover
         for chunk in tqdm(batches, desc="set", unit="batch"):
             start = time.perf_counter()
             ok = backend.batch_set_v1(chunk, src[: len(chunk) * shape.page_size])
             t_set += time.perf_counter() - start
             written += sum(ok) * shape.page_bytes()
-            if demoter is not None and not args.no_pace:
-                demoter.flush()  # a write rate the SSD absorbs (prefill is slower than memcpy)
-        if demoter is not None:
+            if mover is not None and not args.no_pace:
+                mover.flush()  # a write rate the SSD absorbs (prefill is slower than memcpy)
+        if mover is not None:
             print("waiting for background demotion DRAM -> SSD ...")
-            demoter.flush()
+            mover.flush()
         before = {n: dict(st) for n, st in backend.tier_stats()["tiers"].items()}
         hits = mismatched = 0
         read = t_get = 0.0

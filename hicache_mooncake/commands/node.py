@@ -2,13 +2,19 @@
 
 Reads the ``node:`` and ``metadata:`` sections of the YAML (e.g. ``configs/cluster.yaml``); other
 top-level sections (the client side's ``tiers.remote`` ...) are ignored here. Sizes may be written
-``4GiB``. A bad key is refused with its YAML path and the reason.
+``4GiB``. A bad key is refused with its YAML path and the reason, and so is a node that would
+listen beyond loopback without a shared secret (exit 2).
+
+``hicache-mooncake node --gc [--config FILE]`` removes, in ``node.shm_dir``, the shared-memory
+arenas that dead nodes left behind (a node does this for its own node id at every start) and exits.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import resource
 import signal
 import sys
 import threading
@@ -18,6 +24,7 @@ import yaml
 from pydantic import ValidationError
 
 from hicache_mooncake.config.cluster import NodeSection
+from hicache_mooncake.transport.arena_files import collect_stale
 from hicache_mooncake.transport.metadata import MetadataConfig, make_metadata
 from hicache_mooncake.transport.node_server import NodeServer
 
@@ -69,25 +76,54 @@ def _explain(path: str, section: str, exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
+def _raise_fd_limit() -> None:
+    """Sockets are file descriptors: take the hard limit (a flood then costs descriptors the node
+    has, and the handshake gate sheds the oldest ones when they run out)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+def gc(shm_dir: str) -> int:
+    removed = collect_stale(shm_dir)
+    for stale in removed:
+        print(f"removed {stale.path} (node {stale.node_id!r}, dead pid {stale.pid}, {stale.size} bytes)")
+    print(f"{len(removed)} stale arena(s) removed from {shm_dir}, {sum(s.size for s in removed)} bytes freed")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.config is None and not args.gc:
+        print("hicache-mooncake node: --config FILE is required (or --gc)", file=sys.stderr)
+        return 2
     try:
-        node_cfg, meta_cfg = load(args.config)
+        node_cfg, meta_cfg = load(args.config) if args.config else (NodeSection(), MetadataConfig())
     except (OSError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 2
+    if args.gc:
+        return gc(node_cfg.shm_dir)
     if args.port is not None:
         node_cfg = node_cfg.model_copy(update={"port": args.port})
     if args.ready_file:
         node_cfg = node_cfg.model_copy(update={"ready_file": args.ready_file})
     evictor = None if node_cfg.eviction == "lru" else _PolicyEvictor(node_cfg.eviction)
+    _raise_fd_limit()
     metadata = make_metadata(meta_cfg)
-    server = NodeServer(
-        node_cfg,
-        metadata if meta_cfg.backend == "redis" else None,
-        evictor,
-        heartbeat_interval_s=meta_cfg.heartbeat_interval_s,
-        heartbeat_ttl_s=meta_cfg.heartbeat_ttl_s,
-    )
+    try:
+        server = NodeServer(
+            node_cfg,
+            metadata if meta_cfg.backend == "redis" else None,
+            evictor,
+            heartbeat_interval_s=meta_cfg.heartbeat_interval_s,
+            heartbeat_ttl_s=meta_cfg.heartbeat_ttl_s,
+        )
+    except (OSError, ValueError) as exc:
+        metadata.close()
+        print(f"{args.config}: cannot start the node: {exc}", file=sys.stderr)
+        return 2
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -106,7 +142,12 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("node", help="run a memory node (remote DRAM pool) until SIGTERM")
-    parser.add_argument("--config", required=True, help="YAML with node: and metadata: sections")
+    parser.add_argument("--config", default=None, help="YAML with node: and metadata: sections")
+    parser.add_argument(
+        "--gc",
+        action="store_true",
+        help="remove arenas of dead nodes from node.shm_dir (default /dev/shm) and exit",
+    )
     parser.add_argument("--port", type=int, default=None, help="override node.port")
     parser.add_argument("--ready-file", default=None, help="write 'host port' here once listening")
     parser.set_defaults(func=run)

@@ -42,6 +42,26 @@ def _check_policy(name: str) -> str:
     return name
 
 
+# Keys of earlier versions: refused with what replaces them (a config migration note, not a typo).
+_REMOVED_TIERS_KEYS = {
+    "placement": "one placement path decides for every policy now; delete the key "
+    "(per_tier behaviour: tiers.policy: s3fifo)",
+}
+_REMOVED_DRAM_KEYS = {
+    "policy": "the DRAM tier has no policy of its own; use tiers.policy (one policy places pages over "
+    "DRAM and SSD)",
+    "policy_options": "use tiers.policy_options",
+}
+
+
+def _refuse_removed(data: Any, removed: dict[str, str]) -> Any:
+    if isinstance(data, dict):
+        for key, replacement in removed.items():
+            if key in data:
+                raise ValueError(f"{key!r} was removed: {replacement}")
+    return data
+
+
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -55,18 +75,13 @@ class DramTierConfig(StrictModel):
     """Bytes of the arena; allocated (and touched, see ``prefault``) when the backend attaches."""
     slab_size: ByteSize = parse_size("64MiB")
     """Arena granule given to one size class; the largest storable object. Multiple of 4096."""
-    policy: str = "s3fifo"
-    """DRAM eviction policy with ``tiers.placement: per_tier`` (with ``unified`` it only backs up the
-    placement when DRAM is physically full)."""
-    policy_options: dict[str, Any] = Field(default_factory=dict)
-    """Keyword options passed to the policy's constructor."""
     prefault: bool = True
     """Fault the whole arena in at attach (MAP_POPULATE), so the first sets do not pay for it."""
 
-    @field_validator("policy")
+    @model_validator(mode="before")
     @classmethod
-    def _known_policy(cls, name: str) -> str:
-        return _check_policy(name)
+    def _removed(cls, data: Any) -> Any:
+        return _refuse_removed(data, _REMOVED_DRAM_KEYS)
 
     @model_validator(mode="after")
     def _check(self) -> DramTierConfig:
@@ -78,12 +93,9 @@ class DramTierConfig(StrictModel):
 
 
 class TiersConfig(StrictModel):
-    placement: Literal["unified", "per_tier"] = "unified"
-    """unified: ONE policy (``tiers.policy``) decides over DRAM + SSD together which pages leave the
-    host, and DRAM holds the most recent of them; per_tier: DRAM evicts by ``tiers.dram.policy`` and
-    demotes to SSD by the watermarks."""
     policy: str = "reuse"
-    """Policy of the unified placement (``reuse``, ``lru``, ``s3fifo``, ``chain``, ``tinylfu``)."""
+    """The ONE policy that places pages over the local tiers: which pages leave the host, and DRAM holds
+    the most recently used of the rest (``reuse``, ``lru``, ``s3fifo``, ``chain``, ``tinylfu``)."""
     policy_options: dict[str, Any] = Field(default_factory=dict)
     """Keyword options of ``tiers.policy``."""
     dram: DramTierConfig = DramTierConfig()
@@ -94,6 +106,11 @@ class TiersConfig(StrictModel):
     @classmethod
     def _known_policy(cls, name: str) -> str:
         return _check_policy(name)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        return _refuse_removed(data, _REMOVED_TIERS_KEYS)
 
 
 class NamespaceConfig(StrictModel):

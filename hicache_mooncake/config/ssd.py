@@ -35,14 +35,16 @@ class SsdTierConfig(BaseModel):
     reinsertion_hits: int = Field(default=1, ge=0)
     """On region reclaim, entries read at least this often are rewritten instead of dropped (0: never)."""
     mode: Literal["write_on_evict", "write_through"] = "write_on_evict"
-    """write_on_evict: pages reach the SSD when DRAM demotes them; write_through: every set is also copied."""
+    """write_on_evict: pages reach the SSD when DRAM demotes them; write_through: every new page is also
+    copied to the SSD in the background (sets do not wait), so a crash loses none that was copied."""
     high_watermark: float = Field(default=0.9, gt=0, le=1)
-    """Background demotion starts when DRAM is this full..."""
+    """Background demotion starts when the policy's pages fill DRAM this far..."""
     low_watermark: float = Field(default=0.75, gt=0, lt=1)
-    """...and stops at this fill level, so foreground sets find free DRAM and never wait for the disk."""
-    foreground_demotion: bool = False
-    """When DRAM is full despite the watermarks, write the victim to SSD inside the set (waits for the
-    disk) instead of dropping it."""
+    """...and moves the least recently used ones to SSD until this fill level, so sets find free DRAM."""
+    foreground_demotion: bool = True
+    """When DRAM has no free slot (the background mover fell behind), a set runs the queued demotions
+    itself, waiting for the disk up to ``io.timeout_s``; false: those pages are refused at once (the set
+    returns False for them; they stay in SGLang's host pool)."""
     flush_on_detach_s: float = Field(default=10.0, ge=0)
     """On detach/close, copy DRAM pages the SSD lacks to the SSD for at most this long (0: drop
     them), so attaching again with the same YAML finds them."""
@@ -51,7 +53,7 @@ class SsdTierConfig(BaseModel):
     admit_min_hits: int = Field(default=0, ge=0)
     """A demoted page is written only if it was read at least this often while in DRAM."""
     promote_min_hits: int = Field(default=1, ge=0)
-    """An SSD hit is copied back into DRAM (and the pool) once the page has been read this often from SSD; 0: never."""
+    """An SSD hit is copied back into DRAM once the page has been read this often from SSD; 0: never."""
 
     @model_validator(mode="after")
     def _check(self) -> SsdTierConfig:

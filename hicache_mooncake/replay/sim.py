@@ -24,7 +24,7 @@ from hicache_mooncake.tiers.policy import AccessContext, EvictionPolicy, make_po
 from hicache_mooncake.tiers.policy.contexts import get_contexts as _get_contexts
 from hicache_mooncake.tiers.policy.contexts import miss_context
 from hicache_mooncake.tiers.policy.contexts import set_contexts as _set_contexts
-from hicache_mooncake.tiers.policy.placement import DRAM, SSD, TierPlacement
+from hicache_mooncake.tiers.policy.placement import DRAM, SSD, SetOutcome, TierPlacement
 
 
 @runtime_checkable
@@ -97,8 +97,9 @@ class SimTieredStore:
     ) -> SimTieredStore:
         if not 0.0 <= dram_fraction <= 1.0:
             raise ValueError(f"dram fraction must be in [0, 1], got {dram_fraction}")
+        unit = block_bytes or 1  # the placement charges each page its size (1 without payloads)
         dram = round(capacity_blocks * dram_fraction)
-        placement = TierPlacement(make_policy(policy, **options), capacity_blocks, dram)
+        placement = TierPlacement(make_policy(policy, **options), capacity_blocks * unit, dram * unit)
         return cls(placement=placement, block_bytes=block_bytes)
 
     @property
@@ -107,11 +108,11 @@ class SimTieredStore:
 
     @property
     def dram_blocks(self) -> int:
-        return self.placement.dram_capacity
+        return self.placement.dram_capacity // (self.block_bytes or 1)
 
     @property
     def ssd_blocks(self) -> int:
-        return self.placement.capacity - self.placement.dram_capacity
+        return (self.placement.capacity - self.placement.dram_capacity) // (self.block_bytes or 1)
 
     # ---- ReplayStore -------------------------------------------------------------------------
     def batch_exists(self, keys: Sequence[str]) -> int:
@@ -125,8 +126,7 @@ class SimTieredStore:
             else:
                 break
         if n < len(keys):
-            ctx = miss_context(n, len(keys), self._clock)
-            pl.policy.on_miss(keys[n], ctx)
+            pl.miss(keys[n], miss_context(n, len(keys), self._clock))
         return n
 
     def batch_get(self, keys: Sequence[str]) -> list[bool]:
@@ -135,7 +135,7 @@ class SimTieredStore:
         for key, ctx in zip(
             keys, get_contexts(keys, self._clock, self.block_bytes, self._request_len), strict=True
         ):
-            tier = self.placement.on_hit(key, ctx)
+            tier = self.placement.hit(key, ctx)
             if tier == DRAM:
                 c["dram_hits"] += 1
             elif tier == SSD:
@@ -149,21 +149,21 @@ class SimTieredStore:
 
     def batch_set(self, keys: Sequence[str], prefix_keys: Sequence[str] = ()) -> list[bool]:
         ctxs = set_contexts(keys, prefix_keys, self._clock, self.block_bytes)
-        pl = self.placement
         out = []
         for key, ctx in zip(keys, ctxs, strict=True):
-            before = pl.tier_of(key)
-            ok = pl.on_set([key], [ctx])[0]
-            if before is None and not ok:
-                self.counters["dram_admit_refused" if pl.dram_capacity > 0 else "ssd_admit_refused"] += 1
-            tier = pl.tier_of(key)
-            if before is None and ok:
-                self._placed(key, tier)
-                if tier == SSD:
-                    self.counters["ssd_writes"] += 1
-            elif before is not None and tier != before:
-                self._placed(key, tier)  # a re-set SSD page moves up with the call's bytes
-            out.append(ok)
+            outcome = self.placement.set(key, ctx)
+            if outcome == SetOutcome.REFUSED:
+                if key not in self.placement:
+                    refused = (
+                        "dram_admit_refused" if self.placement.dram_capacity > 0 else "ssd_admit_refused"
+                    )
+                    self.counters[refused] += 1
+            elif outcome in (SetOutcome.NEW_DRAM, SetOutcome.UP):
+                self._placed(key, DRAM)
+            elif outcome == SetOutcome.NEW_SSD:
+                self._placed(key, SSD)
+                self.counters["ssd_writes"] += 1
+            out.append(outcome != SetOutcome.REFUSED)
             self._settle()
         return out
 
@@ -173,10 +173,11 @@ class SimTieredStore:
     # ---- internals ---------------------------------------------------------------------------
     def _settle(self) -> None:
         c = self.counters
-        for key, tier in self.placement.victims_to_drop():
+        drops, demotions = self.placement.settle()
+        for key, tier in drops:
             c["dram_evictions" if tier == DRAM else "ssd_evictions"] += 1
             self._placed(key, None)
-        for key in self.placement.dram_overflow():
+        for key in demotions:
             c["dram_evictions"] += 1
             c["demotions"] += 1
             c["ssd_writes"] += 1

@@ -1,4 +1,4 @@
-"""``--mode store`` on the real stack: ``PlacedTieredStore`` over a real ``DramTier`` and a real
+"""``--mode store`` on the real stack: ``TieredStore`` over a real ``DramTier`` and a real
 ``SsdTier`` (region files in a temporary directory), with small payloads that are written,
 read back and byte-checked on every hit.
 
@@ -21,11 +21,10 @@ import numpy as np
 import xxhash
 
 from hicache_mooncake.ssd import SsdEngine, SsdOptions
-from hicache_mooncake.tiers.demoter import Demoter
 from hicache_mooncake.tiers.dram_tier import DramTier
-from hicache_mooncake.tiers.placed_store import PlacedTieredStore
 from hicache_mooncake.tiers.policy import policy_factory
 from hicache_mooncake.tiers.ssd_tier import SsdTier
+from hicache_mooncake.tiers.tiered_store import StoreOptions, TieredStore
 
 PAYLOAD = 4096
 _SLAB = 1 << 20
@@ -44,7 +43,7 @@ class TieredReplayStore:
         base = "/dev/shm" if Path("/dev/shm").is_dir() else None
         self._dir = tempfile.mkdtemp(prefix="hicache-replay-", dir=base)
         per_slab = _SLAB // PAYLOAD
-        dram = DramTier(-(-(dram_blocks + 2 * per_slab) // per_slab) * _SLAB, _SLAB, "lru", prefault=False)
+        dram = DramTier(-(-(dram_blocks + 2 * per_slab) // per_slab) * _SLAB, _SLAB, prefault=False)
         per_region = (_REGION - 4096) // (4096 + PAYLOAD)
         regions = max(4, -(-16 * max(ssd_blocks, 1) // per_region) + 2)
         engine = SsdEngine(
@@ -60,9 +59,12 @@ class TieredReplayStore:
         self.ssd = SsdTier(engine, promote_min_hits=1)
         self.dram = dram
         tiers = [t for t, n in ((dram, dram_blocks), (self.ssd, ssd_blocks)) if n > 0] or [dram]
-        demoter = Demoter(dram, self.ssd, interval_s=0.01) if len(tiers) == 2 else None
-        self.store = PlacedTieredStore(
-            tiers, policy_factory(policy), demoter, block_capacity=(capacity, dram_blocks)
+        # no watermark hysteresis: DRAM holds exactly the most recent pages, as in ``--mode sim``
+        self.store = TieredStore(
+            tiers,
+            policy_factory(policy),
+            StoreOptions(dram_high=1.0, dram_low=1.0),
+            capacity=(capacity * PAYLOAD, dram_blocks * PAYLOAD),
         )
         self.block_bytes = block_bytes
         self.wrong_bytes = 0
@@ -109,8 +111,7 @@ class TieredReplayStore:
         }
 
     def _settle(self) -> None:
-        if self.store.demoter is not None:
-            self.store.demoter.flush()
+        self.store.flush()
 
     def close(self) -> None:
         self.store.close()

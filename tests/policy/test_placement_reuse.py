@@ -2,37 +2,98 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
 from hicache_mooncake.replay.reference import lru_hits
 from hicache_mooncake.replay.sim import SimTieredStore, drive, get_contexts, set_contexts
 from hicache_mooncake.tiers.policy import make_policy
-from hicache_mooncake.tiers.policy.placement import DRAM, SSD, TierPlacement
+from hicache_mooncake.tiers.policy.placement import DRAM, SSD, SetOutcome, TierPlacement
 from hicache_mooncake.tiers.policy.reuse import ReusePolicy
+
+
+def _set(pl: TierPlacement, keys: list[str]) -> list[SetOutcome]:
+    return [pl.set(k, c) for k, c in zip(keys, set_contexts(keys, []), strict=True)]
 
 
 def test_placement_dram_is_the_mru_subset_and_one_policy_drops() -> None:
     pl = TierPlacement(make_policy("lru"), capacity=4, dram_capacity=2)
-    keys = ["a", "b", "c"]
-    assert pl.on_set(keys, set_contexts(keys, [])) == [True, True, True]
-    assert pl.victims_to_drop() == []
-    assert pl.dram_overflow() == ["a"]  # DRAM holds the 2 most recent
+    assert _set(pl, ["a", "b", "c"]) == [SetOutcome.NEW_DRAM] * 3
+    assert pl.settle() == ([], ["a"])  # DRAM holds the 2 most recent
     assert [pl.tier_of(k) for k in "abc"] == [SSD, DRAM, DRAM]
     # An SSD hit promotes; DRAM overflow then demotes the least recent DRAM page.
-    assert pl.on_hit("a", get_contexts(["a"])[0]) == SSD
-    assert pl.tier_of("a") == DRAM and pl.dram_overflow() == ["b"]
-    pl.on_set(["d", "e"], set_contexts(["d", "e"], []))
+    assert pl.hit("a", get_contexts(["a"])[0]) == SSD
+    assert pl.tier_of("a") == DRAM and pl.settle() == ([], ["b"])
+    # A hit without promotion leaves the page on SSD; a set of an SSD page moves it up.
+    assert pl.hit("b", get_contexts(["b"])[0], promote=False) == SSD and pl.tier_of("b") == SSD
+    assert _set(pl, ["b"]) == [SetOutcome.UP] and pl.settle() == ([], ["c"])
+    _set(pl, ["d", "e"])
     # Capacity 4: the policy (LRU) drops the least recent page of the whole system.
-    assert pl.victims_to_drop() == [("b", SSD)]
-    assert len(pl) == 4 and pl.dram_len <= 2 + 2
-    pl.dram_overflow()
-    assert pl.dram_len == 2 and all(pl.tier_of(k) is not None for k in "acde")
+    drops, demoted = pl.settle()
+    assert drops == [("c", SSD)] and len(pl) == 4
+    assert pl.dram_len == 2 and all(pl.tier_of(k) is not None for k in "abde")
+    assert pl.used == 4 and pl.dram_used == 2
+
+
+def test_placement_charges_sizes_and_demotes_to_the_low_watermark() -> None:
+    pl = TierPlacement(make_policy("lru"), capacity=100, dram_capacity=40, dram_low=20)
+    ctxs = [replace(c, size=10) for c in set_contexts(["a", "b", "c", "d"], [])]
+    assert [pl.set(k, c) for k, c in zip("abcd", ctxs, strict=True)] == [SetOutcome.NEW_DRAM] * 4
+    assert pl.settle() == ([], [])  # 40 of 40: not over the high watermark
+    big = replace(set_contexts(["e"], [])[0], size=15)
+    assert pl.set("e", big) == SetOutcome.NEW_DRAM
+    # 55 > 40: the least recent pages go until DRAM is at or below 20
+    assert pl.settle() == ([], ["a", "b", "c", "d"]) and pl.dram_used == 15
+    assert [pl.tier_of(k) for k in "ade"] == [SSD, SSD, DRAM] and pl.used == 55
+    # DRAM physically full although the count has room: the least recent DRAM pages move out
+    assert pl.free_dram(11) == ([], ["e"]) and pl.dram_used == 0
 
 
 def test_placement_without_dram_and_without_capacity() -> None:
     pl = TierPlacement(make_policy("reuse"), capacity=2, dram_capacity=0)
-    assert pl.on_set(["x"], set_contexts(["x"], [])) == [True]
-    assert pl.tier_of("x") == SSD and pl.dram_overflow() == []
+    assert _set(pl, ["x"]) == [SetOutcome.NEW_SSD]
+    assert pl.tier_of("x") == SSD and pl.settle() == ([], [])
+    assert _set(pl, ["x"]) == [SetOutcome.HELD]
     none = TierPlacement(make_policy("lru"), capacity=0, dram_capacity=0)
-    assert none.on_set(["x"], set_contexts(["x"], [])) == [False]
+    assert _set(none, ["x"]) == [SetOutcome.REFUSED]
+
+
+@pytest.mark.parametrize("name", ["lru", "s3fifo", "tinylfu", "chain", "reuse"])
+def test_one_policy_call_per_key_per_get_and_set(name: str) -> None:
+    """The placement asks the policy once per key of a set (``on_set``) and once per key of a get
+    (``on_hit``); ``pop_victim`` runs once per page that leaves. Nothing else (no membership or
+    length questions: the placement keeps its own)."""
+    policy = make_policy(name)
+    calls: Counter[str] = Counter()
+    for method in ("on_set", "on_insert", "on_hit", "on_remove", "pop_victim", "should_admit", "on_miss"):
+        original = getattr(policy, method)
+
+        def counted(*args: Any, _m: str = method, _f: Any = original) -> Any:
+            calls[_m] += 1
+            out = _f(*args)
+            if _m == "on_set" and not out:
+                calls["not_admitted"] += 1
+            return out
+
+        setattr(policy, method, counted)
+    pl = TierPlacement(policy, capacity=64, dram_capacity=16)
+    keys = [f"k{i}" for i in range(200)]
+    for k, c in zip(keys, set_contexts(keys, []), strict=True):
+        pl.set(k, c)
+    pl.settle()
+    assert calls["on_set"] == len(keys)
+    assert calls["pop_victim"] == len(keys) - len(pl) - calls["not_admitted"]
+    assert calls["on_hit"] == 0 and calls["on_remove"] == 0
+    resident = [k for k in keys if k in pl]
+    before = dict(calls)
+    for k, c in zip(resident, get_contexts(resident), strict=True):
+        pl.hit(k, c)
+    pl.settle()
+    assert calls["on_hit"] - before.get("on_hit", 0) == len(resident)
+    assert calls["on_set"] == before["on_set"] and calls["pop_victim"] == before["pop_victim"]
 
 
 def _conversations(n: int) -> list[tuple[int, ...]]:

@@ -48,7 +48,7 @@ def test_bad_trace_line_is_named(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("policy", ["lru", "chain", "reuse", "s3fifo", "tinylfu"])
 def test_sim_and_real_tiered_store_agree(policy: str) -> None:
-    """--mode store runs the real PlacedTieredStore (DramTier + SsdTier on real files, byte-checked)."""
+    """--mode store runs the real TieredStore (DramTier + SsdTier on real files, byte-checked)."""
     blocks = [r.hash_ids for r in generate_trace("chat", seed=2)]
     cap = capacity_blocks(blocks, 0.05)
     sim = SimTieredStore.build(policy, cap, 0.25, 4096)

@@ -25,7 +25,10 @@ def small_extra(**tiers: Any) -> dict[str, Any]:
     extra["tiers"]["dram"].update({"capacity": "32MiB", "slab_size": "1MiB"})
     extra["tiers"]["ssd"]["enabled"] = False  # tests that want the SSD tier give it a temp dir
     for name, overrides in tiers.items():
-        extra["tiers"].setdefault(name, {}).update(overrides)
+        if isinstance(overrides, dict):
+            extra["tiers"].setdefault(name, {}).update(overrides)
+        else:  # a plain key of ``tiers`` (e.g. policy="lru")
+            extra["tiers"][name] = overrides
     return extra
 
 

@@ -144,8 +144,8 @@ def test_mla_only_the_writer_rank_stores():
 
 def test_pressure_evicts_and_survivors_stay_exact():
     extra = small_extra()
-    extra["tiers"]["dram"].update({"capacity": "2MiB", "slab_size": "1MiB", "policy": "lru"})
-    extra["tiers"]["placement"] = "per_tier"  # the DRAM tier's own eviction (unified: test_ssd_tier)
+    extra["tiers"]["dram"].update({"capacity": "2MiB", "slab_size": "1MiB"})
+    extra["tiers"]["policy"] = "lru"
     backend, host = make_backend(extra=extra)
     page_bytes = SMALL.page_bytes()
     stored: dict[str, torch.Tensor] = {}
@@ -156,9 +156,9 @@ def test_pressure_evicts_and_survivors_stay_exact():
         assert all(backend.batch_set_v1(ks, idx))
         stored.update(zip(ks, page_snapshot(host, idx), strict=True))
         host.free(idx)
-    stats = backend.tier_stats()["tiers"]["dram"]
-    assert stats["evictions"] > 0
-    assert stats["used_bytes"] <= 2 << 20
+    tiers = backend.tier_stats()["tiers"]
+    assert tiers["placement"]["dropped"] > 0
+    assert tiers["dram"]["used_bytes"] <= 2 << 20
     present = [k for k in stored if backend.exists(k)]
     assert 0 < len(present) <= (2 << 20) // page_bytes
     dst = host.alloc(PS)
@@ -169,7 +169,7 @@ def test_pressure_evicts_and_survivors_stay_exact():
 
 
 def test_four_threads_mixed_ops_are_byte_exact():
-    backend, host = make_backend(extra=small_extra(dram={"capacity": "4MiB", "policy": "s3fifo"}))
+    backend, host = make_backend(extra=small_extra(dram={"capacity": "4MiB"}, policy="s3fifo"))
     errors: list[str] = []
     lock = threading.Lock()
 

@@ -79,10 +79,10 @@ def test_runtime_attach_detach_cycle_through_the_tree(tree, tmp_path):
 
 def test_bad_yaml_attach_is_refused_with_the_key_and_nothing_attached(tree):
     extra = small_extra()
-    extra["tiers"]["dram"]["policy"] = "nonexistent"
+    extra["tiers"]["policy"] = "nonexistent"
     ok, msg = tree.attach_storage_backend("dynamic", json.dumps(extra), "org/tiny", None, None)
     assert not ok
-    assert "tiers.dram.policy" in msg
+    assert "tiers.policy" in msg
     assert tree.cache_controller.storage_backend is None
     ok, msg = tree.attach_storage_backend("dynamic", json.dumps(small_extra()), "org/tiny", None, None)
     assert ok, msg

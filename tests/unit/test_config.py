@@ -64,10 +64,10 @@ def test_sglang_consumed_keys_are_accepted():
 
 def test_inline_json_pointing_at_yaml_merges_inline_over_file(tmp_path):
     f = tmp_path / "c.yaml"
-    f.write_text("tiers:\n  dram:\n    capacity: 256MiB\n    policy: lru\nnamespace:\n  tenant: a\n")
+    f.write_text("tiers:\n  policy: lru\n  dram:\n    capacity: 256MiB\nnamespace:\n  tenant: a\n")
     cfg = load_backend_config({"config_file": str(f), "namespace": {"tenant": "b"}}, environ={})
     assert cfg.tiers.dram.capacity == 256 << 20
-    assert cfg.tiers.dram.policy == "lru"
+    assert cfg.tiers.policy == "lru"
     assert cfg.namespace.tenant == "b"
 
 
@@ -100,8 +100,24 @@ def test_bad_files_are_refused_with_the_file_named(tmp_path, content, match):
 
 
 def test_unknown_policy_is_refused_with_the_known_ones():
-    with pytest.raises(ConfigError, match=r"tiers.dram.policy: unknown policy 'nope'; known: .*lru"):
-        validate_config({"tiers": {"dram": {"policy": "nope"}}})
+    with pytest.raises(ConfigError, match=r"tiers.policy: unknown policy 'nope'; known: .*lru"):
+        validate_config({"tiers": {"policy": "nope"}})
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ({"tiers": {"placement": "per_tier"}}, r"tiers: 'placement' was removed: one placement path"),
+        ({"tiers": {"dram": {"policy": "lru"}}}, r"tiers.dram: 'policy' was removed: .*use tiers.policy"),
+        (
+            {"tiers": {"dram": {"policy_options": {}}}},
+            r"'policy_options' was removed: use tiers.policy_options",
+        ),
+    ],
+)
+def test_removed_keys_say_what_replaces_them(data, match):
+    with pytest.raises(ConfigError, match=match):
+        validate_config(data)
 
 
 def test_readme_configuration_reference_is_current():

@@ -100,6 +100,16 @@ class EvictionPolicy(ABC):
         """Whether ``key`` may be inserted at all; the default admits everything."""
         return True
 
+    def on_set(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
+        """A write of ``key``: the ONE call a placement makes per key of a set. A tracked key is
+        refreshed (as ``on_insert`` of a tracked key); a new key is inserted when
+        ``should_admit`` allows. Returns whether ``key`` is tracked afterwards. Policies may
+        override it to answer in one step."""
+        if key not in self and not self.should_admit(key, ctx):
+            return False
+        self.on_insert(key, ctx)
+        return True
+
     def on_miss(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:  # noqa: B027
         """A lookup of ``key`` missed; policies that learn from misses (ghosts) override this."""
 

@@ -21,6 +21,11 @@ class LruPolicy(EvictionPolicy):
         self._order[key] = None
         self._order.move_to_end(key)
 
+    def on_set(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
+        self._order[key] = None
+        self._order.move_to_end(key)
+        return True
+
     def on_hit(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
         if key in self._order:
             self._order.move_to_end(key)

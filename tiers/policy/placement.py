@@ -1,108 +1,229 @@
-"""Two-tier placement driven by ONE policy that owns the total capacity.
+"""Where each page lives, decided by ONE eviction policy that owns the whole local capacity.
 
-``TierPlacement`` decides, keys only, where each page lives: the eviction policy decides what
-leaves the *system* (capacity = DRAM + SSD pages); DRAM holds the most recently used subset of the
-resident pages. A store (``TieredStore``, the replay sim) calls it and moves bytes as told:
+``TierPlacement`` tracks keys and sizes, never bytes. The policy decides which pages leave the
+host (``capacity``: what DRAM and SSD hold together); DRAM holds the most recently used of the
+resident pages (``dram_capacity``). The store (``tiers.TieredStore``, or the replay simulator)
+moves bytes as told. Every call is ONE policy call per key:
 
-- ``on_set(keys, ctxs) -> admitted``: new pages go to DRAM (every key of the list is resident
-  afterwards unless the policy dropped it while making room); then call ``victims_to_drop()`` and
-  ``dram_overflow()``.
-- ``on_hit(key, ctx) -> tier``: a read; returns where the page was ("dram"/"ssd"/None). An SSD hit
-  is a promotion: the page is now placed in DRAM (copy it up), then call ``dram_overflow()``.
-- ``victims_to_drop() -> [(key, tier)]``: pages that left the system and the tier to delete
-  them from.
-- ``dram_overflow() -> keys``: pages to demote DRAM -> SSD (least recently used first).
+- ``set(key, ctx) -> SetOutcome``: a write. New pages are placed in DRAM (SSD when there is no
+  DRAM); a page placed only on SSD moves up with the call's bytes; a refused admission is
+  ``REFUSED``.
+- ``hit(key, ctx, promote) -> tier``: a read of a resident page; returns where it was. With
+  ``promote`` a page read from SSD is placed in DRAM again (the caller copies it up).
+- ``adopt(key, ctx, tier)``: a page some tier holds but the placement does not know (recovered
+  from SSD after a restart, found in the shared pool) becomes resident in ``tier``.
+- ``settle() -> (drops, demotions)``: the pages that left the host since the last call, with the
+  tier they were placed in, and the DRAM pages to move to SSD (least recently used first). DRAM
+  is demoted from ``dram_capacity`` (the high watermark) down to ``dram_low``.
 
-Invariants (after draining both lists): ``len(policy) <= capacity``; ``dram ⊆ resident``;
-``len(dram) <= dram_capacity``; a resident page not in DRAM is on SSD; with ``dram_capacity ==
-capacity`` nothing is ever demoted. Total hits therefore equal those of the single-tier policy
-of the same total capacity. Not thread-safe (callers lock); no I/O.
+Sizes: a page is charged ``ctx.size`` (1 when 0, so a payload-free simulation counts pages), so
+pages of different sizes (KV pages, sidecar states) share one capacity.
+
+Invariants (after ``settle``): ``used <= capacity``; DRAM is a subset of the resident pages and
+``dram_used <= dram_capacity``; a resident page not in DRAM is placed on SSD; every key the policy
+tracks is resident here and vice versa. Total hits do not depend on the DRAM share. Not
+thread-safe (the store holds its lock); no I/O.
 """
 
 from __future__ import annotations
 
+import enum
 from collections import OrderedDict
-from collections.abc import Sequence
 
 from .base import AccessContext, EvictionPolicy
 
 DRAM, SSD = "dram", "ssd"
 
 
-class TierPlacement:
-    """One eviction policy over the whole capacity; DRAM = the MRU subset (module docstring)."""
+class SetOutcome(enum.IntEnum):
+    """What a set means for the bytes of one page."""
 
-    def __init__(self, policy: EvictionPolicy, capacity: int, dram_capacity: int) -> None:
+    REFUSED = 0
+    """Not admitted (or dropped again while making room): nothing to copy."""
+    HELD = 1
+    """Already placed in DRAM, or on SSD with no DRAM tier: nothing to copy."""
+    NEW_DRAM = 2
+    """A new page placed in DRAM: copy the call's bytes into DRAM."""
+    NEW_SSD = 3
+    """A new page placed on SSD (no DRAM tier): copy the call's bytes to SSD."""
+    UP = 4
+    """A page that was only on SSD moves to DRAM: copy the call's bytes into DRAM."""
+
+
+class TierPlacement:
+    """One eviction policy over DRAM + SSD; DRAM = the most recently used subset (module doc)."""
+
+    def __init__(
+        self, policy: EvictionPolicy, capacity: int, dram_capacity: int, dram_low: int | None = None
+    ) -> None:
         if capacity < 0 or not 0 <= dram_capacity <= capacity:
             raise ValueError(f"need 0 <= dram_capacity <= capacity, got {dram_capacity}, {capacity}")
+        low = dram_capacity if dram_low is None else dram_low
+        if not 0 <= low <= dram_capacity:
+            raise ValueError(f"need 0 <= dram_low <= dram_capacity, got {low}, {dram_capacity}")
         self.policy = policy
         self.capacity = capacity
         self.dram_capacity = dram_capacity
-        self._dram: OrderedDict[str, None] = OrderedDict()  # LRU order, MRU last
-        self._drop: list[tuple[str, str]] = []
+        self.dram_low = low
+        self._size: dict[str, int] = {}  # resident key -> charged size
+        self._dram: OrderedDict[str, int] = OrderedDict()  # DRAM keys in LRU order (MRU last) -> size
+        self.used = 0
+        self.dram_used = 0
+        self._drops: list[tuple[str, str]] = []
 
+    # ------------------------------------------------------------------ queries
     def tier_of(self, key: str) -> str | None:
         if key in self._dram:
             return DRAM
-        return SSD if key in self.policy else None
+        return SSD if key in self._size else None
 
     def __contains__(self, key: object) -> bool:
-        return key in self.policy
+        return key in self._size
 
     def __len__(self) -> int:
-        return len(self.policy)
+        return len(self._size)
 
     @property
     def dram_len(self) -> int:
         return len(self._dram)
 
-    def on_set(self, keys: Sequence[str], ctxs: Sequence[AccessContext]) -> list[bool]:
-        """Store ``keys`` (new pages go to DRAM, or SSD when there is no DRAM); per-key admitted."""
+    # ------------------------------------------------------------------ decisions
+    def set(self, key: str, ctx: AccessContext) -> SetOutcome:
+        """A write of ``key`` (one policy call); see ``SetOutcome`` for what to copy."""
         if self.capacity <= 0:
-            return [False] * len(keys)
-        for key, ctx in zip(keys, ctxs, strict=True):
-            if key not in self.policy and not self.policy.should_admit(key, ctx):
-                continue
-            self.policy.on_insert(key, ctx)
+            return SetOutcome.REFUSED
+        before = self.tier_of(key)
+        if not self.policy.on_set(key, ctx):
+            return SetOutcome.REFUSED
+        if before is None:
+            size = ctx.size or 1
+            self._size[key] = size
+            self.used += size
+        if self.dram_capacity <= 0:
             self._make_room()
-            if self.dram_capacity > 0 and key in self.policy:
-                self._dram[key] = None
-                self._dram.move_to_end(key)
-        return [key in self.policy for key in keys]
+            if key not in self._size:
+                return SetOutcome.REFUSED
+            return SetOutcome.NEW_SSD if before is None else SetOutcome.HELD
+        self._to_dram(key)
+        self._make_room()
+        if key not in self._size:
+            return SetOutcome.REFUSED
+        if before is None:
+            return SetOutcome.NEW_DRAM
+        return SetOutcome.UP if before == SSD else SetOutcome.HELD
 
-    def on_hit(self, key: str, ctx: AccessContext) -> str | None:
-        """A read of ``key``: refresh it; an SSD page is promoted to DRAM. Returns its old tier."""
+    def hit(self, key: str, ctx: AccessContext, promote: bool = True) -> str | None:
+        """A read of ``key`` (one policy call); returns its tier before the read (None: unknown,
+        nothing recorded). With ``promote`` an SSD page is placed in DRAM again."""
         tier = self.tier_of(key)
         if tier is None:
             return None
         self.policy.on_hit(key, ctx)
-        if self.dram_capacity > 0:
-            self._dram[key] = None
-            self._dram.move_to_end(key)
+        if tier == DRAM or (promote and self.dram_capacity > 0):
+            self._to_dram(key)
         return tier
 
-    def on_remove(self, key: str) -> None:
+    def adopt(self, key: str, ctx: AccessContext, tier: str) -> bool:
+        """Make a page that ``tier`` holds (unknown so far) resident there; False if the policy
+        refuses it or drops it at once (then the caller may drop the copy)."""
+        if key in self._size:
+            return self.hit(key, ctx, promote=tier == DRAM) is not None
+        if self.capacity <= 0 or not self.policy.on_set(key, ctx):
+            return False
+        size = ctx.size or 1
+        self._size[key] = size
+        self.used += size
+        if tier == DRAM and self.dram_capacity > 0:
+            self._to_dram(key)
+        self._make_room()
+        return key in self._size
+
+    def miss(self, key: str, ctx: AccessContext) -> None:
+        """An exists call stopped at ``key`` (policies with ghosts learn from it)."""
+        self.policy.on_miss(key, ctx)
+
+    def leave_dram(self, key: str) -> None:
+        """The DRAM copy of a resident page is gone (or could not be made); it stays placed on
+        SSD. Call ``remove`` instead when no other copy exists."""
+        size = self._dram.pop(key, None)
+        if size is not None:
+            self.dram_used -= size
+
+    def remove(self, key: str) -> None:
+        """``key`` is gone from every local tier (forgotten by the policy too)."""
+        size = self._size.pop(key, 0)
+        if not size:
+            return
+        self.used -= size
+        self.leave_dram(key)
         self.policy.on_remove(key)
-        self._dram.pop(key, None)
 
-    def victims_to_drop(self) -> list[tuple[str, str]]:
-        """``(key, tier)`` of each page that left the system since the last call, in order."""
-        out, self._drop = self._drop, []
-        return out
+    def settle(self) -> tuple[list[tuple[str, str]], list[str]]:
+        """``(drops, demotions)`` since the last call (module docstring). A page dropped and set
+        again since the last call is resident, so it is not among the drops."""
+        drops = [d for d in self._drops if d[0] not in self._size] if self._drops else []
+        self._drops = []
+        demote: list[str] = []
+        if self.dram_used > self.dram_capacity:
+            while self._dram and self.dram_used > self.dram_low:
+                key, size = self._dram.popitem(last=False)
+                self.dram_used -= size
+                demote.append(key)
+        return drops, demote
 
-    def dram_overflow(self) -> list[str]:
-        """Pages to move DRAM -> SSD now (least recently used first); they stay resident."""
-        out = []
-        while len(self._dram) > self.dram_capacity:
-            key, _ = self._dram.popitem(last=False)
-            out.append(key)
-        return out
-
-    def _make_room(self) -> None:
-        while len(self.policy) > self.capacity:
+    def free_dram(self, nbytes: int) -> tuple[list[tuple[str, str]], list[str]]:
+        """DRAM is physically full although the byte count has room (slab size classes, slots
+        pinned by readers): take at least ``nbytes`` out of DRAM now. With an SSD
+        (``dram_capacity < capacity``) the least recently used DRAM pages are demoted; without
+        one the policy's victims are dropped. Returns ``(drops, demotions)`` like ``settle``."""
+        freed = 0
+        if self.dram_capacity < self.capacity:
+            demote = []
+            while self._dram and freed < nbytes:
+                key, size = self._dram.popitem(last=False)
+                self.dram_used -= size
+                demote.append(key)
+                freed += size
+            return self.settle()[0], demote
+        while freed < nbytes:
             victim = self.policy.pop_victim()
             if victim is None:
                 break
+            size = self._size.pop(victim, 0)
+            if not size:  # a policy returned a key it was never given: ignore it
+                continue
+            self.used -= size
+            self.leave_dram(victim)
+            self._drops.append((victim, DRAM))
+            freed += size
+        return self.settle()
+
+    def clear(self) -> None:
+        self.policy.clear()
+        self._size.clear()
+        self._dram.clear()
+        self.used = self.dram_used = 0
+        self._drops.clear()
+
+    # ------------------------------------------------------------------ internals
+    def _to_dram(self, key: str) -> None:
+        size = self._dram.get(key)
+        if size is None:
+            size = self._size[key]
+            self._dram[key] = size
+            self.dram_used += size
+        else:
+            self._dram.move_to_end(key)
+
+    def _make_room(self) -> None:
+        while self.used > self.capacity:
+            victim = self.policy.pop_victim()
+            if victim is None:
+                break
+            size = self._size.pop(victim, 0)
+            if not size:  # a policy returned a key it was never given: ignore it
+                continue
+            self.used -= size
             tier = DRAM if victim in self._dram else SSD
-            self._dram.pop(victim, None)
-            self._drop.append((victim, tier))
+            self.leave_dram(victim)
+            self._drops.append((victim, tier))
