@@ -65,34 +65,16 @@ def build_remote(config: BackendConfig, rank_tag: str) -> Tier | None:
     remote = config.tiers.remote
     if not remote.enabled:
         return None
-    from hicache_mooncake.remote_engine import open_remote_engine
+    from hicache_mooncake.tiers.pool_providers import make_provider
     from hicache_mooncake.tiers.remote_dram_tier import RemoteDramTier
-    from hicache_mooncake.transport.cluster import ClusterClient
-    from hicache_mooncake.transport.metadata import make_metadata
-    from hicache_mooncake.transport.options import ClientOptions
 
-    options = ClientOptions(
+    provider = make_provider(remote.provider, remote, config.metadata)
+    return RemoteDramTier(
+        provider,
+        write_through=remote.write_through,
+        promote_on_hit=remote.promote_on_hit,
         timeout_s=remote.timeout_s,
-        connect_timeout_s=remote.connect_timeout_s,
-        connections_per_peer=remote.connections_per_peer,
-        secret=remote.secret(),
-        allow_unauthenticated=remote.allow_unauthenticated,
-        shm_dir=remote.shm_dir,
     )
-    engine = open_remote_engine(remote)  # first: a refused engine leaves nothing open
-    try:
-        metadata = make_metadata(config.metadata)
-    except BaseException:
-        engine.close()
-        raise
-    try:
-        client = ClusterClient(
-            metadata, options, engine, refresh_interval_s=config.metadata.refresh_interval_s
-        )
-    except BaseException:
-        metadata.close()
-        raise
-    return RemoteDramTier(client, write_through=remote.write_through, promote_on_hit=remote.promote_on_hit)
 
 
 @register_tier_builder(2, "ssd")

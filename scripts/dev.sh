@@ -23,10 +23,13 @@ pick_python() {
 }
 
 system_packages() {
-  # Services the tests start for real (redis-server), the benchmark's raw-disk baseline (fio), and
+  # Services the tests start for real (redis-server; etcd for Mooncake's master HA), the library the
+  # Mooncake wheel loads even for TCP (libibverbs1), the benchmark's raw-disk baseline (fio), and
   # rdma-core's real pyverbs, which the RDMA simulator's API is checked against (no device needed).
   local missing=()
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+  ldconfig -p 2>/dev/null | grep -q 'libibverbs\.so\.1 ' || missing+=(libibverbs1)
   command -v fio >/dev/null 2>&1 || missing+=(fio)
   /usr/bin/python3 -c 'import pyverbs' >/dev/null 2>&1 || missing+=(python3-pyverbs)
   ((${#missing[@]})) || return 0
@@ -51,6 +54,7 @@ setup() {
     "$VENV/bin/pip" install -q -r requirements/torch.txt
     "$VENV/bin/pip" install -q --no-deps -r requirements/sglang-cpu.txt
     "$VENV/bin/pip" install -q -r requirements/dev.txt
+    "$VENV/bin/pip" install -q --no-deps -r requirements/mooncake.txt
     "$VENV/bin/pip" install -q --no-deps -e .
     echo "$want" > "$stamp"
   fi

@@ -17,6 +17,12 @@ metadata server binds 0.0.0.0:8080 whatever it is told. In that namespace it
    (both also get ``PR_SET_PDEATHSIG``, so they die if this process is killed; the namespace goes
    with the last of them).
 
+With ``--provider`` (``bench remote --provider mooncake``) step 4 measures two series side by side
+instead: the bare client (``MooncakeSeries(parts=2)``) and our remote tier with the ``mooncake``
+provider (``TierSeries``: its own client, same pages, parts and batches), repeats interleaved, each
+repeat's objects force-removed afterwards, with the process CPU time spent inside each series'
+timed calls; one ``MOONCAKE_RESULT`` line carries both.
+
 The measurement helpers (``stamp``/``timed_batches``) are shared with our side in ``remote.py`` so
 both are measured the same way: one untimed warm-up pass, then per repeat the sum of the batch calls'
 own durations (stamping and verification are outside the timed region), median over repeats.
@@ -226,10 +232,12 @@ def holder(args: argparse.Namespace) -> int:
 class MooncakeSeries:
     """One page size against the holder: registered source/destination buffers, an untimed warm-up,
     then ``repeat(r)`` = one timed put pass + get pass of fresh keys (a get's 5 s lease blocks
-    removing the previous repeat's objects)."""
+    removing the previous repeat's objects). ``parts=2`` stores each page as two halves (K and V)
+    of ONE object with the multi-buffer calls, as our tier does; ``parts=1`` uses
+    ``batch_put_from`` / ``batch_get_into``."""
 
-    def __init__(self, store: Any, page: int, total: int, batch: int, repeats: int) -> None:
-        self.store, self.page, self.total = store, page, total
+    def __init__(self, store: Any, page: int, total: int, batch: int, repeats: int, parts: int = 1) -> None:
+        self.store, self.page, self.total, self.parts = store, page, total, parts
         self.per_batch = max(1, batch // page)
         self.n_pages = total // page
         nbuf = self.per_batch * page
@@ -255,19 +263,35 @@ class MooncakeSeries:
     def _keys(self, idx: list[int]) -> list[str]:
         return [f"mc-{self.page}-{self.tag}-{k}" for k in idx]
 
+    def _ranges(self, ptr: int, n: int) -> tuple[list[list[int]], list[list[int]]]:
+        half = self.page // 2
+        starts = [ptr + j * self.page for j in range(n)]
+        return [[a, a + half] for a in starts], [[half, self.page - half]] * n
+
     def _put(self, idx: list[int]) -> bool:
         ptr, page = self.src.ctypes.data, self.page
-        rcs = self.store.batch_put_from(
-            self._keys(idx), [ptr + j * page for j in range(len(idx))], [page] * len(idx)
-        )
+        if self.parts == 2:
+            ptrs, sizes = self._ranges(ptr, len(idx))
+            rcs = self.store.batch_put_from_multi_buffers(self._keys(idx), ptrs, sizes)
+        else:
+            rcs = self.store.batch_put_from(
+                self._keys(idx), [ptr + j * page for j in range(len(idx))], [page] * len(idx)
+            )
         return all(rc == 0 for rc in rcs)
 
     def _get(self, idx: list[int]) -> bool:
         ptr, page = self.dst.ctypes.data, self.page
-        got = self.store.batch_get_into(
-            self._keys(idx), [ptr + j * page for j in range(len(idx))], [page] * len(idx)
-        )
+        if self.parts == 2:
+            ptrs, sizes = self._ranges(ptr, len(idx))
+            got = self.store.batch_get_into_multi_buffers(self._keys(idx), ptrs, sizes)
+        else:
+            got = self.store.batch_get_into(
+                self._keys(idx), [ptr + j * page for j in range(len(idx))], [page] * len(idx)
+            )
         return all(n == page for n in got)
+
+    def all_keys(self) -> list[str]:
+        return self._keys(list(range(self.n_pages)))
 
     def repeat(self, r: int) -> tuple[float, float]:
         self.tag = r
@@ -280,6 +304,129 @@ class MooncakeSeries:
             with contextlib.suppress(Exception):
                 self.store.unregister_buffer(ptr)
         self.registered = []
+
+
+class TierSeries:
+    """Our remote tier over Mooncake (``RemoteDramTier`` + the ``mooncake`` provider: deadline guard,
+    counters, zero-copy multi-buffer calls from buffers announced with ``register_memory``), doing
+    the same puts and gets as ``MooncakeSeries(parts=2)``: each page one object of two parts."""
+
+    def __init__(self, page: int, total: int, batch: int, repeats: int) -> None:
+        from hicache_mooncake.tiers.pool_providers.mooncake import MooncakeProvider
+        from hicache_mooncake.tiers.pool_providers.mooncake_config import MooncakeConfig
+        from hicache_mooncake.tiers.remote_dram_tier import RemoteDramTier
+
+        self.page, self.total = page, total
+        self.per_batch = max(1, batch // page)
+        self.n_pages = total // page
+        nbuf = self.per_batch * page
+        self.src = np.frombuffer(np.random.default_rng(page + 1).bytes(nbuf), dtype=np.uint8).copy()
+        self.dst = np.zeros(nbuf, dtype=np.uint8)
+        cfg = MooncakeConfig(
+            master=MASTER_ADDR,
+            metadata_server=METADATA_URL,
+            local_hostname="127.0.0.1",
+            segment_size=0,
+            local_buffer_size=CLIENT_LOCAL_BUFFER,
+        )
+        self.tier = RemoteDramTier(MooncakeProvider(cfg, 60.0), write_through=True, timeout_s=60.0)
+        self.tier.register_memory([self.src.data, self.dst.data])
+        self.tag = 1000
+        for r in range(repeats):  # untimed warm-up, as MooncakeSeries
+            self.tag = 1000 + r
+            for i in range(0, self.n_pages, self.per_batch):
+                if not self._put(list(range(i, min(i + self.per_batch, self.n_pages)))):
+                    raise RuntimeError(f"warm-up put through our tier failed: {self.tier.stats()}")
+
+    def _items(self, buf: np.ndarray, idx: list[int]) -> list[tuple[str, list[memoryview], Any]]:
+        from hicache_mooncake.tiers.policy import DEFAULT_CONTEXT
+
+        v, pg, half = buf.data, self.page, self.page // 2
+        return [
+            (
+                f"tier-{pg}-{self.tag}-{k}",
+                [v[j * pg : j * pg + half], v[j * pg + half : (j + 1) * pg]],
+                DEFAULT_CONTEXT,
+            )
+            for j, k in enumerate(idx)
+        ]
+
+    def _put(self, idx: list[int]) -> bool:
+        return all(self.tier.put_batch(self._items(self.src, idx)))
+
+    def _get(self, idx: list[int]) -> bool:
+        return all(self.tier.get_batch_into(self._items(self.dst, idx)))
+
+    def all_keys(self) -> list[str]:
+        return [key for key, _, _ in self._items(self.src, list(range(self.n_pages)))]
+
+    def repeat(self, r: int) -> tuple[float, float]:
+        self.tag = r
+        return timed_batches(
+            self.n_pages, self.per_batch, self.page, r, self.src, self.dst, self._put, self._get
+        )
+
+    def close(self) -> None:
+        self.tier.close()
+
+
+class CpuMeter:
+    """Process CPU seconds (every thread: ours, Mooncake's transfer threads) spent inside the timed
+    calls of one series, put and get apart. Both series run in this one process, one at a time."""
+
+    def __init__(self) -> None:
+        self.put_s = self.get_s = 0.0
+
+    def wrap(self, series: Any) -> None:
+        put, get = series._put, series._get
+
+        def timed_put(idx: list[int]) -> bool:
+            t0 = time.process_time()
+            try:
+                return bool(put(idx))
+            finally:
+                self.put_s += time.process_time() - t0
+
+        def timed_get(idx: list[int]) -> bool:
+            t0 = time.process_time()
+            try:
+                return bool(get(idx))
+            finally:
+                self.get_s += time.process_time() - t0
+
+        series._put, series._get = timed_put, timed_get
+
+
+def _provider_pages(store: Any, args: argparse.Namespace, info: dict[str, Any]) -> None:
+    """Per page size: the bare client and our tier, repeats interleaved (order alternating), each
+    repeat's objects force-removed afterwards (untimed) so the holder holds one repeat at a time."""
+    for page in [int(s) for s in args.sizes.split(",")]:
+        bare = MooncakeSeries(store, page, args.total, args.batch, args.repeats, parts=2)
+        ours = TierSeries(page, args.total, args.batch, args.repeats)
+        store.remove_all(True)  # the warm-up objects of both
+        series: dict[str, Any] = {"mooncake_client": bare, "ours": ours}
+        meters = {name: CpuMeter() for name in series}
+        for name, s in series.items():
+            meters[name].wrap(s)
+        samples: dict[str, list[tuple[float, float]]] = {name: [] for name in series}
+        try:
+            for r in range(args.repeats):
+                for name in list(series) if r % 2 == 0 else list(series)[::-1]:
+                    samples[name].append(series[name].repeat(r))
+                    store.batch_remove(series[name].all_keys(), True)
+            entry: dict[str, Any] = {}
+            moved_gb = args.total * args.repeats / 1e9
+            for name in series:
+                entry[name] = summarize(args.total, samples[name])
+                entry[name]["put_cpu_s_per_gb"] = round(meters[name].put_s / moved_gb, 4)
+                entry[name]["get_cpu_s_per_gb"] = round(meters[name].get_s / moved_gb, 4)
+                entry[name]["pages_per_batch"] = series[name].per_batch
+            entry["ours"]["tier_stats"] = ours.tier.stats()
+            info["pages"][f"{page // MiB}MiB"] = entry
+        finally:
+            bare.close()
+            ours.close()
+    _emit("RESULT", info)
 
 
 def _emit(kind: str, payload: dict[str, Any]) -> None:
@@ -362,6 +509,8 @@ def _bench(args: argparse.Namespace) -> None:
     # Each repeat of each page size uses fresh keys (a get's lease blocks removal for 5 s); keep
     # the segment below the master's 0.95 eviction watermark.
     segment = int(args.total * args.repeats * n_sizes / 0.8) + 64 * MiB
+    if args.provider:  # two series, each holding one repeat's objects at a time
+        segment = int(4 * args.total) + 64 * MiB
     info: dict[str, Any] = {
         "wheel_version": _wheel_version(),
         "master_flags": MASTER_FLAGS,
@@ -392,7 +541,10 @@ def _bench(args: argparse.Namespace) -> None:
                     store = _store()
                     _setup(store, 0, CLIENT_LOCAL_BUFFER)
                     try:
-                        (_serve if args.serve else _batch)(store, args, info)
+                        if args.provider:
+                            _provider_pages(store, args, info)
+                        else:
+                            (_serve if args.serve else _batch)(store, args, info)
                     finally:
                         with contextlib.suppress(Exception):
                             store.remove_all()
@@ -422,6 +574,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--batch", type=int, required=True, help="bytes per batched call")
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--serve", action="store_true", help="take page/repeat commands on stdin")
+    b.add_argument(
+        "--provider", action="store_true", help="our tier over Mooncake next to the bare client (one RESULT)"
+    )
     b.add_argument("--allow-shared-netns", action="store_true", help="skip the private-namespace check")
     h = sub.add_parser("holder", help="mount a segment and idle until SIGTERM")
     h.add_argument("--segment", type=int, required=True)

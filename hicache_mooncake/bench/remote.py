@@ -13,7 +13,7 @@ this process and a separate process holding the memory, over loopback:
   separate segment-holder process, all in one private network namespace (``unshare -n``; see
   ``_mooncake_runner``). It runs when ``mooncake.store`` imports (``--no-mooncake``: never).
   Nothing is installed unless asked: ``--pip-install-mooncake`` pip-installs the pinned wheel
-  (``requirements/bench-mooncake.txt``, ``--no-deps``) into this environment when missing, and
+  (``requirements/mooncake.txt``, ``--no-deps``) into this environment when missing, and
   ``--apt-install-ibverbs`` apt-installs Debian's ``libibverbs1`` (root) when missing. Without
   them, or when anything fails, the reason (naming the flag) is printed and recorded as
   ``mooncake_reason``, and the rest of the benchmark still runs.
@@ -55,7 +55,7 @@ from hicache_mooncake.transport.sockio import recv_into_exact, send_all
 
 MiB = 1 << 20
 MOONCAKE_DIST = "mooncake-transfer-engine-non-cuda"
-MOONCAKE_PIN = f"{MOONCAKE_DIST}==0.3.13.post1"  # same pin as requirements/bench-mooncake.txt
+MOONCAKE_PIN = f"{MOONCAKE_DIST}==0.3.13.post1"  # same pin as requirements/mooncake.txt
 RUNNER_MODULE = "hicache_mooncake.bench._mooncake_runner"
 
 
@@ -67,6 +67,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engines", "--engine", default="tcp,local", help="tcp, local, rdma (comma list)")
     parser.add_argument(
         "--rdma-device", default="", help="RDMA device for the rdma engine (default: the first)"
+    )
+    parser.add_argument(
+        "--provider",
+        choices=("nodes", "mooncake"),
+        default="nodes",
+        help="nodes: our node client vs socket/Mooncake baselines; mooncake: our remote tier over "
+        "Mooncake Store next to the bare Mooncake client (see _remote_provider)",
     )
     parser.add_argument(
         "--with-mooncake",
@@ -413,6 +420,10 @@ def _ratio(a: float, b: float | None) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "provider", "nodes") == "mooncake":
+        from hicache_mooncake.bench._remote_provider import run_provider_mooncake
+
+        return run_provider_mooncake(args)
     sizes = [int(s.strip().lower().removesuffix("mib")) * MiB for s in args.sizes.split(",")]
     total = args.total_mib * MiB
     batch = args.batch_mib * MiB

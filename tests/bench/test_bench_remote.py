@@ -143,9 +143,9 @@ def test_nothing_is_installed_without_the_flags(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_pin_matches_requirements_file() -> None:
-    lines = (REPO / "requirements" / "bench-mooncake.txt").read_text().splitlines()
+    lines = (REPO / "requirements" / "mooncake.txt").read_text().splitlines()
     pins = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
-    assert pins == [remote.MOONCAKE_PIN]
+    assert remote.MOONCAKE_PIN in pins
 
 
 def test_remote_importable_without_mooncake() -> None:

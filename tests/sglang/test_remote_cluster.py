@@ -40,7 +40,7 @@ def cluster(redis_server, node_factory, monkeypatch):
     a, host_a = make_backend(extra=extra)
     b, host_b = make_backend(extra=extra)
     deadline = time.monotonic() + 10
-    while any(len(be.store.tier("remote").client.nodes()) < 2 for be in (a, b)):
+    while any(len(be.store.tier("remote").provider.client.nodes()) < 2 for be in (a, b)):
         assert time.monotonic() < deadline, "clients did not see both nodes"
         time.sleep(0.05)
     yield redis_server, nodes, (a, host_a), (b, host_b)

@@ -60,7 +60,7 @@ def test_host_pool_is_registered_and_pages_move_with_no_copy(
         assert b.batch_get_v1(keys(8, layout[:2]), dst) == [True] * 8
         assert all(torch.equal(x, y) for x, y in zip(want, page_snapshot(host_b, dst), strict=True))
         for be in (a, b):
-            engine = be.store.tier("remote").client.engine
+            engine = be.store.tier("remote").provider.client.engine
             assert engine.name == "rdma"
             c = engine.counters
             assert c["registered_bytes"] > 0  # every host pool buffer, at register_mem_pool_host

@@ -122,7 +122,7 @@ def test_the_yaml_key_reaches_the_remote_tier(monkeypatch: pytest.MonkeyPatch, a
     assert tier is not None
     try:
         assert tier.contains_batch(["k"]) == [False]
-        counters = tier.client.stats()["nodes"]["far"]["client"]
+        counters = tier.provider.client.stats()["nodes"]["far"]["client"]  # type: ignore[attr-defined]
         assert (counters.get("auth_errors", 0) > 0) is not allow
         assert (counters.get("unavailable", 0) > 0) is allow
     finally:

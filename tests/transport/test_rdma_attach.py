@@ -72,7 +72,7 @@ def test_rdma_without_a_device_falls_back_to_tcp_and_says_so_once(
         store = build_store(config(tcp_node.port, "tcp"))
         try:
             tier = store.tier("remote")
-            assert tier is not None and tier.client.engine_name == "tcp"  # type: ignore[attr-defined]
+            assert tier is not None and tier.provider.client.engine_name == "tcp"  # type: ignore[attr-defined]
             assert roundtrip(store)
         finally:
             store.close()

@@ -12,8 +12,7 @@ import pytest
 from hicache_mooncake.transport import wire
 from hicache_mooncake.transport.arena import Allocator, Arena
 from hicache_mooncake.transport.errors import ProtocolError, TransportError
-from hicache_mooncake.transport.metadata import EmbeddedMetadata, LeaderLease, NodeInfo, home_of, route
-from hicache_mooncake.transport.metadata.election import FencingGuard
+from hicache_mooncake.transport.metadata import EmbeddedMetadata, NodeInfo, home_of, route
 from hicache_mooncake.transport.object_header import HEADER_SIZE, ObjectHeader
 from hicache_mooncake.transport.rdma_errors import Outcome, WcStatus, classify
 from hicache_mooncake.transport.rdma_handshake import QPINFO_SIZE, QpInfo
@@ -119,22 +118,13 @@ def test_rendezvous_is_stable_and_moves_only_departed_keys() -> None:
     assert all(after[k] == before[k] for k in keys if before[k] != "n2")
 
 
-def test_embedded_membership_ttl_and_leader_lease() -> None:
+def test_embedded_membership_ttl() -> None:
     md = EmbeddedMetadata()
     md.register_node(NodeInfo("a", "h", 1), ttl_s=0.1)
     md.register_node(NodeInfo("b", "h", 2), ttl_s=5)
     assert [n.node_id for n in md.live_nodes()] == ["a", "b"]
     time.sleep(0.15)
     assert [n.node_id for n in md.live_nodes()] == ["b"]
-    l1, l2 = LeaderLease(md, "coord", "x", 100), LeaderLease(md, "coord", "y", 100)
-    t1 = l1.try_acquire()
-    assert t1 == 1 and l1.is_leader and l2.try_acquire() is None
-    assert l1.try_acquire() == 1  # renewal keeps the token
-    time.sleep(0.12)
-    t2 = l2.try_acquire()
-    assert t2 == 2 and md.leader("coord") == ("y", 2)
-    guard = FencingGuard()
-    assert guard.admit(t2) and not guard.admit(t1)
 
 
 def test_rdma_handshake_encoding() -> None:

@@ -38,7 +38,7 @@ class NodeInfo:
 
 
 class MetadataService(Protocol):
-    """Membership and leadership. Every call is bounded by the backend's timeout and raises
+    """Membership of memory nodes. Every call is bounded by the backend's timeout and raises
     ``MetadataUnavailable`` when the service cannot be reached."""
 
     def register_node(self, info: NodeInfo, ttl_s: float) -> None:
@@ -49,19 +49,6 @@ class MetadataService(Protocol):
 
     def live_nodes(self) -> list[NodeInfo]:
         """Members whose last heartbeat has not expired, sorted by ``node_id``."""
-        ...
-
-    def acquire_leadership(self, role: str, owner: str, lease_ms: int) -> int | None:
-        """Become leader of ``role`` if nobody holds it; return a fencing token that grows with
-        every new leadership, or ``None``."""
-        ...
-
-    def renew_leadership(self, role: str, owner: str, lease_ms: int) -> bool: ...
-
-    def release_leadership(self, role: str, owner: str) -> None: ...
-
-    def leader(self, role: str) -> tuple[str, int] | None:
-        """(owner, fencing token) of the current leader of ``role``, or ``None``."""
         ...
 
     def ping(self) -> bool: ...

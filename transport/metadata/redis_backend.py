@@ -2,8 +2,7 @@
 ``timeout_s``; any Redis error becomes ``MetadataUnavailable`` so callers can detach and rejoin.
 
 Keys (``ns`` = namespace): ``ns:members`` (set of node ids), ``ns:node:<id>`` (NodeInfo JSON,
-expires after the heartbeat TTL), ``ns:leader:<role>`` (``owner|token``, SET NX PX lease),
-``ns:fence:<role>`` (fencing counter, INCR on every new leadership).
+expires after the heartbeat TTL).
 """
 
 from __future__ import annotations
@@ -13,29 +12,6 @@ from typing import Any
 
 from ..errors import MetadataUnavailable
 from .base import NodeInfo
-
-_ACQUIRE = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local t = redis.call('INCR', KEYS[2])
-  redis.call('SET', KEYS[1], ARGV[1] .. '|' .. t, 'PX', ARGV[2])
-  return t
-end
-return false
-"""
-_RENEW = """
-local v = redis.call('GET', KEYS[1])
-if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. '|' then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
-_RELEASE = """
-local v = redis.call('GET', KEYS[1])
-if v and string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. '|' then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
 
 
 class RedisMetadata:
@@ -55,9 +31,6 @@ class RedisMetadata:
             retry_on_timeout=False,
             health_check_interval=0,
         )
-        self._acquire = self._r.register_script(_ACQUIRE)
-        self._renew = self._r.register_script(_RENEW)
-        self._release = self._r.register_script(_RELEASE)
 
     def _call(self, fn: Any, *args: Any) -> Any:
         try:
@@ -96,25 +69,6 @@ class RedisMetadata:
 
         result: list[NodeInfo] = self._call(go)
         return result
-
-    def acquire_leadership(self, role: str, owner: str, lease_ms: int) -> int | None:
-        token = self._call(
-            self._acquire, [f"{self.ns}:leader:{role}", f"{self.ns}:fence:{role}"], [owner, lease_ms]
-        )
-        return int(token) if token else None
-
-    def renew_leadership(self, role: str, owner: str, lease_ms: int) -> bool:
-        return bool(self._call(self._renew, [f"{self.ns}:leader:{role}"], [owner, lease_ms]))
-
-    def release_leadership(self, role: str, owner: str) -> None:
-        self._call(self._release, [f"{self.ns}:leader:{role}"], [owner])
-
-    def leader(self, role: str) -> tuple[str, int] | None:
-        raw = self._call(self._r.get, f"{self.ns}:leader:{role}")
-        if not raw:
-            return None
-        owner, _, token = raw.decode().rpartition("|")
-        return owner, int(token)
 
     def ping(self) -> bool:
         try:
