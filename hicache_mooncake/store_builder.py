@@ -1,7 +1,8 @@
 """Build the ``TieredStore`` a configuration describes: one builder per tier kind, in tier order.
 
 A new tier is a new builder registered here with its place in the order (fastest first); the
-backend never changes.
+backend never changes. The same store is served by memory nodes (``build_node_store``) and by the
+host cache (``hicache_mooncake.host_cache.service``), wrapped in ``tiers.arena_store.ArenaStore``.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ import os
 from collections.abc import Callable
 
 from hicache_mooncake.config import BackendConfig
+from hicache_mooncake.tiers.arena_store import ArenaStore
 from hicache_mooncake.tiers.dram_tier import DramTier
 from hicache_mooncake.tiers.policy import policy_factory
 from hicache_mooncake.tiers.tier import Tier
 from hicache_mooncake.tiers.tiered_store import StoreOptions, TieredStore
+from hicache_mooncake.transport.arena_files import ArenaSpec
+from hicache_mooncake.transport.node_config import NodeConfig
 
 TierBuilder = Callable[[BackendConfig, str], Tier | None]
 _BUILDERS: list[tuple[int, str, TierBuilder]] = []
@@ -127,4 +131,20 @@ def build_store(config: BackendConfig, rank_tag: str = "rank0") -> TieredStore:
     except BaseException:
         for tier in tiers:
             tier.close()
+        raise
+
+
+def build_node_store(cfg: NodeConfig, spec: ArenaSpec | None) -> ArenaStore:
+    """A memory node's store: the DRAM tier alone (object headers for one-sided readers, the arena
+    in shared memory when ``spec`` says so), placed by the ``node.eviction`` policy."""
+    try:
+        factory = policy_factory(cfg.eviction)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"node.eviction: {exc}") from None
+    slab = min(cfg.slab_size, cfg.capacity // 4096 * 4096)
+    dram = DramTier(cfg.capacity, slab, prefault=False, shared=spec, object_headers=True)
+    try:
+        return ArenaStore(TieredStore([dram], factory, StoreOptions(timeout_s=cfg.request_timeout_s)))
+    except BaseException:
+        dram.close()
         raise

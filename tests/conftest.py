@@ -40,9 +40,13 @@ def node_factory(tmp_path: Path) -> Iterator[Callable[..., NodeProc]]:
     started: list[NodeProc] = []
 
     def make(
-        name: str, redis_url: str | None = None, namespace: str = "t", capacity: str = "64MiB"
+        name: str,
+        redis_url: str | None = None,
+        namespace: str = "t",
+        capacity: str = "64MiB",
+        slab_size: str = "4MiB",
     ) -> NodeProc:
-        node = NodeProc(tmp_path, name, redis_url, namespace, capacity).start()
+        node = NodeProc(tmp_path, name, redis_url, namespace, capacity, node={"slab_size": slab_size}).start()
         started.append(node)
         return node
 

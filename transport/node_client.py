@@ -3,8 +3,8 @@
 With the ``tcp`` engine every batch is one keyed request (GET/PUT frames carrying the bodies;
 ``sendmsg`` gathers from the caller's memoryviews, ``recv_into`` scatters into them). With a
 one-sided engine (``local``, ``rdma``) a get is LOOKUP (one round trip) + a one-sided read of
-header, body and header again, validated against the key hash and version; a put is ALLOC +
-one-sided write + COMMIT. Every call is bounded by ``ClientOptions.timeout_s``; any failure
+header, body and header again (where the LOOKUP said), validated against the key hash and
+version; a put is ALLOC + one-sided write of the body + COMMIT. Every call is bounded by ``ClientOptions.timeout_s``; any failure
 turns into misses / ``False`` and is counted, never raised.
 
 A key that cannot go on the wire (not UTF-8 encodable, empty, or longer than the stricter of the
@@ -29,10 +29,10 @@ from .errors import AuthError, RequestRefused, TransportError
 from .object_header import HEADER_SIZE, ObjectHeader
 from .options import ClientOptions
 from .registry import make_engine
+from .served_store import RESERVED_NEW, RESERVED_PRESENT
 from .sockio import as_bytes_view
-from .store import RESERVED_NEW, RESERVED_PRESENT
 from .throttle import worth_logging
-from .wire import Limits, Op, SlotRef
+from .wire import Limits, Op, SetHint, SlotRef
 
 log = logging.getLogger(__name__)
 Item = tuple[str, Sequence[memoryview]]
@@ -192,14 +192,16 @@ class NodeClient:
     def exists_batch(self, keys: Sequence[str]) -> list[bool]:
         return self._keyed(Op.EXISTS, keys, "exists")
 
-    def lookup_batch(self, keys: Sequence[str]) -> list[SlotRef]:
-        """Where each object lives and its object type (``found=False`` for a miss)."""
+    def lookup_batch(self, keys: Sequence[str], sizes: Sequence[int] | None = None) -> list[SlotRef]:
+        """Where each object lives and its object type (``found=False`` for a miss). ``sizes``:
+        the expected body sizes (0: any); a store that holds the key elsewhere (its SSD) brings it
+        into the arena first."""
+        want = list(sizes) if sizes is not None else [0] * len(keys)
 
         def go(conn: Connection, deadline: float, idx: list[int]) -> list[SlotRef]:
-            _, meta = conn.request(
-                Op.LOOKUP, wire.encode_keys([keys[i] for i in idx], conn.limits), (), deadline
-            )
-            return wire.decode_lookup_reply(meta, len(idx))
+            meta = wire.encode_get([(keys[i], want[i]) for i in idx], conn.limits)
+            _, rmeta = conn.request(Op.LOOKUP, meta, (), deadline)
+            return wire.decode_lookup_reply(rmeta, len(idx))
 
         return self._batched(keys, [0] * len(keys), go, SlotRef(False), "lookup")
 
@@ -236,13 +238,13 @@ class NodeClient:
 
     # ---- data -----------------------------------------------------------------------------
 
-    def put_batch(self, items: Sequence[Item], obj_type: int = 0) -> list[bool]:
+    def put_batch(self, items: Sequence[Item], obj_type: int = 0, hint: SetHint | None = None) -> list[bool]:
         """Store each ``(key, parts)``; the object is the concatenation of its parts. True when
-        stored or already present (values are immutable)."""
+        stored or already present (values are immutable). ``hint`` goes to the store's policy."""
         put = self._put_one_sided if self.engine.one_sided else self._put_tcp
 
         def go(conn: Connection, deadline: float, idx: list[int]) -> list[bool]:
-            return put(conn, deadline, [items[i] for i in idx], obj_type)
+            return put(conn, deadline, [items[i] for i in idx], obj_type, hint)
 
         keys = [k for k, _ in items]
         return self._batched(keys, [_nbytes(p) for _, p in items], go, False, "put")
@@ -261,11 +263,14 @@ class NodeClient:
         self.counters["get_misses"] += len(out) - sum(out)
         return out
 
-    def _put_tcp(self, conn: Connection, deadline: float, items: list[Item], obj_type: int) -> list[bool]:
+    def _put_tcp(
+        self, conn: Connection, deadline: float, items: list[Item], obj_type: int, hint: SetHint | None
+    ) -> list[bool]:
         views = [[as_bytes_view(p) for p in parts] for _, parts in items]
         meta = wire.encode_put(
             [(k, sum(len(v) for v in vs), obj_type) for (k, _), vs in zip(items, views, strict=True)],
             conn.limits,
+            hint,
         )
         _, rmeta = conn.request(Op.PUT, meta, [v for vs in views for v in vs], deadline)
         return [bool(f) for f in wire.decode_flags(rmeta, len(items))]
@@ -291,9 +296,10 @@ class NodeClient:
     def _get_one_sided(self, conn: Connection, deadline: float, items: list[Item]) -> list[bool]:
         seg = self._segment_for(conn)
         keys = [k for k, _ in items]
-        _, meta = conn.request(Op.LOOKUP, wire.encode_keys(keys, conn.limits), (), deadline)
-        refs = wire.decode_lookup_reply(meta, len(items))
         sizes = [_nbytes(parts) for _, parts in items]
+        meta = wire.encode_get(list(zip(keys, sizes, strict=True)), conn.limits)
+        _, rmeta = conn.request(Op.LOOKUP, meta, (), deadline)
+        refs = wire.decode_lookup_reply(rmeta, len(items))
         live = [i for i, r in enumerate(refs) if r.found and r.size == sizes[i]]
         if not live:
             return [False] * len(items)
@@ -301,10 +307,10 @@ class NodeClient:
         after = memoryview(bytearray(HEADER_SIZE * len(live)))
         extents: list[Extent] = []
         for j, i in enumerate(live):
-            off = refs[i].offset
+            ref = refs[i]
             hb = before[j * HEADER_SIZE : (j + 1) * HEADER_SIZE]
             ha = after[j * HEADER_SIZE : (j + 1) * HEADER_SIZE]
-            extents += [(off, [hb]), (off + HEADER_SIZE, items[i][1]), (off, [ha])]
+            extents += [(ref.header, [hb]), (ref.offset, items[i][1]), (ref.header, [ha])]
         flags = self.engine.read(seg.node_id, extents, deadline)
         out = [False] * len(items)
         for j, i in enumerate(live):
@@ -320,12 +326,12 @@ class NodeClient:
         return out
 
     def _put_one_sided(
-        self, conn: Connection, deadline: float, items: list[Item], obj_type: int
+        self, conn: Connection, deadline: float, items: list[Item], obj_type: int, hint: SetHint | None
     ) -> list[bool]:
         seg = self._segment_for(conn)
         sizes = [_nbytes(parts) for _, parts in items]
         meta = wire.encode_put(
-            [(k, n, obj_type) for (k, _), n in zip(items, sizes, strict=True)], conn.limits
+            [(k, n, obj_type) for (k, _), n in zip(items, sizes, strict=True)], conn.limits, hint
         )
         _, rmeta = conn.request(Op.ALLOC, meta, (), deadline)
         slots = wire.decode_alloc_reply(rmeta, len(items))
@@ -333,9 +339,7 @@ class NodeClient:
         fresh = [i for i, (status, _, _) in enumerate(slots) if status == RESERVED_NEW]
         if not fresh:
             return out
-        flags = self.engine.write(
-            seg.node_id, [(slots[i][1] + HEADER_SIZE, items[i][1]) for i in fresh], deadline
-        )
+        flags = self.engine.write(seg.node_id, [(slots[i][1], items[i][1]) for i in fresh], deadline)
         commits = [
             (items[i][0], slots[i][2] if ok else slots[i][2] | _ABORT)
             for i, ok in zip(fresh, flags, strict=True)

@@ -1,7 +1,8 @@
 """``hicache-mooncake node --config FILE``: run a memory node in the foreground until SIGTERM.
 
-Reads the ``node:`` and ``metadata:`` sections of the YAML (e.g. ``configs/cluster.yaml``); other
-top-level sections (the client side's ``tiers.remote`` ...) are ignored here. Sizes may be written
+The node serves the same store as a process's tiers (``store_builder.build_node_store``: the DRAM
+tier, placed by the ``node.eviction`` policy). Reads the ``node:`` and ``metadata:`` sections of
+the YAML (e.g. ``configs/cluster.yaml``); other top-level sections (the client side's ``tiers.remote`` ...) are ignored here. Sizes may be written
 ``4GiB``. A bad key is refused with its YAML path and the reason, and so is a node that would
 listen beyond loopback without a shared secret (exit 2).
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import resource
 import signal
@@ -24,32 +26,12 @@ import yaml
 from pydantic import ValidationError
 
 from hicache_mooncake.config.cluster import NodeSection
+from hicache_mooncake.store_builder import build_node_store
 from hicache_mooncake.transport.arena_files import collect_stale
 from hicache_mooncake.transport.metadata import MetadataConfig, make_metadata
 from hicache_mooncake.transport.node_server import NodeServer
 
 log = logging.getLogger("hicache_mooncake.node")
-
-
-class _PolicyEvictor:
-    """Adapts a ``tiers.policy`` eviction policy to the node store's evictor contract."""
-
-    def __init__(self, name: str) -> None:
-        from hicache_mooncake.tiers.policy import make_policy
-
-        self.policy = make_policy(name)
-
-    def on_insert(self, key: str) -> None:
-        self.policy.on_insert(key)
-
-    def on_hit(self, key: str) -> None:
-        self.policy.on_hit(key)
-
-    def on_remove(self, key: str) -> None:
-        self.policy.on_remove(key)
-
-    def pop_victim(self) -> str | None:
-        return self.policy.pop_victim()
 
 
 def load(path: str) -> tuple[NodeSection, MetadataConfig]:
@@ -109,14 +91,13 @@ def run(args: argparse.Namespace) -> int:
         node_cfg = node_cfg.model_copy(update={"port": args.port})
     if args.ready_file:
         node_cfg = node_cfg.model_copy(update={"ready_file": args.ready_file})
-    evictor = None if node_cfg.eviction == "lru" else _PolicyEvictor(node_cfg.eviction)
     _raise_fd_limit()
     metadata = make_metadata(meta_cfg)
     try:
         server = NodeServer(
             node_cfg,
+            functools.partial(build_node_store, node_cfg),
             metadata if meta_cfg.backend == "redis" else None,
-            evictor,
             heartbeat_interval_s=meta_cfg.heartbeat_interval_s,
             heartbeat_ttl_s=meta_cfg.heartbeat_ttl_s,
         )
