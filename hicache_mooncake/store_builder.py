@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 from hicache_mooncake.config import BackendConfig
 from hicache_mooncake.tiers.arena_store import ArenaStore
@@ -103,14 +104,14 @@ def build_ssd(config: BackendConfig, rank_tag: str) -> Tier | None:
     )
 
 
-def build_store(config: BackendConfig, rank_tag: str = "rank0") -> TieredStore:
+def build_store(
+    config: BackendConfig, rank_tag: str = "rank0", dram: Callable[[], Tier] | None = None
+) -> TieredStore:
     """The one store over all enabled tiers. The policy is validated before anything is
-    allocated; a tier that fails to build closes the ones already built, then raises."""
+    allocated; a tier that fails to build closes the ones already built, then raises.
+    ``dram``: builds the DRAM tier instead of ``tiers.dram``'s defaults (the host cache's)."""
     tiers_cfg = config.tiers
-    try:
-        factory = policy_factory(tiers_cfg.policy, **dict(tiers_cfg.policy_options))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"tiers.policy_options: {exc}") from None
+    factory = _policy(config)
     ssd = tiers_cfg.ssd
     options = StoreOptions(
         timeout_s=config.io.timeout_s,
@@ -121,8 +122,8 @@ def build_store(config: BackendConfig, rank_tag: str = "rank0") -> TieredStore:
     )
     tiers: list[Tier] = []
     try:
-        for _order, _name, builder in _BUILDERS:
-            tier = builder(config, rank_tag)
+        for _order, name, builder in _BUILDERS:
+            tier = dram() if name == "dram" and dram is not None else builder(config, rank_tag)
             if tier is not None:
                 tiers.append(tier)
         if not tiers:
@@ -134,6 +135,49 @@ def build_store(config: BackendConfig, rank_tag: str = "rank0") -> TieredStore:
         raise
 
 
+def _policy(config: BackendConfig) -> Callable[[], Any]:
+    try:
+        return policy_factory(config.tiers.policy, **dict(config.tiers.policy_options))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"tiers.policy_options: {exc}") from None
+
+
+SERVICE_DIR = "host-cache"
+"""The host cache's SSD directory under each ``tiers.ssd.path`` (one for the host, not per rank)."""
+
+
+def build_service_store(config: BackendConfig, spec: ArenaSpec | None) -> ArenaStore:
+    """The host cache's store: the YAML's tiers, the DRAM arena shared (from ``spec``) and with
+    object headers, the SSD in ``<path>/host-cache``."""
+    dram_cfg = config.tiers.dram
+    if not dram_cfg.enabled:
+        raise ValueError("tiers.dram.enabled: the host cache needs its DRAM tier (the arena clients read)")
+
+    def dram() -> Tier:
+        return DramTier(
+            dram_cfg.capacity, dram_cfg.slab_size, dram_cfg.prefault, shared=spec, object_headers=True
+        )
+
+    store = build_store(config, SERVICE_DIR, dram)
+    ssd = config.tiers.ssd
+    return ArenaStore(store, flush_on_close_s=ssd.flush_on_detach_s if ssd.enabled else 0.0)
+
+
+def build_client_store(config: BackendConfig, rank_tag: str, host_cache: bool) -> TieredStore:
+    """A backend's store: its own tiers, or (``host_cache``) the host cache as its one tier."""
+    if not host_cache:
+        return build_store(config, rank_tag)
+    from hicache_mooncake.host_cache.client import open_host_cache_tier
+
+    factory = _policy(config)
+    tier = open_host_cache_tier(config)
+    try:
+        return TieredStore([tier], factory, StoreOptions(timeout_s=config.io.timeout_s))
+    except BaseException:
+        tier.close()
+        raise
+
+
 def build_node_store(cfg: NodeConfig, spec: ArenaSpec | None) -> ArenaStore:
     """A memory node's store: the DRAM tier alone (object headers for one-sided readers, the arena
     in shared memory when ``spec`` says so), placed by the ``node.eviction`` policy."""
@@ -141,7 +185,7 @@ def build_node_store(cfg: NodeConfig, spec: ArenaSpec | None) -> ArenaStore:
         factory = policy_factory(cfg.eviction)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"node.eviction: {exc}") from None
-    slab = min(cfg.slab_size, cfg.capacity // 4096 * 4096)
+    slab = min(cfg.slab_size, cfg.capacity // 4096 * 4096)  # one slab at least
     dram = DramTier(cfg.capacity, slab, prefault=False, shared=spec, object_headers=True)
     try:
         return ArenaStore(TieredStore([dram], factory, StoreOptions(timeout_s=cfg.request_timeout_s)))

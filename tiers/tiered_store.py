@@ -368,7 +368,10 @@ class TieredStore:
             want = [i for i, k in enumerate(kept) if pool.write_through or k is not True]
             if not want:
                 continue
-            found = pool.contains_batch([keys[i] for i in want])
+            if pool.put_skips_present:
+                found = [False] * len(want)
+            else:
+                found = pool.contains_batch([keys[i] for i in want])
             todo = [i for i, f in zip(want, found, strict=True) if not f]
             if todo:
                 results = pool.put_batch([(keys[i], parts[i], ctxs[i]) for i in todo], deadline=deadline)

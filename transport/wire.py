@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from .errors import ProtocolError
 
 MAGIC = 0x484D  # "HM"
-VERSION = 2  # 2: LOOKUP carries expected sizes and answers body + header offsets; PUT/ALLOC may end with a SetHint
+VERSION = (
+    2  # 2: LOOKUP carries expected sizes and answers body + header offsets; PUT/ALLOC may end with a SetHint
+)
 HEADER = struct.Struct("!HBBHHQIQ")
 HEADER_SIZE = HEADER.size  # 28
 _U16 = struct.Struct("!H")
