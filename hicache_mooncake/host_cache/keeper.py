@@ -33,8 +33,9 @@ class ServiceKeeper:
         self.paths = HostCachePaths.of(self.hc)
         self._ping = ping
         self._stop = threading.Event()
+        self._base_backoff = max(self.hc.start_timeout_s, self.hc.retry_interval_s)
         self._next_start = 0.0
-        self._backoff = self.hc.start_timeout_s or self.hc.retry_interval_s
+        self._backoff = self._base_backoff
         self.starts = 0
         self._thread: threading.Thread | None = None
 
@@ -48,7 +49,9 @@ class ServiceKeeper:
             if time.monotonic() >= deadline or self._stop.wait(0.05):
                 break
             ready = self._ping()
-        if not ready:
+        if ready:
+            self._healthy()
+        else:
             log.warning(
                 "the host cache %s did not answer within %.1f s (host_cache.start_timeout_s): serving misses "
                 "and retrying in the background (service log: %s)",
@@ -59,6 +62,11 @@ class ServiceKeeper:
         self._thread = threading.Thread(target=self._run, name="hicache-host-cache-keeper", daemon=True)
         self._thread.start()
         return ready
+
+    def _healthy(self) -> None:
+        """The service answers: a later loss may start it again at once."""
+        self._next_start = 0.0
+        self._backoff = self._base_backoff
 
     def _maybe_start(self) -> None:
         if not self.hc.autostart or time.monotonic() < self._next_start:
@@ -78,7 +86,7 @@ class ServiceKeeper:
         while not self._stop.wait(self.hc.retry_interval_s):
             try:
                 if self._ping():
-                    self._backoff = self.hc.start_timeout_s or self.hc.retry_interval_s
+                    self._healthy()
                 else:
                     self._maybe_start()
             except Exception:
