@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from host_cache_procs import PrivateHostCache
 from transport_procs import NodeProc, RedisProc, free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,3 +56,14 @@ def node_factory(tmp_path: Path) -> Iterator[Callable[..., NodeProc]]:
     finally:
         for n in started:
             n.stop(signal.SIGTERM)
+
+
+@pytest.fixture
+def host_cache(tmp_path: Path) -> Iterator[PrivateHostCache]:
+    """A private host cache (own socket, shm and SSD directories); every service it had is
+    stopped by PID afterwards."""
+    hc = PrivateHostCache(tmp_path)
+    try:
+        yield hc
+    finally:
+        hc.stop_all()
