@@ -35,10 +35,10 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage  # noqa: E402
 
 from hicache_mooncake.config import BackendConfig, load_backend_config  # noqa: E402
 from hicache_mooncake.failures import FailureLog  # noqa: E402
+from hicache_mooncake.host_cache.mode import use_host_cache  # noqa: E402
 from hicache_mooncake.host_memory import HostMemoryMap, pool_tensors  # noqa: E402
 from hicache_mooncake.keys import KeySpace, RankInfo, build_keyspace, pool_geometry  # noqa: E402
 from hicache_mooncake.metrics import BackendMetrics  # noqa: E402
-from hicache_mooncake.host_cache.mode import use_host_cache  # noqa: E402
 from hicache_mooncake.store_builder import build_client_store  # noqa: E402
 
 log = logging.getLogger(__name__)

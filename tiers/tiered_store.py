@@ -42,6 +42,8 @@ max(copy, bookkeeping) instead of their sum.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
 from collections import Counter, OrderedDict, deque
@@ -59,6 +61,7 @@ from .policy.placement import DRAM, SSD, SetOutcome, TierPlacement
 from .ssd_tier import SsdTier
 from .tier import Tier
 
+log = logging.getLogger(__name__)
 _REQUEST_MEMORY = 1 << 16
 _OVERLAP_MIN = 8  # pages per call below which the hand-off to the worker costs more than it saves
 _TO_DRAM = (SetOutcome.NEW_DRAM, SetOutcome.UP)
@@ -301,6 +304,14 @@ class TieredStore:
                 if placement.hit(key, ctx) is None:  # held but unknown (a race, or a restart)
                     placement.adopt(key, replace(ctx, promoted=True), DRAM)
             return placement.settle()
+
+    def _note_dram_hits_later(self, keys: Sequence[str], ctxs: Sequence[AccessContext], nbytes: int) -> None:
+        """``_note_dram_hits`` and its consequences, on the worker (after a served lookup)."""
+        try:
+            self._apply(*self._note_dram_hits(keys, ctxs, nbytes))
+        except Exception:
+            self.counts["bookkeeping_errors"] += 1
+            log.exception("placement bookkeeping of a served read failed")
 
     def _note_reads(
         self,
@@ -657,6 +668,12 @@ class TieredStore:
         with self._lock:
             request_len = self._request_len.get(keys[0], 0)
         real = [loc.nbytes if loc is not None else sizes[i] for i, loc in enumerate(located)]
+        if not want and stop == len(keys):
+            # all in DRAM (the common hit): answer now, note the hits while the client copies
+            ctxs = get_contexts(keys, real, request_len, obj_type=obj_type)
+            with contextlib.suppress(RuntimeError):  # closing: nothing to note any more
+                self._worker.submit(self._note_dram_hits_later, keys, ctxs, real[0])
+            return located
         if want:
             real = self._staged_sizes(keys, sizes, want, level_of, real)
         ctxs = get_contexts(keys, real, request_len, obj_type=obj_type)
@@ -792,7 +809,8 @@ class TieredStore:
             tier.clear()
 
     def flush(self, timeout_s: float = 30.0) -> bool:
-        """Wait until background moves are done (tests, replay)."""
+        """Wait until deferred bookkeeping and background moves are done (tests, replay)."""
+        self._worker.submit(lambda: None).result(timeout_s)
         return self.mover.flush(timeout_s) if self.mover is not None else True
 
     def close(self, flush_timeout_s: float = 0.0) -> None:

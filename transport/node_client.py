@@ -26,7 +26,7 @@ from . import wire
 from .connection import Connection, ConnectionPool
 from .engine import Extent, Segment, TransferEngine
 from .errors import AuthError, RequestRefused, TransportError
-from .object_header import HEADER_SIZE, ObjectHeader
+from .object_header import HEADER_SIZE, ObjectHeader, key_hash
 from .options import ClientOptions
 from .registry import make_engine
 from .served_store import RESERVED_NEW, RESERVED_PRESENT
@@ -319,7 +319,10 @@ class NodeClient:
             ref = refs[i]
             h1 = ObjectHeader.unpack(before[j * HEADER_SIZE : (j + 1) * HEADER_SIZE])
             h2 = ObjectHeader.unpack(after[j * HEADER_SIZE : (j + 1) * HEADER_SIZE])
-            if h1.matches(keys[i], ref.version, ref.size) and h2.matches(keys[i], ref.version, ref.size):
+            khash = key_hash(keys[i])
+            if h1.matches_hash(khash, ref.version, ref.size) and h2.matches_hash(
+                khash, ref.version, ref.size
+            ):
                 out[i] = True
             else:
                 self.counters["stale_reads"] += 1
