@@ -249,19 +249,24 @@ class DramTier(Tier):
                 results[i] = True
         return results
 
-    def reserve(self, key: str, nbytes: int, obj_type: int = 0) -> Reservation | None:
-        """A slot for ``key`` that the caller fills through ``Reservation.body`` (None: no free slot
-        of its class, too large, or closed). Nobody finds it until ``publish``."""
+    def reserve(self, items: Sequence[tuple[str, int, int]]) -> list[Reservation | None]:
+        """Slots for ``(key, nbytes, obj_type)`` that the caller fills through ``Reservation.body``
+        (None: no free slot of its class, too large, or closed), under one lock hold. Nobody finds
+        them until ``publish``."""
+        out: list[Reservation | None] = []
         with self._lock:
-            if self._closed:
-                return None
-            offset = self._alloc_locked(nbytes)
-            if offset is None:
-                return None
-            version = next(self._versions)
-            if self.headers:
-                self._write_header(offset, nbytes, STATE_WRITING, version, key, obj_type)
-        return Reservation(key, offset, nbytes, version, obj_type, self._arena.view(offset, nbytes))
+            for key, nbytes, obj_type in items:
+                offset = None if self._closed else self._alloc_locked(nbytes)
+                if offset is None:
+                    out.append(None)
+                    continue
+                version = next(self._versions)
+                if self.headers:
+                    self._write_header(offset, nbytes, STATE_WRITING, version, key, obj_type)
+                out.append(
+                    Reservation(key, offset, nbytes, version, obj_type, self._arena.view(offset, nbytes))
+                )
+        return out
 
     def publish(self, reservations: Sequence[Reservation]) -> list[Located | None]:
         """Make filled reservations visible; returns where each key lives now. A key published

@@ -305,6 +305,12 @@ class TieredStore:
                     placement.adopt(key, replace(ctx, promoted=True), DRAM)
             return placement.settle()
 
+    def _settle_deferred(self, deadline: float) -> None:
+        """Wait (up to ``deadline``) for deferred placement work (served commits and reads), so
+        the placement knows every page DRAM holds before it frees room."""
+        with contextlib.suppress(RuntimeError, TimeoutError):
+            self._worker.submit(lambda: None).result(min(max(0.0, deadline - time.monotonic()), 3600.0))
+
     def _note_dram_hits_later(self, keys: Sequence[str], ctxs: Sequence[AccessContext], nbytes: int) -> None:
         """``_note_dram_hits`` and its consequences, on the worker (after a served lookup)."""
         try:
@@ -478,6 +484,7 @@ class TieredStore:
                 self.counts["waits_for_room"] += 1
                 self.mover.make_room(ctxs[missing[0]].size, len(missing), deadline)
             elif step == 2:
+                self._settle_deferred(deadline)
                 with self._lock:
                     placement = self._placement_for(ctxs[missing[0]].size)
                     drops, demote = placement.free_dram(sum(ctxs[i].size for i in missing))
@@ -565,16 +572,7 @@ class TieredStore:
             )
             self._apply(drops, demote)
         got: dict[int, Reservation] = {}
-
-        def attempt(missing: list[int]) -> list[bool]:
-            flags = []
-            for i in missing:
-                res = dram.reserve(keys[i], ctxs[i].size, int(ctxs[i].obj_type))
-                if res is not None:
-                    got[i] = res
-                flags.append(res is not None)
-            return flags
-
+        attempt = self._reserver(dram, keys, ctxs, got)
         new = [i for i, h in enumerate(held) if not h]
         if new:
             failed = self._with_dram_room(ctxs, new, attempt, deadline)
@@ -583,24 +581,56 @@ class TieredStore:
             out[i] = res
         return out
 
+    @staticmethod
+    def _reserver(
+        dram: DramTier, keys: Sequence[str], ctxs: Sequence[AccessContext], into: dict[int, Reservation]
+    ) -> Callable[[list[int]], list[bool]]:
+        """An ``attempt`` for ``_with_dram_room`` that reserves DRAM slots ``into`` a dict."""
+
+        def attempt(missing: list[int]) -> list[bool]:
+            got = dram.reserve([(keys[i], ctxs[i].size, int(ctxs[i].obj_type)) for i in missing])
+            for i, res in zip(missing, got, strict=True):
+                if res is not None:
+                    into[i] = res
+            return [res is not None for res in got]
+
+        return attempt
+
     def commit_batch(
         self,
         reservations: Sequence[Reservation],
         ctxs: Sequence[AccessContext],
         deadline: float | None = None,
     ) -> list[bool]:
-        """Publish filled reservations, then place them exactly as a set would (one placement call
-        per key): a page the policy refuses is removed again (True: a decision, not a failure);
-        write-through copies and pool tiers follow as for ``put_batch``. False: not stored."""
+        """Publish filled reservations (visible at once), then place them exactly as a set would
+        (one placement call per key): a page the policy refuses is removed again (True: a
+        decision, not a failure); write-through copies and pool tiers follow as for ``put_batch``.
+        The placement runs on the worker after the caller returns (it costs the writer nothing),
+        unless pools take copies. False: not stored."""
         if self.dram is None or not reservations:
             return [False] * len(reservations)
         deadline = self._deadline(deadline)
         located = self.dram.publish(reservations)
-        live = [i for i, loc in enumerate(located) if loc is not None]
-        if not live:
-            return [False] * len(reservations)
-        keys = [reservations[i].key for i in live]
-        live_ctxs = [ctxs[i] for i in live]
+        live = [(reservations[i].key, ctxs[i]) for i, loc in enumerate(located) if loc is not None]
+        if live:
+            if any(p.write_through for p in self.pools):
+                self._place_committed(live, deadline)
+            else:
+                with contextlib.suppress(RuntimeError):  # closing: nothing to place any more
+                    self._worker.submit(self._place_committed_later, live, deadline)
+        return [loc is not None for loc in located]
+
+    def _place_committed_later(self, live: Sequence[tuple[str, AccessContext]], deadline: float) -> None:
+        try:
+            self._place_committed(live, deadline)
+        except Exception:
+            self.counts["bookkeeping_errors"] += 1
+            log.exception("placement of served sets failed")
+
+    def _place_committed(self, live: Sequence[tuple[str, AccessContext]], deadline: float) -> None:
+        assert self.dram is not None
+        keys = [k for k, _ in live]
+        live_ctxs = [c for _, c in live]
         outcomes, drops, demote = self._decide_sets(keys, live_ctxs, live_ctxs[0].size)
         dropped = {key for key, _tier in drops}
         unwanted = [k for k, o in zip(keys, outcomes, strict=True) if o == SetOutcome.REFUSED or k in dropped]
@@ -611,9 +641,7 @@ class TieredStore:
                 [k for k, o in zip(keys, outcomes, strict=True) if o == SetOutcome.NEW_DRAM]
             )
         gone = set(unwanted)
-        kept = [(k, c) for k, c in zip(keys, live_ctxs, strict=True) if k not in gone]
-        self._copy_to_pools(kept, deadline)
-        return [loc is not None for loc in located]
+        self._copy_to_pools([(k, c) for k, c in live if k not in gone], deadline)
 
     def abort_batch(self, reservations: Sequence[Reservation]) -> None:
         if self.dram is not None:
@@ -723,16 +751,7 @@ class TieredStore:
         dram = self.dram
         reserved: dict[int, Reservation] = {}
         sized = [i for i in want if ctxs[i].size > 0]
-
-        def attempt(missing: list[int]) -> list[bool]:
-            flags = []
-            for i in missing:
-                res = dram.reserve(keys[i], ctxs[i].size, int(ctxs[i].obj_type))
-                if res is not None:
-                    reserved[i] = res
-                flags.append(res is not None)
-            return flags
-
+        attempt = self._reserver(dram, keys, ctxs, reserved)
         if sized:
             self.counts["staging_no_room"] += len(self._with_dram_room(ctxs, sized, attempt, deadline))
         read: list[Reservation] = []

@@ -15,9 +15,10 @@ class HostCacheConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     dir: str = ""
-    """Directory of the service's socket, lock, log and config snapshot ("": ``$XDG_RUNTIME_DIR/
-    hicache-mooncake``, else ``/tmp/hicache-mooncake-<uid>``). Created 0700; refused when another user
-    owns it or others may write it. Processes that name the same ``dir`` and ``name`` share one cache."""
+    """Directory of the service's socket, lock, log and config snapshot ("":
+    ``$XDG_RUNTIME_DIR/hicache-mooncake``, else ``/tmp/hicache-mooncake-<uid>``). Created 0700; refused
+    when another user owns it or others may write it. Processes naming the same ``dir`` and ``name``
+    share one cache."""
     name: str = Field(default="host-cache", pattern=r"^[A-Za-z0-9._-]{1,64}$")
     """The cache's name: ``<dir>/<name>.sock`` (and ``.lock``, ``.log``, ``.yaml``), and its arena."""
     shm_dir: str = "/dev/shm"

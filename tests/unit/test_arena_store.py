@@ -142,6 +142,7 @@ def test_a_full_dram_only_store_makes_room_by_its_policy(make: Any) -> None:
 def test_commit_goes_through_the_placement(make: Any) -> None:
     store = make()
     write(store, ["a", "b"])
+    assert store.store.flush(5)  # the placement runs after the commit's reply
     placement = store.store.stats()["placement"]
     assert placement["resident"] == 2 and placement["in_dram"] == 2
 
