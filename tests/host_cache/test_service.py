@@ -191,3 +191,40 @@ def test_auto_attaches_to_a_running_service_and_off_never_does(host_cache: Priva
         store.close()
         for pid in list(host_cache.seen):
             host_cache.kill(pid, signal.SIGTERM)
+
+
+def test_without_a_service_a_backend_serves_misses_at_once_and_attaches_when_one_appears(
+    host_cache: PrivateHostCache,
+) -> None:
+    """autostart off (the systemd way): attach waits start_timeout_s at most, calls are misses, and
+    the client finds the service by itself once an operator starts it."""
+    extra = host_cache.extra(host_cache="on")
+    extra["host_cache"].update({"autostart": False, "start_timeout_s": 0.5})
+    config = validate_config(extra)
+    t0 = time.monotonic()
+    store = build_client_store(config, "rank0", True)
+    try:
+        assert time.monotonic() - t0 < 3.0
+        page = np.arange(4096, dtype=np.uint8)
+        t0 = time.monotonic()
+        assert store.put_batch(["k"], [[memoryview(page)]]) == [False]
+        assert store.exists_prefix(["k"]) == 0
+        assert time.monotonic() - t0 < 1.0  # misses, not waits
+        assert host_cache.pid() is None  # nobody started one
+        yaml_path = host_cache.write_yaml(extra)
+        operator = subprocess.Popen(
+            [sys.executable, "-m", "hicache_mooncake", "host-cache", "--config", str(yaml_path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        host_cache.seen.add(operator.pid)
+        assert host_cache.wait_pid() == operator.pid
+        deadline = time.monotonic() + 20
+        while store.put_batch(["k"], [[memoryview(page)]]) != [True]:
+            assert time.monotonic() < deadline, host_cache.log_tail()
+            time.sleep(0.1)
+        assert store.exists_prefix(["k"]) == 1
+        host_cache.kill(operator.pid, signal.SIGTERM)
+        assert operator.wait(10) == 0  # a clean stop
+    finally:
+        store.close()
