@@ -12,7 +12,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 
-class _TierCollector(Collector):
+class TierCollector(Collector):
     def __init__(self, stats: Callable[[], dict[str, Any]]) -> None:
         self._stats = stats
 
@@ -42,7 +42,7 @@ class BackendMetrics:
         self.failures = Counter(
             "hicache_mooncake_failures", "failed calls by cause", ["cause"], registry=self.registry
         )
-        self.registry.register(_TierCollector(tier_stats))
+        self.registry.register(TierCollector(tier_stats))
         self._lock = threading.Lock()
         self._samples: dict[str, list[float]] = {
             "prefetch_pgs": [],

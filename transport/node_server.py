@@ -306,11 +306,11 @@ class NodeServer:
         self._spawn(self._serve, "conn", conn)
 
     def _count(self, conn: _Conn, **amounts: int) -> None:
-        """Add to ``conn``'s client accounting (a Counter per client: no lock needed for +=)."""
-        counts = self._clients.get(conn.client)
-        if counts is not None:
-            for name, n in amounts.items():
-                counts[name] += n
+        """Add to ``conn``'s client accounting."""
+        with self._lock:
+            counts = self._clients.get(conn.client)
+            if counts is not None:
+                counts.update(amounts)
 
     def _disconnected(self, conn: _Conn) -> None:
         released = self.store.release_owner(conn)

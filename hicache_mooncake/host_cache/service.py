@@ -41,6 +41,7 @@ def node_config(config: BackendConfig, paths: HostCachePaths) -> NodeConfig:
     return NodeConfig(
         node_id=paths.node_id,
         unix_socket=paths.socket,
+        secret_env="",  # a Unix socket: file mode and peer credentials, never a secret from the env
         shm=True,
         shm_dir=hc.shm_dir,
         max_connections=hc.max_clients,
@@ -65,6 +66,11 @@ class HostCacheService:
 
     def run(self) -> int:
         self.server.start()
+        port = self.config.host_cache.metrics_port
+        if port is not None:
+            from .metrics import serve_metrics
+
+            log.info("metrics on 127.0.0.1:%d", serve_metrics(self.server.stats, port))
         idle_limit = self.config.host_cache.idle_timeout_s
         last_client = time.monotonic()
         log.info("host cache %s serving on %s (pid %d)", self.paths.name, self.paths.socket, os.getpid())

@@ -228,3 +228,43 @@ def test_without_a_service_a_backend_serves_misses_at_once_and_attaches_when_one
         assert operator.wait(10) == 0  # a clean stop
     finally:
         store.close()
+
+
+def test_a_node_secret_in_the_environment_does_not_lock_clients_out(
+    host_cache: PrivateHostCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cluster users export HICACHE_NODE_SECRET; the service (which inherits it) answers on its Unix
+    socket without a secret all the same."""
+    monkeypatch.setenv("HICACHE_NODE_SECRET", "cluster-secret")
+    store = build_client_store(validate_config(host_cache.extra(host_cache="on")), "rank0", True)
+    try:
+        host_cache.wait_pid()
+        page = np.arange(4096, dtype=np.uint8)
+        assert store.put_batch(["s"], [[memoryview(page)]]) == [True]
+        assert store.exists_prefix(["s"]) == 1
+    finally:
+        store.close()
+
+
+def test_per_client_accounting_is_in_the_stats_and_the_metrics(host_cache: PrivateHostCache) -> None:
+    import urllib.request
+
+    from transport_procs import free_port
+
+    port = free_port()
+    host_cache.host_cache["metrics_port"] = port
+    store = build_client_store(validate_config(host_cache.extra(host_cache="on")), "rank0", True)
+    try:
+        host_cache.wait_pid()
+        pages = [np.full(8192, i, dtype=np.uint8) for i in range(3)]
+        assert store.put_batch(["a", "b", "c"], [[memoryview(p)] for p in pages]) == [True] * 3
+        outs = [np.zeros(8192, np.uint8) for _ in range(3)]
+        assert store.get_batch_into(["a", "b", "c"], [[memoryview(o)] for o in outs]) == [True] * 3
+        mine = host_cache.stats()["clients"][f"pid:{os.getpid()}"]
+        assert mine["committed"] == 3 and mine["reserved_bytes"] == 3 * 8192
+        assert mine["lookup_hits"] == 3 and mine["lookup_hit_bytes"] == 3 * 8192
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert f'hicache_mooncake_host_cache_client_committed_total{{client="pid:{os.getpid()}"}} 3.0' in text
+        assert 'hicache_mooncake_tier_entries{tier="dram"} 3.0' in text
+    finally:
+        store.close()
