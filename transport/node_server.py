@@ -3,8 +3,9 @@
 The store is any ``ServedStore`` (``served_store.py``), built by the ``store_factory`` once the
 server knows its identity; transport/ knows no implementation (``tiers.arena_store`` is the one).
 The server listens on TCP ``host:port``, or on a Unix domain socket (``unix_socket``: the host
-cache; the file is created 0600 and every peer's kernel credentials are checked). One thread (the ``HandshakeGate``) accepts sockets and authenticates them all without blocking;
-each authenticated connection then gets its own worker thread (socket I/O releases the GIL), at
+cache; the file is created 0600 and every peer's kernel credentials are checked). One thread (the
+``HandshakeGate``) accepts sockets and authenticates them all without blocking; each
+authenticated connection then gets its own worker thread (socket I/O releases the GIL), at
 most ``max_connections`` (when full, the longest-idle one makes room). PUT bodies are received
 straight into arena slots and GET bodies sent straight from them; every request must complete
 within ``request_timeout_s`` once its header arrived. A heartbeat thread keeps the node registered
