@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -267,4 +268,36 @@ def test_per_client_accounting_is_in_the_stats_and_the_metrics(host_cache: Priva
         assert f'hicache_mooncake_host_cache_client_committed_total{{client="pid:{os.getpid()}"}} 3.0' in text
         assert 'hicache_mooncake_tier_entries{tier="dram"} 3.0' in text
     finally:
+        store.close()
+
+
+def test_the_remote_pool_lives_behind_the_service(
+    host_cache: PrivateHostCache, node_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tiers.remote`` is the service's: a client's set reaches the memory node through the
+    service (write-through), and the client itself holds no pool connection."""
+    from transport_procs import SECRET
+
+    from hicache_mooncake.transport import ClientOptions, NodeClient
+
+    monkeypatch.setenv("HICACHE_NODE_SECRET", SECRET)  # the service inherits it from its starter
+    node = node_factory("pool")
+    extra = host_cache.extra(
+        host_cache="on", remote={"enabled": True, "engine": "tcp", "write_through": True}
+    )
+    extra["metadata"] = {
+        "backend": "embedded",
+        "nodes": [{"node_id": "pool", "host": "127.0.0.1", "port": node.port}],
+    }
+    store = build_client_store(validate_config(extra), "rank0", True)
+    pool = NodeClient("127.0.0.1", node.port, ClientOptions(timeout_s=5, secret=SECRET.encode()))
+    try:
+        host_cache.wait_pid()
+        assert [t.name for t in store.tiers] == ["host_cache"]
+        pages = [np.full(8192, i, dtype=np.uint8) for i in range(3)]
+        assert store.put_batch(["r0", "r1", "r2"], [[memoryview(p)] for p in pages]) == [True] * 3
+        assert pool.exists_batch(["r0", "r1", "r2"]) == [True, True, True]
+        assert "remote" in host_cache.stats()["store"]["tiers"]
+    finally:
+        pool.close()
         store.close()

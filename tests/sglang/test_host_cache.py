@@ -202,7 +202,9 @@ def test_a_service_killed_mid_storm_costs_misses_then_comes_back_with_its_ssd_da
         for th in threads:
             th.join(30)
         assert not any(th.is_alive() for th in threads)
-        print(f"storm: {len(durations)} rounds, slowest {max(durations):.3f} s, hits after restart {hits_after}")
+        print(
+            f"storm: {len(durations)} rounds, slowest {max(durations):.3f} s, hits after restart {hits_after}"
+        )
         assert errors == [] and wrong == []
         assert max(durations) < 3 * timeout_s + 1  # exists + get + set, each bounded by io.timeout_s
         assert min(hits_after) > 0, hits_after  # every thread read SSD data from the new service
