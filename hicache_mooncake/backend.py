@@ -15,7 +15,8 @@ Promises to SGLang:
   (of every registered pool) and rank (``keys.py``), so incompatible runs never read each other's bytes;
 - host indices are checked against the registered pool before any pointer is made: a count that
   is not ``keys x page_size`` or an index outside the pool is a miss / False, logged once;
-- with a rank-replicated KV (MLA), only the storage writer (TP rank 0) stores; every rank reads;
+- with a rank-replicated KV (MLA), only the storage writer (TP rank 0) stores; every rank reads
+  (``tiers.host_cache: auto`` puts every rank's tiers in the host cache, so they find its pages);
 - ``close()`` releases every buffer, thread, socket and file, is idempotent and never raises;
   every call after it is a miss / False.
 """
@@ -39,6 +40,7 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage  # noqa: E402
 from hicache_mooncake import logs  # noqa: E402
 from hicache_mooncake.config import BackendConfig, load_backend_config  # noqa: E402
 from hicache_mooncake.failures import FailureLog  # noqa: E402
+from hicache_mooncake.host_cache.mode import use_host_cache  # noqa: E402
 from hicache_mooncake.host_memory import HostRangeError  # noqa: E402
 from hicache_mooncake.hybrid import SidecarIO  # noqa: E402
 from hicache_mooncake.keys import KeySpace, RankInfo  # noqa: E402
@@ -46,7 +48,7 @@ from hicache_mooncake.metrics import BackendMetrics  # noqa: E402
 from hicache_mooncake.object_split import max_object_bytes  # noqa: E402
 from hicache_mooncake.pools import PoolSet, RegisteredPool  # noqa: E402
 from hicache_mooncake.pools.names import KV, pool_name  # noqa: E402
-from hicache_mooncake.store_builder import build_store  # noqa: E402
+from hicache_mooncake.store_builder import build_client_store  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +85,8 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         dp_rank = int(config_field(storage_config, "dp_rank", 0))
         r = self.ranks
         self.rank_tag = f"rank{r.tp_rank}_{r.pp_rank}_{r.cp_rank}_{dp_rank}"
-        self.store = build_store(self.config, self.rank_tag)
+        self.host_cache, why = use_host_cache(self.config, is_mla, self.ranks.tp_size)
+        self.store = build_client_store(self.config, self.rank_tag, self.host_cache)
         self.metrics = BackendMetrics(self.store.stats)
         self.sidecars = SidecarIO(
             self.store,
@@ -103,19 +106,21 @@ class HiCacheMooncakeBackend(HiCacheStorage):
                 raise RuntimeError(
                     f"metrics.port {self.config.metrics.port} on {self.config.metrics.host}: {exc}"
                 ) from exc
-        if is_mla and self.ranks.tp_size > 1 and not self.config.tiers.remote.enabled:
+        if is_mla and self.ranks.tp_size > 1 and not self.host_cache and not self.config.tiers.remote.enabled:
             log.warning(
-                "MLA with tp_size=%d: only TP rank 0 stores, and this config has no tier shared between "
-                "rank processes, so ranks != 0 will miss (and SGLang's MIN-reduce makes every rank miss). "
-                "Use a shared tier: configs/mla-shared.yaml (a host-local memory node) or configs/cluster.yaml.",
+                "MLA with tp_size=%d and %s: only TP rank 0 stores, and no tier is shared between rank "
+                "processes, so ranks != 0 will miss (and SGLang's MIN-reduce makes every rank miss). "
+                "Set tiers.host_cache: auto (the default) or on.",
                 self.ranks.tp_size,
+                why,
             )
         log.info(
-            "hicache-mooncake backend: model=%s ranks=%s writer=%s tiers=%s sglang=%s",
+            "hicache-mooncake backend: model=%s ranks=%s writer=%s tiers=%s (%s) sglang=%s",
             self.model_name,
             self.ranks.suffix() or "(replicated)",
             self.is_storage_writer,
             [t.name for t in self.store.tiers],
+            why,
             SGLANG_VERSION,
         )
 

@@ -22,7 +22,7 @@ MAX_SAMPLES = 4096
 _SERIES = ("prefetch_pgs", "backup_pgs", "prefetch_bandwidth", "backup_bandwidth")
 
 
-class _TierCollector(Collector):
+class TierCollector(Collector):
     def __init__(self, stats: Callable[[], dict[str, Any]]) -> None:
         self._stats = stats
 
@@ -57,7 +57,7 @@ class BackendMetrics:
             "get_stats samples dropped because nobody polled get_stats",
             registry=self.registry,
         )
-        self.registry.register(_TierCollector(tier_stats))
+        self.registry.register(TierCollector(tier_stats))
         self._lock = threading.Lock()
         self._samples: dict[str, deque[float]] = {name: deque(maxlen=MAX_SAMPLES) for name in _SERIES}
         self._server: Any = None

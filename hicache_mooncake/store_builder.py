@@ -1,7 +1,8 @@
 """Build the ``TieredStore`` a configuration describes: one builder per tier kind, in tier order.
 
 A new tier is a new builder registered here with its place in the order (fastest first); the
-backend never changes.
+backend never changes. The same store is served by memory nodes (``build_node_store``) and by the
+host cache (``hicache_mooncake.host_cache.service``), wrapped in ``tiers.arena_store.ArenaStore``.
 """
 
 from __future__ import annotations
@@ -9,14 +10,18 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
 from hicache_mooncake.config import BackendConfig
 from hicache_mooncake.host_ram import memory_available, memory_limit
 from hicache_mooncake.sizes import format_size
+from hicache_mooncake.tiers.arena_store import ArenaStore
 from hicache_mooncake.tiers.dram_tier import DramTier
 from hicache_mooncake.tiers.policy import policy_factory
 from hicache_mooncake.tiers.tier import Tier
 from hicache_mooncake.tiers.tiered_store import StoreOptions, TieredStore
+from hicache_mooncake.transport.arena_files import ArenaSpec
+from hicache_mooncake.transport.node_config import NodeConfig
 
 log = logging.getLogger(__name__)
 TierBuilder = Callable[[BackendConfig, str], Tier | None]
@@ -34,9 +39,15 @@ def register_tier_builder(order: int, name: str) -> Callable[[TierBuilder], Tier
 
 @register_tier_builder(0, "dram")
 def build_dram(config: BackendConfig, rank_tag: str) -> Tier | None:
+    return dram_tier(config) if config.tiers.dram.enabled else None
+
+
+def dram_tier(
+    config: BackendConfig, shared: ArenaSpec | None = None, object_headers: bool = False
+) -> DramTier:
+    """``tiers.dram`` as a tier, checked against the host's memory before anything is allocated.
+    ``shared``/``object_headers``: the arena in shared memory with headers (the host cache's)."""
     dram = config.tiers.dram
-    if not dram.enabled:
-        return None
     limit, available = memory_limit(), memory_available()
     if dram.capacity > limit:
         raise ValueError(
@@ -53,7 +64,9 @@ def build_dram(config: BackendConfig, rank_tag: str) -> Tier | None:
             else "; the arena is touched as it fills",
         )
     try:
-        return DramTier(capacity=dram.capacity, slab_size=dram.slab_size, prefault=dram.prefault)
+        return DramTier(
+            dram.capacity, dram.slab_size, dram.prefault, shared=shared, object_headers=object_headers
+        )
     except OSError as exc:
         raise ValueError(
             f"tiers.dram.capacity: cannot allocate {format_size(dram.capacity)}: {exc.strerror or exc}"
@@ -120,14 +133,14 @@ def build_ssd(config: BackendConfig, rank_tag: str) -> Tier | None:
     )
 
 
-def build_store(config: BackendConfig, rank_tag: str = "rank0") -> TieredStore:
+def build_store(
+    config: BackendConfig, rank_tag: str = "rank0", dram: Callable[[], Tier] | None = None
+) -> TieredStore:
     """The one store over all enabled tiers. The policy is validated before anything is
-    allocated; a tier that fails to build closes the ones already built, then raises."""
+    allocated; a tier that fails to build closes the ones already built, then raises.
+    ``dram``: builds the DRAM tier instead of ``tiers.dram``'s defaults (the host cache's)."""
     tiers_cfg = config.tiers
-    try:
-        factory = policy_factory(tiers_cfg.policy, **dict(tiers_cfg.policy_options))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"tiers.policy_options: {exc}") from None
+    factory = _policy(config)
     ssd = tiers_cfg.ssd
     options = StoreOptions(
         timeout_s=config.io.timeout_s,
@@ -139,8 +152,8 @@ def build_store(config: BackendConfig, rank_tag: str = "rank0") -> TieredStore:
     config = _fitted(config)
     tiers: list[Tier] = []
     try:
-        for _order, _name, builder in _BUILDERS:
-            tier = builder(config, rank_tag)
+        for _order, name, builder in _BUILDERS:
+            tier = dram() if name == "dram" and dram is not None else builder(config, rank_tag)
             if tier is not None:
                 tiers.append(tier)
         if not tiers:
@@ -165,3 +178,57 @@ def _fitted(config: BackendConfig) -> BackendConfig:
         return config
     tiers = config.tiers.model_copy(update={"ssd": ssd.model_copy(update={"capacity": capacity})})
     return config.model_copy(update={"tiers": tiers})
+
+
+def _policy(config: BackendConfig) -> Callable[[], Any]:
+    try:
+        return policy_factory(config.tiers.policy, **dict(config.tiers.policy_options))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"tiers.policy_options: {exc}") from None
+
+
+SERVICE_DIR = "host-cache"
+"""The host cache's SSD directory under each ``tiers.ssd.path`` (one for the host, not per rank)."""
+
+
+def build_service_store(config: BackendConfig, spec: ArenaSpec | None) -> ArenaStore:
+    """The host cache's store: the YAML's tiers, the DRAM arena shared (from ``spec``) and with
+    object headers, the SSD in ``<path>/host-cache``."""
+    dram_cfg = config.tiers.dram
+    if not dram_cfg.enabled:
+        raise ValueError("tiers.dram.enabled: the host cache needs its DRAM tier (the arena clients read)")
+
+    store = build_store(config, SERVICE_DIR, lambda: dram_tier(config, shared=spec, object_headers=True))
+    ssd = config.tiers.ssd
+    return ArenaStore(store, flush_on_close_s=ssd.flush_on_detach_s if ssd.enabled else 0.0)
+
+
+def build_client_store(config: BackendConfig, rank_tag: str, host_cache: bool) -> TieredStore:
+    """A backend's store: its own tiers, or (``host_cache``) the host cache as its one tier."""
+    if not host_cache:
+        return build_store(config, rank_tag)
+    from hicache_mooncake.host_cache.client import open_host_cache_tier
+
+    factory = _policy(config)
+    tier = open_host_cache_tier(config)
+    try:
+        return TieredStore([tier], factory, StoreOptions(timeout_s=config.io.timeout_s))
+    except BaseException:
+        tier.close()
+        raise
+
+
+def build_node_store(cfg: NodeConfig, spec: ArenaSpec | None) -> ArenaStore:
+    """A memory node's store: the DRAM tier alone (object headers for one-sided readers, the arena
+    in shared memory when ``spec`` says so), placed by the ``node.eviction`` policy."""
+    try:
+        factory = policy_factory(cfg.eviction)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"node.eviction: {exc}") from None
+    slab = min(cfg.slab_size, cfg.capacity // 4096 * 4096)  # one slab at least
+    dram = DramTier(cfg.capacity, slab, prefault=False, shared=spec, object_headers=True)
+    try:
+        return ArenaStore(TieredStore([dram], factory, StoreOptions(timeout_s=cfg.request_timeout_s)))
+    except BaseException:
+        dram.close()
+        raise

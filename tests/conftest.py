@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from host_cache_procs import PrivateHostCache
 from log_lines import Lines
 from transport_procs import NodeProc, RedisProc, free_port
 
@@ -44,9 +45,13 @@ def node_factory(tmp_path: Path) -> Iterator[Callable[..., NodeProc]]:
     started: list[NodeProc] = []
 
     def make(
-        name: str, redis_url: str | None = None, namespace: str = "t", capacity: str = "64MiB"
+        name: str,
+        redis_url: str | None = None,
+        namespace: str = "t",
+        capacity: str = "64MiB",
+        slab_size: str = "4MiB",
     ) -> NodeProc:
-        node = NodeProc(tmp_path, name, redis_url, namespace, capacity).start()
+        node = NodeProc(tmp_path, name, redis_url, namespace, capacity, node={"slab_size": slab_size}).start()
         started.append(node)
         return node
 
@@ -70,3 +75,14 @@ def printed_lines() -> Iterator[Lines]:
     finally:
         root.removeHandler(lines)
         logs.uninstall()
+
+
+@pytest.fixture
+def host_cache(tmp_path: Path) -> Iterator[PrivateHostCache]:
+    """A private host cache (own socket, shm and SSD directories); every service it had is
+    stopped by PID afterwards."""
+    hc = PrivateHostCache(tmp_path)
+    try:
+        yield hc
+    finally:
+        hc.stop_all()

@@ -105,6 +105,7 @@ class NodeProc:
             "node_id": name,
             "port": self.port,
             "capacity": capacity,
+            "slab_size": "4MiB",  # several object sizes per node (capped at capacity)
             "drain_timeout_s": 2,
             **overrides,
         }

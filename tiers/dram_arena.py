@@ -1,13 +1,19 @@
-"""A page-aligned, pre-faulted block of anonymous memory that the DRAM tier carves into slots.
+"""A page-aligned, pre-faulted block of memory that the DRAM tier carves into slots: anonymous, or
+a shared-memory arena file (the host cache and memory nodes: same-host clients map it).
 
 Why mmap and not numpy/torch allocations: mmap memory starts on a 4 KiB boundary (numpy's large
 arrays start 16 bytes into a page, and copies between buffers whose offsets differ mod 4096 run
 at a third of memcpy speed), and MAP_POPULATE faults it in once in the kernel, so the first sets
 do not pay 1-2 s of CPU per GiB for first touch.
 
+Shared: the file is created, proven and locked by ``transport.arena_files`` from the server's
+``ArenaSpec`` (its first page holds the ``ArenaHeader``; slot offsets start after it, so bodies stay
+page-aligned in every process that maps the file). ``base`` is where slot offset 0 lies in the
+mapping; ``view`` takes slot offsets, ``mapping`` is the whole mapping (wire offsets index it).
+
 Invariant: ``view(offset, n)`` never outlives ``close()`` in correct callers; ``close`` releases
 the mapping as soon as no exported view remains (a view still held by a caller keeps it alive
-until garbage collection rather than crashing).
+until garbage collection rather than crashing). A shared arena's file is unlinked at ``close``.
 """
 
 from __future__ import annotations
@@ -17,23 +23,47 @@ import mmap
 
 import numpy as np
 
+from hicache_mooncake.transport.arena_files import ArenaFile, ArenaSpec
+from hicache_mooncake.transport.arena_header import ARENA_HEADER_SIZE
+
 log = logging.getLogger(__name__)
 PAGE = mmap.PAGESIZE
 
 
 class DramArena:
-    def __init__(self, capacity: int, prefault: bool = True) -> None:
+    def __init__(self, capacity: int, prefault: bool = True, shared: ArenaSpec | None = None) -> None:
         if capacity <= 0 or capacity % PAGE:
             raise ValueError(f"arena capacity must be a positive multiple of {PAGE}, got {capacity}")
-        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-        if prefault and hasattr(mmap, "MAP_POPULATE"):
-            flags |= mmap.MAP_POPULATE
+        populate = mmap.MAP_POPULATE if prefault and hasattr(mmap, "MAP_POPULATE") else 0
         self.capacity = capacity
-        self._map: mmap.mmap | None = mmap.mmap(-1, capacity, flags=flags)
-        self.bytes: np.ndarray = np.frombuffer(self._map, dtype=np.uint8)
+        self.file: ArenaFile | None = None
+        if shared is None:
+            self.base = 0
+            self._map: mmap.mmap | None = mmap.mmap(
+                -1, capacity, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate
+            )
+        else:
+            self.base = ARENA_HEADER_SIZE
+            self.file = shared.create(capacity)
+            try:
+                self._map = mmap.mmap(
+                    self.file.fd,
+                    self.base + capacity,
+                    flags=mmap.MAP_SHARED | populate,
+                    prot=mmap.PROT_READ | mmap.PROT_WRITE,
+                )
+            except BaseException:
+                self.file.close()
+                raise
+        self.mapping: np.ndarray = np.frombuffer(self._map, dtype=np.uint8)
+        self.bytes: np.ndarray = self.mapping[self.base :]
+
+    @property
+    def shm_path(self) -> str:
+        return self.file.path if self.file is not None else ""
 
     def view(self, offset: int, nbytes: int) -> np.ndarray:
-        """A uint8 array over ``[offset, offset + nbytes)`` (no copy)."""
+        """A uint8 array over slot bytes ``[offset, offset + nbytes)`` (no copy)."""
         return self.bytes[offset : offset + nbytes]
 
     @property
@@ -44,8 +74,10 @@ class DramArena:
         if self._map is None:
             return
         mapping, self._map = self._map, None
-        self.bytes = np.empty(0, dtype=np.uint8)
+        self.bytes = self.mapping = np.empty(0, dtype=np.uint8)
         try:
             mapping.close()
         except BufferError:
             log.debug("DRAM arena still has exported views; it is released when they are collected")
+        if self.file is not None:
+            self.file.close()

@@ -8,21 +8,43 @@ into a reserved slot that no reader can find until the copy is complete and the 
 
 Space: ``put_batch`` only takes free slots; when none is free for an object's size class the put
 fails (``rejected_no_space``) and the store decides what to move out (never this tier).
+
+Served arenas (``object_headers``: the host cache and memory nodes, whose clients copy bytes
+themselves): every slot is ``[body][ObjectHeader]``; the body starts the slot (page-aligned), the
+64-byte header follows it at ``header_offset``. A header is VALID (with a fresh version) only
+while its key is published; removal invalidates it at once (before the slot can be reused, even
+while a pinned reader still copies), so a one-sided reader that validates the header before and
+after its copy never takes another object's bytes. Writers from outside (``reserve``) get a slot
+whose header says WRITING; ``publish`` makes it VALID, ``cancel`` frees it.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from hicache_mooncake.transport.arena_files import ArenaSpec
+from hicache_mooncake.transport.object_header import (
+    HEADER_SIZE,
+    STATE_FREE,
+    STATE_VALID,
+    STATE_WRITING,
+    ObjectHeader,
+    key_hash,
+)
 
 from .dram_arena import DramArena
 from .parts import Parts, gather, parts_nbytes, scatter
 from .policy import DEFAULT_CONTEXT, AccessContext
 from .slab_allocator import SlabAllocator, slot_size_for
 from .tier import Tier
+
+_FREE_HEADER = np.frombuffer(ObjectHeader(STATE_FREE, 0, 0, 0).pack(), dtype=np.uint8)
 
 
 class Pinned(NamedTuple):
@@ -35,16 +57,54 @@ class Pinned(NamedTuple):
     hits: int
 
 
+class Reservation(NamedTuple):
+    """A slot reserved for ``key`` whose body an outside writer fills (``body`` is its view)."""
+
+    key: str
+    offset: int
+    nbytes: int
+    version: int
+    obj_type: int
+    body: np.ndarray
+
+
+class Located(NamedTuple):
+    """Where a published object lives, in slot offsets (``DramTier.wire_offset`` maps them)."""
+
+    offset: int
+    nbytes: int
+    version: int
+    obj_type: int
+    header: int
+
+
+def header_offset(offset: int, nbytes: int) -> int:
+    """Slot offset of an object's header: right after its body, 64-byte aligned."""
+    return offset + -(-nbytes // HEADER_SIZE) * HEADER_SIZE
+
+
 class DramTier(Tier):
     name = "dram"
 
-    def __init__(self, capacity: int, slab_size: int = 64 << 20, prefault: bool = True) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        slab_size: int = 64 << 20,
+        prefault: bool = True,
+        shared: ArenaSpec | None = None,
+        object_headers: bool = False,
+    ) -> None:
+        """``shared``: the arena is a shared-memory file made from this spec (same-host clients
+        map it); ``object_headers``: every slot carries an ``ObjectHeader`` (one-sided readers)."""
         self._allocator = SlabAllocator(capacity, slab_size)
-        self._arena = DramArena(self._allocator.capacity, prefault=prefault)
-        self._index: dict[str, tuple[int, int]] = {}
+        self._arena = DramArena(self._allocator.capacity, prefault=prefault, shared=shared)
+        self.headers = object_headers
+        # key -> (slot offset, nbytes, version, obj_type); version 0 without headers
+        self._index: dict[str, tuple[int, int, int, int]] = {}
         self._hits: dict[str, int] = {}
         self._pins: dict[int, int] = {}
         self._zombies: dict[int, int] = {}
+        self._versions = itertools.count(time.time_ns() // 1000)
         self._lock = threading.Lock()
         self._closed = False
         self._counts = dict.fromkeys(
@@ -62,6 +122,32 @@ class DramTier(Tier):
             0,
         )
 
+    # ------------------------------------------------------------------ the arena
+    @property
+    def arena_view(self) -> memoryview:
+        """The whole mapping (a shared arena's header page included); ``wire_offset`` indexes it."""
+        return self._arena.mapping.data
+
+    @property
+    def shm_path(self) -> str:
+        return self._arena.shm_path
+
+    def wire_offset(self, offset: int) -> int:
+        return self._arena.base + offset
+
+    def _slot_bytes(self, nbytes: int) -> int:
+        return header_offset(0, nbytes) + HEADER_SIZE if self.headers else nbytes
+
+    def _write_header(self, offset: int, nbytes: int, state: int, version: int, key: str, otype: int) -> None:
+        at = header_offset(offset, nbytes)
+        raw = ObjectHeader(state, version, key_hash(key), nbytes, otype).pack()
+        self._arena.bytes[at : at + HEADER_SIZE] = np.frombuffer(raw, dtype=np.uint8)
+
+    def _invalidate(self, offset: int, nbytes: int) -> None:
+        if self.headers and not self._closed:
+            at = header_offset(offset, nbytes)
+            self._arena.bytes[at : at + HEADER_SIZE] = _FREE_HEADER
+
     # ------------------------------------------------------------------ queries
     def contains(self, key: str) -> bool:
         with self._lock:
@@ -77,14 +163,14 @@ class DramTier(Tier):
 
     def capacity_objects(self, nbytes: int) -> int:
         """How many objects of ``nbytes`` the arena holds when all slabs serve that size."""
-        slot = slot_size_for(nbytes)
+        slot = slot_size_for(self._slot_bytes(nbytes))
         if slot > self._allocator.slab_size:
             return 0
         return (self._allocator.slab_size // slot) * self._allocator.slab_count
 
     def free_objects(self, nbytes: int) -> int:
         """Objects of ``nbytes`` that fit in free slots now."""
-        slot = slot_size_for(nbytes)
+        slot = slot_size_for(self._slot_bytes(nbytes))
         with self._lock:
             cls = self._allocator.classes.get(slot)
             free = sum(len(v) for v in cls.free_by_slab.values()) if cls is not None else 0
@@ -97,6 +183,36 @@ class DramTier(Tier):
     def keys(self) -> list[str]:
         with self._lock:
             return list(self._index)
+
+    def locate(self, keys: Sequence[str], sizes: Sequence[int] | None = None) -> list[Located | None]:
+        """Where each published key lives (None: absent, or not of the expected size; 0 = any).
+        Counted as hits / misses like reads: a one-sided reader copies it next."""
+        out: list[Located | None] = []
+        with self._lock:
+            for i, key in enumerate(keys):
+                entry = None if self._closed else self._index.get(key)
+                want = sizes[i] if sizes is not None else 0
+                if entry is None or (want and entry[1] != want):
+                    self._counts["misses" if entry is None else "size_mismatch"] += 1
+                    out.append(None)
+                    continue
+                offset, nbytes, version, otype = entry
+                self._hits[key] = self._hits.get(key, 0) + 1
+                self._counts["hits"] += 1
+                self._counts["hit_bytes"] += nbytes
+                out.append(Located(offset, nbytes, version, otype, header_offset(offset, nbytes)))
+        return out
+
+    def committed_extent(self, offset: int, length: int) -> bool:
+        """Does ``[offset, offset + length)`` (slot offsets) lie in one published object's body or
+        header? (Linear in the entries: the tcp engine's address-based reads only.)"""
+        end = offset + length
+        with self._lock:
+            for start, nbytes, _version, _otype in self._index.values():
+                stop = header_offset(start, nbytes) + (HEADER_SIZE if self.headers else 0)
+                if start <= offset and end <= stop:
+                    return True
+        return False
 
     # ------------------------------------------------------------------ writes
     def put(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
@@ -118,29 +234,62 @@ class DramTier(Tier):
                 nbytes = parts_nbytes(parts)
                 if key in self._index:
                     results[i] = True
-                elif not self._allocator.fits(nbytes):
-                    self._counts["rejected_too_large"] += 1
-                else:
-                    offset = self._allocator.alloc(nbytes)
-                    if offset is None:
-                        self._counts["rejected_no_space"] += 1
-                    else:
-                        reserved.append((i, offset, nbytes))
+                    continue
+                offset = self._alloc_locked(nbytes)
+                if offset is not None:
+                    reserved.append((i, offset, nbytes))
         for i, offset, nbytes in reserved:
             gather(self._arena.view(offset, nbytes), items[i][1])
         with self._lock:
             for i, offset, nbytes in reserved:
-                key = items[i][0]
+                key, _parts, ctx = items[i]
                 if self._closed:
                     break
-                if key in self._index:  # another thread stored the same (immutable) value first
-                    self._allocator.free(offset, nbytes)
-                else:
-                    self._index[key] = (offset, nbytes)
-                    self._counts["puts"] += 1
-                    self._counts["put_bytes"] += nbytes
+                self._publish_locked(key, offset, nbytes, next(self._versions), int(ctx.obj_type))
                 results[i] = True
         return results
+
+    def reserve(self, items: Sequence[tuple[str, int, int]]) -> list[Reservation | None]:
+        """Slots for ``(key, nbytes, obj_type)`` that the caller fills through ``Reservation.body``
+        (None: no free slot of its class, too large, or closed), under one lock hold. Nobody finds
+        them until ``publish``."""
+        out: list[Reservation | None] = []
+        with self._lock:
+            for key, nbytes, obj_type in items:
+                offset = None if self._closed else self._alloc_locked(nbytes)
+                if offset is None:
+                    out.append(None)
+                    continue
+                version = next(self._versions)
+                if self.headers:
+                    self._write_header(offset, nbytes, STATE_WRITING, version, key, obj_type)
+                out.append(
+                    Reservation(key, offset, nbytes, version, obj_type, self._arena.view(offset, nbytes))
+                )
+        return out
+
+    def publish(self, reservations: Sequence[Reservation]) -> list[Located | None]:
+        """Make filled reservations visible; returns where each key lives now. A key published
+        meanwhile by someone else keeps its first value (this slot is freed, that one is
+        returned); None only when the tier is closed."""
+        out: list[Located | None] = []
+        with self._lock:
+            for res in reservations:
+                if self._closed:
+                    out.append(None)
+                    continue
+                self._publish_locked(res.key, res.offset, res.nbytes, res.version, res.obj_type)
+                offset, nbytes, version, otype = self._index[res.key]
+                out.append(Located(offset, nbytes, version, otype, header_offset(offset, nbytes)))
+        return out
+
+    def cancel(self, reservations: Sequence[Reservation]) -> None:
+        """Free reservations that will not be published."""
+        with self._lock:
+            for res in reservations:
+                if not self._closed:
+                    self._invalidate(res.offset, res.nbytes)
+                    self._allocator.free(res.offset, self._slot_bytes(res.nbytes))
 
     def remove(self, key: str) -> bool:
         with self._lock:
@@ -149,7 +298,7 @@ class DramTier(Tier):
                 return False
             self._hits.pop(key, None)
             self._counts["removals"] += 1
-            self._release_locked(*entry)
+            self._release_locked(entry[0], entry[1])
             return True
 
     def remove_batch(self, keys: Sequence[str]) -> int:
@@ -160,14 +309,14 @@ class DramTier(Tier):
                 entry = self._index.pop(key, None)
                 if entry is not None:
                     self._hits.pop(key, None)
-                    self._release_locked(*entry)
+                    self._release_locked(entry[0], entry[1])
                     removed += 1
             self._counts["removals"] += removed
         return removed
 
     def clear(self) -> None:
         with self._lock:
-            for offset, nbytes in self._index.values():
+            for offset, nbytes, _version, _otype in self._index.values():
                 self._release_locked(offset, nbytes)
             self._index.clear()
             self._hits.clear()
@@ -190,7 +339,7 @@ class DramTier(Tier):
                 if entry is None:
                     self._counts["misses"] += 1
                     continue
-                offset, nbytes = entry
+                offset, nbytes = entry[0], entry[1]
                 if parts_nbytes(parts) != nbytes:
                     self._counts["size_mismatch"] += 1
                     continue
@@ -212,7 +361,8 @@ class DramTier(Tier):
 
     # ------------------------------------------------------------------ pinned access (the mover)
     def pin_entries(self, keys: Sequence[str]) -> list[Pinned | None]:
-        """Pin resident entries for reading (copies to a lower tier); ``release`` unpins them."""
+        """Pin resident entries for reading (copies to a lower tier, two-sided sends);
+        ``release`` unpins them."""
         out: list[Pinned | None] = []
         with self._lock:
             for key in keys:
@@ -230,12 +380,39 @@ class DramTier(Tier):
             for p in pinned:
                 self._unpin_locked(p.offset)
 
+    def object_type(self, key: str) -> int | None:
+        with self._lock:
+            entry = self._index.get(key)
+            return None if entry is None else entry[3]
+
     # ------------------------------------------------------------------ internals
+    def _alloc_locked(self, nbytes: int) -> int | None:
+        need = self._slot_bytes(nbytes)
+        if not self._allocator.fits(need):
+            self._counts["rejected_too_large"] += 1
+            return None
+        offset = self._allocator.alloc(need)
+        if offset is None:
+            self._counts["rejected_no_space"] += 1
+        return offset
+
+    def _publish_locked(self, key: str, offset: int, nbytes: int, version: int, otype: int) -> None:
+        if key in self._index:  # another writer stored the same (immutable) value first
+            self._invalidate(offset, nbytes)
+            self._allocator.free(offset, self._slot_bytes(nbytes))
+            return
+        if self.headers:
+            self._write_header(offset, nbytes, STATE_VALID, version, key, otype)
+        self._index[key] = (offset, nbytes, version, otype)
+        self._counts["puts"] += 1
+        self._counts["put_bytes"] += nbytes
+
     def _release_locked(self, offset: int, nbytes: int) -> None:
+        self._invalidate(offset, nbytes)  # one-sided readers miss from now on
         if offset in self._pins:
             self._zombies[offset] = nbytes
         else:
-            self._allocator.free(offset, nbytes)
+            self._allocator.free(offset, self._slot_bytes(nbytes))
 
     def _unpin_locked(self, offset: int) -> None:
         left = self._pins[offset] - 1
@@ -245,7 +422,7 @@ class DramTier(Tier):
         del self._pins[offset]
         nbytes = self._zombies.pop(offset, None)
         if nbytes is not None and not self._closed:
-            self._allocator.free(offset, nbytes)
+            self._allocator.free(offset, self._slot_bytes(nbytes))
 
     # ------------------------------------------------------------------ lifecycle
     def stats(self) -> dict[str, Any]:

@@ -33,6 +33,9 @@ class Tier(ABC):
     name: str = ""
     write_through: bool = False
     """Receive every set (besides the first tier that stores it), e.g. the shared pool."""
+    put_skips_present: bool = False
+    """``put_batch`` answers True for keys it holds without taking their bytes again (the store then
+    skips asking ``contains_batch`` first: one round trip less per set)."""
 
     def register_memory(self, regions: Sequence[memoryview]) -> None:  # noqa: B027
         """Caller buffers pages will move from/into (see ``TieredStore.register_memory``);

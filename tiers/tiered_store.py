@@ -20,6 +20,12 @@ once per key (``set`` / ``hit``). This class moves bytes as told:
   when DRAM has no free slot does a set run queued moves itself (``wait_for_room``), and never past
   its deadline.
 
+Served arenas (the host cache, memory nodes: ``arena_store.ArenaStore`` serves this store to
+clients that copy bytes themselves): ``reserve_batch`` hands out DRAM slots (room is made as for a
+set), ``commit_batch`` publishes them and asks the placement (``TierPlacement.set``, one call per
+key, exactly as a set), ``locate_batch`` answers where pages live in DRAM after bringing SSD or pool
+hits into reserved DRAM slots (placement ``hit``, promoted). One policy decides for every client.
+
 Deadlines: every call runs under ``timeout_s`` (``io.timeout_s``) unless given an absolute
 ``deadline`` (``time.monotonic()``); tiers get the deadline and report unfinished work as misses
 / False. Failure semantics of each tier: ``tier.py``.
@@ -36,6 +42,8 @@ max(copy, bookkeeping) instead of their sum.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
 from collections import Counter, OrderedDict, deque
@@ -44,7 +52,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .dram_tier import DramTier
+from .dram_tier import DramTier, Located, Reservation
 from .mover import Mover
 from .parts import Parts
 from .policy import AccessContext, EvictionPolicy, ObjectType
@@ -53,6 +61,7 @@ from .policy.placement import DRAM, SSD, SetOutcome, TierPlacement
 from .ssd_tier import SsdTier
 from .tier import Tier
 
+log = logging.getLogger(__name__)
 _REQUEST_MEMORY = 1 << 16
 _OVERLAP_MIN = 8  # pages per call below which the hand-off to the worker costs more than it saves
 _TO_DRAM = (SetOutcome.NEW_DRAM, SetOutcome.UP)
@@ -178,8 +187,13 @@ class TieredStore:
     # ------------------------------------------------------------------ existence
     def exists_prefix(self, keys: Sequence[str]) -> int:
         """How many leading ``keys`` some tier holds."""
+        flags = self.exists_batch(keys)
+        return next((i for i, ok in enumerate(flags) if not ok), len(flags))
+
+    def exists_batch(self, keys: Sequence[str]) -> list[bool]:
+        """Per key: does some tier hold it? The first missing key is told to the policy."""
         if not keys:
-            return 0
+            return []
         with self._lock:
             self._request_len[keys[0]] = len(keys)
             self._request_len.move_to_end(keys[0])
@@ -192,7 +206,7 @@ class TieredStore:
             with self._lock:
                 if self._placement is not None:
                     self._placement.miss(keys[hit], miss_context(hit, n))
-        return hit
+        return present
 
     def contains_batch(self, keys: Sequence[str]) -> list[bool]:
         """Per key, whether some tier holds it (no prefix cut: a hybrid model's sidecar objects
@@ -297,6 +311,20 @@ class TieredStore:
                     placement.adopt(key, replace(ctx, promoted=True), DRAM)
             return placement.settle()
 
+    def _settle_deferred(self, deadline: float) -> None:
+        """Wait (up to ``deadline``) for deferred placement work (served commits and reads), so
+        the placement knows every page DRAM holds before it frees room."""
+        with contextlib.suppress(RuntimeError, TimeoutError):
+            self._worker.submit(lambda: None).result(min(max(0.0, deadline - time.monotonic()), 3600.0))
+
+    def _note_dram_hits_later(self, keys: Sequence[str], ctxs: Sequence[AccessContext], nbytes: int) -> None:
+        """``_note_dram_hits`` and its consequences, on the worker (after a served lookup)."""
+        try:
+            self._apply(*self._note_dram_hits(keys, ctxs, nbytes))
+        except Exception:
+            self.counts["bookkeeping_errors"] += 1
+            log.exception("placement bookkeeping of a served read failed")
+
     def _note_reads(
         self,
         keys: Sequence[str],
@@ -363,7 +391,10 @@ class TieredStore:
             want = [i for i, k in enumerate(kept) if pool.write_through or k is not True]
             if not want:
                 continue
-            found = pool.contains_batch([keys[i] for i in want])
+            if pool.put_skips_present:
+                found = [False] * len(want)
+            else:
+                found = pool.contains_batch([keys[i] for i in want])
             todo = [i for i, f in zip(want, found, strict=True) if not f]
             if todo:
                 results = pool.put_batch([(keys[i], parts[i], ctxs[i]) for i in todo], deadline=deadline)
@@ -431,24 +462,42 @@ class TieredStore:
         deadline: float,
     ) -> list[int]:
         """Copy pages ``idx`` into free DRAM (adding them to ``landed``); returns those that found
-        no room in time. When DRAM has no free slot, queued demotions run in this thread
-        (``wait_for_room``) and, if DRAM is still full, the placement frees room (demotes its least
-        recent DRAM pages, or drops victims without an SSD)."""
+        no room in time (``_with_dram_room``)."""
         assert self.dram is not None
+        dram = self.dram
+
+        def attempt(missing: list[int]) -> list[bool]:
+            ok = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in missing], deadline)
+            landed.update(i for i, good in zip(missing, ok, strict=True) if good)
+            return ok
+
+        return self._with_dram_room(ctxs, idx, attempt, deadline)
+
+    def _with_dram_room(
+        self,
+        ctxs: Sequence[AccessContext],
+        idx: list[int],
+        attempt: Callable[[list[int]], list[bool]],
+        deadline: float,
+    ) -> list[int]:
+        """Run ``attempt`` (take free DRAM slots for the pages ``idx``) until every page has one or
+        the deadline passes; returns those without. When DRAM has no free slot, queued demotions
+        run in this thread (``wait_for_room``) and, if DRAM is still full, the placement frees room
+        (demotes its least recent DRAM pages, or drops victims without an SSD)."""
         missing = idx
-        for attempt in range(3):
-            if attempt == 1 and self.mover is not None and self.options.wait_for_room:
+        for step in range(3):
+            if step == 1 and self.mover is not None and self.options.wait_for_room:
                 self.counts["waits_for_room"] += 1
                 self.mover.make_room(ctxs[missing[0]].size, len(missing), deadline)
-            elif attempt == 2:
+            elif step == 2:
+                self._settle_deferred(deadline)
                 with self._lock:
                     placement = self._placement_for(ctxs[missing[0]].size)
                     drops, demote = placement.free_dram(sum(ctxs[i].size for i in missing))
                 self._apply(drops, demote)
                 if demote and self.mover is not None and self.options.wait_for_room:
                     self.mover.make_room(ctxs[missing[0]].size, len(missing), deadline)
-            ok = self.dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in missing], deadline)
-            landed.update(i for i, good in zip(missing, ok, strict=True) if good)
+            ok = attempt(missing)
             missing = [i for i, good in zip(missing, ok, strict=True) if not good]
             if not missing or time.monotonic() >= deadline:
                 break
@@ -508,6 +557,256 @@ class TieredStore:
             elif self.dram is not None:  # no SSD: nothing to demote to (the placement never asks)
                 self.dram.remove_batch(list(demote))
 
+    # ------------------------------------------------------------------ served arenas
+    def reserve_batch(
+        self, keys: Sequence[str], ctxs: Sequence[AccessContext], deadline: float | None = None
+    ) -> list[Reservation | bool]:
+        """DRAM slots for pages a client copies in itself. Per key: True when DRAM holds it
+        already (nothing to copy; the set is told to the placement now), a ``Reservation`` to fill
+        and then ``commit_batch`` or ``abort_batch``, False when no room was found in time.
+        ``ctxs``: the set contexts (``set_contexts``), sizes included."""
+        if self.dram is None or not keys:
+            return [False] * len(keys)
+        dram = self.dram
+        deadline = self._deadline(deadline)
+        held = dram.contains_batch(keys)
+        out: list[Reservation | bool] = list(held)
+        old = [i for i, h in enumerate(held) if h]
+        if old:
+            _outcomes, drops, demote = self._decide_sets(
+                [keys[i] for i in old], [ctxs[i] for i in old], ctxs[old[0]].size
+            )
+            self._apply(drops, demote)
+        got: dict[int, Reservation] = {}
+        attempt = self._reserver(dram, keys, ctxs, got)
+        new = [i for i, h in enumerate(held) if not h]
+        if new:
+            failed = self._with_dram_room(ctxs, new, attempt, deadline)
+            self.counts["reservations_no_room"] += len(failed)
+        for i, res in got.items():
+            out[i] = res
+        return out
+
+    @staticmethod
+    def _reserver(
+        dram: DramTier, keys: Sequence[str], ctxs: Sequence[AccessContext], into: dict[int, Reservation]
+    ) -> Callable[[list[int]], list[bool]]:
+        """An ``attempt`` for ``_with_dram_room`` that reserves DRAM slots ``into`` a dict."""
+
+        def attempt(missing: list[int]) -> list[bool]:
+            got = dram.reserve([(keys[i], ctxs[i].size, int(ctxs[i].obj_type)) for i in missing])
+            for i, res in zip(missing, got, strict=True):
+                if res is not None:
+                    into[i] = res
+            return [res is not None for res in got]
+
+        return attempt
+
+    def commit_batch(
+        self,
+        reservations: Sequence[Reservation],
+        ctxs: Sequence[AccessContext],
+        deadline: float | None = None,
+    ) -> list[bool]:
+        """Publish filled reservations (visible at once), then place them exactly as a set would
+        (one placement call per key): a page the policy refuses is removed again (True: a
+        decision, not a failure); write-through copies and pool tiers follow as for ``put_batch``.
+        The placement runs on the worker after the caller returns (it costs the writer nothing),
+        unless pools take copies. False: not stored."""
+        if self.dram is None or not reservations:
+            return [False] * len(reservations)
+        deadline = self._deadline(deadline)
+        located = self.dram.publish(reservations)
+        live = [(reservations[i].key, ctxs[i]) for i, loc in enumerate(located) if loc is not None]
+        if live:
+            if any(p.write_through for p in self.pools):
+                self._place_committed(live, deadline)
+            else:
+                with contextlib.suppress(RuntimeError):  # closing: nothing to place any more
+                    self._worker.submit(self._place_committed_later, live, deadline)
+        return [loc is not None for loc in located]
+
+    def _place_committed_later(self, live: Sequence[tuple[str, AccessContext]], deadline: float) -> None:
+        try:
+            self._place_committed(live, deadline)
+        except Exception:
+            self.counts["bookkeeping_errors"] += 1
+            log.exception("placement of served sets failed")
+
+    def _place_committed(self, live: Sequence[tuple[str, AccessContext]], deadline: float) -> None:
+        assert self.dram is not None
+        keys = [k for k, _ in live]
+        live_ctxs = [c for _, c in live]
+        outcomes, drops, demote = self._decide_sets(keys, live_ctxs, live_ctxs[0].size)
+        dropped = {key for key, _tier in drops}
+        unwanted = [k for k, o in zip(keys, outcomes, strict=True) if o == SetOutcome.REFUSED or k in dropped]
+        self.dram.remove_batch(unwanted)
+        self._apply(drops, demote)
+        if self.mover is not None and self.options.ssd_write_through:
+            self.mover.copy_later(
+                [k for k, o in zip(keys, outcomes, strict=True) if o == SetOutcome.NEW_DRAM]
+            )
+        gone = set(unwanted)
+        self._copy_to_pools([(k, c) for k, c in live if k not in gone], deadline)
+
+    def abort_batch(self, reservations: Sequence[Reservation]) -> None:
+        if self.dram is not None:
+            self.dram.cancel(reservations)
+
+    def _copy_to_pools(self, items: Sequence[tuple[str, AccessContext]], deadline: float) -> None:
+        """Write-through pools get the DRAM copies of ``items`` they lack."""
+        pools = [p for p in self.pools if p.write_through]
+        if not pools or not items or self.dram is None:
+            return
+        pinned = [p for p in self.dram.pin_entries([k for k, _ in items]) if p is not None]
+        try:
+            ctx_of = dict(items)
+            for pool in pools:
+                found = pool.contains_batch([p.key for p in pinned])
+                todo = [p for p, f in zip(pinned, found, strict=True) if not f]
+                if todo:
+                    pool.put_batch([(p.key, [p.data.data], ctx_of[p.key]) for p in todo], deadline=deadline)
+        finally:
+            self.dram.release(pinned)
+
+    def locate_batch(
+        self,
+        keys: Sequence[str],
+        sizes: Sequence[int],
+        deadline: float | None = None,
+        obj_type: ObjectType = ObjectType.KV_PAGE,
+    ) -> list[Located | None]:
+        """Where each page lives in DRAM, for a client that copies it out itself (``sizes``: the
+        expected sizes, 0 = any). Pages another tier holds (SSD, pool) are first read into
+        reserved DRAM slots within the deadline. Results after the first page no tier could
+        serve are None (SGLang uses only the leading run). One placement call per page read."""
+        if self.dram is None or not keys:
+            return [None] * len(keys)
+        dram = self.dram
+        deadline = self._deadline(deadline)
+        located: list[Located | None] = dram.locate(keys, sizes)
+        level_of: list[Tier | None] = [dram if loc is not None else None for loc in located]
+        pending = [i for i, loc in enumerate(located) if loc is None]
+        for tier in self.tiers:
+            if not pending:
+                break
+            if tier is dram:
+                continue
+            found = tier.contains_batch([keys[i] for i in pending])
+            for i, ok in zip(pending, found, strict=True):
+                if ok:
+                    level_of[i] = tier
+            pending = [i for i, ok in zip(pending, found, strict=True) if not ok]
+        stop = pending[0] if pending else len(keys)
+        want = [i for i in range(stop) if located[i] is None]
+        with self._lock:
+            request_len = self._request_len.get(keys[0], 0)
+        real = [loc.nbytes if loc is not None else sizes[i] for i, loc in enumerate(located)]
+        if not want and stop == len(keys):
+            # all in DRAM (the common hit): answer now, note the hits while the client copies
+            ctxs = get_contexts(keys, real, request_len, obj_type=obj_type)
+            with contextlib.suppress(RuntimeError):  # closing: nothing to note any more
+                self._worker.submit(self._note_dram_hits_later, keys, ctxs, real[0])
+            return located
+        if want:
+            real = self._staged_sizes(keys, sizes, want, level_of, real)
+        ctxs = get_contexts(keys, real, request_len, obj_type=obj_type)
+        if want:
+            for i, loc in self._stage(keys, ctxs, want, level_of, deadline).items():
+                located[i] = loc
+        first_miss = next((i for i, loc in enumerate(located) if loc is None), len(keys))
+        located[first_miss:] = [None] * (len(keys) - first_miss)
+        refused = self._note_located(keys, ctxs, located, level_of)
+        if refused:
+            dram.remove_batch(refused)
+            gone = set(refused)
+            located = [
+                None if loc is not None and k in gone else loc for k, loc in zip(keys, located, strict=True)
+            ]
+        return located
+
+    def _staged_sizes(
+        self,
+        keys: Sequence[str],
+        sizes: Sequence[int],
+        want: list[int],
+        level_of: Sequence[Tier | None],
+        real: list[int],
+    ) -> list[int]:
+        """Object sizes of the pages to stage: the SSD knows its entries; else the caller's."""
+        out = list(real)
+        for i in want:
+            if level_of[i] is self.ssd and self.ssd is not None:
+                size = self.ssd.engine.object_size(keys[i])
+                if size is not None and (not sizes[i] or size == sizes[i]):
+                    out[i] = size
+                else:
+                    out[i] = 0
+        return out
+
+    def _stage(
+        self,
+        keys: Sequence[str],
+        ctxs: Sequence[AccessContext],
+        want: list[int],
+        level_of: Sequence[Tier | None],
+        deadline: float,
+    ) -> dict[int, Located]:
+        """Read pages ``want`` from their tier into reserved DRAM slots and publish them."""
+        assert self.dram is not None
+        dram = self.dram
+        reserved: dict[int, Reservation] = {}
+        sized = [i for i in want if ctxs[i].size > 0]
+        attempt = self._reserver(dram, keys, ctxs, reserved)
+        if sized:
+            self.counts["staging_no_room"] += len(self._with_dram_room(ctxs, sized, attempt, deadline))
+        read: list[Reservation] = []
+        order: list[int] = []
+        for tier in {id(level_of[i]): level_of[i] for i in reserved}.values():
+            assert tier is not None
+            idx = [i for i in reserved if level_of[i] is tier]
+            ok = tier.get_batch_into([(keys[i], [reserved[i].body.data], ctxs[i]) for i in idx], deadline)
+            for i, good in zip(idx, ok, strict=True):
+                if good:
+                    read.append(reserved[i])
+                    order.append(i)
+        done = set(order)
+        dram.cancel([res for i, res in reserved.items() if i not in done])
+        out: dict[int, Located] = {}
+        for i, loc in zip(order, dram.publish(read), strict=True):
+            if loc is not None:
+                out[i] = loc
+        self.counts["promotions"] += len(out)
+        return out
+
+    def _note_located(
+        self,
+        keys: Sequence[str],
+        ctxs: Sequence[AccessContext],
+        located: Sequence[Located | None],
+        level_of: Sequence[Tier | None],
+    ) -> list[str]:
+        """Placement bookkeeping of a located read: every page served is in DRAM now (placed
+        there, promoted when it came from below). Returns the pages the policy refused to adopt
+        (the caller removes their DRAM copies)."""
+        refused: list[str] = []
+        size = next((c.size for c in ctxs if c.size), 0)
+        with self._lock:
+            placement = self._placement_for(size)
+            self._forget_reclaimed(placement)
+            for i, key in enumerate(keys):
+                if located[i] is None:
+                    if level_of[i] is None and key in placement:
+                        placement.remove(key)  # bookkeeping said resident, no tier has it
+                    continue
+                if placement.hit(key, ctxs[i], promote=True) is None and not placement.adopt(
+                    key, replace(ctxs[i], promoted=True), DRAM
+                ):
+                    refused.append(key)
+            drops, demote = placement.settle()
+        self._apply(drops, demote)
+        return refused
+
     # ------------------------------------------------------------------ the rest of the contract
     def register_memory(self, regions: Sequence[memoryview]) -> None:
         """Caller memory that pages will be copied from and into (SGLang's host pool buffers),
@@ -535,7 +834,8 @@ class TieredStore:
             tier.clear()
 
     def flush(self, timeout_s: float = 30.0) -> bool:
-        """Wait until background moves are done (tests, replay)."""
+        """Wait until deferred bookkeeping and background moves are done (tests, replay)."""
+        self._worker.submit(lambda: None).result(timeout_s)
         return self.mover.flush(timeout_s) if self.mover is not None else True
 
     def close(self, flush_timeout_s: float = 0.0) -> None:

@@ -6,7 +6,8 @@ Knows nothing of SGLang, tiers or the SSD engine. Entry points:
   ``exists_batch`` / ``put_batch`` / ``get_batch_into`` / ``remove_batch`` / ``clear`` / ``stats``
   against one memory node;
 - ``ClusterClient(metadata, ...)``: the same over all live nodes (rendezvous homes);
-- ``NodeServer(NodeConfig(...), metadata)``: a memory node;
+- ``NodeServer(NodeConfig(...), store_factory, metadata)``: a memory node serving a
+  ``ServedStore`` (``served_store.py``; tiers/ provides the store), over TCP or a Unix socket;
 - ``make_engine(name)``: a ``TransferEngine``; ``metadata.make_metadata(MetadataConfig(...))``.
 """
 

@@ -62,10 +62,29 @@ def read_header(fd: int) -> ArenaHeader | None:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class ArenaSpec:
+    """Which arena file a node's store creates: the node server picks the directory and the
+    identity (node id, epoch, token) its handshake will announce; the store knows the size."""
+
+    shm_dir: str
+    node_id: str
+    epoch: int
+    token: bytes
+
+    def create(self, data_bytes: int) -> ArenaFile:
+        """A new arena file of ``ARENA_HEADER_SIZE + data_bytes`` bytes, proven by its header."""
+        header = ArenaHeader(
+            self.node_id, self.epoch, ARENA_HEADER_SIZE + data_bytes, os.getpid(), self.token
+        )
+        return ArenaFile(self.shm_dir, header)
+
+
 class ArenaFile:
     """A node's own arena file: created new, locked while the node lives, unlinked on close."""
 
     def __init__(self, shm_dir: str, header: ArenaHeader) -> None:
+        self.header = header
         self.path = os.path.join(shm_dir, arena_file_name(header.node_id, header.pid, header.epoch))
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:

@@ -1,8 +1,10 @@
 """A client connection to a node (handshake, framed request/reply) and a pool of them per peer.
 
-Without a shared secret a connection to a node beyond loopback is refused (``AuthError``) unless
-``ClientOptions.allow_unauthenticated``; then it is warned once per node. A connection's ``limits``
-are the stricter of the client's and the node's (learned in the handshake)."""
+A peer is ``host:port`` over TCP, or a Unix domain socket written ``unix:/path`` as the host (the
+host cache: same host, file permissions and the server's peer-credential check instead of a
+secret). Without a shared secret a connection to a node beyond loopback is refused (``AuthError``)
+unless ``ClientOptions.allow_unauthenticated``; then it is warned once per node. A connection's
+``limits`` are the stricter of the client's and the node's (learned in the handshake)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,28 @@ from .wire import FrameHeader, Limits, Op, Status
 log = logging.getLogger(__name__)
 _req_ids = itertools.count(1)
 _warned_open: set[tuple[str, int]] = set()
+UNIX_PREFIX = "unix:"
+
+
+def unix_socket_path(host: str) -> str | None:
+    """The socket path of a ``unix:/path`` peer, else None."""
+    return host[len(UNIX_PREFIX) :] if host.startswith(UNIX_PREFIX) else None
+
+
+def _connect(host: str, port: int, timeout: float) -> socket.socket:
+    path = unix_socket_path(host)
+    if path is None:
+        sock = socket.create_connection((host, port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def _stricter(mine: Limits, node: Any) -> Limits:
@@ -45,7 +69,7 @@ def _stricter(mine: Limits, node: Any) -> Limits:
 
 def check_authentication(host: str, port: int, opts: ClientOptions) -> None:
     """Refuse (``AuthError``) to reach a node beyond loopback without a secret, unless allowed."""
-    if opts.secret or auth.is_loopback_host(host):
+    if opts.secret or unix_socket_path(host) is not None or auth.is_loopback_host(host):
         return
     if not opts.allow_unauthenticated:
         raise AuthError(
@@ -64,10 +88,9 @@ class Connection:
         check_authentication(host, port, opts)
         deadline = time.monotonic() + opts.connect_timeout_s
         try:
-            self.sock = socket.create_connection((host, port), timeout=opts.connect_timeout_s)
+            self.sock = _connect(host, port, opts.connect_timeout_s)
         except OSError as exc:
             raise PeerUnavailable(f"connect {host}:{port}: {exc}") from exc
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             self.segment = self._handshake(deadline)
         except BaseException:

@@ -2,6 +2,9 @@
 authentication handshake for all of them without blocking; only a socket that completed it is
 handed on (the server then gives it a worker).
 
+A Unix domain socket (the host cache) is admitted only when the kernel's peer credentials name
+the server's user or root (``peer_cred``); its peer is counted per process (``pid:N``).
+
 An unauthenticated socket costs a file descriptor and a few hundred bytes, never a thread. It is
 dropped when its handshake is not done within ``handshake_timeout_s``, and such sockets are bounded
 twice: at most ``max_per_peer`` per peer address (IPv6: per /64) and ``max_pending`` in all. When a
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 
 from . import auth, wire
 from .errors import ProtocolError
+from .peer_cred import allowed, peer_cred
 from .throttle import worth_logging
 from .wire import FrameHeader, Op, Status
 
@@ -211,7 +215,19 @@ class HandshakeGate:
             self._sel.register(self._listener, selectors.EVENT_READ, _LISTENER)
 
     def _admit(self, sock: socket.socket, addr: str) -> None:
-        peer = peer_key(addr)
+        if sock.family == socket.AF_UNIX:
+            cred = peer_cred(sock)
+            if not allowed(cred):
+                self.counters["refused_peer_uid"] += 1
+                if worth_logging(self.counters["refused_peer_uid"]):
+                    log.warning("refused a local client of another user (%s)", cred)
+                sock.close()
+                return
+            assert cred is not None
+            peer = cred.label
+        else:
+            peer = peer_key(addr)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         mine = self._by_peer.get(peer)
         if mine is not None and len(mine) >= self.limits.max_per_peer:
             self._drop(next(iter(mine.values())), "handshake_peer_limit")
@@ -220,7 +236,6 @@ class HandshakeGate:
             if victim is not None:
                 self._drop(victim, "handshake_limit")
         sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         nonce = auth.new_nonce()
         challenge = wire.pack_header(FrameHeader(Op.CHALLENGE, Status.OK, 0, len(nonce), 0)) + nonce
         p = _Pending(sock, peer, time.monotonic() + self.limits.handshake_timeout_s, challenge)

@@ -3,15 +3,16 @@
 With the ``tcp`` engine every batch is one keyed request (GET/PUT frames carrying the bodies;
 ``sendmsg`` gathers from the caller's memoryviews, ``recv_into`` scatters into them). With a
 one-sided engine (``local``, ``rdma``) a get is LOOKUP (one round trip) + a one-sided read of
-header and body, then -- once that read completed -- a second read of the header: both must
-match the key hash and the version LOOKUP gave. The second read starts after the body landed, so
-the check holds however the engine orders the bytes of one read (RDMA does not promise an order);
-a slot is invalidated before it is reused and versions never repeat, so a body read while its
-slot was being reused fails the second check. A put is ALLOC + one-sided write + COMMIT. A node
-that serves no RDMA (``RdmaNotServed``) is reached through the keyed TCP path instead, said once.
-Every call is bounded by ``ClientOptions.timeout_s``; any failure turns into misses / ``False``
-and is counted, never raised. A client given an engine *name* owns that engine and closes it; an
-engine *instance* (shared by ``ClusterClient``) is left to its owner.
+header and body (the header sits where the LOOKUP said, after the page-aligned body), then --
+once that read completed -- a second read of the header: both must match the key hash and the
+version LOOKUP gave. The second read starts after the body landed, so the check holds however
+the engine orders the bytes of one read (RDMA does not promise an order); a slot is invalidated
+before it is reused and versions never repeat, so a body read while its slot was being reused
+fails the second check. A put is ALLOC + one-sided write of the body + COMMIT. A node that serves
+no RDMA (``RdmaNotServed``) is reached through the keyed TCP path instead, said once. Every call
+is bounded by ``ClientOptions.timeout_s``; any failure turns into misses / ``False`` and is
+counted, never raised. A client given an engine *name* owns that engine and closes it; an engine
+*instance* (shared by ``ClusterClient``) is left to its owner.
 
 A key that cannot go on the wire (not UTF-8 encodable, empty, or longer than the stricter of the
 client's and the node's ``max_key_len``) fails only itself: it is a miss / ``False``, counted in
@@ -30,15 +31,15 @@ from typing import Any, TypeVar
 
 from . import wire
 from .connection import Connection, ConnectionPool
-from .engine import Segment, TransferEngine
+from .engine import Extent, Segment, TransferEngine
 from .errors import AuthError, RdmaNotServed, RequestRefused, TransportError
-from .object_header import HEADER_SIZE, ObjectHeader
+from .object_header import HEADER_SIZE, ObjectHeader, key_hash
 from .options import ClientOptions
 from .registry import make_engine
+from .served_store import RESERVED_NEW, RESERVED_PRESENT
 from .sockio import as_bytes_view
-from .store import RESERVED_NEW, RESERVED_PRESENT
 from .throttle import worth_logging
-from .wire import Limits, Op, SlotRef
+from .wire import Limits, Op, SetHint, SlotRef
 
 log = logging.getLogger(__name__)
 Item = tuple[str, Sequence[memoryview]]
@@ -207,14 +208,16 @@ class NodeClient:
     def exists_batch(self, keys: Sequence[str]) -> list[bool]:
         return self._keyed(Op.EXISTS, keys, "exists")
 
-    def lookup_batch(self, keys: Sequence[str]) -> list[SlotRef]:
-        """Where each object lives and its object type (``found=False`` for a miss)."""
+    def lookup_batch(self, keys: Sequence[str], sizes: Sequence[int] | None = None) -> list[SlotRef]:
+        """Where each object lives and its object type (``found=False`` for a miss). ``sizes``:
+        the expected body sizes (0: any); a store that holds the key elsewhere (its SSD) brings it
+        into the arena first."""
+        want = list(sizes) if sizes is not None else [0] * len(keys)
 
         def go(conn: Connection, deadline: float, idx: list[int]) -> list[SlotRef]:
-            _, meta = conn.request(
-                Op.LOOKUP, wire.encode_keys([keys[i] for i in idx], conn.limits), (), deadline
-            )
-            return wire.decode_lookup_reply(meta, len(idx))
+            meta = wire.encode_get([(keys[i], want[i]) for i in idx], conn.limits)
+            _, rmeta = conn.request(Op.LOOKUP, meta, (), deadline)
+            return wire.decode_lookup_reply(rmeta, len(idx))
 
         return self._batched(keys, [0] * len(keys), go, SlotRef(False), "lookup")
 
@@ -251,13 +254,13 @@ class NodeClient:
 
     # ---- data -----------------------------------------------------------------------------
 
-    def put_batch(self, items: Sequence[Item], obj_type: int = 0) -> list[bool]:
+    def put_batch(self, items: Sequence[Item], obj_type: int = 0, hint: SetHint | None = None) -> list[bool]:
         """Store each ``(key, parts)``; the object is the concatenation of its parts. True when
-        stored or already present (values are immutable)."""
+        stored or already present (values are immutable). ``hint`` goes to the store's policy."""
         put = self._put_tcp if self._two_sided else self._put_one_sided
 
         def go(conn: Connection, deadline: float, idx: list[int]) -> list[bool]:
-            return put(conn, deadline, [items[i] for i in idx], obj_type)
+            return put(conn, deadline, [items[i] for i in idx], obj_type, hint)
 
         keys = [k for k, _ in items]
         return self._batched(keys, [_nbytes(p) for _, p in items], go, False, "put")
@@ -276,11 +279,14 @@ class NodeClient:
         self.counters["get_misses"] += len(out) - sum(out)
         return out
 
-    def _put_tcp(self, conn: Connection, deadline: float, items: list[Item], obj_type: int) -> list[bool]:
+    def _put_tcp(
+        self, conn: Connection, deadline: float, items: list[Item], obj_type: int, hint: SetHint | None
+    ) -> list[bool]:
         views = [[as_bytes_view(p) for p in parts] for _, parts in items]
         meta = wire.encode_put(
             [(k, sum(len(v) for v in vs), obj_type) for (k, _), vs in zip(items, views, strict=True)],
             conn.limits,
+            hint,
         )
         _, rmeta = conn.request(Op.PUT, meta, [v for vs in views for v in vs], deadline)
         return [bool(f) for f in wire.decode_flags(rmeta, len(items))]
@@ -308,45 +314,50 @@ class NodeClient:
         if seg is None:
             return self._get_tcp(conn, deadline, items)
         keys = [k for k, _ in items]
-        _, meta = conn.request(Op.LOOKUP, wire.encode_keys(keys, conn.limits), (), deadline)
-        refs = wire.decode_lookup_reply(meta, len(items))
         sizes = [_nbytes(parts) for _, parts in items]
+        meta = wire.encode_get(list(zip(keys, sizes, strict=True)), conn.limits)
+        _, rmeta = conn.request(Op.LOOKUP, meta, (), deadline)
+        refs = wire.decode_lookup_reply(rmeta, len(items))
         live = [i for i, r in enumerate(refs) if r.found and r.size == sizes[i]]
         if not live:
             return [False] * len(items)
         headers = memoryview(bytearray(HEADER_SIZE * len(live)))
         hdr = [headers[j * HEADER_SIZE : (j + 1) * HEADER_SIZE] for j in range(len(live))]
-        # round 1: header + body (one extent per object); round 2, after it completed: header
-        flags = self.engine.read(
-            seg.node_id, [(refs[i].offset, [hdr[j], *items[i][1]]) for j, i in enumerate(live)], deadline
-        )
+        hashes = [key_hash(keys[i]) for i in live]
+        # round 1: header + body; round 2, only after round 1 completed: the header again
+        extents: list[Extent] = []
+        for j, i in enumerate(live):
+            extents += [(refs[i].header, [hdr[j]]), (refs[i].offset, items[i][1])]
+        flags = self.engine.read(seg.node_id, extents, deadline)
         first = []
         for j, i in enumerate(live):
-            if flags[j] and ObjectHeader.unpack(hdr[j]).matches(keys[i], refs[i].version, refs[i].size):
+            if not (flags[2 * j] and flags[2 * j + 1]):
+                continue
+            if ObjectHeader.unpack(hdr[j]).matches_hash(hashes[j], refs[i].version, refs[i].size):
                 first.append(j)
-            elif flags[j]:
+            else:
                 self.counters["stale_reads"] += 1
         out = [False] * len(items)
         if not first:
             return out
-        again = self.engine.read(seg.node_id, [(refs[live[j]].offset, [hdr[j]]) for j in first], deadline)
+        again = self.engine.read(seg.node_id, [(refs[live[j]].header, [hdr[j]]) for j in first], deadline)
         for j, ok in zip(first, again, strict=True):
             i = live[j]
-            if ok and ObjectHeader.unpack(hdr[j]).matches(keys[i], refs[i].version, refs[i].size):
+            if ok and ObjectHeader.unpack(hdr[j]).matches_hash(hashes[j], refs[i].version, refs[i].size):
                 out[i] = True
             elif ok:
                 self.counters["stale_reads"] += 1
         return out
 
     def _put_one_sided(
-        self, conn: Connection, deadline: float, items: list[Item], obj_type: int
+        self, conn: Connection, deadline: float, items: list[Item], obj_type: int, hint: SetHint | None
     ) -> list[bool]:
         seg = self._segment_for(conn)
         if seg is None:
-            return self._put_tcp(conn, deadline, items, obj_type)
+            return self._put_tcp(conn, deadline, items, obj_type, hint)
         sizes = [_nbytes(parts) for _, parts in items]
         meta = wire.encode_put(
-            [(k, n, obj_type) for (k, _), n in zip(items, sizes, strict=True)], conn.limits
+            [(k, n, obj_type) for (k, _), n in zip(items, sizes, strict=True)], conn.limits, hint
         )
         _, rmeta = conn.request(Op.ALLOC, meta, (), deadline)
         slots = wire.decode_alloc_reply(rmeta, len(items))
@@ -354,9 +365,7 @@ class NodeClient:
         fresh = [i for i, (status, _, _) in enumerate(slots) if status == RESERVED_NEW]
         if not fresh:
             return out
-        flags = self.engine.write(
-            seg.node_id, [(slots[i][1] + HEADER_SIZE, items[i][1]) for i in fresh], deadline
-        )
+        flags = self.engine.write(seg.node_id, [(slots[i][1], items[i][1]) for i in fresh], deadline)
         commits = [
             (items[i][0], slots[i][2] if ok else slots[i][2] | _ABORT)
             for i, ok in zip(fresh, flags, strict=True)

@@ -22,14 +22,21 @@ class NodeConfig(BaseModel):
     """Loopback unless configured. Beyond loopback a shared secret is required (see allow_unauthenticated)."""
     port: int = Field(default=7700, ge=0, le=65535)
     """0: any free port"""
+    unix_socket: str = ""
+    """Listen on this Unix domain socket path instead of ``host:port`` (created 0600; only peers of
+    the same user or root are served, checked by their kernel credentials; no secret needed)."""
     capacity: int = Field(default=1 << 30, ge=1 << 20)
     """DRAM this node contributes to the pool (page-aligned mmap arena)."""
+    slab_size: int = Field(default=64 << 20, ge=1 << 16)
+    """Arena granule given to one object size class (the DRAM tier's slabs): the largest object
+    the node stores. Capped at ``capacity``; a node serving several page sizes needs one slab per
+    size at least."""
     shm: bool = True
     """Arena in shared memory so same-host clients use the `local` transport"""
     shm_dir: str = "/dev/shm"
     """Where the shared-memory arena file lives."""
     eviction: str = "lru"
-    """Node-side eviction policy (lru, or any registered policy such as s3fifo)."""
+    """The node store's policy: lru, or any ``tiers.policy`` name (s3fifo, reuse, ...)."""
     secret_env: str = "HICACHE_NODE_SECRET"
     """The shared secret is read from this variable"""
     secret_file: str = ""

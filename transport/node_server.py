@@ -1,7 +1,11 @@
-"""The memory node: contributes a DRAM arena and serves it over the wire protocol.
+"""The memory node: serves a store's DRAM arena over the wire protocol. The host cache is one too.
 
-One thread (the ``HandshakeGate``) accepts sockets and authenticates them all without blocking;
-each authenticated connection then gets its own worker thread (socket I/O releases the GIL), at
+The store is any ``ServedStore`` (``served_store.py``), built by the ``store_factory`` once the
+server knows its identity; transport/ knows no implementation (``tiers.arena_store`` is the one).
+The server listens on TCP ``host:port``, or on a Unix domain socket (``unix_socket``: the host
+cache; the file is created 0600 and every peer's kernel credentials are checked). One thread (the
+``HandshakeGate``) accepts sockets and authenticates them all without blocking; each
+authenticated connection then gets its own worker thread (socket I/O releases the GIL), at
 most ``max_connections`` (when full, the longest-idle one makes room). PUT bodies are received
 straight into arena slots and GET bodies sent straight from them; every request must complete
 within ``request_timeout_s`` once its header arrived. A heartbeat thread keeps the node registered
@@ -9,9 +13,13 @@ in the metadata service. ``drain()`` (SIGTERM in the CLI) deregisters, stops acc
 in-flight requests finish and closes.
 
 A node bound beyond loopback refuses to start without a shared secret unless
-``allow_unauthenticated`` is set. With ``shm`` the arena is an ``ArenaFile`` (header with node id,
-epoch and a random token, locked while the node lives); arenas of dead earlier processes with the
-same node id are removed at start.
+``allow_unauthenticated`` is set. With ``shm`` the store's arena is an ``ArenaFile`` made from the
+server's ``ArenaSpec`` (header with node id, epoch and a random token, locked while the node
+lives); arenas of dead earlier processes with the same node id are removed at start.
+
+Per-client accounting: requests, reservations, commits and lookups are counted per client (a Unix
+socket peer's process, a TCP peer's address) while it is connected; a client whose last
+connection closed leaves its reservations released and its counts in ``departed``.
 """
 
 from __future__ import annotations
@@ -25,33 +33,53 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from . import auth, wire
-from .arena import Arena, arena_size
-from .arena_files import ArenaFile, collect_stale
+from .arena_files import ArenaSpec, collect_stale
 from .arena_header import ArenaHeader
 from .errors import ProtocolError, RdmaSetupError, TransportError
-from .eviction import Evictor
 from .handshake_gate import GateLimits, HandshakeGate
 from .metadata.base import MetadataService, NodeInfo
 from .node_config import NodeConfig
 from .rdma_handshake import QpInfo
+from .served_store import RESERVED_NEW, RESERVED_PRESENT, Reserved, ServedStore
 from .sockio import drain, recv_exact, recv_into_exact, send_all
-from .store import RESERVED_NEW, RESERVED_PRESENT, NodeStore
 from .wire import FrameHeader, Op, Status
 
 log = logging.getLogger(__name__)
 _ABORT = 1 << 63  # COMMIT of (key, version | _ABORT) releases the reservation instead
+StoreFactory = Callable[[ArenaSpec | None], ServedStore]
 
 
 class _Conn:
-    __slots__ = ("busy", "last_active", "sock")
+    __slots__ = ("busy", "client", "last_active", "sock")
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, client: str) -> None:
         self.sock = sock
+        self.client = client
         self.busy = False
         self.last_active = time.monotonic()
+
+
+def _unix_listener(path: str) -> tuple[socket.socket, str]:
+    """A listening Unix socket bound to a temporary name beside ``path`` (mode 0600); ``start``
+    renames it to ``path``, so clients never reach a server that is not serving yet."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(tmp)
+        sock.listen(1024)
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        os.umask(old)
+    return sock, tmp
 
 
 def _wait_readable(sock: socket.socket, deadline: float) -> None:
@@ -69,7 +97,7 @@ def _wait_readable(sock: socket.socket, deadline: float) -> None:
 def check_authentication(cfg: NodeConfig, secret: bytes) -> None:
     """Refuse (``ValueError`` naming the keys) to serve beyond loopback without a shared secret,
     unless ``allow_unauthenticated``; then warn, at every start."""
-    if secret or auth.is_loopback_host(cfg.host):
+    if secret or cfg.unix_socket or auth.is_loopback_host(cfg.host):
         return
     where = f"node.host {cfg.host!r} is reachable beyond loopback"
     if not cfg.allow_unauthenticated:
@@ -92,8 +120,8 @@ class NodeServer:
     def __init__(
         self,
         cfg: NodeConfig,
+        store_factory: StoreFactory,
         metadata: MetadataService | None = None,
-        evictor: Evictor | None = None,
         heartbeat_interval_s: float = 1.0,
         heartbeat_ttl_s: float = 5.0,
     ) -> None:
@@ -104,13 +132,19 @@ class NodeServer:
         self.metadata = metadata
         self.hb_interval = heartbeat_interval_s
         self.hb_ttl = heartbeat_ttl_s
-        self._listener = socket.create_server((cfg.host, cfg.port), backlog=1024, reuse_port=False)
-        self.host, self.port = self._listener.getsockname()[:2]
-        self.node_id = cfg.node_id or f"{self.host}:{self.port}"
+        self._unix_tmp = ""
+        if cfg.unix_socket:
+            self._listener, self._unix_tmp = _unix_listener(cfg.unix_socket)
+            self.host, self.port = f"unix:{cfg.unix_socket}", 0
+            self.node_id = cfg.node_id or self.host
+        else:
+            self._listener = socket.create_server((cfg.host, cfg.port), backlog=1024, reuse_port=False)
+            self.host, self.port = self._listener.getsockname()[:2]
+            self.node_id = cfg.node_id or f"{self.host}:{self.port}"
         self.epoch = int(time.time() * 1_000_000)
         self._arena_token = ArenaHeader.new_token()
-        shm = None
         try:
+            spec = None
             if cfg.shm:
                 for stale in collect_stale(cfg.shm_dir, self.node_id):
                     log.info(
@@ -119,25 +153,23 @@ class NodeServer:
                         stale.size,
                         stale.pid,
                     )
-                header = ArenaHeader(
-                    self.node_id, self.epoch, arena_size(cfg.capacity), os.getpid(), self._arena_token
-                )
-                shm = ArenaFile(cfg.shm_dir, header)
-            self.arena = Arena(cfg.capacity, shm)
+                spec = ArenaSpec(cfg.shm_dir, self.node_id, self.epoch, self._arena_token)
+            self.store: ServedStore = store_factory(spec)
         except BaseException:
-            if shm is not None:
-                shm.close()
-            self._listener.close()
+            self._close_listener()
             raise
-        shm_path = self.arena.shm_path or ""
-        self.store = NodeStore(self.arena, evictor)
-        self.info = NodeInfo(self.node_id, self.host, self.port, self.arena.size, self.epoch, shm_path)
+        self.arena_size = len(self.store.view)
+        self.info = NodeInfo(
+            self.node_id, self.host, self.port, self.arena_size, self.epoch, self.store.shm_path
+        )
         self._rdma: Any = None
         if cfg.rdma_device:
             self._rdma = self._open_rdma()
         self.requests: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self._conns: set[_Conn] = set()
+        self._clients: dict[str, Counter[str]] = {}
+        self._departed: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._draining = threading.Event()
         self._stopped = threading.Event()
@@ -152,22 +184,37 @@ class NodeServer:
         )
 
     def _open_rdma(self) -> Any:
-        """The RDMA responder over the arena; a device that cannot serve stops the node (with
-        its listener and arena released) naming the ``node.rdma_*`` keys."""
+        """The RDMA responder over the store's arena (its object area: the header page that proves
+        the shm file to same-host clients is not registered); a device that cannot serve stops the
+        node (with its listener and store released) naming the ``node.rdma_*`` keys."""
         from .rdma_responder import RdmaResponder
 
         try:
-            return RdmaResponder(self.arena.view, self.cfg.rdma_options(), self.arena.data_offset)
+            return RdmaResponder(self.store.view, self.cfg.rdma_options(), self.store.data_offset)
         except (TransportError, ValueError) as exc:
-            with contextlib.suppress(OSError):
-                self._listener.close()
-            self.arena.close()
+            self._close_listener()
+            self.store.close()
             raise ValueError(f"node.rdma_device: {self.cfg.rdma_device!r} cannot serve RDMA: {exc}") from exc
+
+    def _close_listener(self) -> None:
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        if self._unix_tmp:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._unix_tmp)
+
+    @property
+    def connections(self) -> int:
+        """Authenticated connections open now (the host cache's idle clock counts from 0)."""
+        with self._lock:
+            return len(self._conns)
 
     # ---- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
         self._gate.start()
+        if self._unix_tmp:
+            os.replace(self._unix_tmp, self.cfg.unix_socket)  # the socket appears serving
         if self.metadata is not None:
             self._heartbeat_once()
             self._spawn(self._heartbeat_loop, "heartbeat")
@@ -176,7 +223,7 @@ class NodeServer:
             with open(tmp, "w") as f:
                 f.write(f"{self.host} {self.port}\n")
             os.replace(tmp, self.cfg.ready_file)
-        log.info("node %s serving %d bytes on %s:%d", self.node_id, self.arena.size, self.host, self.port)
+        log.info("node %s serving %d bytes on %s:%d", self.node_id, self.arena_size, self.host, self.port)
 
     def _spawn(self, fn: Any, name: str, *args: Any) -> threading.Thread:
         t = threading.Thread(target=fn, args=args, name=f"node-{name}", daemon=True)
@@ -212,9 +259,19 @@ class NodeServer:
             self._shutdown(c.sock)
         if self._rdma is not None:
             self._rdma.close()  # no client QP reaches the arena from here on
-        self.arena.close()
+        if self.cfg.unix_socket:
+            self._unlink_own_socket()
+        self.store.close()
         self._stopped.set()
         log.info("node %s drained", self.node_id)
+
+    def _unlink_own_socket(self) -> None:
+        """Remove the socket file unless it was replaced since (a newer server's)."""
+        with contextlib.suppress(OSError):
+            mine = os.fstat(self._listener.fileno()) if self._listener.fileno() >= 0 else None
+            now = os.stat(self.cfg.unix_socket)
+            if mine is None or (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+                os.unlink(self.cfg.unix_socket)
 
     @staticmethod
     def _shutdown(sock: socket.socket) -> None:
@@ -237,7 +294,7 @@ class NodeServer:
     def _admit(self, sock: socket.socket, peer: str) -> None:
         """An authenticated socket from the gate: give it a worker, making room when full by
         closing the longest-idle connection (never one in a request or holding reservations)."""
-        conn = _Conn(sock)
+        conn = _Conn(sock, peer)
         with self._lock:
             if self._draining.is_set():
                 victim, refused = None, True
@@ -257,6 +314,7 @@ class NodeServer:
                     self._conns.discard(victim)
             if not refused:
                 self._conns.add(conn)
+                self._clients.setdefault(peer, Counter())["connections"] += 1
         if victim is not None:
             self.errors["idle_connections_closed"] += 1
             self._shutdown(victim.sock)
@@ -266,6 +324,28 @@ class NodeServer:
                 sock.close()
             return
         self._spawn(self._serve, "conn", conn)
+
+    def _count(self, conn: _Conn, **amounts: int) -> None:
+        """Add to ``conn``'s client accounting."""
+        with self._lock:
+            counts = self._clients.get(conn.client)
+            if counts is not None:
+                counts.update(amounts)
+
+    def _disconnected(self, conn: _Conn) -> None:
+        released = self.store.release_owner(conn)
+        with self._lock:
+            self._conns.discard(conn)
+            counts = self._clients.get(conn.client)
+            if counts is None:
+                return
+            counts["released_on_disconnect"] += released
+            counts["connections"] -= 1
+            if counts["connections"] <= 0:
+                del self._clients[conn.client]
+                counts.pop("connections", None)
+                self._departed.update(counts)
+                self._departed["clients"] += 1
 
     # ---- one connection -------------------------------------------------------------------
 
@@ -289,6 +369,7 @@ class NodeServer:
                     )
                     return
                 meta = recv_exact(sock, h.meta_len, deadline)
+                self._count(conn, requests=1)
                 if not self._dispatch(conn, h, meta, deadline):
                     return
                 conn.last_active = time.monotonic()
@@ -300,11 +381,9 @@ class NodeServer:
             log.exception("connection handler failed")
         finally:
             conn.busy = False
-            self.store.release_owner(conn)
             if self._rdma is not None:
                 self._rdma.release_owner(conn)
-            with self._lock:
-                self._conns.discard(conn)
+            self._disconnected(conn)
             with contextlib.suppress(OSError):
                 sock.close()
 
@@ -314,8 +393,8 @@ class NodeServer:
             {
                 "node_id": self.node_id,
                 "epoch": self.epoch,
-                "arena_size": self.arena.size,
-                "shm_path": self.arena.shm_path or "",
+                "arena_size": self.arena_size,
+                "shm_path": self.store.shm_path,
                 "arena_token": self._arena_token.hex(),
                 "limits": {
                     "max_key_len": self.limits.max_key_len,
@@ -364,7 +443,7 @@ class NodeServer:
             if op is Op.WRITE_AT:
                 return self._write_at(conn, h, meta, deadline)
             if op is Op.GET:
-                return self._get(sock, h, meta, deadline)
+                return self._get(conn, h, meta, deadline)
             if op is Op.READ_AT:
                 return self._read_at(sock, h, meta, deadline)
             if op is Op.EXISTS:
@@ -373,19 +452,16 @@ class NodeServer:
             elif op is Op.REMOVE:
                 reply = wire.encode_flags(self.store.remove(wire.decode_keys(meta, self.limits)))
             elif op is Op.LOOKUP:
-                reply = wire.encode_lookup_reply(self.store.lookup(wire.decode_keys(meta, self.limits)))
+                refs = self.store.lookup(wire.decode_get(meta, self.limits), deadline)
+                hits = [r for r in refs if r.found]
+                self._count(
+                    conn, lookups=len(refs), lookup_hits=len(hits), lookup_hit_bytes=sum(r.size for r in hits)
+                )
+                reply = wire.encode_lookup_reply(refs)
             elif op is Op.ALLOC:
-                reply = self._alloc(conn, meta)
+                reply = self._alloc(conn, meta, deadline)
             elif op is Op.COMMIT:
-                items = wire.decode_commit(meta, self.limits)
-                oks = []
-                for key, version in items:
-                    if version & _ABORT:
-                        self.store.abort_key(key, version & ~_ABORT, conn)
-                        oks.append(False)
-                    else:
-                        oks.append(self.store.commit_key(key, version, conn))
-                reply = wire.encode_flags(oks)
+                reply = self._commit(conn, meta, deadline)
             elif op is Op.CLEAR:
                 reply = json.dumps({"removed": self.store.clear()}).encode()
             elif op is Op.STATS:
@@ -417,58 +493,90 @@ class NodeServer:
     def _put(self, conn: _Conn, h: FrameHeader, meta: bytearray, deadline: float) -> bool:
         sock = conn.sock
         try:
-            items = wire.decode_put(meta, h.payload_len, self.limits)
+            items, hint = wire.decode_put_request(meta, h.payload_len, self.limits)
         except ProtocolError:
             self.errors["protocol"] += 1
             self._reply_error(sock, h.req_id, Status.BAD_REQUEST, Op.PUT)
             return False  # we cannot trust payload_len to skip the body
-        view = self.arena.view
+        view = self.store.view
         oks: list[bool] = []
         if h.payload_len:
             _wait_readable(sock, deadline)  # reserve nothing for a body that never comes
-        for key, size, otype in items:
-            status, slot = self.store.reserve(key, size, otype, conn)
-            if status == RESERVED_NEW and slot is not None:
-                try:
-                    recv_into_exact(sock, view[slot.body : slot.body + size], deadline)
-                except BaseException:
-                    self.store.abort(slot)
-                    raise
-                oks.append(self.store.commit(slot))
-            else:
-                drain(sock, size, deadline)
-                oks.append(status == RESERVED_PRESENT)
+        reserved = self.store.reserve(items, conn, hint, deadline)
+        self._count(conn, **self._reserved_counts(reserved))
+        try:
+            for (_key, size, _otype), (status, slot) in zip(items, reserved, strict=True):
+                if status == RESERVED_NEW and slot is not None:
+                    recv_into_exact(sock, view[slot.offset : slot.offset + size], deadline)
+                else:
+                    drain(sock, size, deadline)
+        except BaseException:
+            self.store.abort([(s.key, s.version) for _, s in reserved if s is not None], conn)
+            raise
+        fresh = [s for _, s in reserved if s is not None]
+        results = self.store.commit([(s.key, s.version) for s in fresh], conn, deadline)
+        self._count(conn, **self._committed_counts(fresh, results))
+        committed = iter(results)
+        for status, slot in reserved:
+            oks.append(next(committed) if slot is not None else status == RESERVED_PRESENT)
         self._send(sock, Op.PUT, Status.OK, h.req_id, wire.encode_flags(oks), deadline=deadline)
         return True
 
-    def _get(self, sock: socket.socket, h: FrameHeader, meta: bytearray, deadline: float) -> bool:
+    @staticmethod
+    def _reserved_counts(reserved: list[tuple[int, Reserved | None]]) -> dict[str, int]:
+        fresh = [s for _, s in reserved if s is not None]
+        return {"reserved": len(fresh), "reserved_bytes": sum(s.size for s in fresh)}
+
+    @staticmethod
+    def _committed_counts(fresh: list[Reserved], results: list[bool]) -> dict[str, int]:
+        done = [s.size for s, ok in zip(fresh, results, strict=True) if ok]
+        return {"committed": len(done), "committed_bytes": sum(done)}
+
+    def _get(self, conn: _Conn, h: FrameHeader, meta: bytearray, deadline: float) -> bool:
         items = wire.decode_get(meta, self.limits)
-        slots = [self.store.pin(key, size) for key, size in items]
+        pins = self.store.pin(items, deadline)
         try:
-            entries = [(s is not None, s.size if s else 0, s.obj_type if s else 0) for s in slots]
-            view = self.arena.view
-            bodies = [view[s.body : s.body + s.size] for s in slots if s is not None]
-            self._send(sock, Op.GET, Status.OK, h.req_id, wire.encode_get_reply(entries), bodies, deadline)
+            entries = [(p is not None, p.size if p else 0, p.obj_type if p else 0) for p in pins]
+            view = self.store.view
+            bodies = [view[p.offset : p.offset + p.size] for p in pins if p is not None]
+            self._count(
+                conn, lookups=len(items), lookup_hits=len(bodies), lookup_hit_bytes=sum(map(len, bodies))
+            )
+            self._send(
+                conn.sock, Op.GET, Status.OK, h.req_id, wire.encode_get_reply(entries), bodies, deadline
+            )
         finally:
-            for s in slots:
-                if s is not None:
-                    self.store.unpin(s)
+            self.store.unpin([p for p in pins if p is not None])
         return True
 
-    def _alloc(self, conn: _Conn, meta: bytearray) -> bytes:
-        out = []
-        for key, size, otype in wire.decode_put(meta, None, self.limits):
-            status, slot = self.store.reserve(key, size, otype, conn)
-            out.append((status, slot.offset if slot else 0, slot.version if slot else 0))
-        return wire.encode_alloc_reply(out)
+    def _alloc(self, conn: _Conn, meta: bytearray, deadline: float) -> bytes:
+        items, hint = wire.decode_put_request(meta, None, self.limits)
+        reserved = self.store.reserve(items, conn, hint, deadline)
+        self._count(conn, **self._reserved_counts(reserved))
+        return wire.encode_alloc_reply(
+            [(status, slot.offset if slot else 0, slot.version if slot else 0) for status, slot in reserved]
+        )
+
+    def _commit(self, conn: _Conn, meta: bytearray, deadline: float) -> bytes:
+        items = wire.decode_commit(meta, self.limits)
+        aborts = [(key, version & ~_ABORT) for key, version in items if version & _ABORT]
+        if aborts:
+            self.store.abort(aborts, conn)
+            self._count(conn, aborted=len(aborts))
+        todo = [(i, item) for i, item in enumerate(items) if not item[1] & _ABORT]
+        oks = [False] * len(items)
+        for (i, _), ok in zip(todo, self.store.commit([it for _, it in todo], conn, deadline), strict=True):
+            oks[i] = ok
+        self._count(conn, committed=sum(oks))  # bytes: counted by the store (the sizes live there)
+        return wire.encode_flags(oks)
 
     def _read_at(self, sock: socket.socket, h: FrameHeader, meta: bytearray, deadline: float) -> bool:
         extents = wire.decode_extents(meta, self.limits)
-        view = self.arena.view
+        view = self.store.view
         flags = []
         bodies = []
         for off, n in extents:
-            ok = off + n <= self.arena.size and self.store.live_extent(off, n)
+            ok = off + n <= self.arena_size and self.store.readable(off, n)
             flags.append(ok)
             if ok:
                 bodies.append(view[off : off + n])
@@ -485,11 +593,11 @@ class NodeServer:
             self.errors["protocol"] += 1
             self._reply_error(sock, h.req_id, Status.BAD_REQUEST, Op.WRITE_AT)
             return False
-        view = self.arena.view
+        view = self.store.view
         flags = []
         for off, n in extents:
             # only into open reservations: nobody writes over committed data
-            if self.store.pending_slot(off, n) is not None:
+            if self.store.writable(off, n):
                 recv_into_exact(sock, view[off : off + n], deadline)
                 flags.append(True)
             else:
@@ -501,13 +609,19 @@ class NodeServer:
     def stats(self) -> dict[str, Any]:
         with self._lock:
             nconn = len(self._conns)
+            clients = {name: dict(counts) for name, counts in self._clients.items()}
+            departed = dict(self._departed)
         return {
             "node_id": self.node_id,
+            "pid": os.getpid(),
+            "epoch": self.epoch,
             "store": self.store.stats(),
             "requests": dict(self.requests),
             "errors": dict(self.errors),
             "connections": nconn,
             "rdma_qps": self._rdma.connections() if self._rdma is not None else None,
+            "clients": clients,
+            "departed": departed,
             "handshakes": self._gate.pending,
             "draining": self._draining.is_set(),
         }

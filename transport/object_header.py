@@ -50,12 +50,16 @@ class ObjectHeader:
 
     def matches(self, key: str, version: int, size: int) -> bool:
         """True when this header describes the committed object ``key`` at ``version``/``size``."""
+        return self.matches_hash(key_hash(key), version, size)
+
+    def matches_hash(self, khash: int, version: int, size: int) -> bool:
+        """``matches`` with the key's hash already computed (``key_hash``)."""
         return (
             self.magic == HEADER_MAGIC
             and self.state == STATE_VALID
             and self.version == version
             and self.size == size
-            and self.key_hash == key_hash(key)
+            and self.key_hash == khash
         )
 
 

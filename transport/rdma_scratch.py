@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any
 
-from .arena import Allocator
+from .extent_allocator import Allocator
 from .rdma_device import RdmaDevice
 from .rdma_mr import buffer_address
 

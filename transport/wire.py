@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from .errors import ProtocolError
 
 MAGIC = 0x484D  # "HM"
-VERSION = 1
+VERSION = (
+    2  # 2: LOOKUP carries expected sizes and answers body + header offsets; PUT/ALLOC may end with a SetHint
+)
 HEADER = struct.Struct("!HBBHHQIQ")
 HEADER_SIZE = HEADER.size  # 28
 _U16 = struct.Struct("!H")
@@ -28,7 +30,7 @@ _U32 = struct.Struct("!I")
 _PUT_ITEM = struct.Struct("!QB")  # size, object type
 _GET_ITEM = struct.Struct("!Q")  # expected size
 _GET_RESP = struct.Struct("!BQB")  # found, size, type
-_LOOKUP_RESP = struct.Struct("!BQQQB")  # found, offset, size, version, type
+_LOOKUP_RESP = struct.Struct("!BQQQBQ")  # found, body offset, size, version, type, header offset
 _ALLOC_RESP = struct.Struct("!BQQ")  # status, offset, version
 _COMMIT_ITEM = struct.Struct("!Q")  # version
 
@@ -43,7 +45,7 @@ class Op(enum.IntEnum):
     REMOVE = 7
     CLEAR = 8
     STATS = 9
-    LOOKUP = 10  # one-sided readers: where does each key live (offset, size, version)
+    LOOKUP = 10  # one-sided readers: where does each key live (body/header offsets, size, version)
     ALLOC = 11  # one-sided writers: reserve slots
     COMMIT = 12  # one-sided writers: publish reserved slots
     READ_AT = 13  # address-based read (the tcp engine's one-sided emulation)
@@ -160,7 +162,7 @@ def _read_count(r: _Reader, limits: Limits) -> int:
     return n
 
 
-# ---- keys only (EXISTS, REMOVE, LOOKUP requests) -------------------------------------------
+# ---- keys only (EXISTS, REMOVE requests) ----------------------------------------------------
 
 
 def encode_keys(keys: Sequence[str], limits: Limits) -> bytes:
@@ -193,31 +195,83 @@ def decode_flags(meta: bytes | bytearray | memoryview, expected: int) -> list[in
 # ---- PUT ------------------------------------------------------------------------------------
 
 
-def encode_put(items: Sequence[tuple[str, int, int]], limits: Limits) -> bytes:
-    """``items``: (key, size, object type); the payload follows in the same order."""
+@dataclass(frozen=True, slots=True)
+class SetHint:
+    """What a writer knows about a batch of new objects (SGLang's prefix keys): how many pages of
+    the request were stored before it and the key of the last of them. The store's policy uses it;
+    it never changes which bytes are stored."""
+
+    prefix_len: int | None = None
+    prev_key: str | None = None
+
+
+_NO_PREFIX = 0xFFFFFFFF
+
+
+def _encode_hint(hint: SetHint | None, limits: Limits) -> bytes:
+    hint = hint or SetHint()
+    prefix = _NO_PREFIX if hint.prefix_len is None else min(max(hint.prefix_len, 0), _NO_PREFIX - 1)
+    prev = _U16.pack(0)
+    if hint.prev_key is not None and wire_key_ok(hint.prev_key, limits):
+        prev = _encode_key(hint.prev_key, limits)
+    return _U32.pack(prefix) + prev
+
+
+def _read_hint(r: _Reader, limits: Limits) -> SetHint:
+    (prefix,) = r.unpack(_U32)
+    (n,) = r.unpack(_U16)
+    prev = None
+    if n:
+        if n > limits.max_key_len:
+            raise ProtocolError(f"key length {n} outside 1..{limits.max_key_len}")
+        try:
+            prev = bytes(r.take(n)).decode()
+        except UnicodeDecodeError as exc:
+            raise ProtocolError("key is not UTF-8") from exc
+    return SetHint(None if prefix == _NO_PREFIX else prefix, prev)
+
+
+def wire_key_ok(key: str, limits: Limits) -> bool:
+    return key_problem(key, limits) is None
+
+
+def encode_put(items: Sequence[tuple[str, int, int]], limits: Limits, hint: SetHint | None = None) -> bytes:
+    """``items``: (key, size, object type); the payload follows in the same order. A batch's
+    ``SetHint`` closes the meta when given (an unencodable ``prev_key`` is left out, never an error)."""
     if len(items) > limits.max_batch:
         raise ProtocolError(f"batch of {len(items)} exceeds limit {limits.max_batch}")
     parts = [_U32.pack(len(items))]
     for key, size, otype in items:
         parts.append(_encode_key(key, limits))
         parts.append(_PUT_ITEM.pack(size, otype))
+    if hint is not None:
+        parts.append(_encode_hint(hint, limits))
     return b"".join(parts)
 
 
-def decode_put(
+def decode_put_request(
     meta: bytes | bytearray | memoryview, payload_len: int | None, limits: Limits
-) -> list[tuple[str, int, int]]:
-    """PUT (``payload_len`` checked against the sizes) and ALLOC (``payload_len=None``) items."""
+) -> tuple[list[tuple[str, int, int]], SetHint]:
+    """PUT (``payload_len`` checked against the sizes) and ALLOC (``payload_len=None``) items,
+    and the batch's hint."""
     r = _Reader(meta)
     out = []
     for _ in range(_read_count(r, limits)):
         key = _read_key(r, limits)
         size, otype = r.unpack(_PUT_ITEM)
         out.append((key, size, otype))
+    hint = _read_hint(r, limits) if r.pos < len(r.buf) else SetHint()  # the hint is optional
     r.done()
     if payload_len is not None and sum(s for _, s, _ in out) != payload_len:
         raise ProtocolError("payload length does not match the item sizes")
-    return out
+    return out, hint
+
+
+def decode_put(
+    meta: bytes | bytearray | memoryview, payload_len: int | None, limits: Limits
+) -> list[tuple[str, int, int]]:
+    """The items of ``decode_put_request``."""
+    return decode_put_request(meta, payload_len, limits)[0]
 
 
 # ---- GET ------------------------------------------------------------------------------------
@@ -235,7 +289,7 @@ def encode_get(items: Sequence[tuple[str, int]], limits: Limits) -> bytes:
 
 
 def decode_get(meta: bytes | bytearray | memoryview, limits: Limits) -> list[tuple[str, int]]:
-    """GET request: ``(key, expected size)`` per object."""
+    """GET and LOOKUP requests: ``(key, expected size)`` per object (LOOKUP: 0 = any size)."""
     return _decode_keyed_u64(meta, limits, _GET_ITEM)
 
 
@@ -276,18 +330,20 @@ def decode_get_reply(meta: bytes | bytearray | memoryview, expected: int) -> lis
 
 @dataclass(frozen=True, slots=True)
 class SlotRef:
-    """Where an object lives in a node's arena (offset of its header), for one-sided access."""
+    """Where an object lives in a node's arena, for one-sided access: ``offset`` of its body and
+    ``header`` of its ``ObjectHeader`` (the store chooses the layout; bodies stay page-aligned)."""
 
     found: bool
     offset: int = 0
     size: int = 0
     version: int = 0
     obj_type: int = 0
+    header: int = 0
 
 
 def encode_lookup_reply(refs: Sequence[SlotRef]) -> bytes:
     return _U32.pack(len(refs)) + b"".join(
-        _LOOKUP_RESP.pack(int(x.found), x.offset, x.size, x.version, x.obj_type) for x in refs
+        _LOOKUP_RESP.pack(int(x.found), x.offset, x.size, x.version, x.obj_type, x.header) for x in refs
     )
 
 
@@ -298,14 +354,14 @@ def decode_lookup_reply(meta: bytes | bytearray | memoryview, expected: int) -> 
         raise ProtocolError(f"reply has {n} entries, expected {expected}")
     out = []
     for _ in range(n):
-        f, off, size, ver, t = r.unpack(_LOOKUP_RESP)
-        out.append(SlotRef(bool(f), off, size, ver, t))
+        f, off, size, ver, t, hdr = r.unpack(_LOOKUP_RESP)
+        out.append(SlotRef(bool(f), off, size, ver, t, hdr))
     r.done()
     return out
 
 
 def encode_alloc_reply(entries: Sequence[tuple[int, int, int]]) -> bytes:
-    """(status: 0 stored-new / 1 already present / 2 no space, offset, version) per item."""
+    """(status: 0 reserved / 1 already present / 2 no space / 3 busy, body offset, version) per item."""
     return _U32.pack(len(entries)) + b"".join(_ALLOC_RESP.pack(*e) for e in entries)
 
 

@@ -11,6 +11,7 @@ same host pages into/out of a page-aligned buffer with numpy. Each figure is the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import mmap
 import shutil
 import statistics
@@ -46,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="include",
         help="the hybrid-model case (1 MiB KV pages + a ~1 MiB Mamba state per 16-page node, v1 + v2)",
     )
+    parser.add_argument(
+        "--host-cache",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the host-cache row: a second process reads what this one wrote",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,6 +74,13 @@ def run(args: argparse.Namespace) -> int:
             )
         rows.append(_bench_size(size, total, args.repeats, args.dir))
         r = rows[-1]
+        if args.host_cache:
+            r.update(_host_cache_row(size, total, args.repeats))
+            print(
+                f"{format_size(size):>8}: host cache set {r['host_cache_set_gbps']:.2f} GB/s "
+                f"({r['host_cache_set_ratio_vs_memcpy']:.2f} of memcpy), second process get "
+                f"{r['host_cache_get_gbps']:.2f} GB/s ({r['host_cache_get_ratio_vs_memcpy']:.2f} of memcpy)"
+            )
         print(
             f"{format_size(size):>8}: ours set {r['ours_set_gbps']:.2f} get {r['ours_get_gbps']:.2f} GB/s | "
             f"file set {r['file_set_gbps']:.2f} get {r['file_get_gbps']:.2f} | memcpy set {r['memcpy_set_gbps']:.2f} "
@@ -85,11 +99,20 @@ def run(args: argparse.Namespace) -> int:
         "default_config_ratio_vs_memcpy": min(
             min(r["default_set_ratio_vs_memcpy"], r["default_get_ratio_vs_memcpy"]) for r in big
         ),
+        "host_cache_ratio_vs_memcpy": (
+            min(min(r["host_cache_set_ratio_vs_memcpy"], r["host_cache_get_ratio_vs_memcpy"]) for r in big)
+            if args.host_cache
+            else None
+        ),
+        "host_cache_get_ratio_vs_memcpy": (
+            min(r["host_cache_get_ratio_vs_memcpy"] for r in big) if args.host_cache else None
+        ),
         "note": (
             "ours = configs/default.yaml with the SSD tier off (the reuse policy); "
             "dram tier = the same with the cheapest policy (lru); "
             "memcpy ratios: worst over 1-8 MiB pages and both directions; vs-file ratios: worst over all "
-            "sizes; SGLang's file backend runs with a warm page cache (its best case)"
+            "sizes; SGLang's file backend runs with a warm page cache (its best case); host cache = the "
+            "same preset with tiers.host_cache: on: this process sets, a second process gets"
         ),
         "per_page_size": rows,
     }
@@ -100,6 +123,11 @@ def run(args: argparse.Namespace) -> int:
         f"DRAM tier at {result['dram_ratio_vs_memcpy']:.0%} of memcpy, default config at "
         f"{result['default_config_ratio_vs_memcpy']:.0%} (worst over 1-8 MiB pages and directions)"
     )
+    if args.host_cache:
+        print(
+            f"host cache: a second process reads at {result['host_cache_get_ratio_vs_memcpy']:.0%} of memcpy "
+            f"(worst over 1-8 MiB pages; with the writer's sets {result['host_cache_ratio_vs_memcpy']:.0%})"
+        )
     if args.json_out:
         write_json(args.json_out, result)
     if args.plot_out:
@@ -208,6 +236,75 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
     row["default_set_ratio_vs_memcpy"] = row["ours_set_gbps"] / row["memcpy_set_gbps"]
     row["default_get_ratio_vs_memcpy"] = row["ours_get_gbps"] / row["memcpy_get_gbps"]
     return row
+
+
+def _host_cache_row(page_bytes: int, total: int, repeats: int) -> dict[str, Any]:
+    """This process sets through a private host cache; a second process gets (module docstring)."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import yaml
+
+    from hicache_mooncake.host_cache.lock import holder_pid
+    from hicache_mooncake.presets import preset_path
+
+    w = page_workload(page_bytes, total)
+    tmp = tempfile.mkdtemp(prefix="hicache-bench-hc-")
+    shm = tempfile.mkdtemp(prefix="hicache-bench-hc-", dir="/dev/shm")
+    extra = yaml.safe_load(preset_path("default").read_text())
+    extra["tiers"].pop("ssd", None)
+    dram_bytes = -(-(w.pages * page_bytes * 5 // 4) // (64 << 20)) * (64 << 20)
+    extra["tiers"]["dram"].update({"capacity": dram_bytes})
+    extra["tiers"]["host_cache"] = "on"
+    extra["host_cache"] = {"dir": os.path.join(tmp, "run"), "shm_dir": shm, "start_timeout_s": 120}
+    backend = create_backend("dynamic", extra, w.host)
+    pid = holder_pid(os.path.join(tmp, "run", "host-cache.lock"))
+    try:
+        set_times, mem_set = [], []
+        for rep in range(repeats):
+            if rep:
+                backend.clear()
+            set_times.append(_timed(lambda: v1_batches(backend.batch_set_v1, w.batches, w.src, 64)))
+            mem_set.append(_memcpy_baseline(w.host, w.src, w.dst, w.batch, len(w.batches))[0])
+        spec = {"page_bytes": page_bytes, "total": total, "repeats": repeats, "extra": extra}
+        proc = subprocess.run(
+            [sys.executable, "-m", "hicache_mooncake.bench._host_cache_reader", json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"the host-cache reader failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        got = json.loads(proc.stdout.strip().splitlines()[-1])
+        if not got["byte_exact"]:
+            raise RuntimeError("the host-cache reader got wrong bytes")
+    finally:
+        backend.close()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(shm, ignore_errors=True)
+
+    def gbps(times: list[float]) -> float:
+        return w.pages * page_bytes / statistics.median(times) / 1e9
+
+    def ratio(ours: list[float], memcpy: list[float]) -> float:
+        """Median of the per-repeat ratios: each repeat times ours and memcpy back to back, so a
+        noisy neighbour slows both (the ratio of medians would mix different moments)."""
+        return statistics.median(m / o for o, m in zip(ours, memcpy, strict=True))
+
+    return {
+        "host_cache_set_gbps": gbps(set_times),
+        "host_cache_get_gbps": gbps(got["get_times"]),
+        "host_cache_memcpy_set_gbps": gbps(mem_set),
+        "host_cache_memcpy_get_gbps": gbps(got["memcpy_get_times"]),
+        "host_cache_set_ratio_vs_memcpy": ratio(set_times, mem_set),
+        "host_cache_get_ratio_vs_memcpy": ratio(got["get_times"], got["memcpy_get_times"]),
+    }
 
 
 def _memcpy_baseline(host: Any, src: Any, dst: Any, batch: int, rounds: int) -> tuple[float, float]:

@@ -1,7 +1,7 @@
 """``hicache-mooncake config ACTION``: the YAML presets and configuration files.
 
 ``config path [NAME]`` prints the absolute path of a shipped preset (``default``, ``cluster``,
-``mla-shared``), so a launch line works from any directory and from a pip install:
+``mooncake``), so a launch line works from any directory and from a pip install:
 ``--hicache-storage-backend-extra-config @$(hicache-mooncake config path default)``. Without a
 name it lists every preset with its path.
 

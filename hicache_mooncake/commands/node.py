@@ -1,10 +1,11 @@
 """``hicache-mooncake node --config FILE``: run a memory node in the foreground until SIGTERM.
 
-Uses the ``node:`` and ``metadata:`` sections of the YAML (e.g. ``configs/cluster.yaml``); the
-whole file is validated with the backend's loader, so the one file that serves both sides is
-refused here exactly as the backend would refuse it (YAML path of each bad key and the reason),
-and so is a node that would listen beyond loopback without a shared secret (exit 2). Sizes may be
-written ``4GiB``; the path may carry SGLang's ``@`` prefix.
+The node serves the same store as a process's tiers (``store_builder.build_node_store``: the DRAM
+tier, placed by the ``node.eviction`` policy). Uses the ``node:`` and ``metadata:`` sections of the
+YAML (e.g. ``configs/cluster.yaml``); the whole file is validated with the backend's loader, so the
+one file that serves both sides is refused here exactly as the backend would refuse it (YAML path
+of each bad key and the reason), and so is a node that would listen beyond loopback without a
+shared secret (exit 2). Sizes may be written ``4GiB``; the path may carry SGLang's ``@`` prefix.
 
 ``hicache-mooncake node --gc [--config FILE]`` removes, in ``node.shm_dir``, the shared-memory
 arenas that dead nodes left behind (a node does this for its own node id at every start) and exits.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import resource
 import signal
@@ -23,32 +25,12 @@ from typing import Any
 from hicache_mooncake.commands import UsageError
 from hicache_mooncake.config import load_config_file
 from hicache_mooncake.config.cluster import NodeSection
+from hicache_mooncake.store_builder import build_node_store
 from hicache_mooncake.transport.arena_files import collect_stale
 from hicache_mooncake.transport.metadata import MetadataConfig, make_metadata
 from hicache_mooncake.transport.node_server import NodeServer
 
 log = logging.getLogger("hicache_mooncake.node")
-
-
-class _PolicyEvictor:
-    """Adapts a ``tiers.policy`` eviction policy to the node store's evictor contract."""
-
-    def __init__(self, name: str) -> None:
-        from hicache_mooncake.tiers.policy import make_policy
-
-        self.policy = make_policy(name)
-
-    def on_insert(self, key: str) -> None:
-        self.policy.on_insert(key)
-
-    def on_hit(self, key: str) -> None:
-        self.policy.on_hit(key)
-
-    def on_remove(self, key: str) -> None:
-        self.policy.on_remove(key)
-
-    def pop_victim(self) -> str | None:
-        return self.policy.pop_victim()
 
 
 def load(path: str) -> tuple[NodeSection, MetadataConfig]:
@@ -85,14 +67,13 @@ def run(args: argparse.Namespace) -> int:
         node_cfg = node_cfg.model_copy(update={"port": args.port})
     if args.ready_file:
         node_cfg = node_cfg.model_copy(update={"ready_file": args.ready_file})
-    evictor = None if node_cfg.eviction == "lru" else _PolicyEvictor(node_cfg.eviction)
     _raise_fd_limit()
     metadata = make_metadata(meta_cfg)
     try:
         server = NodeServer(
             node_cfg,
+            functools.partial(build_node_store, node_cfg),
             metadata if meta_cfg.backend == "redis" else None,
-            evictor,
             heartbeat_interval_s=meta_cfg.heartbeat_interval_s,
             heartbeat_ttl_s=meta_cfg.heartbeat_ttl_s,
         )

@@ -21,7 +21,7 @@ __all__ = ["MetadataConfig", "MooncakeSection", "NodeSection", "RdmaClientConfig
 class NodeSection(NodeConfig):
     """``NodeConfig`` with sizes accepted as strings (``"4GiB"``)."""
 
-    @field_validator("capacity", "max_meta", "max_payload", mode="before")
+    @field_validator("capacity", "slab_size", "max_meta", "max_payload", mode="before")
     @classmethod
     def _size(cls, value: Any) -> int:
         return parse_size(value)

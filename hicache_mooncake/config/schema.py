@@ -18,6 +18,7 @@ from hicache_mooncake.sizes import parse_size
 from hicache_mooncake.tiers.policy import policy_names
 
 from .cluster import MetadataConfig, NodeSection, RemoteTierConfig
+from .host_cache import HostCacheConfig
 from .ssd import SsdTierConfig
 
 ByteSize = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
@@ -106,6 +107,11 @@ class TiersConfig(StrictModel):
     the most recently used of the rest (``reuse``, ``lru``, ``s3fifo``, ``chain``, ``tinylfu``)."""
     policy_options: dict[str, Any] = Field(default_factory=dict)
     """Keyword options of ``tiers.policy``."""
+    host_cache: Literal["auto", "on", "off"] = "auto"
+    """Where these tiers live. ``on``: in the host cache, one service per host shared by every SGLang
+    process of the host (started by the first backend; see ``host_cache:``); ``off``: in this process;
+    ``auto``: on for MLA models at TP > 1 (ranks share one copy) and whenever the named host cache is
+    already running, off otherwise (one TP1 process keeps its cheap in-process tiers)."""
     dram: DramTierConfig = DramTierConfig()
     remote: RemoteTierConfig = RemoteTierConfig()
     ssd: SsdTierConfig = SsdTierConfig()
@@ -178,6 +184,8 @@ class BackendConfig(StrictModel):
     metrics: MetricsConfig = MetricsConfig()
     log_level: LogLevel = "unset"
     """Level of the ``hicache_mooncake`` loggers; ``unset``: follow SGLang's ``--log-level``."""
+    host_cache: HostCacheConfig = HostCacheConfig()
+    """The host cache service (``tiers.host_cache``): where it lives, how it starts and stops."""
     metadata: MetadataConfig = MetadataConfig()
     """Cluster metadata (membership of memory nodes): embedded or redis. Used by tiers.remote."""
     node: NodeSection | None = None

@@ -19,9 +19,11 @@ LAYOUTS = ["page_first", "page_first_direct", "layer_first"]
 
 
 def small_extra(**tiers: Any) -> dict[str, Any]:
-    """The shipped default YAML with test-sized tiers (the preset itself asks for GiBs)."""
+    """The shipped default YAML with test-sized tiers (the preset itself asks for GiBs), tiers in
+    this process (tests that want the host cache give it private paths: host_cache_procs)."""
     extra = yaml.safe_load(DEFAULT_YAML.read_text())
     extra = copy.deepcopy(extra)
+    extra["tiers"]["host_cache"] = "off"
     extra["tiers"]["dram"].update({"capacity": "32MiB", "slab_size": "1MiB"})
     extra["tiers"]["ssd"]["enabled"] = False  # tests that want the SSD tier give it a temp dir
     for name, overrides in tiers.items():

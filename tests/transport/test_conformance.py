@@ -112,7 +112,6 @@ def test_engine_level_read_write(cluster: Cluster, engine: str) -> None:
     """The TransferEngine itself: reserved slot written by address, read back by address."""
     from hicache_mooncake.transport import wire
     from hicache_mooncake.transport.engine import Segment
-    from hicache_mooncake.transport.object_header import HEADER_SIZE
 
     n = cluster.nodes[0]
     c = NodeClient("127.0.0.1", n.port, OPTS, engine)
@@ -125,16 +124,12 @@ def test_engine_level_read_write(cluster: Cluster, engine: str) -> None:
         _, meta = conn.request(wire.Op.ALLOC, wire.encode_put([(f"{engine}-eng", len(payload), 0)], c.limits))
         status, offset, version = wire.decode_alloc_reply(meta, 1)[0]
         assert status == 0
-        assert eng.write(
-            seg.node_id, [(offset + HEADER_SIZE, [memoryview(payload)])], time.monotonic() + 2
-        ) == [True]
+        assert eng.write(seg.node_id, [(offset, [memoryview(payload)])], time.monotonic() + 2) == [True]
         _, meta = conn.request(wire.Op.COMMIT, wire.encode_commit([(f"{engine}-eng", version)], c.limits))
         assert wire.decode_flags(meta, 1) == [1]
         c.pool.release(conn, True)
         out = bytearray(len(payload))
-        assert eng.read(seg.node_id, [(offset + HEADER_SIZE, [memoryview(out)])], time.monotonic() + 2) == [
-            True
-        ]
+        assert eng.read(seg.node_id, [(offset, [memoryview(out)])], time.monotonic() + 2) == [True]
         assert out == payload
     finally:
         eng.close()
@@ -156,7 +151,7 @@ def test_stale_one_sided_read_is_a_miss(cluster: Cluster, engine: str) -> None:
             from hicache_mooncake.transport.object_header import HEADER_SIZE, ObjectHeader
 
             hdr = bytearray(HEADER_SIZE)
-            c.engine.read("n1", [(ref.offset, [memoryview(hdr)])], time.monotonic() + 1)
+            c.engine.read("n1", [(ref.header, [memoryview(hdr)])], time.monotonic() + 1)
             assert not ObjectHeader.unpack(hdr).matches(key, ref.version, ref.size)
         assert c.get_batch_into([(key, [memoryview(bytearray(4096))])]) == [False]
     finally:

@@ -97,7 +97,7 @@ def test_fuzzed_and_oversized_frames_never_take_a_node_down(node_factory: Any) -
 
 
 def test_killing_a_node_mid_transfer_gives_misses_within_the_timeout(node_factory: Any) -> None:
-    node = node_factory("victim", capacity="256MiB")
+    node = node_factory("victim", capacity="256MiB", slab_size="16MiB")
     c = NodeClient("127.0.0.1", node.port, OPTS)
     try:
         pages = [(f"big-{i}", [memoryview(bytearray(8 << 20))]) for i in range(8)]

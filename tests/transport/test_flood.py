@@ -190,7 +190,7 @@ def _store(client: NodeClient) -> dict[str, int]:
 
 
 def test_a_put_whose_body_never_comes_reserves_nothing(make_node: Callable[..., NodeProc]) -> None:
-    node = make_node("slow-put", capacity="64MiB", node={"request_timeout_s": 1.0})
+    node = make_node("slow-put", capacity="64MiB", node={"request_timeout_s": 1.0, "slab_size": "64MiB"})
     client = NodeClient("127.0.0.1", node.port, OPTS)
     slow = _authenticated(node.port)
     try:
@@ -208,7 +208,7 @@ def test_a_put_whose_body_never_comes_reserves_nothing(make_node: Callable[..., 
 def test_a_stalled_put_body_releases_its_space_at_the_request_deadline(
     make_node: Callable[..., NodeProc],
 ) -> None:
-    node = make_node("stalled-put", capacity="64MiB", node={"request_timeout_s": 1.0})
+    node = make_node("stalled-put", capacity="64MiB", node={"request_timeout_s": 1.0, "slab_size": "64MiB"})
     client = NodeClient("127.0.0.1", node.port, OPTS)
     slow = _authenticated(node.port)
     try:

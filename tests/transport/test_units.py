@@ -1,5 +1,5 @@
-"""Unit tests that start no process: wire format, arena/store, eviction, rendezvous, embedded
-metadata, leader lease, and the device-free parts of the RDMA backend."""
+"""Unit tests that start no process: wire format, rendezvous, embedded metadata, leader lease, and
+the device-free parts of the RDMA backend. (The store a node serves: tests/unit/test_arena_store.py.)"""
 
 from __future__ import annotations
 
@@ -10,16 +10,13 @@ import time
 import pytest
 
 from hicache_mooncake.transport import wire
-from hicache_mooncake.transport.arena import Allocator, Arena
 from hicache_mooncake.transport.errors import ProtocolError, TransportError
 from hicache_mooncake.transport.metadata import EmbeddedMetadata, NodeInfo, home_of, route
-from hicache_mooncake.transport.object_header import HEADER_SIZE, ObjectHeader
 from hicache_mooncake.transport.rdma_errors import Outcome, WcStatus, classify
 from hicache_mooncake.transport.rdma_handshake import QPINFO_SIZE, QpInfo
 from hicache_mooncake.transport.rdma_mr import RegionTable, RemoteArena, buffer_address
 from hicache_mooncake.transport.rdma_wr import Sge, build_work_requests, windows
 from hicache_mooncake.transport.registry import engine_names, make_engine
-from hicache_mooncake.transport.store import RESERVED_NEW, RESERVED_NO_SPACE, RESERVED_PRESENT, NodeStore
 
 LIM = wire.Limits(max_key_len=64, max_batch=8)
 
@@ -50,6 +47,13 @@ def test_meta_encodings_roundtrip_and_reject_bad_input() -> None:
         wire.decode_keys(wire.encode_keys(keys, LIM) + b"!", LIM)
     items = [("a", 10, 0), ("b", 5, 2)]
     assert wire.decode_put(wire.encode_put(items, LIM), 15, LIM) == items
+    hint = wire.SetHint(7, "prev")
+    assert wire.decode_put_request(wire.encode_put(items, LIM, hint), None, LIM) == (items, hint)
+    assert wire.decode_put_request(wire.encode_put(items, LIM), 15, LIM)[1] == wire.SetHint()
+    # a prev key that cannot go on the wire is left out of the hint, never an error
+    assert wire.decode_put_request(wire.encode_put(items, LIM, wire.SetHint(0, "x" * 99)), None, LIM)[1] == (
+        wire.SetHint(0, None)
+    )
     with pytest.raises(ProtocolError):
         wire.decode_put(wire.encode_put(items, LIM), 16, LIM)
     assert wire.decode_get(wire.encode_get([("a", 3)], LIM), LIM) == [("a", 3)]
@@ -57,53 +61,11 @@ def test_meta_encodings_roundtrip_and_reject_bad_input() -> None:
         (True, 3, 1),
         (False, 0, 0),
     ]
-    refs = [wire.SlotRef(True, 4096, 10, 7, 1), wire.SlotRef(False)]
+    refs = [wire.SlotRef(True, 4096, 10, 7, 1, 8192), wire.SlotRef(False)]
     assert wire.decode_lookup_reply(wire.encode_lookup_reply(refs), 2) == refs
     assert wire.decode_commit(wire.encode_commit([("a", 5)], LIM), LIM) == [("a", 5)]
     assert wire.decode_extents(wire.encode_extents([(0, 4)], LIM), LIM) == [(0, 4)]
     assert wire.decode_flags(wire.encode_flags([True, False]), 2) == [1, 0]
-
-
-def test_allocator_first_fit_and_coalescing() -> None:
-    a = Allocator(16 * 4096)
-    offs = [a.alloc(4096) for _ in range(16)]
-    assert offs == [i * 4096 for i in range(16)] and a.alloc(1) is None
-    for o in offs[4:8]:
-        a.free(o, 4096)
-    assert a.largest_free() == 4 * 4096
-    assert a.alloc(4 * 4096) == 4 * 4096
-    for o in offs:
-        if not 4 <= o // 4096 < 8:
-            a.free(o, 4096)
-    a.free(4 * 4096, 4 * 4096)
-    assert a.free_bytes == 16 * 4096 and a.largest_free() == 16 * 4096
-
-
-def test_store_evicts_lru_respects_pins_and_invalidates_headers() -> None:
-    arena = Arena(4 * 8192)
-    store = NodeStore(arena)
-    slots = []
-    for k in "abcd":
-        status, slot = store.reserve(k, 8192 - HEADER_SIZE, 0)
-        assert status == RESERVED_NEW and slot is not None
-        assert store.commit(slot)
-        slots.append(slot)
-    assert store.reserve("a", 10, 0)[0] == RESERVED_PRESENT
-    pinned = store.pin("b", 8192 - HEADER_SIZE)  # "a" was just hit, so "b" is the LRU victim
-    assert pinned is not None
-    hdr_c = ObjectHeader.unpack(arena.view[slots[2].offset :])
-    assert hdr_c.matches("c", slots[2].version, slots[2].size)
-    status, new = store.reserve("e", 8192 - HEADER_SIZE, 0)
-    assert status == RESERVED_NEW and new is not None
-    assert store.exists(["a", "b", "c", "d"]) == [True, True, False, True]  # b pinned, c evicted
-    assert not ObjectHeader.unpack(arena.view[slots[2].offset :]).matches(
-        "c", slots[2].version, slots[2].size
-    )
-    store.abort(new)
-    store.unpin(pinned)
-    assert store.reserve("huge", 10 * 8192, 0)[0] == RESERVED_NO_SPACE
-    assert store.clear() == 3 and store.stats()["used"] == 0
-    arena.close()
 
 
 def test_rendezvous_is_stable_and_moves_only_departed_keys() -> None:
@@ -207,19 +169,6 @@ def test_arena_header_roundtrip_and_garbage() -> None:
     assert ArenaHeader.unpack(b"\0" * ARENA_HEADER_SIZE) is None
     assert ArenaHeader.unpack(raw[:20]) is None
     assert ArenaHeader.unpack(b"X" + raw[1:]) is None
-
-
-def test_arena_reserves_its_header_page() -> None:
-    from hicache_mooncake.transport.arena_header import ARENA_HEADER_SIZE
-
-    arena = Arena(8192)
-    store = NodeStore(arena)
-    status, slot = store.reserve("k", 100, 0)
-    assert status == RESERVED_NEW and slot is not None and slot.offset >= ARENA_HEADER_SIZE
-    assert store.stats()["capacity"] == 8192
-    a = Allocator(2 * 4096, base=4096)
-    assert [a.alloc(4096), a.alloc(4096), a.alloc(1)] == [4096, 8192, None]
-    arena.close()
 
 
 def test_loopback_detection_and_peer_grouping() -> None:

@@ -117,7 +117,7 @@ def test_bad_config_files_one_wording_no_traceback(
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["config", "path", "nope"], "no preset 'nope'; presets: cluster, default, mla-shared"),
+        (["config", "path", "nope"], "no preset 'nope'; presets: cluster, default, mooncake"),
         (["replay", "/nonexistent/trace.jsonl"], "cannot read trace"),
         (["replay", "TRACE", "--policy", "nope"], "unknown policy 'nope'"),
         (["replay", "TRACE", "--capacity-fraction", "0"], "--capacity-fraction > 0"),
@@ -166,7 +166,7 @@ def test_config_path_works_from_any_directory(tmp_path: Path) -> None:
     assert load_config_file(f"@{path}").config.tiers.ssd.enabled  # what SGLang will be given
     listing = run_cli("config", "path", cwd=tmp_path)
     names = [line.split()[0] for line in listing.stdout.splitlines()]
-    assert names == ["cluster", "default", "mla-shared"]
+    assert names == ["cluster", "default", "mooncake"]
     assert all(Path(line.split()[1]).is_file() for line in listing.stdout.splitlines())
 
 

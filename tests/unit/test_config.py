@@ -38,6 +38,10 @@ def test_default_preset_carries_sglang_loader_keys():
         ({"bogus": 1}, "bogus", "unknown key"),
         ({"metrics": {"port": "http"}}, "metrics.port", "integer"),
         ({"tiers": {"dram": {"prefault": "perhaps"}}}, "tiers.dram.prefault", "boolean"),
+        ({"tiers": {"host_cache": "maybe"}}, "tiers.host_cache", "'auto', 'on' or 'off'"),
+        ({"host_cache": {"dir": "relative/dir"}}, "host_cache.dir", "absolute path"),
+        ({"host_cache": {"name": "a/b"}}, "host_cache.name", "pattern"),
+        ({"host_cache": {"idle_timeout_s": -1}}, "host_cache.idle_timeout_s", "greater than or equal to 0"),
     ],
 )
 def test_bad_values_name_the_key_path_and_reason(doc, path, reason):

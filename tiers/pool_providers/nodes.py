@@ -3,7 +3,7 @@
 Every key has a home node (rendezvous hashing over live members); one batched request per node
 per call. The client bounds every socket operation by ``tiers.remote.timeout_s`` itself and turns
 a dead node, a timeout or a detached metadata service (Redis down) into misses, so this provider
-is not ``blocking``. Best for one host's shared tier (``mla-shared``) and small clusters; no
+is not ``blocking``. Best for small clusters (one host's shared cache is the host cache); no
 replication (a killed node's pages are gone).
 """
 

@@ -1,0 +1,11 @@
+"""The host cache: one service per host that owns a shared-memory DRAM arena, the SSD tier and the
+policy (the same ``TieredStore`` a process runs in-process), used by every SGLang process of the
+host as a client (DESIGN.md §2 "Where the tiers live").
+
+- ``paths``: where a named host cache lives (socket, lock, log, config snapshot);
+- ``lock``: the lock file that makes exactly one service run per name;
+- ``launcher``: start the service detached, handing the lock over with no gap;
+- ``service``: the service process (``hicache-mooncake host-cache``);
+- ``keeper``: a backend's background thread that keeps the service running and reachable;
+- ``client``: open the client tier; ``mode``: whether a backend uses the host cache.
+"""

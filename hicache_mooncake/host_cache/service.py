@@ -1,0 +1,106 @@
+"""The host cache service: ``hicache-mooncake host-cache --config FILE``.
+
+One process per host and name. It takes the service lock (or adopts the one its starter handed
+over) and exits at once when another service holds it. Then it builds the same ``TieredStore`` a
+backend builds in-process, from the YAML's ``tiers.dram`` (the arena: a shared-memory file, proven
+and locked like a memory node's, stale arenas of dead services removed first), ``tiers.ssd`` (one
+engine over the configured devices, directory ``<path>/host-cache`` shared by every rank; its
+index is recovered from the disk at start) and ``tiers.remote``, placed by ``tiers.policy``. It
+serves that store on ``<dir>/<name>.sock`` (a memory node on a Unix socket: file mode 0600 and the
+kernel's peer credentials, no secret).
+
+It runs until SIGTERM/SIGINT, or until no client has been connected for
+``host_cache.idle_timeout_s``; then it stops accepting, lets requests finish, copies the DRAM pages
+the SSD lacks to the SSD (``tiers.ssd.flush_on_detach_s``), removes its socket and arena and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+from hicache_mooncake.config import BackendConfig
+from hicache_mooncake.store_builder import build_service_store
+from hicache_mooncake.transport.node_config import NodeConfig
+from hicache_mooncake.transport.node_server import NodeServer
+
+from . import lock
+from .paths import HostCachePaths
+
+log = logging.getLogger("hicache_mooncake.host_cache")
+
+
+def node_config(config: BackendConfig, paths: HostCachePaths) -> NodeConfig:
+    hc = config.host_cache
+    return NodeConfig(
+        node_id=paths.node_id,
+        unix_socket=paths.socket,
+        secret_env="",  # a Unix socket: file mode and peer credentials, never a secret from the env
+        shm=True,
+        shm_dir=hc.shm_dir,
+        max_connections=hc.max_clients,
+        max_handshakes_per_peer=max(32, 2 * hc.connections),
+        request_timeout_s=config.io.timeout_s,
+        idle_timeout_s=max(60.0, 10 * hc.retry_interval_s),
+    )
+
+
+class HostCacheService:
+    def __init__(self, config: BackendConfig, lock_fd: int) -> None:
+        self.config = config
+        self.paths = HostCachePaths.of(config.host_cache)
+        self._lock_fd = lock_fd
+        lock.write_pid(lock_fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.paths.socket)  # we hold the lock: a socket file left there is a dead one's
+        self.server = NodeServer(
+            node_config(config, self.paths), functools.partial(build_service_store, config)
+        )
+        self.stop = threading.Event()
+
+    def run(self) -> int:
+        self.server.start()
+        port = self.config.host_cache.metrics_port
+        if port is not None:
+            from .metrics import serve_metrics
+
+            log.info("metrics on 127.0.0.1:%d", serve_metrics(self.server.stats, port))
+        idle_limit = self.config.host_cache.idle_timeout_s
+        last_client = time.monotonic()
+        log.info("host cache %s serving on %s (pid %d)", self.paths.name, self.paths.socket, os.getpid())
+        while not self.stop.wait(0.2):
+            if self.server.connections:
+                last_client = time.monotonic()
+            elif idle_limit and time.monotonic() - last_client >= idle_limit:
+                log.info("no client for %.0f s: stopping", idle_limit)
+                break
+        self.server.drain()
+        os.close(self._lock_fd)
+        return 0
+
+
+def run(config: BackendConfig, lock_fd: int | None = None) -> int:
+    """Serve until stopped; 0 also when another service already holds the lock."""
+    paths = HostCachePaths.of(config.host_cache)
+    paths.ensure_dir()
+    if lock_fd is not None and not lock.adopt(lock_fd):
+        lock_fd = None
+    fd = lock_fd if lock_fd is not None else lock.try_lock(paths.lock)
+    if fd is None:
+        log.info("host cache %s already runs (pid %s)", paths.name, lock.holder_pid(paths.lock))
+        return 0
+    service = HostCacheService(config, fd)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %d: stopping", signum)
+        service.stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return service.run()

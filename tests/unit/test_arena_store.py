@@ -1,0 +1,193 @@
+"""The store a memory node and the host cache serve (``ArenaStore`` over the one ``TieredStore``):
+one-sided writers reserve, fill and commit through the placement; one-sided readers find pages in
+the arena (SSD pages brought up first) and validate object headers; a departed writer leaves
+nothing reserved; bodies stay page-aligned in a shared arena another process maps."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hicache_mooncake.ssd import SsdEngine, SsdOptions
+from hicache_mooncake.tiers.arena_store import ArenaStore
+from hicache_mooncake.tiers.dram_tier import DramTier
+from hicache_mooncake.tiers.policy import make_policy
+from hicache_mooncake.tiers.ssd_tier import SsdTier
+from hicache_mooncake.tiers.tiered_store import StoreOptions, TieredStore
+from hicache_mooncake.transport.arena_files import ArenaSpec
+from hicache_mooncake.transport.arena_header import ARENA_HEADER_SIZE, ArenaHeader
+from hicache_mooncake.transport.object_header import HEADER_SIZE, ObjectHeader
+from hicache_mooncake.transport.served_store import (
+    RESERVED_BUSY,
+    RESERVED_NEW,
+    RESERVED_NO_SPACE,
+    RESERVED_PRESENT,
+)
+from hicache_mooncake.transport.wire import SetHint, SlotRef
+
+MiB = 1 << 20
+PAGE = 60_000  # not a multiple of 4096: the header follows the body inside the slot
+FAR = 1e18
+
+
+def body(key: str, n: int = PAGE) -> bytes:
+    return np.random.default_rng(abs(hash(key)) % 2**32).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+@pytest.fixture
+def make(tmp_path: Path) -> Iterator[Any]:
+    made: list[ArenaStore] = []
+
+    def build(
+        dram_mib: int = 2, ssd: bool = False, policy: str = "lru", shared: ArenaSpec | None = None
+    ) -> ArenaStore:
+        tiers: list[Any] = [DramTier(dram_mib * MiB, MiB, prefault=False, shared=shared, object_headers=True)]
+        if ssd:
+            engine = SsdEngine(
+                SsdOptions(
+                    dirs=(str(tmp_path / "ssd"),), capacity_bytes=16 * MiB, region_size=MiB, direct_io="off"
+                )
+            )
+            tiers.append(SsdTier(engine))
+        store = ArenaStore(TieredStore(tiers, lambda: make_policy(policy), StoreOptions(timeout_s=5)))
+        made.append(store)
+        return store
+
+    yield build
+    for s in made:
+        s.close()
+
+
+def write(store: ArenaStore, keys: list[str], owner: object = "w") -> list[int]:
+    """What a one-sided writer does: reserve, copy into the arena, commit."""
+    reserved = store.reserve([(k, PAGE, 0) for k in keys], owner, SetHint(0, None), FAR)
+    view = store.view
+    todo = []
+    for key, (status, slot) in zip(keys, reserved, strict=True):
+        if status == RESERVED_NEW:
+            assert slot is not None and slot.offset % 4096 == 0  # bodies stay page-aligned
+            view[slot.offset : slot.offset + PAGE] = body(key)
+            todo.append((key, slot.version))
+    assert all(store.commit(todo, owner, FAR))
+    return [s for s, _ in reserved]
+
+
+def read(store: ArenaStore, ref: SlotRef, key: str) -> bytes | None:
+    """What a one-sided reader does: header, body, header; valid only if both headers match."""
+    view = store.view
+    h1 = ObjectHeader.unpack(bytes(view[ref.header : ref.header + HEADER_SIZE]))
+    data = bytes(view[ref.offset : ref.offset + ref.size])
+    h2 = ObjectHeader.unpack(bytes(view[ref.header : ref.header + HEADER_SIZE]))
+    ok = h1.matches(key, ref.version, ref.size) and h2.matches(key, ref.version, ref.size)
+    return data if ok else None
+
+
+def test_written_pages_are_found_and_valid_and_immutable(make: Any) -> None:
+    store = make()
+    keys = [f"k{i}" for i in range(5)]
+    assert write(store, keys) == [RESERVED_NEW] * 5
+    assert write(store, keys[:2]) == [RESERVED_PRESENT] * 2  # already there: nothing to send
+    refs = store.lookup([(k, PAGE) for k in keys] + [("absent", PAGE)], FAR)
+    assert [r.found for r in refs] == [True] * 5 + [False]
+    assert all(read(store, r, k) == body(k) for r, k in zip(refs, keys, strict=False))
+    assert not store.lookup([("k0", PAGE + 1)], FAR)[0].found  # another size is a miss
+    assert store.exists(keys + ["absent"]) == [True] * 5 + [False]
+    assert store.stats()["objects"] == 5 and store.stats()["pending"] == 0
+
+
+def test_a_removed_page_fails_the_header_check_even_when_its_slot_is_reused(make: Any) -> None:
+    store = make()
+    write(store, ["old"])
+    [ref] = store.lookup([("old", PAGE)], FAR)
+    assert store.remove(["old"]) == [True]
+    assert read(store, ref, "old") is None  # invalidated at removal
+    write(store, ["new"])
+    [new] = store.lookup([("new", PAGE)], FAR)
+    assert new.offset == ref.offset  # the slot was reused...
+    assert read(store, ref, "old") is None  # ...and the stale reference still misses
+
+
+def test_reservations_are_private_busy_for_others_and_released_with_their_owner(make: Any) -> None:
+    store = make(dram_mib=1)
+    used = store.stats()["used"]
+    [(status, slot)] = store.reserve([("k", PAGE, 0)], "a", SetHint(), FAR)
+    assert status == RESERVED_NEW and slot is not None
+    assert store.reserve([("k", PAGE, 0)], "b", SetHint(), FAR)[0][0] == RESERVED_BUSY
+    assert store.writable(slot.offset, PAGE) and not store.readable(slot.offset, PAGE)
+    assert store.commit([("k", slot.version)], "b", FAR) == [False]  # not b's
+    assert store.owns_pending("a") and not store.lookup([("k", PAGE)], FAR)[0].found
+    assert store.release_owner("a") == 1  # the connection went away
+    assert store.stats()["pending"] == 0 and store.stats()["used"] == used
+    assert not store.exists(["k"])[0] and not store.writable(slot.offset, PAGE)
+
+
+def test_a_full_dram_only_store_makes_room_by_its_policy(make: Any) -> None:
+    store = make(dram_mib=1)  # one slab: 17 slots of 60 KiB (body + header)
+    keys = [f"k{i}" for i in range(40)]
+    for key in keys:
+        assert write(store, [key]) == [RESERVED_NEW]
+    held = store.exists(keys)
+    assert store.dram.capacity_objects(PAGE) == 17
+    assert held[-1] and 0 < sum(held) <= 17  # the newest stay, the policy's victims went
+    assert store.reserve([("huge", 2 * MiB, 0)], "w", SetHint(), FAR) == [(RESERVED_NO_SPACE, None)]
+
+
+def test_commit_goes_through_the_placement(make: Any) -> None:
+    store = make()
+    write(store, ["a", "b"])
+    assert store.store.flush(5)  # the placement runs after the commit's reply
+    placement = store.store.stats()["placement"]
+    assert placement["resident"] == 2 and placement["in_dram"] == 2
+
+
+def test_lookup_brings_ssd_pages_into_the_arena_within_the_call(make: Any) -> None:
+    store = make(dram_mib=1, ssd=True)
+    keys = [f"k{i}" for i in range(40)]  # more than DRAM holds: the oldest are demoted to SSD
+    for key in keys:
+        write(store, [key])
+    assert store.store.flush(10)
+    tiers = store.store.stats()
+    assert tiers["ssd"]["entries"] >= 20 and tiers["dram"]["entries"] < 40
+    before = tiers["placement"].get("promotions", 0)
+    refs = store.lookup([(k, PAGE) for k in keys[:8]], time.monotonic() + 5)
+    assert all(r.found for r in refs)
+    assert all(read(store, r, k) == body(k) for r, k in zip(refs, keys[:8], strict=True))
+    assert store.store.stats()["placement"]["promotions"] - before == 8
+
+
+def test_pins_keep_bytes_until_unpinned(make: Any) -> None:
+    store = make()
+    write(store, ["p"])
+    [pin] = store.pin([("p", PAGE)], FAR)
+    assert pin is not None and bytes(store.view[pin.offset : pin.offset + pin.size]) == body("p")
+    assert store.remove(["p"]) == [True]
+    write(store, ["q"])  # the pinned slot is not reused while pinned
+    assert bytes(store.view[pin.offset : pin.offset + pin.size]) == body("p")
+    store.unpin([pin])
+    assert store.pin([("missing", PAGE)], FAR) == [None]
+
+
+def test_a_shared_arena_is_a_proven_file_another_mapping_reads(make: Any, tmp_path: Path) -> None:
+    shm_dir = tmp_path / "shm"  # any directory works; the service uses host_cache.shm_dir
+    shm_dir.mkdir()
+    spec = ArenaSpec(str(shm_dir), "unit", 7, ArenaHeader.new_token())
+    store = make(shared=spec)
+    write(store, ["s"])
+    path = store.shm_path
+    with open(path, "rb") as f:
+        header = ArenaHeader.unpack(f.read(ARENA_HEADER_SIZE))
+        assert header is not None and header.node_id == "unit" and header.token == spec.token
+        mapped = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    [ref] = store.lookup([("s", PAGE)], FAR)
+    assert ref.offset >= ARENA_HEADER_SIZE and ref.offset % 4096 == 0
+    assert mapped[ref.offset : ref.offset + PAGE] == body("s")  # what another process sees
+    mapped.close()
+    store.close()
+    assert not os.path.exists(path)
