@@ -338,12 +338,12 @@ def test_8_node_closes_rdma_connections_and_drain_closes_the_responder(sim: Sim,
     c.close()
     assert wait_for(lambda: node_stats(node)["rdma_qps"] == 0)
 
+    from hicache_mooncake.store_builder import build_node_store
     from hicache_mooncake.transport import NodeConfig, NodeServer
 
     os.environ.setdefault("HICACHE_NODE_SECRET", SECRET)
-    srv = NodeServer(
-        NodeConfig(port=0, capacity=8 << 20, rdma_device=fab.device, shm=False, drain_timeout_s=1)
-    )
+    cfg = NodeConfig(port=0, capacity=8 << 20, rdma_device=fab.device, shm=False, drain_timeout_s=1)
+    srv = NodeServer(cfg, lambda spec: build_node_store(cfg, spec))
     srv.start()
     c = NodeClient("127.0.0.1", srv.port, OPTS, "rdma")
     try:
