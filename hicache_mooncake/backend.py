@@ -37,7 +37,7 @@ from hicache_mooncake.config import BackendConfig, load_backend_config  # noqa: 
 from hicache_mooncake.failures import FailureLog  # noqa: E402
 from hicache_mooncake.host_memory import HostMemoryMap, pool_tensors  # noqa: E402
 from hicache_mooncake.keys import KeySpace, RankInfo, build_keyspace, pool_geometry  # noqa: E402
-from hicache_mooncake.metrics import BackendMetrics  # noqa: E402
+from hicache_mooncake.metrics import BackendMetrics, backend_labels  # noqa: E402
 from hicache_mooncake.store_builder import build_store  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -77,16 +77,20 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         r = self.ranks
         self.rank_tag = f"rank{r.tp_rank}_{r.pp_rank}_{r.cp_rank}_{dp_rank}"
         self.store = build_store(self.config, self.rank_tag)
-        self.metrics = BackendMetrics(self.store.stats)
+        self.metrics = BackendMetrics(
+            self.store.stats, backend_labels(self.model_name, r, dp_rank, SGLANG_VERSION)
+        )
+        self.metrics.instrument(self.store.tiers)
         self.metrics_port: int | None = None
         if self.config.metrics.port is not None:
             try:
-                self.metrics_port = self.metrics.serve(self.config.metrics.host, self.config.metrics.port)
+                self.metrics_port = self.metrics.serve(self.config.metrics, self._health)
             except OSError as exc:
                 self.store.close()
-                raise RuntimeError(
-                    f"metrics.port {self.config.metrics.port} on {self.config.metrics.host}: {exc}"
-                ) from exc
+                raise RuntimeError(str(exc)) from exc
+            log.info(
+                "hicache-mooncake metrics: http://%s:%d/metrics", self.config.metrics.host, self.metrics_port
+            )
         if is_mla and self.ranks.tp_size > 1 and not self.config.tiers.remote.enabled:
             log.warning(
                 "MLA with tp_size=%d: only TP rank 0 stores, and this config has no tier shared between "
@@ -304,6 +308,10 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             prefetch_bandwidth=samples["prefetch_bandwidth"],
             backup_bandwidth=samples["backup_bandwidth"],
         )
+
+    def _health(self) -> tuple[bool, dict[str, Any]]:
+        """``/healthz``: cheap (no tier I/O); unhealthy once closed."""
+        return not self._closed, {"model": self.model_name, "rank": self.metrics.labels.rank}
 
     def tier_stats(self) -> dict[str, Any]:
         """Per-tier figures plus failure counts (for operators; SGLang does not call this)."""

@@ -23,6 +23,9 @@ from typing import Any
 from hicache_mooncake.commands import UsageError
 from hicache_mooncake.config import load_config_file
 from hicache_mooncake.config.cluster import NodeSection
+from hicache_mooncake.config.metrics import ExporterConfig
+from hicache_mooncake.metrics_exporter import MetricsExporter
+from hicache_mooncake.metrics_node import node_registry
 from hicache_mooncake.transport.arena_files import collect_stale
 from hicache_mooncake.transport.metadata import MetadataConfig, make_metadata
 from hicache_mooncake.transport.node_server import NodeServer
@@ -108,11 +111,45 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     server.start()
+    exporter = _serve_metrics(server, node_cfg.metrics, args.metrics_port)
     while not stop.wait(0.5):
         pass
     server.drain()
+    if exporter is not None:
+        exporter.close()
     metadata.close()
     return 0
+
+
+def _health(server: NodeServer) -> tuple[bool, dict[str, Any]]:
+    stats = server.stats()
+    draining = bool(stats.get("draining"))
+    return not draining, {
+        "node": server.node_id,
+        "draining": draining,
+        "connections": stats.get("connections"),
+    }
+
+
+def _serve_metrics(server: NodeServer, cfg: ExporterConfig, port: int | None) -> MetricsExporter | None:
+    """The node's ``/metrics`` and ``/healthz`` (``node.metrics``; ``--metrics-port`` wins). A port
+    that cannot be bound is logged and the node serves without it (its pool matters more)."""
+    port = cfg.port if port is None else port
+    if port is None:
+        return None
+    exporter = MetricsExporter(
+        node_registry(server.stats, server.node_id),
+        lambda: _health(server),
+        "node",
+        {"node": server.node_id},
+    )
+    try:
+        bound = exporter.start(cfg.host, port, cfg.discovery_dir)
+    except OSError as exc:
+        log.error("node.metrics.port %d on %s: %s; serving without metrics", port, cfg.host, exc)
+        return None
+    log.info("node %s metrics: http://%s:%d/metrics (and /healthz)", server.node_id, cfg.host, bound)
+    return exporter
 
 
 def register(sub: Any) -> None:
@@ -127,4 +164,10 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--port", type=int, default=None, help="override node.port")
     parser.add_argument("--ready-file", default=None, help="write 'host port' here once listening")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve /metrics and /healthz on this port (0: any free port; overrides node.metrics.port)",
+    )
     parser.set_defaults(func=run)
