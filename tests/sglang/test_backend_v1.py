@@ -270,6 +270,7 @@ def test_prometheus_endpoint_serves_tier_gauges():
     body = (
         urllib.request.urlopen(f"http://127.0.0.1:{backend.metrics_port}/metrics", timeout=5).read().decode()
     )
-    assert 'hicache_mooncake_tier_entries{tier="dram"} 2.0' in body
-    assert 'hicache_mooncake_pages_total{op="set",result="ok"} 2.0' in body
+    labels = 'model="org/demo-model",rank="0"'
+    assert f'hicache_mooncake:tier_entries{{{labels},tier="dram"}} 2.0' in body
+    assert f'hicache_mooncake:pages_total{{{labels},op="set",result="ok"}} 2.0' in body
     backend.close()
