@@ -91,14 +91,14 @@ class TierStatsCollector(Collector):
 
 def _tier(out: _Families, name: str, tier: Mapping[str, Any], placement: Mapping[str, Any]) -> None:
     t = {"tier": name}
-    for key, doc in (
-        ("entries", "Objects held per tier"),
-        ("used_bytes", "Bytes held per tier"),
-        ("capacity_bytes", "Capacity per tier"),
+    for key, family, doc in (
+        ("entries", "tier_entries", "Objects held per tier"),
+        ("used_bytes", "tier_used_bytes", "Bytes held per tier"),
+        ("capacity_bytes", "tier_capacity_bytes", "Capacity per tier"),
     ):
         value = _num(tier, key)
         if value is not None:
-            out.add("gauge", f"tier_{key}", doc, t, value)
+            out.add("gauge", family, doc, t, value)
     evictions = _evictions(name, tier, placement)
     if evictions is not None:
         out.add("counter", "tier_evictions", "Pages that left a tier for lack of room", t, evictions)

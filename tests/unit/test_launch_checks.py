@@ -136,3 +136,12 @@ def test_show_prints_the_effective_configuration(capsys):
     assert shown["io"]["timeout_s"] == config.io.timeout_s and shown["metrics"]["port"] is None
     assert main(["config", "show", "--json", str(path)]) == 0
     assert json.loads(capsys.readouterr().out) == shown
+
+
+def test_the_readme_sizing_example_fits_and_its_limit_is_right():
+    """README "Sizing": 8 ranks, 2 TiB, 100GB host pool per rank, 150GiB DRAM tier per rank."""
+    host = HostMemory(limit=2048 * GiB, available=2000 * GiB)
+    sized = {"page_size": 64, "hicache_size": "100GB"}
+    assert errors(sglang=sized, dram="150GiB", ranks=8, memory=host) == []
+    [message] = errors(sglang=sized, dram="170GiB", ranks=8, memory=host)
+    assert "at most 161.6GiB per rank" in message
