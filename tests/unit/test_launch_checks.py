@@ -87,7 +87,9 @@ def test_a_host_pool_sglang_itself_would_refuse_is_refused():
 def test_without_a_size_the_split_is_warned_about_or_noted():
     tight = HostMemory(limit=64 * GiB, available=60 * GiB)  # SGLang's pools: up to 0.8 x (60 - 10) GiB
     found = findings({"page_size": 64}, ranks=4, dram="8GiB", memory=tight)
-    assert any(level == "warning" and "up to 40.0GiB" in m and "sglang.hicache_size" in m for level, m in found)
+    assert any(
+        level == "warning" and "up to 40.0GiB" in m and "sglang.hicache_size" in m for level, m in found
+    )
     assert not any(level == "warning" for level, _ in findings({"page_size": 64}, 4, "4GiB", tight))
     found = findings({"page_size": 64, "hicache_ratio": 2.0}, ranks=4, dram="4GiB", memory=tight)
     assert any(level == "note" and "unknown before it starts" in m for level, m in found)
