@@ -13,7 +13,8 @@ Families (``hicache_mooncake:`` prefix; counters end in ``_total``):
 - ``tier_checksum_errors_total``: SSD reads whose payload failed its checksum (a miss, never data);
 - ``tier_recovery_seconds``, ``tier_recovered_entries``, ``tier_recovery_skipped_entries{cause}``:
   the SSD index rebuilt at attach;
-- ``tier_degraded``: 1 while a tier reports itself degraded (only for tiers that report it);
+- ``tier_degraded``, ``tier_degraded_episodes_total``: 1 while a tier reports itself degraded, and
+  how often it became so (only for tiers that report it, e.g. an SSD tier whose disk stalls);
 - ``tier_detached``, ``tier_nodes``: the remote pool (metadata service unreachable; live nodes);
 - ``tier_info{io_mode}``: how the SSD tier does its I/O (O_DIRECT or buffered);
 - ``promotions_total`` (pages copied into DRAM from SSD or the pool), ``promotions_skipped_total``
@@ -126,6 +127,8 @@ def _tier(out: _Families, name: str, tier: Mapping[str, Any], placement: Mapping
         out.add(
             "gauge", "tier_degraded", "1 while the tier reports itself degraded", t, float(tier["degraded"])
         )
+    if (episodes := _num(tier, "degraded_episodes")) is not None:
+        out.add("counter", "tier_degraded_episodes", "Times the tier became degraded", t, episodes)
     if isinstance(tier.get("detached"), bool):
         out.add(
             "gauge",

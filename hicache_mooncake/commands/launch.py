@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from hicache_mooncake.commands import UsageError
-from hicache_mooncake.config import load_config_file
+from hicache_mooncake.config import CONFIG_ENV, load_config_file
 from hicache_mooncake.launch_checks import Finding, check
 from hicache_mooncake.launch_command import LaunchCommand, LaunchError, build
 
@@ -48,7 +48,17 @@ def prepare(config: str, rest: list[str]) -> tuple[LaunchCommand, list[Finding]]
         command = build(loaded, rest)
     except LaunchError as exc:
         raise UsageError(str(exc)) from None
-    return command, check(loaded.config, command.ranks_per_host())
+    findings = check(loaded.config, command.ranks_per_host())
+    other = os.environ.get(CONFIG_ENV)
+    if other:
+        findings.append(
+            Finding(
+                "warning",
+                f"${CONFIG_ENV}={other} is set: the backend in SGLang will read that file instead of "
+                f"{loaded.path} (unset it to use one YAML)",
+            )
+        )
+    return command, findings
 
 
 def run(args: argparse.Namespace) -> int:
