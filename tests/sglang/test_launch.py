@@ -135,3 +135,12 @@ def test_launch_replaces_itself_with_sglangs_launch_server(tmp_path):
     assert out.returncode == 1, out.stderr[-3000:]
     assert "--hicache-host-memory-fraction must be in (0, 1]" in out.stderr
     assert "sglang/srt/arg_groups" in out.stderr and "hicache-mooncake launch" not in out.stderr
+
+
+def test_a_config_from_the_environment_is_pointed_out(tmp_path, capsys, monkeypatch):
+    """$HICACHE_MOONCAKE_CONFIG would make the backend read another file than the one launched."""
+    other = tmp_path / "other.yaml"
+    other.write_text("{}\n")
+    monkeypatch.setenv("HICACHE_MOONCAKE_CONFIG", str(other))
+    code, _argv, err = dry_run(capsys, write(tmp_path, {"page_size": 64}), *CPU)
+    assert code == 0 and f"$HICACHE_MOONCAKE_CONFIG={other} is set" in err
