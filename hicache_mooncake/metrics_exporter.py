@@ -94,7 +94,7 @@ class MetricsExporter:
         self.port = int(server.server_address[1])
         self._thread = threading.Thread(
             target=server.serve_forever,
-            kwargs={"poll_interval": 0.5},
+            kwargs={"poll_interval": 0.2},
             name=f"hicache-{self.role}-metrics",
             daemon=True,
         )
