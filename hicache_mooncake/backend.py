@@ -44,7 +44,7 @@ from hicache_mooncake.host_cache.mode import use_host_cache  # noqa: E402
 from hicache_mooncake.host_memory import HostRangeError  # noqa: E402
 from hicache_mooncake.hybrid import SidecarIO  # noqa: E402
 from hicache_mooncake.keys import KeySpace, RankInfo  # noqa: E402
-from hicache_mooncake.metrics import BackendMetrics  # noqa: E402
+from hicache_mooncake.metrics import BackendMetrics, backend_labels  # noqa: E402
 from hicache_mooncake.object_split import max_object_bytes  # noqa: E402
 from hicache_mooncake.pools import PoolSet, RegisteredPool  # noqa: E402
 from hicache_mooncake.pools.names import KV, pool_name  # noqa: E402
@@ -87,7 +87,10 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         self.rank_tag = f"rank{r.tp_rank}_{r.pp_rank}_{r.cp_rank}_{dp_rank}"
         self.host_cache, why = use_host_cache(self.config, is_mla, self.ranks.tp_size)
         self.store = build_client_store(self.config, self.rank_tag, self.host_cache)
-        self.metrics = BackendMetrics(self.store.stats)
+        self.metrics = BackendMetrics(
+            self.store.stats, backend_labels(self.model_name, r, dp_rank, SGLANG_VERSION)
+        )
+        self.metrics.instrument(self.store.tiers)
         self.sidecars = SidecarIO(
             self.store,
             self.pools,
@@ -100,12 +103,13 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         self.metrics_port: int | None = None
         if self.config.metrics.port is not None:
             try:
-                self.metrics_port = self.metrics.serve(self.config.metrics.host, self.config.metrics.port)
+                self.metrics_port = self.metrics.serve(self.config.metrics, self._health)
             except OSError as exc:
                 self.store.close()
-                raise RuntimeError(
-                    f"metrics.port {self.config.metrics.port} on {self.config.metrics.host}: {exc}"
-                ) from exc
+                raise RuntimeError(str(exc)) from exc
+            log.info(
+                "hicache-mooncake metrics: http://%s:%d/metrics", self.config.metrics.host, self.metrics_port
+            )
         if is_mla and self.ranks.tp_size > 1 and not self.host_cache and not self.config.tiers.remote.enabled:
             log.warning(
                 "MLA with tp_size=%d and %s: only TP rank 0 stores, and no tier is shared between rank "
@@ -390,6 +394,10 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             prefetch_bandwidth=samples["prefetch_bandwidth"],
             backup_bandwidth=samples["backup_bandwidth"],
         )
+
+    def _health(self) -> tuple[bool, dict[str, Any]]:
+        """``/healthz``: cheap (no tier I/O); unhealthy once closed."""
+        return not self._closed, {"model": self.model_name, "rank": self.metrics.labels.rank}
 
     def tier_stats(self) -> dict[str, Any]:
         """Per-tier figures plus failure counts (for operators; SGLang does not call this)."""

@@ -550,6 +550,7 @@ class TieredStore:
                 for key in keys:
                     self.ssd.remove(key)
             self.counts["dropped"] += len(drops)
+            self.counts.update(f"dropped_{tier}" for _key, tier in drops)  # per tier: evictions (metrics)
         if demote:
             self.counts["demotions"] += len(demote)
             if self.mover is not None:

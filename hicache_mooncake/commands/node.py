@@ -25,6 +25,7 @@ from typing import Any
 from hicache_mooncake.commands import UsageError
 from hicache_mooncake.config import load_config_file
 from hicache_mooncake.config.cluster import NodeSection
+from hicache_mooncake.metrics_node import serve_node_metrics
 from hicache_mooncake.store_builder import build_node_store
 from hicache_mooncake.transport.arena_files import collect_stale
 from hicache_mooncake.transport.metadata import MetadataConfig, make_metadata
@@ -89,23 +90,14 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     server.start()
+    metrics_cfg = node_cfg.metrics
+    if args.metrics_port is not None:
+        metrics_cfg = metrics_cfg.model_copy(update={"port": args.metrics_port})
+    exporter = serve_node_metrics(server, metrics_cfg)
     while not stop.wait(0.5):
         pass
     server.drain()
+    if exporter is not None:
+        exporter.close()
     metadata.close()
     return 0
-
-
-def register(sub: Any) -> None:
-    parser = sub.add_parser("node", help="run a memory node (remote DRAM pool) until SIGTERM")
-    parser.add_argument(
-        "--config", default=None, help="YAML with node: and metadata: sections (@ prefix allowed)"
-    )
-    parser.add_argument(
-        "--gc",
-        action="store_true",
-        help="remove arenas of dead nodes from node.shm_dir (default /dev/shm) and exit",
-    )
-    parser.add_argument("--port", type=int, default=None, help="override node.port")
-    parser.add_argument("--ready-file", default=None, help="write 'host port' here once listening")
-    parser.set_defaults(func=run)

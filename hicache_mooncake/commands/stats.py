@@ -1,53 +1,189 @@
-"""``hicache-mooncake stats``: what each tier of a running backend holds, read from its Prometheus
-endpoint (``metrics.port`` in the YAML), or offline from an SSD tier directory."""
+"""``hicache-mooncake stats``: what every rank (and memory node) of this host holds and did, per tier.
+
+Finds the serving processes in the metrics discovery directory (each rank and node with a metrics
+port writes its URL there: ``metrics.discovery_dir``; ``--config FILE`` reads it from a YAML,
+``--dir`` names it), or reads the ``--url`` given (repeatable). Prints one row per rank and tier
+plus the sum over ranks, then the memory nodes; ``--json`` prints the same figures as JSON.
+Latencies are estimated from the ``tier_op_seconds`` histogram buckets (p50 / p99).
+"""
 
 from __future__ import annotations
 
 import argparse
-import urllib.error
-import urllib.request
-from collections import defaultdict
+import json
+import sys
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from hicache_mooncake import metrics_discovery
 from hicache_mooncake.commands import UsageError
+from hicache_mooncake.config import load_config_file
+from hicache_mooncake.metrics_scrape import EndpointReport, ScrapeError, scrape
 from hicache_mooncake.sizes import format_size
+
+_SUMMED = (
+    "entries",
+    "used_bytes",
+    "capacity_bytes",
+    "hits",
+    "misses",
+    "read_bytes",
+    "written_bytes",
+    "evictions",
+)
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser(
-        "stats", help="per-tier entries and bytes of a running backend (Prometheus endpoint)"
+        "stats",
+        help="per-tier figures of every rank (and memory node) of this host, from their metrics endpoints",
+        description=__doc__,
     )
-    parser.add_argument("--url", default="http://127.0.0.1:9400/metrics", help="the backend's metrics URL")
-    parser.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the endpoint")
+    parser.add_argument(
+        "--url",
+        action="append",
+        default=None,
+        help="a metrics URL to read (repeatable); default: discover them",
+    )
+    parser.add_argument("--config", default=None, help="YAML whose metrics.discovery_dir to look in")
+    parser.add_argument("--dir", default=None, help="discovery directory to look in")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    parser.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for each endpoint")
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        with urllib.request.urlopen(args.url, timeout=args.timeout) as response:
-            text = response.read().decode()
-    except (urllib.error.URLError, OSError) as exc:
-        raise UsageError(f"cannot read {args.url}: {exc}") from None
-    tiers: dict[str, dict[str, float]] = defaultdict(dict)
-    pages: dict[tuple[str, str], float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if family.name.startswith("hicache_mooncake_tier_"):
-                tiers[sample.labels["tier"]][family.name.removeprefix("hicache_mooncake_tier_")] = (
-                    sample.value
-                )
-            elif sample.name == "hicache_mooncake_pages_total":
-                pages[(sample.labels["op"], sample.labels["result"])] = sample.value
-    if not tiers:
-        raise UsageError(f"{args.url} has no hicache_mooncake metrics (is it the backend's metrics.port?)")
-    print(f"{'tier':8s} {'entries':>10s} {'used':>10s} {'capacity':>10s}")
-    for name, values in tiers.items():
-        print(
-            f"{name:8s} {int(values.get('entries', 0)):>10d} {format_size(values.get('used_bytes', 0)):>10s}"
-            f" {format_size(values.get('capacity_bytes', 0)):>10s}"
+def _urls(args: argparse.Namespace) -> list[str]:
+    if args.url:
+        return list(args.url)
+    configured = args.dir or (
+        load_config_file(args.config).config.metrics.discovery_dir if args.config else ""
+    )
+    directory = metrics_discovery.resolve_dir(configured)
+    found = metrics_discovery.endpoints(directory)
+    if not found:
+        raise UsageError(
+            f"no rank or node of this host serves metrics (nothing registered in {directory}); set metrics.port "
+            "in the YAML, or pass --url"
         )
-    for (op, result), value in sorted(pages.items()):
-        print(f"pages {op:4s} {result:7s} {int(value)}")
+    return [e.url for e in found]
+
+
+def run(args: argparse.Namespace) -> int:
+    reports: list[EndpointReport] = []
+    problems: list[str] = []
+    for url in _urls(args):
+        try:
+            reports.append(scrape(url, args.timeout))
+        except ScrapeError as exc:
+            problems.append(str(exc))
+    if not reports:
+        raise UsageError("; ".join(problems))
+    for problem in problems:
+        print(f"hicache-mooncake stats: {problem}", file=sys.stderr)
+    ranks = sorted(
+        (r for r in reports if "rank" in r.labels), key=lambda r: (r.labels.get("model", ""), _int(r))
+    )
+    nodes = [r for r in reports if "rank" not in r.labels]
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "ranks": [r.as_dict() for r in ranks],
+                    "total": _total(ranks),
+                    "nodes": [n.as_dict() for n in nodes],
+                    "unreachable": problems,
+                },
+                indent=2,
+            )
+        )
+        return 0
+    _print_ranks(ranks)
+    _print_nodes(nodes)
     return 0
+
+
+def _int(report: EndpointReport) -> int:
+    try:
+        return int(report.labels.get("rank", "0"))
+    except ValueError:
+        return 0
+
+
+def _total(ranks: list[EndpointReport]) -> dict[str, dict[str, float]]:
+    total: dict[str, dict[str, float]] = {}
+    for report in ranks:
+        for tier, values in report.tiers.items():
+            into = total.setdefault(tier, {})
+            for key in _SUMMED:
+                if isinstance(values.get(key), int | float):
+                    into[key] = into.get(key, 0) + values[key]
+    return total
+
+
+_HEADER = (
+    f"{'rank':>4s} {'tier':8s} {'entries':>9s} {'used':>9s} {'capacity':>9s} {'hit%':>6s} {'hits':>8s} "
+    f"{'misses':>8s} {'read':>9s} {'written':>9s} {'evicted':>8s} {'refused':>8s} {'get p50/p99':>16s}"
+)
+
+
+def _row(rank: str, tier: str, v: dict[str, Any]) -> str:
+    hits, misses = v.get("hits", 0), v.get("misses", 0)
+    hit_rate = f"{100 * hits / (hits + misses):.1f}" if hits + misses else "-"
+    # causes where the tier counts them, otherwise the keys its sets did not store
+    refused = sum(v["refusals"].values()) if "refusals" in v else v.get("write_failures", 0)
+    latency = v.get("latency_s", {}).get("get", {})
+    lat = "/".join(_ms(latency.get(p)) for p in ("p50", "p99")) if latency else "-"
+    flags = "".join(f" {k}" for k in ("degraded", "detached") if v.get(k))
+    return (
+        f"{rank:>4s} {tier:8s} {int(v.get('entries', 0)):>9d} {format_size(v.get('used_bytes', 0)):>9s} "
+        f"{format_size(v.get('capacity_bytes', 0)):>9s} {hit_rate:>6s} {int(hits):>8d} {int(misses):>8d} "
+        f"{format_size(v.get('read_bytes', 0)):>9s} {format_size(v.get('written_bytes', 0)):>9s} "
+        f"{int(v.get('evictions', 0)):>8d} {int(refused):>8d} {lat:>16s}{flags}"
+    )
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.2f}ms"
+
+
+def _print_ranks(ranks: list[EndpointReport]) -> None:
+    if not ranks:
+        return
+    for model in dict.fromkeys(r.labels.get("model", "") for r in ranks):
+        group = [r for r in ranks if r.labels.get("model", "") == model]
+        print(f"model {model}: {len(group)} rank(s)")
+        print(_HEADER)
+        for report in group:
+            for tier, values in report.tiers.items():
+                print(_row(report.labels.get("rank", "?"), tier, values))
+        if len(group) > 1:
+            for tier, values in _total(group).items():
+                print(_row("all", tier, values))
+        for report in group:
+            pages = report.process.get("pages", {})
+            moved = " ".join(
+                f"{op} {result} {n}"
+                for op, results in sorted(pages.items())
+                for result, n in sorted(results.items())
+            )
+            extra = " ".join(
+                f"{k} {report.process[k]}"
+                for k in ("promotions", "demotions", "placement_refused", "mover_queue_depth")
+                if k in report.process
+            )
+            print(
+                f"rank {report.labels.get('rank', '?')}: pages {moved or '-'}"
+                + (f"; {extra}" if extra else "")
+            )
+
+
+def _print_nodes(nodes: list[EndpointReport]) -> None:
+    for node in nodes:
+        p = node.process
+        requests = " ".join(f"{op} {n}" for op, n in sorted(p.get("requests", {}).items()))
+        print(
+            f"node {node.labels.get('node', node.url)}: {int(p.get('entries', 0))} objects, "
+            f"{format_size(p.get('used_bytes', 0))} of {format_size(p.get('capacity_bytes', 0))}, "
+            f"{int(p.get('connections', 0))} connections; requests {requests or '-'}"
+        )
+        for tier, values in node.tiers.items():
+            print(_row("node", tier, values))

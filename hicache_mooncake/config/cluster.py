@@ -15,11 +15,17 @@ from hicache_mooncake.transport.metadata import MetadataConfig
 from hicache_mooncake.transport.node_config import NodeConfig
 from hicache_mooncake.transport.rdma_options import RdmaOptions
 
+from .metrics import ExporterConfig
+
 __all__ = ["MetadataConfig", "MooncakeSection", "NodeSection", "RdmaClientConfig", "RemoteTierConfig"]
 
 
 class NodeSection(NodeConfig):
-    """``NodeConfig`` with sizes accepted as strings (``"4GiB"``)."""
+    """``NodeConfig`` with sizes accepted as strings (``"4GiB"``), plus the node's metrics endpoint."""
+
+    metrics: ExporterConfig = ExporterConfig()
+    """The node's own ``/metrics`` and ``/healthz`` (``hicache-mooncake node --metrics-port`` overrides
+    the port)."""
 
     @field_validator("capacity", "slab_size", "max_meta", "max_payload", mode="before")
     @classmethod

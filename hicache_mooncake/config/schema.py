@@ -19,6 +19,8 @@ from hicache_mooncake.tiers.policy import policy_names
 
 from .cluster import MetadataConfig, NodeSection, RemoteTierConfig
 from .host_cache import HostCacheConfig
+from .metrics import MetricsConfig
+from .sglang_section import SglangSection
 from .ssd import SsdTierConfig
 
 ByteSize = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
@@ -145,13 +147,6 @@ class IoConfig(StrictModel):
     transfers are split into calls of this many pages."""
 
 
-class MetricsConfig(StrictModel):
-    port: int | None = Field(default=None, ge=0, le=65535)
-    """Serve Prometheus metrics on this port (0: any free port); None: do not serve."""
-    host: str = "127.0.0.1"
-    """Address of the metrics endpoint (loopback unless you mean it)."""
-
-
 class BackendConfig(StrictModel):
     """The whole document. Loader keys first, then SGLang's own keys, then ours."""
 
@@ -190,6 +185,9 @@ class BackendConfig(StrictModel):
     """Cluster metadata (membership of memory nodes): embedded or redis. Used by tiers.remote."""
     node: NodeSection | None = None
     """Memory-node settings, read by ``hicache-mooncake node``; ignored by the backend."""
+    sglang: SglangSection | None = None
+    """SGLang's own HiCache flags, read by ``hicache-mooncake launch`` (and ``config validate``);
+    ignored by the backend."""
 
     @model_validator(mode="before")
     @classmethod

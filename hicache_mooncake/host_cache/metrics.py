@@ -1,17 +1,14 @@
-"""Prometheus metrics of the host cache service (``host_cache.metrics_port``): its tiers (entries,
-bytes, capacity, as a backend exports them) and its per-client accounting (requests, reservations,
-commits, lookups and hits per connected client process), read from the server's stats at scrape."""
+"""The host cache service's per-client accounting as Prometheus families (requests, reservations,
+commits, lookups and hits per connected client process), read from the server's stats at scrape;
+served with the service's tiers by ``metrics_node.serve_node_metrics`` on ``host_cache.metrics_port``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-
-from hicache_mooncake.metrics import TierCollector
 
 _PER_CLIENT: tuple[str, ...] = (
     "requests",
@@ -55,12 +52,3 @@ class ClientCollector(Collector):
             "clients whose last connection closed",
             value=float(stats.get("departed", {}).get("clients", 0)),
         )
-
-
-def serve_metrics(server_stats: Callable[[], dict[str, Any]], port: int, host: str = "127.0.0.1") -> int:
-    """Serve the service's metrics; returns the port (0 picks a free one)."""
-    registry = CollectorRegistry(auto_describe=True)
-    registry.register(ClientCollector(server_stats))
-    registry.register(TierCollector(lambda: server_stats().get("store", {}).get("tiers", {})))
-    http, _thread = start_http_server(port, addr=host, registry=registry)
-    return int(http.server_address[1])

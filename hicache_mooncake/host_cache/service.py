@@ -66,11 +66,17 @@ class HostCacheService:
 
     def run(self) -> int:
         self.server.start()
-        port = self.config.host_cache.metrics_port
-        if port is not None:
-            from .metrics import serve_metrics
+        from hicache_mooncake.config.metrics import ExporterConfig
+        from hicache_mooncake.metrics_node import serve_node_metrics
 
-            log.info("metrics on 127.0.0.1:%d", serve_metrics(self.server.stats, port))
+        from .metrics import ClientCollector
+
+        exporter = serve_node_metrics(
+            self.server,
+            ExporterConfig(port=self.config.host_cache.metrics_port),
+            "host-cache",
+            ClientCollector(self.server.stats),
+        )
         idle_limit = self.config.host_cache.idle_timeout_s
         last_client = time.monotonic()
         log.info("host cache %s serving on %s (pid %d)", self.paths.name, self.paths.socket, os.getpid())
@@ -81,6 +87,8 @@ class HostCacheService:
                 log.info("no client for %.0f s: stopping", idle_limit)
                 break
         self.server.drain()
+        if exporter is not None:
+            exporter.close()
         os.close(self._lock_fd)
         return 0
 

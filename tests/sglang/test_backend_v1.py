@@ -263,6 +263,8 @@ def test_clear_drops_everything():
 def test_prometheus_endpoint_serves_tier_gauges():
     import urllib.request
 
+    from prometheus_client.parser import text_string_to_metric_families
+
     extra = small_extra()
     extra["metrics"] = {"port": 0}
     backend, host = make_backend(extra=extra)
@@ -270,6 +272,12 @@ def test_prometheus_endpoint_serves_tier_gauges():
     body = (
         urllib.request.urlopen(f"http://127.0.0.1:{backend.metrics_port}/metrics", timeout=5).read().decode()
     )
-    assert 'hicache_mooncake_tier_entries{tier="dram"} 2.0' in body
-    assert 'hicache_mooncake_pages_total{op="set",result="ok"} 2.0' in body
+    found = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
+    rank = (("model", "org/demo-model"), ("rank", "0"))
+    assert found[("hicache_mooncake:tier_entries", (*rank, ("tier", "dram")))] == 2
+    assert found[("hicache_mooncake:pages_total", (rank[0], ("op", "set"), rank[1], ("result", "ok")))] == 2
     backend.close()
