@@ -147,8 +147,11 @@ def _page(s: SglangSection) -> list[Finding]:
 def _memory(config: BackendConfig, s: SglangSection, ranks: int, mem: HostMemory) -> list[Finding]:
     out: list[Finding] = []
     dram = config.tiers.dram.capacity if config.tiers.dram.enabled else 0
-    dram_total = dram * ranks
-    per = f" x {ranks} ranks" if ranks > 1 else ""
+    # the host cache is one arena for the whole host; otherwise every rank allocates its own
+    # (with ``auto`` an MLA model at TP > 1 also shares one: the check stays on the safe side)
+    shared = config.tiers.host_cache == "on"
+    dram_total = dram if shared else dram * ranks
+    per = f" x {ranks} ranks" if ranks > 1 and not shared else ""
     if dram_total > mem.limit:
         out.append(
             Finding(
