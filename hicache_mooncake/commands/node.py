@@ -101,3 +101,24 @@ def run(args: argparse.Namespace) -> int:
         exporter.close()
     metadata.close()
     return 0
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("node", help="run a memory node (remote DRAM pool) until SIGTERM")
+    parser.add_argument(
+        "--config", default=None, help="YAML with node: and metadata: sections (@ prefix allowed)"
+    )
+    parser.add_argument(
+        "--gc",
+        action="store_true",
+        help="remove arenas of dead nodes from node.shm_dir (default /dev/shm) and exit",
+    )
+    parser.add_argument("--port", type=int, default=None, help="override node.port")
+    parser.add_argument("--ready-file", default=None, help="write 'host port' here once listening")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve /metrics and /healthz on this port (0: any free port; overrides node.metrics.port)",
+    )
+    parser.set_defaults(func=run)
