@@ -58,12 +58,14 @@ class NodeStatsCollector(Collector):
         if isinstance(stats.get("draining"), bool):
             out.add("gauge", "node_draining", "1 while the node drains (SIGTERM)", {}, stats["draining"])
         store = stats.get("store") if isinstance(stats.get("store"), dict) else {}
-        tiered = any(isinstance(v, dict) and "tier" in v for v in (store or {}).values())
-        if store and not tiered:
+        # a node serving the one store (``ArenaStore``) reports its per-tier figures under "tiers"
+        tiers = store.get("tiers") if isinstance(store.get("tiers"), dict) else store
+        tiered = any(isinstance(v, dict) and "tier" in v for v in (tiers or {}).values())
+        if store:
             _flat_store(out, store)
         yield from out
-        if store and tiered:
-            yield from TierStatsCollector(lambda: store, self._base).collect()
+        if tiered:
+            yield from TierStatsCollector(lambda: tiers, self._base).collect()
 
 
 def _items(value: Any) -> list[tuple[str, float]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -266,7 +267,9 @@ def test_per_client_accounting_is_in_the_stats_and_the_metrics(host_cache: Priva
         assert mine["lookup_hits"] == 3 and mine["lookup_hit_bytes"] == 3 * 8192
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert f'hicache_mooncake_host_cache_client_committed_total{{client="pid:{os.getpid()}"}} 3.0' in text
-        assert 'hicache_mooncake_tier_entries{tier="dram"} 3.0' in text
+        assert re.search(r'hicache_mooncake:tier_entries\{[^}]*tier="dram"[^}]*\} 3\.0', text), text
+        health = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
+        assert health.status == 200
     finally:
         store.close()
 

@@ -118,7 +118,7 @@ def test_a_hybrid_models_states_are_shared_through_the_pool_with_their_type(
     groups = [kv_mamba_group(), kv_mamba_group()]
     a, b = (hybrid_backend(g, extra=extra) for g in groups)
     deadline = time.monotonic() + 10
-    while any(len(be.store.tier("remote").client.nodes()) < 2 for be in (a, b)):
+    while any(len(be.store.tier("remote").provider.client.nodes()) < 2 for be in (a, b)):
         assert time.monotonic() < deadline, "clients did not see both nodes"
         time.sleep(0.05)
     hashes = page_hashes(4, "y")
@@ -132,7 +132,7 @@ def test_a_hybrid_models_states_are_shared_through_the_pool_with_their_type(
     hit = b.batch_exists_v2(hashes, [transfer(PoolName.MAMBA, ["x"])])
     assert hit.kv_hit_pages == 4 and hit.restorable_prefix_pages == [4]
     state_key = b.pools.get("mamba").keys.key(hashes[-1])
-    (ref,) = b.store.tier("remote").client.lookup_batch([state_key])
+    (ref,) = b.store.tier("remote").provider.client.lookup_batch([state_key])
     assert ref.found and ref.obj_type == ObjectType.MAMBA_STATE
     kv_b, mamba_b = groups[1].get_pool(PoolName.KV), groups[1].get_pool(PoolName.MAMBA)
     dst, dst_slot = kv_b.alloc(4 * PS), mamba_b.alloc(1)
