@@ -82,12 +82,12 @@ class ArenaStore:
 
     def lookup(self, items: Sequence[tuple[str, int]], deadline: float) -> list[SlotRef]:
         keys = [k for k, _ in items]
-        located = self.store.locate_batch(keys, [n for _, n in items], deadline)
+        located = self.store.served.locate_batch(keys, [n for _, n in items], deadline)
         return [self._ref(loc) if loc is not None else SlotRef(False) for loc in located]
 
     def pin(self, items: Sequence[tuple[str, int]], deadline: float) -> list[PinnedBody | None]:
         keys = [k for k, _ in items]
-        located = self.store.locate_batch(keys, [n for _, n in items], deadline)
+        located = self.store.served.locate_batch(keys, [n for _, n in items], deadline)
         hits = [i for i, loc in enumerate(located) if loc is not None]
         out: list[PinnedBody | None] = [None] * len(items)
         stray = []
@@ -133,7 +133,7 @@ class ArenaStore:
             [items[i][1] for i in mine],
             obj_type=_obj_type(items[mine[0]][2]),
         )
-        got = self.store.reserve_batch(keys, ctxs, deadline)
+        got = self.store.served.reserve_batch(keys, ctxs, deadline)
         w = self.dram.wire_offset
         with self._lock:
             for i, ctx, res in zip(mine, ctxs, got, strict=True):
@@ -163,13 +163,15 @@ class ArenaStore:
         out = [False] * len(items)
         taken = self._take(items, owner)
         if taken:
-            done = self.store.commit_batch([r for _, r, _ in taken], [c for _, _, c in taken], deadline)
+            done = self.store.served.commit_batch(
+                [r for _, r, _ in taken], [c for _, _, c in taken], deadline
+            )
             for (i, _, _), ok in zip(taken, done, strict=True):
                 out[i] = ok
         return out
 
     def abort(self, items: Sequence[tuple[str, int]], owner: object) -> None:
-        self.store.abort_batch([r for _, r, _ in self._take(items, owner)])
+        self.store.served.abort_batch([r for _, r, _ in self._take(items, owner)])
 
     def writable(self, offset: int, length: int) -> bool:
         start = offset - self.dram.wire_offset(0)
@@ -187,7 +189,7 @@ class ArenaStore:
         with self._lock:
             mine = [k for k, e in self._pending.items() if e is not None and e[1] is owner]
             reservations = [self._pending.pop(k)[0] for k in mine]  # type: ignore[index]
-        self.store.abort_batch(reservations)
+        self.store.served.abort_batch(reservations)
         return len(reservations)
 
     # ------------------------------------------------------------------ the rest
@@ -218,5 +220,5 @@ class ArenaStore:
             self._closed = True
             left = [e[0] for e in self._pending.values() if e is not None]
             self._pending.clear()
-        self.store.abort_batch(left)
+        self.store.served.abort_batch(left)
         self.store.close(self.flush_on_close_s)

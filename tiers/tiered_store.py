@@ -20,11 +20,9 @@ once per key (``set`` / ``hit``). This class moves bytes as told:
   when DRAM has no free slot does a set run queued moves itself (``wait_for_room``), and never past
   its deadline.
 
-Served arenas (the host cache, memory nodes: ``arena_store.ArenaStore`` serves this store to
-clients that copy bytes themselves): ``reserve_batch`` hands out DRAM slots (room is made as for a
-set), ``commit_batch`` publishes them and asks the placement (``TierPlacement.set``, one call per
-key, exactly as a set), ``locate_batch`` answers where pages live in DRAM after bringing SSD or pool
-hits into reserved DRAM slots (placement ``hit``, promoted). One policy decides for every client.
+Served arenas (the host cache, memory nodes): ``served_arena.ServedArena`` (``store.served``) is
+this store's face for clients that copy bytes themselves: DRAM slots reserved and committed through
+the same placement (one policy call per key), lookups that bring SSD or pool hits into DRAM first.
 
 Deadlines: every call runs under ``timeout_s`` (``io.timeout_s``) unless given an absolute
 ``deadline`` (``time.monotonic()``); tiers get the deadline and report unfinished work as misses
@@ -52,12 +50,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .dram_tier import DramTier, Located, Reservation
+from .dram_tier import DramTier
 from .mover import Mover
 from .parts import Parts
 from .policy import AccessContext, EvictionPolicy, ObjectType
 from .policy.contexts import get_contexts, miss_context, set_contexts
 from .policy.placement import DRAM, SSD, SetOutcome, TierPlacement
+from .served_arena import ServedArena
 from .ssd_tier import SsdTier
 from .tier import Tier
 
@@ -119,6 +118,7 @@ class TieredStore:
             self.ssd.engine.keep = self._ssd_copy_needed
         if capacity is not None:
             self._placement_for(0)
+        self.served = ServedArena(self)
 
     # ------------------------------------------------------------------ placement
     @property
@@ -316,14 +316,6 @@ class TieredStore:
         the placement knows every page DRAM holds before it frees room."""
         with contextlib.suppress(RuntimeError, TimeoutError):
             self._worker.submit(lambda: None).result(min(max(0.0, deadline - time.monotonic()), 3600.0))
-
-    def _note_dram_hits_later(self, keys: Sequence[str], ctxs: Sequence[AccessContext], nbytes: int) -> None:
-        """``_note_dram_hits`` and its consequences, on the worker (after a served lookup)."""
-        try:
-            self._apply(*self._note_dram_hits(keys, ctxs, nbytes))
-        except Exception:
-            self.counts["bookkeeping_errors"] += 1
-            log.exception("placement bookkeeping of a served read failed")
 
     def _note_reads(
         self,
@@ -557,256 +549,6 @@ class TieredStore:
                 self.mover.demote_later(demote)
             elif self.dram is not None:  # no SSD: nothing to demote to (the placement never asks)
                 self.dram.remove_batch(list(demote))
-
-    # ------------------------------------------------------------------ served arenas
-    def reserve_batch(
-        self, keys: Sequence[str], ctxs: Sequence[AccessContext], deadline: float | None = None
-    ) -> list[Reservation | bool]:
-        """DRAM slots for pages a client copies in itself. Per key: True when DRAM holds it
-        already (nothing to copy; the set is told to the placement now), a ``Reservation`` to fill
-        and then ``commit_batch`` or ``abort_batch``, False when no room was found in time.
-        ``ctxs``: the set contexts (``set_contexts``), sizes included."""
-        if self.dram is None or not keys:
-            return [False] * len(keys)
-        dram = self.dram
-        deadline = self._deadline(deadline)
-        held = dram.contains_batch(keys)
-        out: list[Reservation | bool] = list(held)
-        old = [i for i, h in enumerate(held) if h]
-        if old:
-            _outcomes, drops, demote = self._decide_sets(
-                [keys[i] for i in old], [ctxs[i] for i in old], ctxs[old[0]].size
-            )
-            self._apply(drops, demote)
-        got: dict[int, Reservation] = {}
-        attempt = self._reserver(dram, keys, ctxs, got)
-        new = [i for i, h in enumerate(held) if not h]
-        if new:
-            failed = self._with_dram_room(ctxs, new, attempt, deadline)
-            self.counts["reservations_no_room"] += len(failed)
-        for i, res in got.items():
-            out[i] = res
-        return out
-
-    @staticmethod
-    def _reserver(
-        dram: DramTier, keys: Sequence[str], ctxs: Sequence[AccessContext], into: dict[int, Reservation]
-    ) -> Callable[[list[int]], list[bool]]:
-        """An ``attempt`` for ``_with_dram_room`` that reserves DRAM slots ``into`` a dict."""
-
-        def attempt(missing: list[int]) -> list[bool]:
-            got = dram.reserve([(keys[i], ctxs[i].size, int(ctxs[i].obj_type)) for i in missing])
-            for i, res in zip(missing, got, strict=True):
-                if res is not None:
-                    into[i] = res
-            return [res is not None for res in got]
-
-        return attempt
-
-    def commit_batch(
-        self,
-        reservations: Sequence[Reservation],
-        ctxs: Sequence[AccessContext],
-        deadline: float | None = None,
-    ) -> list[bool]:
-        """Publish filled reservations (visible at once), then place them exactly as a set would
-        (one placement call per key): a page the policy refuses is removed again (True: a
-        decision, not a failure); write-through copies and pool tiers follow as for ``put_batch``.
-        The placement runs on the worker after the caller returns (it costs the writer nothing),
-        unless pools take copies. False: not stored."""
-        if self.dram is None or not reservations:
-            return [False] * len(reservations)
-        deadline = self._deadline(deadline)
-        located = self.dram.publish(reservations)
-        live = [(reservations[i].key, ctxs[i]) for i, loc in enumerate(located) if loc is not None]
-        if live:
-            if any(p.write_through for p in self.pools):
-                self._place_committed(live, deadline)
-            else:
-                with contextlib.suppress(RuntimeError):  # closing: nothing to place any more
-                    self._worker.submit(self._place_committed_later, live, deadline)
-        return [loc is not None for loc in located]
-
-    def _place_committed_later(self, live: Sequence[tuple[str, AccessContext]], deadline: float) -> None:
-        try:
-            self._place_committed(live, deadline)
-        except Exception:
-            self.counts["bookkeeping_errors"] += 1
-            log.exception("placement of served sets failed")
-
-    def _place_committed(self, live: Sequence[tuple[str, AccessContext]], deadline: float) -> None:
-        assert self.dram is not None
-        keys = [k for k, _ in live]
-        live_ctxs = [c for _, c in live]
-        outcomes, drops, demote = self._decide_sets(keys, live_ctxs, live_ctxs[0].size)
-        dropped = {key for key, _tier in drops}
-        unwanted = [k for k, o in zip(keys, outcomes, strict=True) if o == SetOutcome.REFUSED or k in dropped]
-        self.dram.remove_batch(unwanted)
-        self._apply(drops, demote)
-        if self.mover is not None and self.options.ssd_write_through:
-            self.mover.copy_later(
-                [k for k, o in zip(keys, outcomes, strict=True) if o == SetOutcome.NEW_DRAM]
-            )
-        gone = set(unwanted)
-        self._copy_to_pools([(k, c) for k, c in live if k not in gone], deadline)
-
-    def abort_batch(self, reservations: Sequence[Reservation]) -> None:
-        if self.dram is not None:
-            self.dram.cancel(reservations)
-
-    def _copy_to_pools(self, items: Sequence[tuple[str, AccessContext]], deadline: float) -> None:
-        """Write-through pools get the DRAM copies of ``items`` they lack."""
-        pools = [p for p in self.pools if p.write_through]
-        if not pools or not items or self.dram is None:
-            return
-        pinned = [p for p in self.dram.pin_entries([k for k, _ in items]) if p is not None]
-        try:
-            ctx_of = dict(items)
-            for pool in pools:
-                found = pool.contains_batch([p.key for p in pinned])
-                todo = [p for p, f in zip(pinned, found, strict=True) if not f]
-                if todo:
-                    pool.put_batch([(p.key, [p.data.data], ctx_of[p.key]) for p in todo], deadline=deadline)
-        finally:
-            self.dram.release(pinned)
-
-    def locate_batch(
-        self,
-        keys: Sequence[str],
-        sizes: Sequence[int],
-        deadline: float | None = None,
-        obj_type: ObjectType = ObjectType.KV_PAGE,
-    ) -> list[Located | None]:
-        """Where each page lives in DRAM, for a client that copies it out itself (``sizes``: the
-        expected sizes, 0 = any). Pages another tier holds (SSD, pool) are first read into
-        reserved DRAM slots within the deadline. Results after the first page no tier could
-        serve are None (SGLang uses only the leading run). One placement call per page read."""
-        if self.dram is None or not keys:
-            return [None] * len(keys)
-        dram = self.dram
-        deadline = self._deadline(deadline)
-        located: list[Located | None] = dram.locate(keys, sizes)
-        level_of: list[Tier | None] = [dram if loc is not None else None for loc in located]
-        pending = [i for i, loc in enumerate(located) if loc is None]
-        for tier in self.tiers:
-            if not pending:
-                break
-            if tier is dram:
-                continue
-            found = tier.contains_batch([keys[i] for i in pending])
-            for i, ok in zip(pending, found, strict=True):
-                if ok:
-                    level_of[i] = tier
-            pending = [i for i, ok in zip(pending, found, strict=True) if not ok]
-        stop = pending[0] if pending else len(keys)
-        want = [i for i in range(stop) if located[i] is None]
-        with self._lock:
-            request_len = self._request_len.get(keys[0], 0)
-        real = [loc.nbytes if loc is not None else sizes[i] for i, loc in enumerate(located)]
-        if not want and stop == len(keys):
-            # all in DRAM (the common hit): answer now, note the hits while the client copies
-            ctxs = get_contexts(keys, real, request_len, obj_type=obj_type)
-            with contextlib.suppress(RuntimeError):  # closing: nothing to note any more
-                self._worker.submit(self._note_dram_hits_later, keys, ctxs, real[0])
-            return located
-        if want:
-            real = self._staged_sizes(keys, sizes, want, level_of, real)
-        ctxs = get_contexts(keys, real, request_len, obj_type=obj_type)
-        if want:
-            for i, loc in self._stage(keys, ctxs, want, level_of, deadline).items():
-                located[i] = loc
-        first_miss = next((i for i, loc in enumerate(located) if loc is None), len(keys))
-        located[first_miss:] = [None] * (len(keys) - first_miss)
-        refused = self._note_located(keys, ctxs, located, level_of)
-        if refused:
-            dram.remove_batch(refused)
-            gone = set(refused)
-            located = [
-                None if loc is not None and k in gone else loc for k, loc in zip(keys, located, strict=True)
-            ]
-        return located
-
-    def _staged_sizes(
-        self,
-        keys: Sequence[str],
-        sizes: Sequence[int],
-        want: list[int],
-        level_of: Sequence[Tier | None],
-        real: list[int],
-    ) -> list[int]:
-        """Object sizes of the pages to stage: the SSD knows its entries; else the caller's."""
-        out = list(real)
-        for i in want:
-            if level_of[i] is self.ssd and self.ssd is not None:
-                size = self.ssd.engine.object_size(keys[i])
-                if size is not None and (not sizes[i] or size == sizes[i]):
-                    out[i] = size
-                else:
-                    out[i] = 0
-        return out
-
-    def _stage(
-        self,
-        keys: Sequence[str],
-        ctxs: Sequence[AccessContext],
-        want: list[int],
-        level_of: Sequence[Tier | None],
-        deadline: float,
-    ) -> dict[int, Located]:
-        """Read pages ``want`` from their tier into reserved DRAM slots and publish them."""
-        assert self.dram is not None
-        dram = self.dram
-        reserved: dict[int, Reservation] = {}
-        sized = [i for i in want if ctxs[i].size > 0]
-        attempt = self._reserver(dram, keys, ctxs, reserved)
-        if sized:
-            self.counts["staging_no_room"] += len(self._with_dram_room(ctxs, sized, attempt, deadline))
-        read: list[Reservation] = []
-        order: list[int] = []
-        for tier in {id(level_of[i]): level_of[i] for i in reserved}.values():
-            assert tier is not None
-            idx = [i for i in reserved if level_of[i] is tier]
-            ok = tier.get_batch_into([(keys[i], [reserved[i].body.data], ctxs[i]) for i in idx], deadline)
-            for i, good in zip(idx, ok, strict=True):
-                if good:
-                    read.append(reserved[i])
-                    order.append(i)
-        done = set(order)
-        dram.cancel([res for i, res in reserved.items() if i not in done])
-        out: dict[int, Located] = {}
-        for i, loc in zip(order, dram.publish(read), strict=True):
-            if loc is not None:
-                out[i] = loc
-        self.counts["promotions"] += len(out)
-        return out
-
-    def _note_located(
-        self,
-        keys: Sequence[str],
-        ctxs: Sequence[AccessContext],
-        located: Sequence[Located | None],
-        level_of: Sequence[Tier | None],
-    ) -> list[str]:
-        """Placement bookkeeping of a located read: every page served is in DRAM now (placed
-        there, promoted when it came from below). Returns the pages the policy refused to adopt
-        (the caller removes their DRAM copies)."""
-        refused: list[str] = []
-        size = next((c.size for c in ctxs if c.size), 0)
-        with self._lock:
-            placement = self._placement_for(size)
-            self._forget_reclaimed(placement)
-            for i, key in enumerate(keys):
-                if located[i] is None:
-                    if level_of[i] is None and key in placement:
-                        placement.remove(key)  # bookkeeping said resident, no tier has it
-                    continue
-                if placement.hit(key, ctxs[i], promote=True) is None and not placement.adopt(
-                    key, replace(ctxs[i], promoted=True), DRAM
-                ):
-                    refused.append(key)
-            drops, demote = placement.settle()
-        self._apply(drops, demote)
-        return refused
 
     # ------------------------------------------------------------------ the rest of the contract
     def register_memory(self, regions: Sequence[memoryview]) -> None:
