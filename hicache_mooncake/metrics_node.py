@@ -57,9 +57,11 @@ class NodeStatsCollector(Collector):
                 out.add("gauge", name, doc, {}, value)
         if isinstance(stats.get("draining"), bool):
             out.add("gauge", "node_draining", "1 while the node drains (SIGTERM)", {}, stats["draining"])
-        store = stats.get("store") if isinstance(stats.get("store"), dict) else {}
+        raw = stats.get("store")
+        store: dict[str, Any] = raw if isinstance(raw, dict) else {}
         # a node serving the one store (``ArenaStore``) reports its per-tier figures under "tiers"
-        tiers = store.get("tiers") if isinstance(store.get("tiers"), dict) else store
+        nested = store.get("tiers")
+        tiers: dict[str, Any] = nested if isinstance(nested, dict) else store
         tiered = any(isinstance(v, dict) and "tier" in v for v in (tiers or {}).values())
         if store:
             _flat_store(out, store)
