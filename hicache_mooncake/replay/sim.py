@@ -24,6 +24,7 @@ from hicache_mooncake.tiers.policy import AccessContext, EvictionPolicy, make_po
 from hicache_mooncake.tiers.policy.contexts import get_contexts as _get_contexts
 from hicache_mooncake.tiers.policy.contexts import miss_context
 from hicache_mooncake.tiers.policy.contexts import set_contexts as _set_contexts
+from hicache_mooncake.tiers.policy.hints import Hints
 from hicache_mooncake.tiers.policy.placement import DRAM, SSD, SetOutcome, TierPlacement
 
 
@@ -93,14 +94,25 @@ class SimTieredStore:
         capacity_blocks: int,
         dram_fraction: float = 1.0,
         block_bytes: int = 0,
+        hints: Hints | None = None,
+        wrap: Callable[[EvictionPolicy], EvictionPolicy] | None = None,
         **options: Any,
     ) -> SimTieredStore:
+        """``hints``: the store's ``Hints`` (as ``TieredStore.hints``); ``wrap``: put something
+        between the placement and the policy (``timing.CallRecorder``)."""
         if not 0.0 <= dram_fraction <= 1.0:
             raise ValueError(f"dram fraction must be in [0, 1], got {dram_fraction}")
         unit = block_bytes or 1  # the placement charges each page its size (1 without payloads)
         dram = round(capacity_blocks * dram_fraction)
-        placement = TierPlacement(make_policy(policy, **options), capacity_blocks * unit, dram * unit)
+        policy_obj = make_policy(policy, **options)
+        if wrap is not None:
+            policy_obj = wrap(policy_obj)
+        placement = TierPlacement(policy_obj, capacity_blocks * unit, dram * unit, hints=hints)
         return cls(placement=placement, block_bytes=block_bytes)
+
+    @property
+    def hints(self) -> Hints | None:
+        return self.placement.hints
 
     @property
     def policy(self) -> EvictionPolicy:
@@ -126,7 +138,7 @@ class SimTieredStore:
             else:
                 break
         if n < len(keys):
-            pl.miss(keys[n], miss_context(n, len(keys), self._clock))
+            pl.miss(keys[n], miss_context(n, len(keys), self._clock, keys[n - 1] if n else None))
         return n
 
     def batch_get(self, keys: Sequence[str]) -> list[bool]:
@@ -203,15 +215,21 @@ def drive(
     store: ReplayStore,
     key_of: Callable[[int], str] = str,
     progress: Callable[[int], None] | None = None,
+    prefix_keys: bool = True,
+    before: Callable[[int, list[str]], None] | None = None,
 ) -> ReplayOutcome:
     """Replay ``reqs`` (block-id lists) against ``store`` with SGLang's call sequence.
 
-    Per request: ``n = batch_exists(keys)``; ``batch_get(keys[:n])``, whose leading successes are
-    the request's hits; ``batch_set(keys[hits:], prefix_keys=keys[:hits])``.
+    Per request: ``before(index, keys)`` (hints), ``n = batch_exists(keys)``; ``batch_get(keys[:n])``,
+    whose leading successes are the request's hits; ``batch_set(keys[hits:],
+    prefix_keys=keys[:hits])`` (no prefix keys with ``prefix_keys=False``: SGLang's default
+    ``hicache_storage_pass_prefix_keys: false``).
     """
     out = ReplayOutcome()
-    for req in reqs:
+    for i, req in enumerate(reqs):
         keys = [key_of(b) for b in req]
+        if before is not None:
+            before(i, keys)
         n = store.batch_exists(keys)
         hits = 0
         if n:
@@ -220,7 +238,7 @@ def drive(
                     break
                 hits += 1
         if hits < len(keys):
-            store.batch_set(keys[hits:], prefix_keys=keys[:hits])
+            store.batch_set(keys[hits:], prefix_keys=keys[:hits] if prefix_keys else ())
         out.requests += 1
         out.blocks += len(keys)
         out.hits += hits

@@ -23,6 +23,7 @@ import xxhash
 from hicache_mooncake.ssd import SsdEngine, SsdOptions
 from hicache_mooncake.tiers.dram_tier import DramTier
 from hicache_mooncake.tiers.policy import policy_factory
+from hicache_mooncake.tiers.policy.hints import Hints
 from hicache_mooncake.tiers.ssd_tier import SsdTier
 from hicache_mooncake.tiers.tiered_store import StoreOptions, TieredStore
 
@@ -37,7 +38,9 @@ def _payload(key: str) -> np.ndarray:
 
 
 class TieredReplayStore:
-    def __init__(self, policy: str, capacity: int, dram_fraction: float, block_bytes: int) -> None:
+    def __init__(
+        self, policy: str, capacity: int, dram_fraction: float, block_bytes: int, hints: Hints | None = None
+    ) -> None:
         dram_blocks = round(capacity * dram_fraction)
         ssd_blocks = capacity - dram_blocks
         base = "/dev/shm" if Path("/dev/shm").is_dir() else None
@@ -65,6 +68,7 @@ class TieredReplayStore:
             policy_factory(policy),
             StoreOptions(dram_high=1.0, dram_low=1.0),
             capacity=(capacity * PAYLOAD, dram_blocks * PAYLOAD),
+            hints=hints,
         )
         self.block_bytes = block_bytes
         self.wrong_bytes = 0
