@@ -10,7 +10,7 @@ from typing import Any
 from hicache_mooncake.tiers.policy import EvictionPolicy
 from hicache_mooncake.tiers.policy.hints import Hints
 
-from .hints import SimulatedHints, apply_hint, continuation_bits, replay_hints, with_errors
+from .hints import SimulatedHints, apply_hint, replay_hints, trace_hints, with_errors
 from .reference import capacity_blocks, lru_hit_rate, next_uses, opt_hit_rate, unique_blocks
 from .sim import ReplayStore, SimTieredStore, drive
 from .timing import CallRecorder, us_per_access
@@ -173,8 +173,8 @@ class Replay:
     def _hinter(self, hints: HintOptions | None, cap: int) -> SimulatedHints | None:
         if hints is None:
             return None
-        truth = continuation_bits(self.blocks, self.nxt, int(hints.horizon * cap))
-        return SimulatedHints(with_errors(truth, hints.recall, hints.fpr, hints.seed), truth)
+        trace = trace_hints(self.blocks, self.nxt, int(hints.horizon * cap))
+        return SimulatedHints(trace, with_errors(trace.truth, hints.recall, hints.fpr, hints.seed))
 
     @staticmethod
     def _hints_for(hinter: SimulatedHints | None) -> Hints | None:
@@ -192,9 +192,11 @@ class Replay:
         if not recorder:
             return hinter
 
+        t = hinter.trace
+
         def before(index: int, keys: list[str]) -> None:
-            bit = hinter.reported[index]
-            recorder[0].hint(lambda h: apply_hint(h, index, keys, bit))
+            args = (index, keys, t.shared[index], t.conversation[index], hinter.reported[index])
+            recorder[0].hint(lambda h: apply_hint(h, *args))
             hinter(index, keys)
 
         return before

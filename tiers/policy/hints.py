@@ -48,9 +48,10 @@ class HintState(enum.IntEnum):
     NONE = 0
     LIKELY = 1
     UNLIKELY = 2
+    SHARED = 3
 
 
-_OPEN, _CLOSED = HintState.LIKELY.value, HintState.UNLIKELY.value
+_OPEN, _CLOSED, _SHARED = HintState.LIKELY.value, HintState.UNLIKELY.value, HintState.SHARED.value
 
 
 class Hints:
@@ -86,7 +87,7 @@ class Hints:
     def state(self, key: str) -> int:
         """The page's ``HintState`` value (``NONE`` when nothing is known)."""
         if key in self._shared:
-            return _OPEN
+            return _SHARED
         sid = self._owner.get(key)
         if sid is None:
             return 0

@@ -54,14 +54,12 @@ from collections import OrderedDict
 from typing import ClassVar
 
 from .base import DEFAULT_CONTEXT, AccessContext, EvictionPolicy
-from .hints import Hints
+from .hints import Hints, HintState
 from .registry import register_policy
 
 _NEW, _REWRITE, _HIT = range(3)
 _DEPTH_MAX = (1 << 24) - 1
 _MISSED_MAX = 4096
-import os
-WARM = float(os.environ.get("WARM", "2"))
 
 
 def _bucket(n: int, edges: tuple[int, ...]) -> int:
@@ -77,8 +75,9 @@ _LEN_B = tuple(_bucket(n, _LEN_EDGES) for n in range(_LEN_EDGES[-1] + 1))
 _PH_B = tuple(_bucket(n, _PH_EDGES) for n in range(_PH_EDGES[-1] + 1))
 _NL, _NP = len(_LEN_EDGES) + 1, len(_PH_EDGES) + 1
 #: class = (((hint * 3 + kind) * 2 + tail) * _NL + length bucket) * _NP + prefix-hit bucket
-_N_CLASSES = 3 * 3 * 2 * _NL * _NP
-_KIND_BASE = tuple(i * _NL * _NP for i in range(3 * 3 * 2))
+_PER_HINT = 3 * 2 * _NL * _NP
+_N_CLASSES = len(HintState) * _PER_HINT
+_KIND_BASE = tuple(i * _NL * _NP for i in range(len(HintState) * 3 * 2))
 _LP = tuple(tuple(_LEN_B[n] * _NP + _PH_B[p] for p in range(len(_PH_B))) for n in range(len(_LEN_B)))
 _CLS_BITS = 10
 _CLS_MASK = (1 << _CLS_BITS) - 1
@@ -100,7 +99,9 @@ class ReusePolicy(EvictionPolicy):
         steep: float = 2.0,
         adaptive: bool = True,
         far_lru: float = 0.15,
-        far_steep: float = 0.5,
+        far_steep: float = 0.6,
+        warm: float = 2.0,
+        hint_trust: float = 3.0,
         decay: float = 0.9,
         prior: float = 5.0,
         guard: bool = True,
@@ -124,6 +125,8 @@ class ReusePolicy(EvictionPolicy):
         self.adaptive = adaptive
         self.far_lru = far_lru
         self.far_steep = far_steep
+        self.warm = warm
+        self.hint_trust = hint_trust
         self.decay = decay
         self.prior = prior
         self.guard = guard
@@ -139,7 +142,8 @@ class ReusePolicy(EvictionPolicy):
         # resident pages: key -> run id; runs: run id -> keys (chain order); heap of (prio, order, run)
         self._where: dict[str, int] = {}
         self._runs: dict[int, list[str]] = {}
-        self._heap: list[tuple[float, int, int]] = []
+        # heap entries: (priority, order, run, floor at the push, class; -1 for a pinned page)
+        self._heap: list[tuple[float, int, int, float, int]] = []
         self._floor = 0.0
         self._next_rid = 0
         self._last_key: str | None = None
@@ -163,7 +167,8 @@ class ReusePolicy(EvictionPolicy):
         self._far = 0.0  # observed reuses (decayed) further apart than the capacity
         self._reuses = 0.0  # all observed reuses (decayed) since the warm-up, as of the last refresh
         self._far_base = 0.0  # reuses (decayed) observed during the warm-up
-        self._far_fresh = True  # the warm-up's share (biased low) is still in use
+        self._warm = True  # the share is not counted yet (see _choose_alpha)
+        self._hint_ratio = 0.0
         # the guard: LRU shadow, per-request hits of it and of the real cache, decayed paired sums
         self._shadow: OrderedDict[str, None] = OrderedDict()
         self._sh_hits = 0
@@ -174,6 +179,7 @@ class ReusePolicy(EvictionPolicy):
         self._hold = 0
         self._warm_until = 0  # ticks after a switch that the test ignores
         self._tested_alpha = 0.0  # the alpha the current test is about
+        self._remap = False  # cached pages are to be re-valued at the next _set_values
         self._full_tick = -1  # tick of the first eviction
         self._next_adapt = self.adapt_every
         # first missing key of recent exists calls -> (keys found, last key found)
@@ -191,7 +197,8 @@ class ReusePolicy(EvictionPolicy):
 
     @property
     def far_share(self) -> float:
-        """Share of the observed reuses that came later than the capacity (what LRU misses)."""
+        """Share of the reuses within the horizon that come later than the capacity (what LRU
+        misses)."""
         return min(1.0, self._far / self._reuses) if self._reuses else 0.0
 
     def _refresh(self) -> None:
@@ -210,6 +217,7 @@ class ReusePolicy(EvictionPolicy):
             self._base = 1.0 - math.exp(-lam * h)
             self._p = [1.0 - math.exp(-h * (r + lw) / (e + w)) for r, e in zip(pos, exp_c, strict=True)]
         self._reuses = npos - self._far_base
+        self._hint_ratio = self._hint_separation(pos, exp_c)
         self._choose_alpha()
         self._set_values()
         d = self.decay
@@ -220,6 +228,20 @@ class ReusePolicy(EvictionPolicy):
             self._expo = [e * d for e in self._expo]
             self._pos = [r * d for r in pos]
 
+    @staticmethod
+    def _hint_separation(pos: list[float], exposure: list[float]) -> float:
+        """How much more often pages hinted LIKELY are reused than pages hinted UNLIKELY (the
+        ratio of their pooled reuse hazards; 0 while either is unknown)."""
+        rates = []
+        for h in (HintState.LIKELY, HintState.UNLIKELY):
+            lo, hi = h * _PER_HINT, (h + 1) * _PER_HINT
+            e = sum(exposure[lo:hi])
+            r = sum(pos[lo:hi])
+            if e <= 0 or r <= 0:
+                return 0.0
+            rates.append(r / e)
+        return rates[0] / rates[1]
+
     def _set_values(self) -> None:
         """``v = p**alpha``, scaled so that its mean over the observed pages is 1: in every mode
         a page is kept one cache turnover on average, so a change of ``alpha`` neither favours
@@ -227,6 +249,8 @@ class ReusePolicy(EvictionPolicy):
         a = self.alpha
         if a == 0:
             self._v = [1.0] * _N_CLASSES
+            if self._remap:
+                self._revalue()
             return
         raw = [p**a for p in self._p]
         n = self._open_n
@@ -235,6 +259,20 @@ class ReusePolicy(EvictionPolicy):
         if mean <= 0:
             mean = self._base**a or 1.0
         self._v = [v / mean for v in raw]
+        if self._remap:
+            self._revalue()
+
+    def _revalue(self) -> None:
+        """``alpha`` changed a lot: every run's priority becomes what it would have been under
+        the new values (pages valued under a steep mode would otherwise outlive an LRU mode by
+        several turnovers, and the reverse)."""
+        self._remap = False
+        v = self._v
+        self._heap = [
+            (lp + v[c] if c >= 0 else pr, order, rid, lp, c) for pr, order, rid, lp, c in self._heap
+        ]
+        heapq.heapify(self._heap)
+        self._last_key = None
 
     def _choose_alpha(self) -> None:
         """``alpha`` from the share of reuses that come later than the capacity (``far``): LRU
@@ -244,10 +282,10 @@ class ReusePolicy(EvictionPolicy):
             self.alpha = 0.0
         elif not self.adaptive:
             self.alpha = self.base_alpha
-        elif self._far_fresh and not self._warming():
-            # warmed up: count the share afresh (reuses later than the capacity could not all
-            # be seen before); until the next refresh keep the alpha of the warm-up
-            self._far_fresh = False
+        elif self._warm and not self._warming():
+            # warmed up: from now on the share is counted from reuse events (cheaper); the
+            # events so far are biased (later reuses could not all have been seen)
+            self._warm = False
             self._far = 0.0
             self._far_base = sum(self._pos)
         else:
@@ -255,17 +293,23 @@ class ReusePolicy(EvictionPolicy):
             lo = min(1.0, max(0.0, (far - self.far_lru) / 0.1))
             hi = min(1.0, max(0.0, (far - self.far_steep + 0.1) / 0.2))
             self.alpha = a * lo + (self.steep - a) * hi
+            if self._hint_ratio >= self.hint_trust and self.alpha < a:
+                # hints that separate reused pages from the others are worth acting on even
+                # where LRU would catch most reuses
+                self.alpha = a
         if abs(self.alpha - self._tested_alpha) >= 0.25:
-            # a new mode: the guard tests it afresh once the cache has turned over
+            # a new mode: cached pages are re-valued (``_set_values``) and the guard tests it
+            # afresh once the cache has turned over
             self._tested_alpha = self.alpha
+            self._remap = True
             self._warm_until = max(self._warm_until, self._tick + max(self._peak, 1024))
             self._zs = self._zq = self._zh = 0.0
 
     def _warming(self) -> bool:
-        """Until ``WARM`` x capacity accesses after the first eviction: reuses later than the
+        """Until ``warm`` x capacity accesses after the first eviction: reuses later than the
         capacity cannot all have been seen yet."""
         full = self._full_tick
-        return full < 0 or self._tick < full + WARM * self._peak
+        return full < 0 or self._tick < full + self.warm * self._peak
 
     # ---- the guard ---------------------------------------------------------------------------
     def _end_request(self) -> None:
@@ -323,9 +367,8 @@ class ReusePolicy(EvictionPolicy):
             depth = ph + position
         hints = self._hints
         hint = hints.state(key) if hints is not None and hints.active else 0
-        cls = (
-            _KIND_BASE[(hint * 3 + kind) * 2 + tail]
-            + _LP[length if length < 128 else 128][ph if ph < 16 else 16]
+        cls = _KIND_BASE[(hint * 3 + kind) * 2 + tail] + (
+            0 if hint else _LP[length if length < 128 else 128][ph if ph < 16 else 16]
         )
         self._tick = tick = self._tick + 1
         if depth == 0:  # a new request: the previous one is complete
@@ -392,10 +435,8 @@ class ReusePolicy(EvictionPolicy):
         self._next_rid = rid + 1
         self._runs[rid] = [key]
         where[key] = rid
-        heapq.heappush(
-            self._heap,
-            (prio, (self._epoch << 24) + _DEPTH_MAX - (depth if depth < _DEPTH_MAX else _DEPTH_MAX), rid),
-        )
+        order = (self._epoch << 24) + _DEPTH_MAX - (depth if depth < _DEPTH_MAX else _DEPTH_MAX)
+        heapq.heappush(self._heap, (prio, order, rid, self._floor, cls))
         self._last_key, self._last_rid, self._last_prio = key, rid, prio
         self._slots += 1
         if len(where) > self._peak:
@@ -468,7 +509,7 @@ class ReusePolicy(EvictionPolicy):
         pinned = hints is not None and hints.pinning
         spared = 0
         while heap:
-            prio, _, rid = heap[0]
+            prio, _, rid, _, _ = heap[0]
             keys = runs[rid]
             while keys:
                 key = keys.pop()
@@ -499,7 +540,7 @@ class ReusePolicy(EvictionPolicy):
         self._runs[rid] = [key]
         self._where[key] = rid
         self._slots += 1
-        heapq.heappush(self._heap, (self._floor + max(self._v), self._epoch << 24, rid))
+        heapq.heappush(self._heap, (self._floor + max(self._v), self._epoch << 24, rid, self._floor, -1))
         self._last_key = None
 
     def __len__(self) -> int:
