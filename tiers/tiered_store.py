@@ -499,6 +499,8 @@ class TieredStore:
                 for key in keys:
                     self.ssd.remove(key)
             self.counts["dropped"] += len(drops)
+            for _key, tier in drops:  # by the tier the page was placed in (replay counters)
+                self.counts[f"dropped_{tier}"] += 1
         if demote:
             self.counts["demotions"] += len(demote)
             if self.mover is not None:

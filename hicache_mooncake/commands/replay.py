@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -42,6 +43,35 @@ def register(sub: Any) -> None:
         "--plot", dest="plot_out", default=None, help="write hit rate vs capacity (policy, LRU, OPT) here"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--no-prefix-keys",
+        action="store_true",
+        help="replay SGLang without hicache_storage_pass_prefix_keys (sets carry no prefix)",
+    )
+    parser.add_argument(
+        "--hints",
+        choices=("none", "simulated"),
+        default="none",
+        help="simulated: hints derived from the trace's future with the error rates below",
+    )
+    parser.add_argument(
+        "--hint-recall", type=float, default=0.9, help="share of continuing requests hinted (default 0.9)"
+    )
+    parser.add_argument(
+        "--hint-fpr", type=float, default=0.1, help="share of other requests wrongly hinted (default 0.1)"
+    )
+    parser.add_argument(
+        "--hint-horizon",
+        type=float,
+        default=4.0,
+        help="a request continues when extended within this many capacities of accesses (default 4)",
+    )
+    parser.add_argument("--hint-seed", type=int, default=0, help="seed of the hint errors (default 0)")
+    parser.add_argument(
+        "--no-timing",
+        action="store_true",
+        help="skip policy_us_per_access / lru_us_per_access (the policy calls replayed alone)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -53,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         DEFAULT_BLOCK_BYTES,
         DEFAULT_DRAM_FRACTION,
         SWEEP_FRACTIONS,
+        HintOptions,
         Replay,
         configured_default_policy,
     )
@@ -66,6 +97,13 @@ def run(args: argparse.Namespace) -> int:
     if not 0.0 <= dram_fraction <= 1.0 or args.capacity_fraction <= 0:
         print("--dram-fraction must be in [0, 1] and --capacity-fraction > 0", file=sys.stderr)
         return 2
+    hints = None
+    if args.hints == "simulated":
+        if not (0 <= args.hint_recall <= 1 and 0 <= args.hint_fpr <= 1 and args.hint_horizon > 0):
+            print("--hint-recall and --hint-fpr must be in [0, 1], --hint-horizon > 0", file=sys.stderr)
+            return 2
+        hints = HintOptions(args.hint_recall, args.hint_fpr, args.hint_horizon, args.hint_seed)
+    prefix_keys = not args.no_prefix_keys
     try:
         replay = Replay.load(args.trace)
     except (OSError, ValueError) as exc:
@@ -81,13 +119,21 @@ def run(args: argparse.Namespace) -> int:
             args.mode,
             DEFAULT_BLOCK_BYTES if args.block_bytes is None else args.block_bytes,
             progress=bar.update,
+            prefix_keys=prefix_keys,
+            hints=hints,
+            timing=not args.no_timing,
         )
         if args.plot_out:
-            sweep = replay.sweep(policy, fractions, dram_fraction, progress=bar.update)
+            sweep = replay.sweep(
+                policy, fractions, dram_fraction, progress=bar.update, prefix_keys=prefix_keys, hints=hints
+            )
             result["sweep"] = sweep
     if args.plot_out:
         plot_sweep(
-            result["sweep"], policy, args.plot_out, title=f"{args.trace} (DRAM share {dram_fraction:g})"
+            result["sweep"],
+            policy,
+            args.plot_out,
+            title=f"{Path(args.trace).name} (DRAM share {dram_fraction:g})",
         )
         result["plot"] = args.plot_out
     text = json.dumps(result, indent=2)
@@ -98,5 +144,10 @@ def run(args: argparse.Namespace) -> int:
         f"{policy}: hit rate {result['hit_rate']:.4f}  LRU {result['lru_hit_rate']:.4f}  "
         f"OPT {result['opt_hit_rate']:.4f}  gap reached {result['gap_fraction']:.1%}  "
         f"DRAM share of hits {result['dram_hit_share']:.1%}"
+        + (
+            f"  policy {result['policy_us_per_access']:.2f} us/access (LRU {result['lru_us_per_access']:.2f})"
+            if "policy_us_per_access" in result
+            else ""
+        )
     )
     return 0

@@ -237,11 +237,15 @@ class Replay:
         fractions: Sequence[float] = SWEEP_FRACTIONS,
         dram_fraction: float = DEFAULT_DRAM_FRACTION,
         progress: Callable[[int], None] | None = None,
+        prefix_keys: bool = True,
+        hints: HintOptions | None = None,
     ) -> dict[str, list[float]]:
         """Hit rate vs capacity fraction for ``policy`` (sim), LRU and OPT."""
         out: dict[str, list[float]] = {"fraction": [], "policy": [], "lru": [], "opt": []}
         for f in fractions:
-            r = self.run(policy, f, dram_fraction, "sim", progress=progress)
+            r = self.run(
+                policy, f, dram_fraction, "sim", progress=progress, prefix_keys=prefix_keys, hints=hints
+            )
             out["fraction"].append(f)
             out["policy"].append(r["hit_rate"])
             out["lru"].append(r["lru_hit_rate"])

@@ -86,6 +86,7 @@ class SimTieredStore:
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIER_COUNTERS, 0))
     _clock: float = 0.0
     _request_len: int = 0  # keys of the last batch_exists: the request a batch_get belongs to
+    _on_ssd: set[str] = field(default_factory=set)  # resident pages with an SSD copy
 
     @classmethod
     def build(
@@ -175,6 +176,7 @@ class SimTieredStore:
             elif outcome == SetOutcome.NEW_SSD:
                 self._placed(key, SSD)
                 self.counters["ssd_writes"] += 1
+                self._on_ssd.add(key)
             out.append(outcome != SetOutcome.REFUSED)
             self._settle()
         return out
@@ -186,13 +188,17 @@ class SimTieredStore:
     def _settle(self) -> None:
         c = self.counters
         drops, demotions = self.placement.settle()
+        on_ssd = self._on_ssd
         for key, tier in drops:
             c["dram_evictions" if tier == DRAM else "ssd_evictions"] += 1
+            on_ssd.discard(key)
             self._placed(key, None)
         for key in demotions:
             c["dram_evictions"] += 1
             c["demotions"] += 1
-            c["ssd_writes"] += 1
+            if key not in on_ssd:  # a page promoted from SSD still has its copy there
+                c["ssd_writes"] += 1
+                on_ssd.add(key)
             self._placed(key, SSD)
 
     def _placed(self, key: str, tier: str | None) -> None:
