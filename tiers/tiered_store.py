@@ -201,9 +201,7 @@ class TieredStore:
         if hit < n and self.local:
             with self._lock:
                 if self._placement is not None:
-                    self._placement.miss(
-                        keys[hit], miss_context(hit, n, prev_key=keys[hit - 1] if hit else None)
-                    )
+                    self._placement.miss(keys[hit], miss_context(hit, n))
         return hit
 
     # ------------------------------------------------------------------ reads

@@ -139,7 +139,7 @@ class SimTieredStore:
             else:
                 break
         if n < len(keys):
-            pl.miss(keys[n], miss_context(n, len(keys), self._clock, keys[n - 1] if n else None))
+            pl.miss(keys[n], miss_context(n, len(keys), self._clock))
         return n
 
     def batch_get(self, keys: Sequence[str]) -> list[bool]:

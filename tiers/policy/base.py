@@ -114,9 +114,7 @@ class EvictionPolicy(ABC):
         return True
 
     def on_miss(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:  # noqa: B027
-        """A lookup of ``key`` missed; policies that learn from misses (ghosts) override this.
-        ``ctx`` is ``contexts.miss_context``: ``position`` = ``prefix_hits`` = the keys found
-        before it, ``prev_key`` the last of them."""
+        """A lookup of ``key`` missed; policies that learn from misses (ghosts) override this."""
 
     def use_hints(self, hints: Hints | None) -> None:  # noqa: B027
         """The store's ``Hints`` (read at every access by policies that use them); the default

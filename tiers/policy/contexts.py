@@ -8,8 +8,7 @@ real ``TieredStore`` and the replay simulator, so the policy sees the same input
 - get of a hit run: ``prefix_hits = len(keys)``, ``request_len`` the key count of the
   ``batch_exists`` that found the run (0 when unknown), ``prev_key`` chained within the call;
 - the first missing key of an exists call: ``position = prefix_hits = found``,
-  ``batch_len = request_len = len(keys)``, ``prev_key`` the last key found (policies use it to
-  rebuild a set's chain when SGLang passes no ``prefix_keys``).
+  ``batch_len = request_len = len(keys)``.
 """
 
 from __future__ import annotations
@@ -80,12 +79,7 @@ def get_contexts(
     return out
 
 
-def miss_context(found: int, batch_len: int, now: float = 0.0, prev_key: str | None = None) -> AccessContext:
+def miss_context(found: int, batch_len: int, now: float = 0.0) -> AccessContext:
     return AccessContext(
-        now=now,
-        position=found,
-        batch_len=batch_len,
-        prefix_hits=found,
-        request_len=batch_len,
-        prev_key=prev_key,
+        now=now, position=found, batch_len=batch_len, prefix_hits=found, request_len=batch_len
     )

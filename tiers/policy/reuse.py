@@ -59,7 +59,6 @@ from .registry import register_policy
 
 _NEW, _REWRITE, _HIT = range(3)
 _DEPTH_MAX = (1 << 24) - 1
-_MISSED_MAX = 4096
 
 
 def _bucket(n: int, edges: tuple[int, ...]) -> int:
@@ -182,9 +181,6 @@ class ReusePolicy(EvictionPolicy):
         self._remap = False  # cached pages are to be re-valued at the next _set_values
         self._full_tick = -1  # tick of the first eviction
         self._next_adapt = self.adapt_every
-        # first missing key of recent exists calls -> (keys found, last key found)
-        self._missed: OrderedDict[str, tuple[int, str | None]] = OrderedDict()
-        self._fix: tuple[int, int] | None = None
 
     # ---- hints -------------------------------------------------------------------------------
     def use_hints(self, hints: Hints | None) -> None:
@@ -346,11 +342,8 @@ class ReusePolicy(EvictionPolicy):
         self._zh *= a
 
     # ---- the one access path -----------------------------------------------------------------
-    def _access(
-        self, key: str, kind: int, ctx: AccessContext, read: bool, fix: int, prev: str | None
-    ) -> None:
-        """One access; ``fix``: prefix pages the set's context did not count (rebuilt from the
-        exists call that missed at its first key), ``prev``: the chain parent."""
+    def _access(self, key: str, kind: int, ctx: AccessContext, read: bool) -> None:
+        """One access (``read``: a hit of a get; otherwise a set)."""
         position = ctx.position
         if read:
             ph = ctx.batch_len
@@ -360,7 +353,7 @@ class ReusePolicy(EvictionPolicy):
             tail = 0
             depth = position
         else:
-            ph = ctx.prefix_hits + fix
+            ph = ctx.prefix_hits
             n = ctx.batch_len
             length = ph + n
             tail = 1 if position == n - 1 else 0
@@ -420,6 +413,7 @@ class ReusePolicy(EvictionPolicy):
         # GreedyDual push, chain-monotone, into the current run when the priority is capped
         where = self._where
         prio = self._floor + self._v[cls]
+        prev = ctx.prev_key
         if prev is not None and prev == self._last_key and prio >= self._last_prio:
             run = self._runs.get(self._last_rid)
             if run is not None:
@@ -470,35 +464,15 @@ class ReusePolicy(EvictionPolicy):
             kind = _REWRITE
         else:
             kind = _NEW
-        prev = ctx.prev_key
-        fix = 0
-        if ctx.prefix_hits == 0 and self._missed:
-            # a set without SGLang's prefix_keys: its chain starts where an exists call missed
-            if ctx.position == 0 and prev is None:
-                missed = self._missed.pop(key, None)
-                if missed is not None:
-                    self._fix = (missed[0], ctx.batch_len)
-                    fix, prev = missed[0], missed[1]
-                else:
-                    self._fix = None
-            elif self._fix is not None and self._fix[1] == ctx.batch_len:
-                fix = self._fix[0]
-        self._access(key, kind, ctx, False, fix, prev)
+        self._access(key, kind, ctx, False)
         return True
-
-    def on_miss(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
-        if ctx.prefix_hits > 0:
-            missed = self._missed
-            missed[key] = (ctx.prefix_hits, ctx.prev_key)
-            if len(missed) > _MISSED_MAX:
-                missed.popitem(last=False)
 
     def on_insert(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
         self.on_set(key, ctx)
 
     def on_hit(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
         if key in self._where:
-            self._access(key, _HIT, ctx, True, 0, ctx.prev_key)  # a read: its own context fields
+            self._access(key, _HIT, ctx, True)
 
     def on_remove(self, key: str) -> None:
         self._where.pop(key, None)
