@@ -4,15 +4,16 @@ A KV page is worth keeping only if it will be read again, and on prefix-sharing 
 mostly decided by *what kind of request it belongs to*: a conversation continues with the whole
 previous context or not at all (the body of a request is reused all together or never), its
 partial tail page is re-hashed next turn and is almost never read again, a short follow-up turn is
-continued far more often than a long first turn. This policy learns that online and spends cache
-time where it pays, and falls back to LRU where the prediction measurably loses.
+continued far more often than a long first turn. This policy learns that online, spends cache
+time where it pays, and stays LRU where prediction cannot win.
 
 1. **Classes.** Each access puts the page in a class built only from what the backend sees: how
    it arrived (first write / re-write of a key seen within the horizon / read hit), whether it is
    the last page of a set call (the request's tail), the request's length in pages (for a set
    ``prefix_hits + batch_len``; for a read ``request_len``, the key count of the ``batch_exists``
-   that found the hit run), how much of the request was already cached (bucketed) and the hint
-   state of the page (``Hints``: none / open session or shared / closed session).
+   that found the hit run), how much of the request was already cached (bucketed), and the page's
+   hint state (``hints.HintState``: none / likely / unlikely / shared). A hinted page's class is
+   only (hint, arrival, tail): the hint says more than length and prefix do.
 2. **Censoring-aware reuse estimate per class.** Every access opens an *observation* of its key,
    closed by the next access of the key (a reuse) or when ``horizon`` x (largest resident count
    seen) other keys have been observed since (a bounded LRU list of keys, whether or not the page
@@ -20,19 +21,27 @@ time where it pays, and falls back to LRU where the prediction measurably loses.
    policy counts reuses and *exposure* (access ticks observed, open observations included), so the
    reuse hazard ``lambda = reuses / exposure`` is right from the first thousands of accesses on.
    ``p(class) = 1 - exp(-lambda * horizon)``, smoothed towards the overall rate; counts decay.
-3. **Eviction: GreedyDual over predicted reuse.** A page's priority is ``L + (p / p_all)**alpha``
-   (``L``: the priority of the last victim). ``alpha = 0`` is LRU; ``alpha = 1`` keeps a page for a
-   time proportional to its chance of reuse; ``alpha = 2`` (*steep*) spends even more cache time on
-   likely pages, which pays when the cache is small against the reuse distances (most observed
-   reuses come later than the capacity). Priorities are chain-monotone: a page never outranks its
-   chain parent of the same request. Pages are kept in *runs* (consecutive chain pages of one call
-   with one priority) in a heap of runs; a run gives up its deepest page first, so a chain is cut
-   from its end and its head keeps giving hits (no page is left whose parent is gone).
-4. **The guard.** One key-only LRU shadow cache of the same size counts the prefix hits LRU would
+   Hints therefore count for what they have proven to be worth.
+3. **Eviction: GreedyDual over predicted reuse.** A page's priority is ``L + v(class)`` with
+   ``v = p**alpha`` scaled to mean 1 (``L``: the priority of the last victim). ``alpha = 0`` is
+   LRU; ``alpha = 1`` keeps a page for a time proportional to its chance of reuse; ``steep``
+   spends even more cache time on likely pages. Priorities are chain-monotone: a page never
+   outranks its chain parent of the same request. Pages are kept in *runs* (consecutive chain
+   pages of one call with one priority) in a heap of runs; a run gives up its deepest page first,
+   so a chain is cut from its end and its head keeps giving hits.
+4. **alpha from the traffic, not from a shadow.** Prediction can only win the reuses LRU misses:
+   those that come later than the capacity. ``far`` is their share of the reuses within the
+   horizon (counted from reuse events once the cache has been full for ``warm`` capacities; before
+   that, later reuses cannot all have been seen). ``alpha`` is 0 up to ``far_lru``, ``alpha`` from
+   ``far_lru + 0.1``, and rises to ``steep`` between ``far_steep -+ 0.1``. Hints that separate
+   (likely pages reused ``hint_trust`` times more often than unlikely ones) keep ``alpha`` at
+   least at ``alpha``. When ``alpha`` moves by 0.25 or more, cached runs are re-valued as if
+   pushed under the new values (else pages valued in a steep mode outlive an LRU mode).
+5. **The guard.** One key-only LRU shadow cache of the same size counts the prefix hits LRU would
    have had, per request; the per-request differences (real - LRU) feed a paired z-test (decayed
-   sums). When the real cache is ``z`` standard errors plus ``margin`` of the hits behind LRU, it
-   runs as LRU (``alpha = 0``) for a hold time that doubles each time the predictor loses again,
-   then tries the predictor again.
+   sums; a new mode is tested once the cache has turned over). When the real cache is ``z``
+   standard errors plus ``margin`` of the hits behind LRU, it runs as LRU for a hold time that
+   doubles each time the predictor loses again, then tries the predictor again.
 
 Cost: one call per key and operation (``on_set`` answers in one step); per access a few dict and
 list operations, one shadow move, and a heap operation per run (not per page).
@@ -42,6 +51,8 @@ Invariants:
 - Observations hold at most ``horizon * peak + 1024`` keys, the shadow at most ``peak`` keys
   (``peak``: the largest resident count seen); run lists hold at most ``2 * resident + 4096``
   entries (stale ones are compacted away).
+- A page pinned in ``Hints`` is put back, not evicted, while the pin holds (at most 64 in a row
+  per eviction, so pins cannot stall the store).
 - Deterministic (same calls, same victims); no I/O; not thread-safe (callers lock). Hints are
   read, never written (``Hints`` is thread-safe on its own).
 """
@@ -74,6 +85,7 @@ _LEN_B = tuple(_bucket(n, _LEN_EDGES) for n in range(_LEN_EDGES[-1] + 1))
 _PH_B = tuple(_bucket(n, _PH_EDGES) for n in range(_PH_EDGES[-1] + 1))
 _NL, _NP = len(_LEN_EDGES) + 1, len(_PH_EDGES) + 1
 #: class = (((hint * 3 + kind) * 2 + tail) * _NL + length bucket) * _NP + prefix-hit bucket
+#: (a hinted page: buckets 0)
 _PER_HINT = 3 * 2 * _NL * _NP
 _N_CLASSES = len(HintState) * _PER_HINT
 _KIND_BASE = tuple(i * _NL * _NP for i in range(len(HintState) * 3 * 2))
