@@ -16,12 +16,13 @@ What a hint does:
   touched are ``LIKELY`` to be read again while the session is open and ``UNLIKELY`` once it is
   closed (a page belongs to the session that touched it last). An open session that is not
   touched for ``session_ttl_s`` counts as closed.
-- ``mark_shared(keys, ttl_s)``: the pages are ``LIKELY`` (a shared system prompt) until the TTL.
+- ``mark_shared(keys, ttl_s)``: the pages are ``SHARED`` (a system prompt, a shared document)
+  until the TTL, whatever session touches them.
 
-``LIKELY`` / ``UNLIKELY`` are soft: the policy makes the hint state part of the page's class and
-learns how often pages of each state really come back, so a hint is worth what it has proven to be
-worth (wrong hints cost little; with no hints every page is ``NONE`` and the policy behaves as it
-does without the channel).
+``LIKELY`` / ``UNLIKELY`` / ``SHARED`` are soft: the policy makes the hint state part of the page's
+class and learns how often pages of each state really come back, so a hint is worth what it has
+proven to be worth (wrong hints cost little; with no hints every page is ``NONE`` and the policy
+behaves as it does without the channel).
 
 Memory is bounded: at most ``max_keys`` key -> session entries (oldest forgotten first),
 ``max_sessions`` sessions, ``max_keys`` shared keys and ``max_pins`` pins.
