@@ -6,15 +6,19 @@ backend never changes.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 
 from hicache_mooncake.config import BackendConfig
+from hicache_mooncake.host_ram import memory_available, memory_limit
+from hicache_mooncake.sizes import format_size
 from hicache_mooncake.tiers.dram_tier import DramTier
 from hicache_mooncake.tiers.policy import policy_factory
 from hicache_mooncake.tiers.tier import Tier
 from hicache_mooncake.tiers.tiered_store import StoreOptions, TieredStore
 
+log = logging.getLogger(__name__)
 TierBuilder = Callable[[BackendConfig, str], Tier | None]
 _BUILDERS: list[tuple[int, str, TierBuilder]] = []
 
@@ -33,7 +37,27 @@ def build_dram(config: BackendConfig, rank_tag: str) -> Tier | None:
     dram = config.tiers.dram
     if not dram.enabled:
         return None
-    return DramTier(capacity=dram.capacity, slab_size=dram.slab_size, prefault=dram.prefault)
+    limit, available = memory_limit(), memory_available()
+    if dram.capacity > limit:
+        raise ValueError(
+            f"tiers.dram.capacity: {format_size(dram.capacity)} is more than this host lets the process use "
+            f"({format_size(limit)}, the RAM or the container's memory limit); every rank allocates it"
+        )
+    if available is not None and dram.capacity > available:
+        log.warning(
+            "tiers.dram.capacity: %s is more than the memory available now (%s)%s",
+            format_size(dram.capacity),
+            format_size(available),
+            "; prefault touches all of it at attach, so the kernel may kill the process"
+            if dram.prefault
+            else "; the arena is touched as it fills",
+        )
+    try:
+        return DramTier(capacity=dram.capacity, slab_size=dram.slab_size, prefault=dram.prefault)
+    except OSError as exc:
+        raise ValueError(
+            f"tiers.dram.capacity: cannot allocate {format_size(dram.capacity)}: {exc.strerror or exc}"
+        ) from None
 
 
 @register_tier_builder(1, "remote")
@@ -41,6 +65,7 @@ def build_remote(config: BackendConfig, rank_tag: str) -> Tier | None:
     remote = config.tiers.remote
     if not remote.enabled:
         return None
+    from hicache_mooncake.remote_engine import open_remote_engine
     from hicache_mooncake.tiers.remote_dram_tier import RemoteDramTier
     from hicache_mooncake.transport.cluster import ClusterClient
     from hicache_mooncake.transport.metadata import make_metadata
@@ -54,12 +79,19 @@ def build_remote(config: BackendConfig, rank_tag: str) -> Tier | None:
         allow_unauthenticated=remote.allow_unauthenticated,
         shm_dir=remote.shm_dir,
     )
-    client = ClusterClient(
-        make_metadata(config.metadata),
-        options,
-        remote.engine,
-        refresh_interval_s=config.metadata.refresh_interval_s,
-    )
+    engine = open_remote_engine(remote)  # first: a refused engine leaves nothing open
+    try:
+        metadata = make_metadata(config.metadata)
+    except BaseException:
+        engine.close()
+        raise
+    try:
+        client = ClusterClient(
+            metadata, options, engine, refresh_interval_s=config.metadata.refresh_interval_s
+        )
+    except BaseException:
+        metadata.close()
+        raise
     return RemoteDramTier(client, write_through=remote.write_through, promote_on_hit=remote.promote_on_hit)
 
 

@@ -23,10 +23,12 @@ pick_python() {
 }
 
 system_packages() {
-  # Services the tests start for real (redis-server) and the benchmark's raw-disk baseline (fio).
+  # Services the tests start for real (redis-server), the benchmark's raw-disk baseline (fio), and
+  # rdma-core's real pyverbs, which the RDMA simulator's API is checked against (no device needed).
   local missing=()
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
   command -v fio >/dev/null 2>&1 || missing+=(fio)
+  /usr/bin/python3 -c 'import pyverbs' >/dev/null 2>&1 || missing+=(python3-pyverbs)
   ((${#missing[@]})) || return 0
   if [[ $(id -u) -ne 0 ]]; then
     echo "warning: ${missing[*]} missing and not root; tests that need them will be skipped" >&2

@@ -80,7 +80,8 @@ def node_command(cfg_path: Path, *extra: str) -> list[str]:
 
 class NodeProc:
     """``hicache-mooncake node`` in a process. ``node`` overrides keys of its ``node:`` section;
-    ``secret=None`` starts it without a shared secret."""
+    ``secret=None`` starts it without a shared secret; ``env`` is added to its environment (e.g.
+    a simulated RDMA fabric, ``rdma_sim.Fabric.env()``)."""
 
     def __init__(
         self,
@@ -91,9 +92,11 @@ class NodeProc:
         capacity: str = "64MiB",
         node: dict[str, object] | None = None,
         secret: str | None = SECRET,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.tmp, self.name = tmp, name
         self.secret = secret
+        self.extra_env = env or {}
         self.cfg_path = tmp / f"{name}.yaml"
         self.ready = tmp / f"{name}.ready"
         overrides = dict(node or {})
@@ -127,7 +130,7 @@ class NodeProc:
                 node_command(self.cfg_path, "--ready-file", str(self.ready)),
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=node_env(self.secret),
+                env=dict(node_env(self.secret), **self.extra_env),
             )
         deadline = time.monotonic() + 15
         while not self.ready.exists():

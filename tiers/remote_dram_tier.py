@@ -27,6 +27,11 @@ class RemoteDramTier(Tier):
         self.write_through = write_through
         self.promote_on_hit = promote_on_hit
 
+    def register_memory(self, regions: Sequence[memoryview]) -> None:
+        """Hand SGLang's host pool buffers to the transfer engine (RDMA registers them, so pages
+        move NIC-to-pool with no copy; deregistered when the client closes)."""
+        self.client.register_memory(regions)
+
     def should_promote(self, key: str, ctx: AccessContext) -> bool:
         return self.promote_on_hit
 

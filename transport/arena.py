@@ -57,16 +57,18 @@ class Arena:
 
 
 class Allocator:
-    """First-fit extents in ``[base, base + capacity)``; ``alloc`` returns an offset or ``None``."""
+    """First-fit extents in ``[base, base + capacity)`` in multiples of ``align``; ``alloc``
+    returns an offset or ``None``."""
 
-    def __init__(self, capacity: int, base: int = 0) -> None:
+    def __init__(self, capacity: int, base: int = 0, align: int = ALIGN) -> None:
         self.capacity = capacity
+        self.align = align
         self._starts: list[int] = [base]
         self._sizes: dict[int, int] = {base: capacity}
         self.used = 0
 
     def alloc(self, size: int) -> int | None:
-        size = align_up(size)
+        size = align_up(size, self.align)
         for i, start in enumerate(self._starts):
             free = self._sizes[start]
             if free >= size:
@@ -81,7 +83,7 @@ class Allocator:
         return None
 
     def free(self, offset: int, size: int) -> None:
-        size = align_up(size)
+        size = align_up(size, self.align)
         self.used -= size
         i = bisect.bisect_left(self._starts, offset)
         # merge with the next extent

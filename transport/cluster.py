@@ -6,6 +6,11 @@ parallel. While the metadata service is unreachable the client is ``detached``: 
 answers misses / ``False`` at once, and it re-attaches by itself when the service is back.
 A key that cannot go on the wire (see ``wire.key_problem``) is a miss of its own and is never
 routed; the rest of its batch is served.
+
+One transfer engine serves every node (an RDMA engine: one device context, one set of memory
+registrations, one completion poller); given by name it is created here (before the membership
+thread, so a failure leaks nothing); either way the client owns it, and the metadata service,
+and closes them.
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from . import wire
+from .engine import TransferEngine
+from .errors import TransportError
 from .metadata.base import MetadataService, NodeInfo
 from .metadata.membership import Membership
 from .node_client import Item, NodeClient
 from .options import ClientOptions
+from .registry import make_engine
 from .throttle import worth_logging
 from .wire import SlotRef
 
@@ -35,16 +43,21 @@ class ClusterClient:
         self,
         metadata: MetadataService,
         options: ClientOptions | None = None,
-        engine: str = "tcp",
+        engine: str | TransferEngine = "tcp",
         refresh_interval_s: float = 1.0,
     ) -> None:
         self.opts = options or ClientOptions()
-        self.engine_name = engine
+        self.engine: TransferEngine = make_engine(engine) if isinstance(engine, str) else engine
+        self.engine_name = self.engine.name
         self._clients: dict[str, tuple[NodeInfo, NodeClient]] = {}
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="hicache-cluster")
         self.counters: Counter[str] = Counter()
-        self.membership = Membership(metadata, refresh_interval_s)
+        try:
+            self.membership = Membership(metadata, refresh_interval_s)
+        except BaseException:
+            self.engine.close()
+            raise
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="hicache-cluster")
         if not self.opts.secret and self.opts.allow_unauthenticated:
             log.warning("remote tier: no shared secret, nodes beyond loopback are reached unauthenticated")
 
@@ -64,7 +77,7 @@ class ClusterClient:
                 info.epoch,
             ):
                 return cur[1]
-            client = NodeClient(info.host, info.port, self.opts, self.engine_name)
+            client = NodeClient(info.host, info.port, self.opts, self.engine)
             self._clients[info.node_id] = (info, client)
         if cur is not None:
             cur[1].close()
@@ -115,6 +128,19 @@ class ClusterClient:
                 )
         return good
 
+    def register_memory(self, regions: Sequence[memoryview]) -> int:
+        """Register the caller's buffers (SGLang's host pool) with the engine, once; returns how
+        many it took. A region the engine refuses is logged and moves through bounce buffers."""
+        done = 0
+        for region in regions:
+            try:
+                self.engine.register_memory(region)
+                done += 1
+            except (TransportError, ValueError, TypeError) as exc:
+                self.counters["register_failures"] += 1
+                log.warning("%s engine cannot register %d bytes: %s", self.engine_name, len(region), exc)
+        return done
+
     def exists_batch(self, keys: Sequence[str]) -> list[bool]:
         return self._fan_out(keys, lambda k: k, lambda c, ks: c.exists_batch(ks), False)
 
@@ -145,10 +171,13 @@ class ClusterClient:
         }
 
     def close(self) -> None:
+        """Stop the membership thread, close node connections, the engine and the metadata client."""
         self.membership.close()
+        self.membership.service.close()
         self._pool.shutdown(wait=False)
         with self._lock:
             clients = [c for _, c in self._clients.values()]
             self._clients.clear()
         for c in clients:
             c.close()
+        self.engine.close()  # deregisters the memory registered through this client

@@ -26,3 +26,15 @@ class PeerUnavailable(TransportError):
 
 class MetadataUnavailable(TransportError):
     """The metadata service (Redis) could not be reached within its timeout."""
+
+
+class EngineUnavailable(TransportError):
+    """This host cannot run the requested transfer engine (e.g. rdma: no device, no pyverbs)."""
+
+
+class RdmaSetupError(TransportError):
+    """Opening, registering or connecting RDMA resources failed (device limits, GID, refusal)."""
+
+
+class RdmaNotServed(PeerUnavailable):
+    """The node answered RDMA_CONNECT with "unknown op": it serves no RDMA (no ``rdma_device``)."""

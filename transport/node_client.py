@@ -3,9 +3,15 @@
 With the ``tcp`` engine every batch is one keyed request (GET/PUT frames carrying the bodies;
 ``sendmsg`` gathers from the caller's memoryviews, ``recv_into`` scatters into them). With a
 one-sided engine (``local``, ``rdma``) a get is LOOKUP (one round trip) + a one-sided read of
-header, body and header again, validated against the key hash and version; a put is ALLOC +
-one-sided write + COMMIT. Every call is bounded by ``ClientOptions.timeout_s``; any failure
-turns into misses / ``False`` and is counted, never raised.
+header and body, then -- once that read completed -- a second read of the header: both must
+match the key hash and the version LOOKUP gave. The second read starts after the body landed, so
+the check holds however the engine orders the bytes of one read (RDMA does not promise an order);
+a slot is invalidated before it is reused and versions never repeat, so a body read while its
+slot was being reused fails the second check. A put is ALLOC + one-sided write + COMMIT. A node
+that serves no RDMA (``RdmaNotServed``) is reached through the keyed TCP path instead, said once.
+Every call is bounded by ``ClientOptions.timeout_s``; any failure turns into misses / ``False``
+and is counted, never raised. A client given an engine *name* owns that engine and closes it; an
+engine *instance* (shared by ``ClusterClient``) is left to its owner.
 
 A key that cannot go on the wire (not UTF-8 encodable, empty, or longer than the stricter of the
 client's and the node's ``max_key_len``) fails only itself: it is a miss / ``False``, counted in
@@ -24,8 +30,8 @@ from typing import Any, TypeVar
 
 from . import wire
 from .connection import Connection, ConnectionPool
-from .engine import Extent, Segment, TransferEngine
-from .errors import AuthError, RequestRefused, TransportError
+from .engine import Segment, TransferEngine
+from .errors import AuthError, RdmaNotServed, RequestRefused, TransportError
 from .object_header import HEADER_SIZE, ObjectHeader
 from .options import ClientOptions
 from .registry import make_engine
@@ -56,10 +62,12 @@ class NodeClient:
         self.host, self.port = host, port
         self.opts = options or ClientOptions()
         self.limits = self.opts.limits
+        self._owns_engine = isinstance(engine, str)
         self.engine: TransferEngine = make_engine(engine) if isinstance(engine, str) else engine
         self.pool = ConnectionPool(host, port, self.opts)
         self.counters: Counter[str] = Counter()
         self._segment: Segment | None = None
+        self._two_sided = not self.engine.one_sided  # also when the node does not serve the engine
 
     # ---- plumbing -------------------------------------------------------------------------
 
@@ -167,11 +175,18 @@ class NodeClient:
         self._release(conn, None, what)
         return out
 
-    def _segment_for(self, conn: Connection) -> Segment:
+    def _segment_for(self, conn: Connection) -> Segment | None:
+        """The node's segment opened on the engine; None when the node does not serve it."""
+        if self._two_sided:
+            return None
         seg = Segment.from_handshake(self.host, self.port, conn.segment)
         if self._segment is None or self._segment.epoch != seg.epoch:
             try:
                 self.engine.open_segment(seg, self.pool)
+            except RdmaNotServed as exc:
+                log.warning("node %s:%d: %s; using TCP for it", self.host, self.port, exc)
+                self._two_sided = True
+                return None
             except TransportError as exc:
                 self.counters["segment_refused"] += 1
                 if worth_logging(self.counters["segment_refused"]):
@@ -239,7 +254,7 @@ class NodeClient:
     def put_batch(self, items: Sequence[Item], obj_type: int = 0) -> list[bool]:
         """Store each ``(key, parts)``; the object is the concatenation of its parts. True when
         stored or already present (values are immutable)."""
-        put = self._put_one_sided if self.engine.one_sided else self._put_tcp
+        put = self._put_tcp if self._two_sided else self._put_one_sided
 
         def go(conn: Connection, deadline: float, idx: list[int]) -> list[bool]:
             return put(conn, deadline, [items[i] for i in idx], obj_type)
@@ -250,7 +265,7 @@ class NodeClient:
     def get_batch_into(self, items: Sequence[Item]) -> list[bool]:
         """Fill each ``(key, parts)`` with the object's bytes; an object whose size differs from
         the parts' total is a miss (the parts are then left in an unspecified state)."""
-        get = self._get_one_sided if self.engine.one_sided else self._get_tcp
+        get = self._get_tcp if self._two_sided else self._get_one_sided
 
         def go(conn: Connection, deadline: float, idx: list[int]) -> list[bool]:
             return get(conn, deadline, [items[i] for i in idx])
@@ -290,6 +305,8 @@ class NodeClient:
 
     def _get_one_sided(self, conn: Connection, deadline: float, items: list[Item]) -> list[bool]:
         seg = self._segment_for(conn)
+        if seg is None:
+            return self._get_tcp(conn, deadline, items)
         keys = [k for k, _ in items]
         _, meta = conn.request(Op.LOOKUP, wire.encode_keys(keys, conn.limits), (), deadline)
         refs = wire.decode_lookup_reply(meta, len(items))
@@ -297,25 +314,27 @@ class NodeClient:
         live = [i for i, r in enumerate(refs) if r.found and r.size == sizes[i]]
         if not live:
             return [False] * len(items)
-        before = memoryview(bytearray(HEADER_SIZE * len(live)))
-        after = memoryview(bytearray(HEADER_SIZE * len(live)))
-        extents: list[Extent] = []
+        headers = memoryview(bytearray(HEADER_SIZE * len(live)))
+        hdr = [headers[j * HEADER_SIZE : (j + 1) * HEADER_SIZE] for j in range(len(live))]
+        # round 1: header + body (one extent per object); round 2, after it completed: header
+        flags = self.engine.read(
+            seg.node_id, [(refs[i].offset, [hdr[j], *items[i][1]]) for j, i in enumerate(live)], deadline
+        )
+        first = []
         for j, i in enumerate(live):
-            off = refs[i].offset
-            hb = before[j * HEADER_SIZE : (j + 1) * HEADER_SIZE]
-            ha = after[j * HEADER_SIZE : (j + 1) * HEADER_SIZE]
-            extents += [(off, [hb]), (off + HEADER_SIZE, items[i][1]), (off, [ha])]
-        flags = self.engine.read(seg.node_id, extents, deadline)
+            if flags[j] and ObjectHeader.unpack(hdr[j]).matches(keys[i], refs[i].version, refs[i].size):
+                first.append(j)
+            elif flags[j]:
+                self.counters["stale_reads"] += 1
         out = [False] * len(items)
-        for j, i in enumerate(live):
-            if not all(flags[3 * j : 3 * j + 3]):
-                continue
-            ref = refs[i]
-            h1 = ObjectHeader.unpack(before[j * HEADER_SIZE : (j + 1) * HEADER_SIZE])
-            h2 = ObjectHeader.unpack(after[j * HEADER_SIZE : (j + 1) * HEADER_SIZE])
-            if h1.matches(keys[i], ref.version, ref.size) and h2.matches(keys[i], ref.version, ref.size):
+        if not first:
+            return out
+        again = self.engine.read(seg.node_id, [(refs[live[j]].offset, [hdr[j]]) for j in first], deadline)
+        for j, ok in zip(first, again, strict=True):
+            i = live[j]
+            if ok and ObjectHeader.unpack(hdr[j]).matches(keys[i], refs[i].version, refs[i].size):
                 out[i] = True
-            else:
+            elif ok:
                 self.counters["stale_reads"] += 1
         return out
 
@@ -323,6 +342,8 @@ class NodeClient:
         self, conn: Connection, deadline: float, items: list[Item], obj_type: int
     ) -> list[bool]:
         seg = self._segment_for(conn)
+        if seg is None:
+            return self._put_tcp(conn, deadline, items, obj_type)
         sizes = [_nbytes(parts) for _, parts in items]
         meta = wire.encode_put(
             [(k, n, obj_type) for (k, _), n in zip(items, sizes, strict=True)], conn.limits
@@ -345,8 +366,14 @@ class NodeClient:
             out[i] = bool(ok)
         return out
 
+    def register_memory(self, buf: memoryview) -> int:
+        """Register ``buf`` with the engine (RDMA then moves it with no copy); see the engine."""
+        return self.engine.register_memory(buf)
+
     def close(self) -> None:
         self.pool.close()
         if self._segment is not None:
             self.engine.close_segment(self._segment.node_id)
             self._segment = None
+        if self._owns_engine:
+            self.engine.close()

@@ -4,9 +4,11 @@ strings such as ``"4GiB"`` before validation)."""
 from __future__ import annotations
 
 import os
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .rdma_options import RdmaOptions
 from .wire import Limits
 
 
@@ -61,11 +63,30 @@ class NodeConfig(BaseModel):
     drain_timeout_s: float = Field(default=10.0, ge=0)
     """On SIGTERM: finish in-flight requests for at most this long."""
     rdma_device: str = ""
-    """E.g. ``mlx5_0`` or ``rxe0``: serve one-sided RDMA too (needs pyverbs + rdma-core)."""
+    """E.g. ``mlx5_0`` or ``rxe0`` (``auto``: the first device): serve one-sided RDMA too (needs
+    pyverbs + rdma-core); empty: no RDMA. A device that cannot be opened stops the node."""
     rdma_port: int = Field(default=1, ge=1)
-    rdma_gid_index: int = Field(default=0, ge=0)
+    """Port of ``rdma_device``."""
+    rdma_gid_index: Annotated[int, Field(ge=0)] | Literal["auto"] = "auto"
+    """GID table index; ``auto``: the first RoCE v2 GID with an IPv4 address (index 0 on IB)."""
+    rdma_hop_limit: int = Field(default=64, ge=1, le=255)
+    """IP hop limit of RoCE v2 packets (1 would stop them at the first router)."""
+    rdma_traffic_class: int = Field(default=0, ge=0, le=255)
+    """Traffic class (DSCP << 2 | ECN), e.g. 106 for a fabric's lossless RoCE class."""
+    rdma_service_level: int = Field(default=0, ge=0, le=15)
+    """Service level (InfiniBand; the PCP priority on some RoCE setups)."""
     ready_file: str = ""
     """Written with "host port" once listening (tests, supervisors)"""
+
+    def rdma_options(self) -> RdmaOptions:
+        return RdmaOptions(
+            device=self.rdma_device,
+            port=self.rdma_port,
+            gid_index=-1 if self.rdma_gid_index == "auto" else self.rdma_gid_index,
+            hop_limit=self.rdma_hop_limit,
+            traffic_class=self.rdma_traffic_class,
+            service_level=self.rdma_service_level,
+        )
 
     def limits(self) -> Limits:
         return Limits(self.max_key_len, self.max_batch, self.max_meta, self.max_payload)

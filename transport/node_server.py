@@ -31,7 +31,7 @@ from . import auth, wire
 from .arena import Arena, arena_size
 from .arena_files import ArenaFile, collect_stale
 from .arena_header import ArenaHeader
-from .errors import ProtocolError, TransportError
+from .errors import ProtocolError, RdmaSetupError, TransportError
 from .eviction import Evictor
 from .handshake_gate import GateLimits, HandshakeGate
 from .metadata.base import MetadataService, NodeInfo
@@ -134,9 +134,7 @@ class NodeServer:
         self.info = NodeInfo(self.node_id, self.host, self.port, self.arena.size, self.epoch, shm_path)
         self._rdma: Any = None
         if cfg.rdma_device:
-            from .rdma import RdmaResponder
-
-            self._rdma = RdmaResponder(self.arena.view, cfg.rdma_device, cfg.rdma_port, cfg.rdma_gid_index)
+            self._rdma = self._open_rdma()
         self.requests: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self._conns: set[_Conn] = set()
@@ -152,6 +150,19 @@ class NodeServer:
             self._admit,
             self.errors,
         )
+
+    def _open_rdma(self) -> Any:
+        """The RDMA responder over the arena; a device that cannot serve stops the node (with
+        its listener and arena released) naming the ``node.rdma_*`` keys."""
+        from .rdma_responder import RdmaResponder
+
+        try:
+            return RdmaResponder(self.arena.view, self.cfg.rdma_options(), self.arena.data_offset)
+        except (TransportError, ValueError) as exc:
+            with contextlib.suppress(OSError):
+                self._listener.close()
+            self.arena.close()
+            raise ValueError(f"node.rdma_device: {self.cfg.rdma_device!r} cannot serve RDMA: {exc}") from exc
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -199,6 +210,8 @@ class NodeServer:
             time.sleep(0.02)
         for c in conns:
             self._shutdown(c.sock)
+        if self._rdma is not None:
+            self._rdma.close()  # no client QP reaches the arena from here on
         self.arena.close()
         self._stopped.set()
         log.info("node %s drained", self.node_id)
@@ -231,7 +244,13 @@ class NodeServer:
             elif len(self._conns) < self.cfg.max_connections:
                 victim, refused = None, False
             else:
-                idle = [c for c in self._conns if not c.busy and not self.store.owns_pending(c)]
+                idle = [
+                    c
+                    for c in self._conns
+                    if not c.busy
+                    and not self.store.owns_pending(c)
+                    and not (self._rdma is not None and self._rdma.owns(c))  # it anchors live QPs
+                ]
                 victim = min(idle, key=lambda c: c.last_active, default=None)
                 refused = victim is None
                 if victim is not None:
@@ -256,7 +275,9 @@ class NodeServer:
             hdr_buf = bytearray(wire.HEADER_SIZE)
             hdr_view = memoryview(hdr_buf)
             while not self._draining.is_set():
-                recv_into_exact(sock, hdr_view, time.monotonic() + self.cfg.idle_timeout_s)
+                # a connection anchoring RDMA QPs idles as long as its client keeps them
+                idle = self._rdma is not None and self._rdma.owns(conn)
+                recv_into_exact(sock, hdr_view, None if idle else time.monotonic() + self.cfg.idle_timeout_s)
                 conn.busy = True
                 deadline = time.monotonic() + self.cfg.request_timeout_s
                 try:
@@ -280,6 +301,8 @@ class NodeServer:
         finally:
             conn.busy = False
             self.store.release_owner(conn)
+            if self._rdma is not None:
+                self._rdma.release_owner(conn)
             with self._lock:
                 self._conns.discard(conn)
             with contextlib.suppress(OSError):
@@ -368,10 +391,17 @@ class NodeServer:
             elif op is Op.STATS:
                 reply = json.dumps(self.stats()).encode()
             elif op is Op.RDMA_CONNECT:
-                if self._rdma is None:
-                    self._reply_error(sock, h.req_id, Status.BAD_REQUEST, op)
+                if self._rdma is None:  # "unknown op": this node serves no RDMA
+                    self._reply_error(sock, h.req_id, Status.UNKNOWN_OP, op)
                     return True
-                reply = self._rdma.accept(QpInfo.decode(meta)).encode()
+                try:
+                    reply = self._rdma.accept(QpInfo.decode(meta), owner=conn).encode()
+                except RdmaSetupError as exc:
+                    self.errors["rdma_setup"] += 1
+                    log.warning("RDMA connect refused: %s", exc)
+                    self._reply_error(sock, h.req_id, Status.INTERNAL, op)
+                    return True
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # it anchors the QP
             elif op is Op.PING:
                 reply = b""
             else:
@@ -477,6 +507,7 @@ class NodeServer:
             "requests": dict(self.requests),
             "errors": dict(self.errors),
             "connections": nconn,
+            "rdma_qps": self._rdma.connections() if self._rdma is not None else None,
             "handshakes": self._gate.pending,
             "draining": self._draining.is_set(),
         }

@@ -2,8 +2,9 @@
 
 One-sided readers (shared memory, RDMA READ) copy a slot without asking the node; they learned
 ``(offset, size, version)`` from a LOOKUP that may be stale by the time they read. They check the
-header before and after copying the body: the magic, ``STATE_VALID``, the expected version, the
-hash of the key and the size. A slot that was evicted (state cleared, version bumped) or reused
+header read with the body and again in a read issued after the body's read completed (one read's
+bytes may land in any order): the magic, ``STATE_VALID``, the expected version, the hash of the key
+and the size. A slot that was evicted (state cleared, version bumped) or reused
 for another key fails the check, so a stale read is a miss, never wrong data.
 
 Layout (64 bytes, little-endian): magic u32 | state u32 | version u64 | key_hash u64 | size u64 |

@@ -1,5 +1,5 @@
-"""Map ibverbs work-completion statuses to outcomes (pure): which ones mean the peer is gone
-(drop the QP, mark the node down), which only fail the items of the batch."""
+"""Map ibverbs work-completion statuses to outcomes (pure): whether the peer is unreachable (back
+off before reconnecting), refused the request, or our own side failed."""
 
 from __future__ import annotations
 
@@ -34,19 +34,30 @@ class WcStatus(enum.IntEnum):
 
 
 class Outcome(enum.Enum):
+    """What a failed completion says about the connection. Any error moves an RC QP to the error
+    state (its later work requests complete with WR_FLUSH_ERR), so every outcome but OK tears the
+    QP down; they differ in what the next call should do."""
+
     OK = "ok"
-    ITEM_FAILED = "item_failed"  # this request was bad (bounds, keys): fail its item, keep the QP
-    PEER_DOWN = "peer_down"  # the connection is unusable: fail all, reconnect later
+    UNREACHABLE = "unreachable"  # the peer did not answer (retries exhausted): reconnect with back-off
+    REJECTED = "rejected"  # the peer refused the request (keys, bounds, access): reconnect now
+    LOCAL = "local"  # our own side failed (local protection/length, flushed): reconnect now
 
 
-_PEER_DOWN = {
+_UNREACHABLE = {
     WcStatus.RETRY_EXC_ERR,
     WcStatus.RNR_RETRY_EXC_ERR,
-    WcStatus.FATAL_ERR,
     WcStatus.RESP_TIMEOUT_ERR,
-    WcStatus.REM_ABORT_ERR,
-    WcStatus.BAD_RESP_ERR,
+    WcStatus.FATAL_ERR,
     WcStatus.GENERAL_ERR,
+}
+_REJECTED = {
+    WcStatus.REM_ACCESS_ERR,
+    WcStatus.REM_INV_REQ_ERR,
+    WcStatus.REM_OP_ERR,
+    WcStatus.REM_ABORT_ERR,
+    WcStatus.REM_INV_RD_REQ_ERR,
+    WcStatus.BAD_RESP_ERR,
 }
 
 
@@ -56,13 +67,12 @@ def classify(status: int) -> Outcome:
     try:
         st = WcStatus(status)
     except ValueError:
-        return Outcome.PEER_DOWN
-    if st in _PEER_DOWN:
-        return Outcome.PEER_DOWN
-    # any error moves an RC QP to the error state; later WRs complete with WR_FLUSH_ERR
-    if st == WcStatus.WR_FLUSH_ERR:
-        return Outcome.PEER_DOWN
-    return Outcome.ITEM_FAILED
+        return Outcome.UNREACHABLE
+    if st in _UNREACHABLE:
+        return Outcome.UNREACHABLE
+    if st in _REJECTED:
+        return Outcome.REJECTED
+    return Outcome.LOCAL
 
 
 def describe(status: int) -> str:

@@ -1,9 +1,10 @@
 """RDMA connection setup data exchanged over the TCP control channel (pure; no device needed).
 
 Each side sends one ``QpInfo``: its RC QP number, packet sequence number, port LID, GID (16 bytes,
-RoCE/IB), MTU enum, and the (address, length, rkey) of the memory region the peer may access (the
-node's arena; for the client, its registered local region -- unused by the node, which stays
-passive). Encoded as a fixed 64-byte big-endian record with a version byte.
+RoCE/IB), MTU enum, how many RDMA READs it serves at once on this QP (``rd_atomic``: the peer
+issues no more, so a device with fewer responder resources is never overrun), and the (address,
+length, rkey) of the memory region the peer may access (the node's arena; the client sends zeros:
+the node stays passive). Encoded as a fixed big-endian record with a version byte.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from dataclasses import dataclass
 
 from .errors import ProtocolError
 
-QPINFO_VERSION = 1
-_QPINFO = struct.Struct("!BxHIIB3x16sQQI")  # version, lid, qpn, psn, mtu, gid, addr, length, rkey
+QPINFO_VERSION = 2
+# version, rd_atomic, lid, qpn, psn, mtu, gid, addr, length, rkey
+_QPINFO = struct.Struct("!BBHIIB3x16sQQI")
 QPINFO_SIZE = _QPINFO.size
 
 
@@ -28,14 +30,18 @@ class QpInfo:
     addr: int
     length: int
     rkey: int
+    rd_atomic: int = 1
 
     def encode(self) -> bytes:
         if len(self.gid) != 16:
             raise ProtocolError("a GID is 16 bytes")
         if not (0 <= self.qpn < 1 << 24 and 0 <= self.psn < 1 << 24):
             raise ProtocolError("QPN and PSN are 24-bit")
+        if not 1 <= self.rd_atomic <= 255:
+            raise ProtocolError("rd_atomic is 1..255")
         return _QPINFO.pack(
             QPINFO_VERSION,
+            self.rd_atomic,
             self.lid,
             self.qpn,
             self.psn,
@@ -50,9 +56,9 @@ class QpInfo:
     def decode(cls, raw: bytes | bytearray | memoryview) -> QpInfo:
         if len(raw) != QPINFO_SIZE:
             raise ProtocolError(f"QP info is {QPINFO_SIZE} bytes, got {len(raw)}")
-        version, lid, qpn, psn, mtu, gid, addr, length, rkey = _QPINFO.unpack(raw)
+        version, rd_atomic, lid, qpn, psn, mtu, gid, addr, length, rkey = _QPINFO.unpack(raw)
         if version != QPINFO_VERSION:
             raise ProtocolError(f"unsupported QP info version {version}")
-        if qpn >= 1 << 24 or psn >= 1 << 24:
-            raise ProtocolError("QPN and PSN are 24-bit")
-        return cls(qpn, psn, lid, bytes(gid), mtu, addr, length, rkey)
+        if qpn >= 1 << 24 or psn >= 1 << 24 or rd_atomic < 1:
+            raise ProtocolError("QPN and PSN are 24-bit, rd_atomic >= 1")
+        return cls(qpn, psn, lid, bytes(gid), mtu, addr, length, rkey, rd_atomic)

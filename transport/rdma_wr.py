@@ -1,18 +1,21 @@
-"""Work-request batching for one-sided RDMA (pure): extents -> scatter/gather work requests.
+"""Work-request building for one-sided RDMA (pure): mapped extents -> scatter/gather work requests.
 
-An extent is ``(remote_offset, local parts)``; each part becomes one SGE (split at
-``max_sge_bytes``), SGEs are packed into WRs of at most ``max_sge`` entries covering consecutive
-remote bytes, and WRs into post batches of at most ``max_wr`` with only the last WR of a batch
-signaled (one completion to poll per batch). Every WR carries the index of its extent so a failed
-completion maps back to the item it belongs to.
+An extent is ``(item, remote_offset, sges)``: its local scatter/gather list (already resolved to
+registered memory, see ``rdma_plan``) covering consecutive remote bytes. SGEs are split at
+``max_msg`` bytes and packed into WRs of at most ``max_sge`` entries and ``max_msg`` bytes; WRs
+are cut into posting windows of at most ``window`` with only the last WR of a window signaled
+(selective signaling: an RC send queue completes in order, so that one completion vouches for the
+whole window, and an error completes with an error status whether signaled or not). Every WR
+carries a unique ``wr_id`` and the index of its item.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
-from .rdma_mr import RegionTable, RemoteArena
+from .errors import TransportError
+from .rdma_mr import RemoteArena
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +28,7 @@ class Sge:
 @dataclass(frozen=True, slots=True)
 class WorkRequest:
     wr_id: int
-    item: int  # index of the extent this WR belongs to
+    item: int  # index of the item this WR belongs to
     remote_addr: int
     rkey: int
     sges: tuple[Sge, ...]
@@ -36,60 +39,51 @@ class WorkRequest:
         return sum(s.length for s in self.sges)
 
 
-class UnregisteredBuffer(ValueError):
-    pass
+def split_sge(sge: Sge, max_bytes: int) -> list[Sge]:
+    if sge.length <= max_bytes:
+        return [sge]
+    return [
+        Sge(sge.addr + pos, min(max_bytes, sge.length - pos), sge.lkey)
+        for pos in range(0, sge.length, max_bytes)
+    ]
 
 
 def build_work_requests(
-    extents: Sequence[tuple[int, Sequence[tuple[int, int]]]],
-    regions: RegionTable,
+    extents: Sequence[tuple[int, int, Sequence[Sge]]],
     arena: RemoteArena,
-    max_sge: int = 16,
-    max_sge_bytes: int = 1 << 30,
-    first_wr_id: int = 1,
+    max_sge: int,
+    max_msg: int,
+    next_id: Callable[[], int],
 ) -> tuple[list[WorkRequest], list[int]]:
-    """``extents``: (remote_offset, [(local_addr, length)]). Returns the WRs and the indexes of
-    extents that could not be mapped (outside the arena or not in a registered region)."""
+    """Returns the WRs and the items whose extent lies outside the remote arena."""
     wrs: list[WorkRequest] = []
     bad: list[int] = []
-    wr_id = first_wr_id
-    for item, (offset, parts) in enumerate(extents):
-        total = sum(n for _, n in parts)
+    for item, offset, sges in extents:
+        total = sum(s.length for s in sges)
         try:
             remote = arena.address_of(offset, total)
-        except Exception:
+        except TransportError:
             bad.append(item)
             continue
-        sges: list[Sge] = []
-        mapped = True
-        for addr, n in parts:
-            region = regions.find(addr, n)
-            if region is None:
-                mapped = False
-                break
-            pos = 0
-            while pos < n:
-                chunk = min(n - pos, max_sge_bytes)
-                sges.append(Sge(addr + pos, chunk, region.lkey))
-                pos += chunk
-        if not mapped:
-            bad.append(item)
-            continue
-        pos_remote = remote
-        for i in range(0, len(sges), max_sge):
-            group = tuple(sges[i : i + max_sge])
-            wrs.append(WorkRequest(wr_id, item, pos_remote, arena.rkey, group))
-            wr_id += 1
-            pos_remote += sum(s.length for s in group)
+        group: list[Sge] = []
+        nbytes = 0
+        for piece in (p for s in sges for p in split_sge(s, max_msg)):
+            if group and (len(group) >= max_sge or nbytes + piece.length > max_msg):
+                wrs.append(WorkRequest(next_id(), item, remote, arena.rkey, tuple(group)))
+                remote += nbytes
+                group, nbytes = [], 0
+            group.append(piece)
+            nbytes += piece.length
+        if group:
+            wrs.append(WorkRequest(next_id(), item, remote, arena.rkey, tuple(group)))
     return wrs, bad
 
 
-def post_batches(wrs: Sequence[WorkRequest], max_wr: int) -> list[list[WorkRequest]]:
-    """Split into batches of at most ``max_wr`` (the send queue depth); last WR signaled."""
+def windows(wrs: Sequence[WorkRequest], size: int) -> list[list[WorkRequest]]:
+    """Posting windows of at most ``size`` WRs; the last WR of each is signaled."""
     out = []
-    for i in range(0, len(wrs), max_wr):
-        batch = list(wrs[i : i + max_wr])
-        last = batch[-1]
-        batch[-1] = WorkRequest(last.wr_id, last.item, last.remote_addr, last.rkey, last.sges, True)
-        out.append(batch)
+    for i in range(0, len(wrs), size):
+        window = list(wrs[i : i + size])
+        window[-1] = replace(window[-1], signaled=True)
+        out.append(window)
     return out

@@ -5,8 +5,9 @@ this process and a separate process holding the memory, over loopback:
 
 - ``socket``: a plain socket to a server process doing the same sendmsg/recv_into transfer with no
   protocol (the throughput ceiling of Python + loopback TCP here);
-- ``tcp`` / ``local``: our ``NodeClient`` against a memory node started as its own process
-  (``hicache-mooncake node``), tcp and same-host shared-memory engines;
+- ``tcp`` / ``local`` / ``rdma``: our ``NodeClient`` against a memory node started as its own
+  process (``hicache-mooncake node``), tcp, same-host shared-memory and (``--engine rdma``, where
+  the host has an RDMA device, e.g. soft-RoCE ``rxe0``; buffers registered once) RDMA engines;
 - ``mooncake``: Mooncake Store's Python client (``batch_put_from`` / ``batch_get_into`` from
   registered buffers) over its Transfer Engine TCP transport, against ``mooncake_master`` and a
   separate segment-holder process, all in one private network namespace (``unshare -n``; see
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes.util
+import importlib
 import json
 import multiprocessing
 import os
@@ -44,7 +46,9 @@ import yaml
 
 from hicache_mooncake.bench._mooncake_runner import stamp, summarize, timed_batches
 from hicache_mooncake.results_json import write_json
-from hicache_mooncake.transport import ClientOptions, NodeClient
+from hicache_mooncake.transport import ClientOptions, NodeClient, make_engine
+from hicache_mooncake.transport.rdma import rdma_unavailable_reason
+from hicache_mooncake.transport.rdma_options import RdmaOptions
 from hicache_mooncake.transport.sockio import recv_into_exact, send_all
 
 MiB = 1 << 20
@@ -58,7 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--total-mib", type=int, default=256, help="bytes moved per measurement")
     parser.add_argument("--batch-mib", type=int, default=32, help="bytes per batched call")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats (median reported)")
-    parser.add_argument("--engines", default="tcp,local")
+    parser.add_argument("--engines", "--engine", default="tcp,local", help="tcp, local, rdma (comma list)")
+    parser.add_argument(
+        "--rdma-device", default="", help="RDMA device for the rdma engine (default: the first)"
+    )
     parser.add_argument(
         "--with-mooncake",
         dest="with_mooncake",
@@ -82,18 +89,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_node(tmp: Path, capacity: int) -> tuple[subprocess.Popen[bytes], int]:
+def _start_node(tmp: Path, capacity: int, rdma_device: str = "") -> tuple[subprocess.Popen[bytes], int]:
     port = _free_port()
     cfg = tmp / "node.yaml"
     ready = tmp / "node.ready"
-    cfg.write_text(
-        yaml.safe_dump(
-            {
-                "node": {"node_id": "bench", "port": port, "capacity": capacity},
-                "metadata": {"backend": "embedded"},
-            }
-        )
-    )
+    node: dict[str, Any] = {"node_id": "bench", "port": port, "capacity": capacity}
+    if rdma_device:
+        node["rdma_device"] = rdma_device
+    cfg.write_text(yaml.safe_dump({"node": node, "metadata": {"backend": "embedded"}}))
     proc = subprocess.Popen(
         [sys.executable, "-m", "hicache_mooncake", "node", "--config", str(cfg), "--ready-file", str(ready)],
         stdout=subprocess.DEVNULL,
@@ -187,14 +190,22 @@ class SocketSeries:
 class NodeSeries:
     """Our ``NodeClient`` (one engine) against the memory node process."""
 
-    def __init__(self, port: int, engine: str, page: int, total: int, batch: int) -> None:
-        self.c = NodeClient("127.0.0.1", port, ClientOptions(timeout_s=30, secret=b"bench"), engine)
+    def __init__(
+        self, port: int, engine: str, page: int, total: int, batch: int, rdma_device: str = ""
+    ) -> None:
+        eng: Any = engine
+        if engine == "rdma":  # registered buffers, as SGLang's host pool is: no bounce copies
+            eng = make_engine("rdma", options=RdmaOptions(device=rdma_device))
+        self.c = NodeClient("127.0.0.1", port, ClientOptions(timeout_s=30, secret=b"bench"), eng)
+        self._own = eng if engine == "rdma" else None
         self.engine, self.page, self.total = engine, page, total
         self.per_batch = max(1, batch // page)
         self.n_pages = total // page
         nbuf = self.per_batch * page
         self.src = np.frombuffer(np.random.default_rng(page).bytes(nbuf), dtype=np.uint8).copy()
         self.dst = np.zeros(nbuf, dtype=np.uint8)
+        for buf in (self.src, self.dst):
+            self.c.register_memory(memoryview(buf.data))
         self.tag = 1000
         # Untimed warm-up pass (arena first touch, connections), like the Mooncake side's.
         for i in range(0, self.n_pages, self.per_batch):
@@ -224,6 +235,8 @@ class NodeSeries:
 
     def close(self) -> None:
         self.c.close()
+        if self._own is not None:
+            self._own.close()
 
 
 # ---- Mooncake side -----------------------------------------------------------------------------
@@ -383,6 +396,16 @@ def run(args: argparse.Namespace) -> int:
     total = args.total_mib * MiB
     batch = args.batch_mib * MiB
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    rdma: dict[str, Any] = {"requested": "rdma" in engines}
+    if "rdma" in engines:
+        rdma["reason"] = rdma_unavailable_reason(args.rdma_device)
+        if rdma["reason"]:
+            print(f"rdma: not measured: {rdma['reason']}")
+            engines.remove("rdma")
+        else:
+            rdma["device"] = args.rdma_device or "(first)"
+            rdma["pyverbs"] = importlib.import_module("pyverbs").__file__  # which one: a real rdma-core?
+    engines = engines or ["tcp"]
     base = "tcp" if "tcp" in engines else engines[0]
     result: dict[str, Any] = {
         "unit": f"GB/s (1e9 B/s), median of repeats (samples listed); ratios = our {base} / baseline",
@@ -393,6 +416,7 @@ def run(args: argparse.Namespace) -> int:
         "batch_bytes": batch,
         "repeats": args.repeats,
         "cpus": os.cpu_count(),
+        "rdma": rdma,
         "pages": {},
     }
     mooncake: dict[str, Any] = {"requested": bool(args.with_mooncake), "setup_steps": []}
@@ -410,11 +434,12 @@ def run(args: argparse.Namespace) -> int:
                 reason = f"Mooncake Store run failed: {exc}"
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            proc, port = _start_node(Path(tmp), total + 64 * MiB)
+            node_rdma = (args.rdma_device or "auto") if "rdma" in engines else ""
+            proc, port = _start_node(Path(tmp), total + 64 * MiB, node_rdma)
             try:
                 for page in sizes:
                     entry, reason = _measure_page(
-                        page, total, batch, args.repeats, port, engines, session, reason
+                        page, total, batch, args.repeats, port, engines, session, reason, args.rdma_device
                     )
                     if reason is not None and session is not None:
                         session.close()
@@ -447,11 +472,12 @@ def _measure_page(
     engines: list[str],
     session: MooncakeSession | None,
     reason: str | None,
+    rdma_device: str = "",
 ) -> tuple[dict[str, Any], str | None]:
     series: dict[str, Series] = {"socket": SocketSeries(page, total, batch)}
     try:
         for eng in engines:
-            series[eng] = NodeSeries(port, eng, page, total, batch)
+            series[eng] = NodeSeries(port, eng, page, total, batch, rdma_device)
         if session is not None:
             try:
                 series["mooncake"] = session.page(page)

@@ -95,6 +95,28 @@ def test_reason_recorded_when_mooncake_run_fails(tmp_path: Path, monkeypatch: py
     assert res["pages"]["1MiB"]["mooncake_reason"] == reason
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("device", [True, False])
+def test_engine_rdma(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device: bool) -> None:
+    """``--engine rdma``: measured next to tcp where a device exists (here the verbs simulator, as
+    the recorded pyverbs path says); without one the reason is recorded and tcp still runs."""
+    from rdma_sim import Fabric, no_fabric
+
+    ctx: Any = Fabric(tmp_path / "fabric") if device else no_fabric()
+    with ctx:
+        if device:
+            monkeypatch.setenv("PYTHONPATH", ctx.env()["PYTHONPATH"])  # the node process too
+        assert remote.run(_args(tmp_path, engines="tcp,rdma", with_mooncake=False)) == 0
+    res = json.loads((tmp_path / "r.json").read_text())
+    entry = res["pages"]["1MiB"]
+    assert entry["tcp"]["get"] > 0 and res["rdma"]["requested"]
+    if device:
+        assert res["rdma"]["reason"] is None and "fake_rdma" in res["rdma"]["pyverbs"]
+        assert entry["rdma"]["get"] > 0 and entry["rdma"]["put"] > 0
+    else:
+        assert "devices list" in res["rdma"]["reason"] and "rdma" not in entry
+
+
 def test_libibverbs_missing_without_apt(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(remote, "_mooncake_importable", lambda: (False, "libibverbs.so.1: cannot open"))
     monkeypatch.setattr(remote, "_have_ibverbs", lambda: False)

@@ -34,3 +34,29 @@ def test_bad_policy_options_fail_the_attach_with_the_key_and_leak_nothing(tmp_pa
         make_backend(extra=extra)
     assert threading.active_count() == threads
     assert open_fd_count() == fds
+
+
+def test_a_dram_tier_larger_than_the_host_is_refused_with_the_key_before_anything_is_allocated():
+    make_backend(extra=small_extra())[0].close()
+    threads, fds = threading.active_count(), open_fd_count()
+    with pytest.raises(Exception, match=r"tiers.dram.capacity: 1024.0TiB is more than this host lets"):
+        make_backend(extra=small_extra(dram={"capacity": "1024TiB"}))
+    assert threading.active_count() == threads and open_fd_count() == fds
+
+
+def test_an_unreachable_redis_at_attach_is_logged_with_its_key_and_local_tiers_keep_serving(caplog):
+    from transport_procs import free_port
+
+    port = free_port()  # nothing listens there
+    extra = small_extra(remote={"enabled": True})
+    extra["metadata"] = {"backend": "redis", "url": f"redis://127.0.0.1:{port}/0", "timeout_s": 0.2}
+    with caplog.at_level("WARNING", logger="hicache_mooncake"):
+        backend, host = make_backend(extra=extra)
+    try:
+        text = caplog.text
+        assert f"metadata service unreachable at attach: redis://127.0.0.1:{port}/0 (metadata.url)" in text
+        idx = host.alloc(2 * host.page_size)
+        assert backend.batch_set_v1(["a" * 64, "b" * 64], idx) == [True, True]  # DRAM still serves
+        assert backend.batch_exists(["a" * 64, "b" * 64]) == 2
+    finally:
+        backend.close()

@@ -1,8 +1,10 @@
 """One conformance suite for every transfer engine, against real memory-node processes on
-loopback (metadata in a real redis-server). RDMA runs are skipped where no device exists."""
+loopback (metadata in a real redis-server). ``rdma`` runs on the host's first RDMA device when
+the kernel has one, else on the verbs simulator (tests/fake_rdma): never skipped."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -10,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rdma_sim import Fabric, real_device, use_real_pyverbs
 from transport_procs import SECRET, NodeProc, RedisProc, free_port
 
 from hicache_mooncake.transport import ClientOptions, ClusterClient, NodeClient, make_engine
 from hicache_mooncake.transport.metadata.redis_backend import RedisMetadata
-from hicache_mooncake.transport.rdma import rdma_unavailable_reason
 
 pytestmark = pytest.mark.integration
 ENGINES = ["tcp", "local", "rdma"]
@@ -31,32 +33,35 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Two nodes serving tcp, shared memory and RDMA (a real device, or the simulator)."""
     tmp: Path = tmp_path_factory.mktemp("conformance")
-    redis = RedisProc(free_port())
-    redis.start()
-    nodes: list[NodeProc] = []
-    try:
-        for name in ("n1", "n2"):
-            nodes.append(NodeProc(tmp, name, redis.url, "conf").start())
-        yield Cluster(redis, nodes)
-    finally:
-        for n in nodes:
-            n.stop(signal.SIGTERM)
-        redis.stop()
-
-
-def _engine_or_skip(name: str) -> str:
-    if name == "rdma":
-        reason = rdma_unavailable_reason()
-        if reason:
-            print(f"SKIP rdma: {reason}")
-            pytest.skip(f"rdma: {reason}")
-    return name
+    device = real_device()
+    with contextlib.ExitStack() as stack:
+        env: dict[str, str] = {}
+        if device is None:
+            fabric = stack.enter_context(Fabric(tmp / "fabric"))
+            device, env = fabric.device, fabric.env()
+        else:
+            use_real_pyverbs()
+        print(f"rdma runs on {'the simulator' if env else 'a real device'}: {device}")
+        redis = RedisProc(free_port())
+        redis.start()
+        nodes: list[NodeProc] = []
+        try:
+            for name in ("n1", "n2"):
+                extra = {"rdma_device": device}
+                nodes.append(NodeProc(tmp, name, redis.url, "conf", node=extra, env=env).start())
+            yield Cluster(redis, nodes)
+        finally:
+            for n in nodes:
+                n.stop(signal.SIGTERM)
+            redis.stop()
 
 
 @pytest.fixture(params=ENGINES)
 def engine(request: pytest.FixtureRequest) -> str:
-    return _engine_or_skip(request.param)
+    name: str = request.param
+    return name
 
 
 def _page(i: int, n: int) -> bytearray:

@@ -4,6 +4,7 @@ metadata, leader lease, and the device-free parts of the RDMA backend."""
 from __future__ import annotations
 
 import ctypes
+import itertools
 import time
 
 import pytest
@@ -17,7 +18,7 @@ from hicache_mooncake.transport.object_header import HEADER_SIZE, ObjectHeader
 from hicache_mooncake.transport.rdma_errors import Outcome, WcStatus, classify
 from hicache_mooncake.transport.rdma_handshake import QPINFO_SIZE, QpInfo
 from hicache_mooncake.transport.rdma_mr import RegionTable, RemoteArena, buffer_address
-from hicache_mooncake.transport.rdma_wr import build_work_requests, post_batches
+from hicache_mooncake.transport.rdma_wr import Sge, build_work_requests, windows
 from hicache_mooncake.transport.registry import engine_names, make_engine
 from hicache_mooncake.transport.store import RESERVED_NEW, RESERVED_NO_SPACE, RESERVED_PRESENT, NodeStore
 
@@ -138,10 +139,18 @@ def test_embedded_membership_ttl_and_leader_lease() -> None:
 
 def test_rdma_handshake_encoding() -> None:
     info = QpInfo(
-        qpn=0x123456, psn=77, lid=3, gid=bytes(range(16)), mtu=5, addr=1 << 40, length=1 << 30, rkey=0xABCD
+        qpn=0x123456,
+        psn=77,
+        lid=3,
+        gid=bytes(range(16)),
+        mtu=5,
+        addr=1 << 40,
+        length=1 << 30,
+        rkey=0xABCD,
+        rd_atomic=4,
     )
     raw = info.encode()
-    assert len(raw) == QPINFO_SIZE and QpInfo.decode(raw) == info
+    assert len(raw) == QPINFO_SIZE and QpInfo.decode(raw) == info and QpInfo.decode(raw).rd_atomic == 4
     with pytest.raises(ProtocolError):
         QpInfo.decode(raw[:-1])
     with pytest.raises(ProtocolError):
@@ -162,29 +171,34 @@ def test_rdma_region_table_and_work_request_batching() -> None:
         regions.add(base + 10, 10, 1, 1)
     assert regions.find(base + 100, 100) is not None and regions.find(base + len(buf) - 1, 2) is None
     arena = RemoteArena(addr=1 << 32, length=1 << 20, rkey=99)
+    ids = itertools.count(100)
     extents = [
-        (0, [(base, 4096), (base + 8192, 4096)]),  # two parts -> one WR, two SGEs
-        (8192, [(base + 65536, 40 * 1024)]),  # split into 4 SGEs of 10 KiB -> two WRs (max_sge 3)
-        ((1 << 20) - 10, [(base, 4096)]),  # outside the remote arena
-        (0, [(12345, 10)]),  # unregistered local memory
+        (0, 0, [Sge(base, 4096, 11), Sge(base + 8192, 4096, 11)]),  # two parts -> one WR, two SGEs
+        (1, 8192, [Sge(base + 65536, 40 * 1024, 11)]),  # above max_msg: 10 KiB pieces, one WR each
+        (2, (1 << 20) - 10, [Sge(base, 4096, 11)]),  # outside the remote arena
+        (3, 65536, [Sge(base + k * 2048, 1024, 11) for k in range(7)]),  # 7 SGEs, max_sge 3 -> 3 WRs
     ]
-    wrs, bad = build_work_requests(extents, regions, arena, max_sge=3, max_sge_bytes=10 * 1024)
-    assert bad == [2, 3]
-    assert [w.item for w in wrs] == [0, 1, 1]
-    assert wrs[0].remote_addr == 1 << 32 and [s.lkey for s in wrs[0].sges] == [11, 11] and wrs[0].rkey == 99
-    assert wrs[1].remote_addr == (1 << 32) + 8192 and wrs[2].remote_addr == (1 << 32) + 8192 + 30 * 1024
-    assert sum(w.length for w in wrs[1:]) == 40 * 1024
-    batches = post_batches(wrs, max_wr=2)
-    assert [len(b) for b in batches] == [2, 1]
-    assert [w.signaled for b in batches for w in b] == [False, True, True]
+    wrs, bad = build_work_requests(extents, arena, max_sge=3, max_msg=10 * 1024, next_id=lambda: next(ids))
+    assert bad == [2]
+    assert [w.item for w in wrs] == [0, 1, 1, 1, 1, 3, 3, 3]
+    assert [w.wr_id for w in wrs] == list(range(100, 108))  # unique, never restarting per call
+    assert wrs[0].remote_addr == 1 << 32 and wrs[0].rkey == 99 and len(wrs[0].sges) == 2
+    assert [w.remote_addr - (1 << 32) for w in wrs[1:5]] == [8192 + k * 10 * 1024 for k in range(4)]
+    assert [len(w.sges) for w in wrs[5:]] == [3, 3, 1]
+    assert [w.remote_addr - (1 << 32) for w in wrs[5:]] == [65536, 65536 + 3072, 65536 + 6144]
+    assert all(w.length <= 10 * 1024 and len(w.sges) <= 3 for w in wrs)
+    wins = windows(wrs, size=3)
+    assert [len(b) for b in wins] == [3, 3, 2]
+    assert [w.signaled for b in wins for w in b] == [False, False, True] * 2 + [False, True]
 
 
 def test_rdma_completion_status_mapping() -> None:
     assert classify(WcStatus.SUCCESS) is Outcome.OK
-    assert classify(WcStatus.REM_ACCESS_ERR) is Outcome.ITEM_FAILED
-    assert classify(WcStatus.RETRY_EXC_ERR) is Outcome.PEER_DOWN
-    assert classify(WcStatus.WR_FLUSH_ERR) is Outcome.PEER_DOWN
-    assert classify(999) is Outcome.PEER_DOWN
+    assert classify(WcStatus.REM_ACCESS_ERR) is Outcome.REJECTED
+    assert classify(WcStatus.RETRY_EXC_ERR) is Outcome.UNREACHABLE
+    assert classify(WcStatus.WR_FLUSH_ERR) is Outcome.LOCAL
+    assert classify(WcStatus.LOC_PROT_ERR) is Outcome.LOCAL
+    assert classify(999) is Outcome.UNREACHABLE
 
 
 def test_engine_registry() -> None:

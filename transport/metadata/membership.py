@@ -32,7 +32,13 @@ class Membership:
         self._detached = True
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self.refresh()
+        self.last_error = ""
+        if not self.refresh():
+            log.warning(
+                "metadata service unreachable at attach: %s; the remote tier answers misses until it "
+                "is reachable, and attaches by itself then",
+                self.last_error,
+            )
         self._thread = threading.Thread(target=self._loop, name="hicache-membership", daemon=True)
         self._thread.start()
 
@@ -51,6 +57,7 @@ class Membership:
         try:
             nodes = self.service.live_nodes()
         except MetadataUnavailable as exc:
+            self.last_error = str(exc)
             if not self._detached:
                 log.warning("metadata service unavailable, remote tier detached: %s", exc)
             self._detached = True

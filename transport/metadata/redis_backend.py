@@ -46,6 +46,8 @@ class RedisMetadata:
 
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
         self.ns = namespace
+        scheme, _, rest = url.partition("://")
+        self._url = f"{scheme}://{rest.split('@')[-1]}"  # never log a password
         self._r: Any = redis.Redis.from_url(
             url,
             socket_timeout=timeout_s,
@@ -61,7 +63,7 @@ class RedisMetadata:
         try:
             return fn(*args)
         except self._errors as exc:
-            raise MetadataUnavailable(f"redis: {exc}") from exc
+            raise MetadataUnavailable(f"{self._url} (metadata.url): {exc}") from exc
 
     def register_node(self, info: NodeInfo, ttl_s: float) -> None:
         def go() -> None:
