@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from hicache_mooncake.sglang_compat import check_sglang_version, config_field
+from hicache_mooncake.tiers.policy.hints import session_of
 
 SGLANG_VERSION = check_sglang_version()
 
@@ -243,9 +244,11 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         start = time.perf_counter()
         prefix = getattr(extra_info, "prefix_keys", None)
         prefix_len = len(prefix) if isinstance(prefix, list) else None
-        result = self.store.put_batch(
-            space.keys(list(keys)), parts, self._prev_key(space, extra_info), prefix_len
-        )
+        store_keys = space.keys(list(keys))
+        session = session_of(extra_info)  # SGLang's per-request session id, where it passes one
+        if session is not None:
+            self.store.hints.attach(session, store_keys)
+        result = self.store.put_batch(store_keys, parts, self._prev_key(space, extra_info), prefix_len)
         nbytes = sum(p.nbytes for ok, ps in zip(result, parts, strict=True) if ok for p in ps)
         self.metrics.record(
             "set", sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start

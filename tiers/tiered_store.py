@@ -55,6 +55,7 @@ from .mover import Mover
 from .parts import Parts
 from .policy import AccessContext, EvictionPolicy, ObjectType
 from .policy.contexts import get_contexts, miss_context, set_contexts
+from .policy.hints import Hints
 from .policy.placement import DRAM, SSD, SetOutcome, TierPlacement
 from .served_arena import ServedArena
 from .ssd_tier import SsdTier
@@ -92,9 +93,11 @@ class TieredStore:
         policy_factory: Callable[[], EvictionPolicy],
         options: StoreOptions | None = None,
         capacity: tuple[int, int] | None = None,
+        hints: Hints | None = None,
     ) -> None:
         """``capacity``: fixed ``(total, dram)`` placement capacities in size units; by default
-        they are derived from the tiers and the first object's size."""
+        they are derived from the tiers and the first object's size. ``hints``: what the policy
+        is told about the future (``self.hints``; a fresh ``Hints`` by default)."""
         if not tiers:
             raise ValueError("TieredStore needs at least one tier")
         self.tiers = list(tiers)
@@ -103,6 +106,8 @@ class TieredStore:
         self.ssd = next((t for t in tiers if isinstance(t, SsdTier)), None)
         self.pools = [t for t in tiers if t is not self.dram and t is not self.ssd]
         self._new_policy = policy_factory
+        # hint channel (issue 14): thread-safe and bounded; the admin endpoint writes it
+        self.hints = hints if hints is not None else Hints()
         self._capacity = capacity
         self._placement: TierPlacement | None = None
         self._lock = threading.Lock()
@@ -141,7 +146,7 @@ class TieredStore:
                 else:
                     dram, low = int(dram_full * opts.dram_high), int(dram_full * opts.dram_low)
                 total = max(ssd, dram) if opts.ssd_write_through else dram + ssd
-            self._placement = TierPlacement(self._new_policy(), total, dram, low)
+            self._placement = TierPlacement(self._new_policy(), total, dram, low, hints=self.hints)
         return self._placement
 
     def _forget_reclaimed(self, placement: TierPlacement) -> None:

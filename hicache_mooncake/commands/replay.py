@@ -57,6 +57,35 @@ def register(sub: Any) -> None:
         action="store_true",
         help="no progress bar (there is none when stderr is not a terminal)",
     )
+    parser.add_argument(
+        "--no-prefix-keys",
+        action="store_true",
+        help="replay SGLang without hicache_storage_pass_prefix_keys (sets carry no prefix)",
+    )
+    parser.add_argument(
+        "--hints",
+        choices=("none", "simulated"),
+        default="none",
+        help="simulated: hints derived from the trace's future with the error rates below",
+    )
+    parser.add_argument(
+        "--hint-recall", type=float, default=0.9, help="share of continuing requests hinted (default 0.9)"
+    )
+    parser.add_argument(
+        "--hint-fpr", type=float, default=0.1, help="share of other requests wrongly hinted (default 0.1)"
+    )
+    parser.add_argument(
+        "--hint-horizon",
+        type=float,
+        default=4.0,
+        help="a request continues when extended within this many capacities of accesses (default 4)",
+    )
+    parser.add_argument("--hint-seed", type=int, default=0, help="seed of the hint errors (default 0)")
+    parser.add_argument(
+        "--no-timing",
+        action="store_true",
+        help="skip policy_us_per_access / lru_us_per_access (the policy calls replayed alone)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -65,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         DEFAULT_BLOCK_BYTES,
         DEFAULT_DRAM_FRACTION,
         SWEEP_FRACTIONS,
+        HintOptions,
         Replay,
         configured_default_policy,
     )
@@ -78,6 +108,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--dram-fraction must be in [0, 1] and --capacity-fraction > 0")
     if args.plot_out and importlib.util.find_spec("matplotlib") is None:
         raise UsageError("--plot needs matplotlib (pip install 'hicache-mooncake[bench]')")
+    hints = None
+    if args.hints == "simulated":
+        if not (0 <= args.hint_recall <= 1 and 0 <= args.hint_fpr <= 1 and args.hint_horizon > 0):
+            raise UsageError("--hint-recall and --hint-fpr must be in [0, 1], --hint-horizon > 0")
+        hints = HintOptions(args.hint_recall, args.hint_fpr, args.hint_horizon, args.hint_seed)
+    prefix_keys = not args.no_prefix_keys
     try:
         replay = Replay.load(args.trace)
     except (OSError, ValueError) as exc:
@@ -88,10 +124,25 @@ def run(args: argparse.Namespace) -> int:
     block_bytes = DEFAULT_BLOCK_BYTES if args.block_bytes is None else args.block_bytes
     progress = _Progress(len(replay.blocks), 1 + len(fractions), not args.no_progress and sys.stderr.isatty())
     with progress.replay(f"{policy} at {args.capacity_fraction:g}, {args.mode}") as tick:
-        result = replay.run(policy, args.capacity_fraction, dram_fraction, args.mode, block_bytes, tick)
+        result = replay.run(
+            policy,
+            args.capacity_fraction,
+            dram_fraction,
+            args.mode,
+            block_bytes,
+            tick,
+            prefix_keys=prefix_keys,
+            hints=hints,
+            timing=not args.no_timing,
+        )
     if fractions:
         result["sweep"] = replay.sweep(
-            policy, fractions, dram_fraction, lambda f: progress.replay(f"sweep: {policy} at {f:g}")
+            policy,
+            fractions,
+            dram_fraction,
+            lambda f: progress.replay(f"sweep: {policy} at {f:g}"),
+            prefix_keys=prefix_keys,
+            hints=hints,
         )
         result["plot"] = args.plot_out
     if args.json_out:
@@ -102,6 +153,11 @@ def run(args: argparse.Namespace) -> int:
         f"OPT {result['opt_hit_rate']:.4f}  gap reached {result['gap_fraction']:.1%}  "
         f"DRAM share of hits {result['dram_hit_share']:.1%}  ({result['requests']} requests, "
         f"{result['blocks']} blocks)"
+        + (
+            f"  policy {result['policy_us_per_access']:.2f} us/access (LRU {result['lru_us_per_access']:.2f})"
+            if "policy_us_per_access" in result
+            else ""
+        )
     )
     if args.plot_out:
         from hicache_mooncake.replay.plot import plot_sweep

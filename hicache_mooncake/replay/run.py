@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hicache_mooncake.tiers.policy import EvictionPolicy
+from hicache_mooncake.tiers.policy.hints import Hints
+
+from .hints import SimulatedHints, apply_hint, replay_hints, trace_hints, with_errors
 from .reference import capacity_blocks, lru_hit_rate, next_uses, opt_hit_rate, unique_blocks
 from .sim import ReplayStore, SimTieredStore, drive
+from .timing import CallRecorder, us_per_access
 from .trace import load_trace
 
 #: The policy this project ships as the default (``policy:`` in configs/default.yaml).
@@ -31,16 +36,36 @@ def register_store_factory(factory: StoreFactory | None) -> None:
     _store_factory = factory
 
 
-def make_store(mode: str, policy: str, capacity: int, dram_fraction: float, block_bytes: int) -> ReplayStore:
+def make_store(
+    mode: str,
+    policy: str,
+    capacity: int,
+    dram_fraction: float,
+    block_bytes: int,
+    hints: Hints | None = None,
+    wrap: Callable[[EvictionPolicy], EvictionPolicy] | None = None,
+) -> ReplayStore:
+    """``hints``/``wrap`` (a ``CallRecorder``) are for ``sim``; ``store`` takes ``hints`` too."""
     if mode == "sim":
-        return SimTieredStore.build(policy, capacity, dram_fraction, block_bytes)
+        return SimTieredStore.build(policy, capacity, dram_fraction, block_bytes, hints=hints, wrap=wrap)
     if mode == "store":
         if _store_factory is not None:
             return _store_factory(policy, capacity, dram_fraction, block_bytes)
         from .tiered import TieredReplayStore
 
-        return TieredReplayStore(policy, capacity, dram_fraction, block_bytes)
+        return TieredReplayStore(policy, capacity, dram_fraction, block_bytes, hints=hints)
     raise ValueError(f"unknown replay mode {mode!r}; known: sim, store")
+
+
+@dataclass(frozen=True)
+class HintOptions:
+    """``--hints simulated``: a continuation bit per request with these error rates (hints.py)."""
+
+    recall: float = 0.9
+    fpr: float = 0.1
+    horizon: float = 4.0
+    """A request continues when a later one extends it within ``horizon`` x capacity accesses."""
+    seed: int = 0
 
 
 def configured_default_policy() -> str:
@@ -85,10 +110,25 @@ class Replay:
         mode: str = "sim",
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         progress: Callable[[int], None] | None = None,
+        prefix_keys: bool = True,
+        hints: HintOptions | None = None,
+        timing: bool = False,
     ) -> dict[str, Any]:
+        """One replay at ``fraction``. ``prefix_keys=False`` replays SGLang without
+        ``hicache_storage_pass_prefix_keys``; ``hints`` adds simulated hints; ``timing`` measures
+        the policy's and LRU's cost per block access (the policy calls of a sim replay)."""
         cap = self.capacity(fraction)
-        store = make_store(mode, policy, cap, dram_fraction, block_bytes)
-        out = drive(self.blocks, store, progress=progress)
+        hinter = self._hinter(hints, cap)
+        recorder: list[CallRecorder] = []
+
+        def record(p: EvictionPolicy) -> EvictionPolicy:
+            recorder.append(CallRecorder(p))
+            return recorder[0]
+
+        wrap = record if timing and mode == "sim" else None
+        store = make_store(mode, policy, cap, dram_fraction, block_bytes, self._hints_for(hinter), wrap)
+        before = self._before(hinter, store, recorder)
+        out = drive(self.blocks, store, progress=progress, prefix_keys=prefix_keys, before=before)
         lru = lru_hit_rate(self.blocks, cap)
         opt = opt_hit_rate(self.blocks, cap, self.nxt)
         stats = store.replay_stats()
@@ -124,8 +164,74 @@ class Replay:
                 "dram_read": stats.get("dram_hits", 0) * block_bytes,
                 "ssd_read": stats.get("ssd_hits", 0) * block_bytes,
             },
+            "prefix_keys": prefix_keys,
+            "hints": None if hinter is None or hints is None else {**asdict(hints), **hinter.summary()},
         }
+        if timing:
+            result.update(self._timing(policy, cap, dram_fraction, prefix_keys, hints, recorder))
         return result
+
+    # ---- hints and timing --------------------------------------------------------------------
+    def _hinter(self, hints: HintOptions | None, cap: int) -> SimulatedHints | None:
+        if hints is None:
+            return None
+        trace = trace_hints(self.blocks, self.nxt, int(hints.horizon * cap))
+        return SimulatedHints(trace, with_errors(trace.truth, hints.recall, hints.fpr, hints.seed))
+
+    @staticmethod
+    def _hints_for(hinter: SimulatedHints | None) -> Hints | None:
+        if hinter is None:
+            return None
+        hinter.hints = replay_hints()
+        return hinter.hints
+
+    @staticmethod
+    def _before(
+        hinter: SimulatedHints | None, store: ReplayStore, recorder: list[CallRecorder]
+    ) -> Callable[[int, list[str]], None] | None:
+        if hinter is None:
+            return None
+        if not recorder:
+            return hinter
+
+        t = hinter.trace
+
+        def before(index: int, keys: list[str]) -> None:
+            args = (index, keys, t.shared[index], t.conversation[index], hinter.reported[index])
+            recorder[0].hint(lambda h: apply_hint(h, *args))
+            hinter(index, keys)
+
+        return before
+
+    def _timing(
+        self,
+        policy: str,
+        cap: int,
+        dram_fraction: float,
+        prefix_keys: bool,
+        hints: HintOptions | None,
+        recorder: list[CallRecorder],
+    ) -> dict[str, Any]:
+        """Policy and LRU cost per block access: each one's recorded calls, replayed alone."""
+        accesses = sum(len(b) for b in self.blocks)
+        out: dict[str, Any] = {}
+        for name, key in ((policy, "policy_us_per_access"), ("lru", "lru_us_per_access")):
+            if name == policy and recorder:
+                calls = recorder[0].calls
+            else:
+                rec: list[CallRecorder] = []
+
+                def record(p: EvictionPolicy, rec: list[CallRecorder] = rec) -> EvictionPolicy:
+                    rec.append(CallRecorder(p))
+                    return rec[0]
+
+                hinter = self._hinter(hints, cap) if name == policy else None
+                store = make_store("sim", name, cap, dram_fraction, 0, self._hints_for(hinter), record)
+                drive(self.blocks, store, prefix_keys=prefix_keys, before=self._before(hinter, store, rec))
+                calls = rec[0].calls
+            out[key] = us_per_access(calls, name, accesses, hints=hints is not None and name == policy)
+        out["timing"] = "policy calls of a sim replay at this capacity, replayed alone; median of 3"
+        return out
 
     def sweep(
         self,
@@ -133,13 +239,17 @@ class Replay:
         fractions: Sequence[float] = SWEEP_FRACTIONS,
         dram_fraction: float = DEFAULT_DRAM_FRACTION,
         progress_for: ProgressFor | None = None,
+        prefix_keys: bool = True,
+        hints: HintOptions | None = None,
     ) -> dict[str, list[float]]:
         """Hit rate vs capacity fraction for ``policy`` (sim), LRU and OPT. ``progress_for(f)``
         gives, per replay, a context whose value is called once per request."""
         out: dict[str, list[float]] = {"fraction": [], "policy": [], "lru": [], "opt": []}
         for f in fractions:
             with progress_for(f) if progress_for is not None else nullcontext() as progress:
-                r = self.run(policy, f, dram_fraction, "sim", progress=progress)
+                r = self.run(
+                    policy, f, dram_fraction, "sim", progress=progress, prefix_keys=prefix_keys, hints=hints
+                )
             out["fraction"].append(f)
             out["policy"].append(r["hit_rate"])
             out["lru"].append(r["lru_hit_rate"])

@@ -24,6 +24,7 @@ from hicache_mooncake.tiers.policy import AccessContext, EvictionPolicy, make_po
 from hicache_mooncake.tiers.policy.contexts import get_contexts as _get_contexts
 from hicache_mooncake.tiers.policy.contexts import miss_context
 from hicache_mooncake.tiers.policy.contexts import set_contexts as _set_contexts
+from hicache_mooncake.tiers.policy.hints import Hints
 from hicache_mooncake.tiers.policy.placement import DRAM, SSD, SetOutcome, TierPlacement
 
 
@@ -85,6 +86,7 @@ class SimTieredStore:
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIER_COUNTERS, 0))
     _clock: float = 0.0
     _request_len: int = 0  # keys of the last batch_exists: the request a batch_get belongs to
+    _on_ssd: set[str] = field(default_factory=set)  # resident pages with an SSD copy
 
     @classmethod
     def build(
@@ -93,14 +95,25 @@ class SimTieredStore:
         capacity_blocks: int,
         dram_fraction: float = 1.0,
         block_bytes: int = 0,
+        hints: Hints | None = None,
+        wrap: Callable[[EvictionPolicy], EvictionPolicy] | None = None,
         **options: Any,
     ) -> SimTieredStore:
+        """``hints``: the store's ``Hints`` (as ``TieredStore.hints``); ``wrap``: put something
+        between the placement and the policy (``timing.CallRecorder``)."""
         if not 0.0 <= dram_fraction <= 1.0:
             raise ValueError(f"dram fraction must be in [0, 1], got {dram_fraction}")
         unit = block_bytes or 1  # the placement charges each page its size (1 without payloads)
         dram = round(capacity_blocks * dram_fraction)
-        placement = TierPlacement(make_policy(policy, **options), capacity_blocks * unit, dram * unit)
+        policy_obj = make_policy(policy, **options)
+        if wrap is not None:
+            policy_obj = wrap(policy_obj)
+        placement = TierPlacement(policy_obj, capacity_blocks * unit, dram * unit, hints=hints)
         return cls(placement=placement, block_bytes=block_bytes)
+
+    @property
+    def hints(self) -> Hints | None:
+        return self.placement.hints
 
     @property
     def policy(self) -> EvictionPolicy:
@@ -163,6 +176,7 @@ class SimTieredStore:
             elif outcome == SetOutcome.NEW_SSD:
                 self._placed(key, SSD)
                 self.counters["ssd_writes"] += 1
+                self._on_ssd.add(key)
             out.append(outcome != SetOutcome.REFUSED)
             self._settle()
         return out
@@ -174,13 +188,17 @@ class SimTieredStore:
     def _settle(self) -> None:
         c = self.counters
         drops, demotions = self.placement.settle()
+        on_ssd = self._on_ssd
         for key, tier in drops:
             c["dram_evictions" if tier == DRAM else "ssd_evictions"] += 1
+            on_ssd.discard(key)
             self._placed(key, None)
         for key in demotions:
             c["dram_evictions"] += 1
             c["demotions"] += 1
-            c["ssd_writes"] += 1
+            if key not in on_ssd:  # a page promoted from SSD still has its copy there
+                c["ssd_writes"] += 1
+                on_ssd.add(key)
             self._placed(key, SSD)
 
     def _placed(self, key: str, tier: str | None) -> None:
@@ -203,15 +221,21 @@ def drive(
     store: ReplayStore,
     key_of: Callable[[int], str] = str,
     progress: Callable[[int], None] | None = None,
+    prefix_keys: bool = True,
+    before: Callable[[int, list[str]], None] | None = None,
 ) -> ReplayOutcome:
     """Replay ``reqs`` (block-id lists) against ``store`` with SGLang's call sequence.
 
-    Per request: ``n = batch_exists(keys)``; ``batch_get(keys[:n])``, whose leading successes are
-    the request's hits; ``batch_set(keys[hits:], prefix_keys=keys[:hits])``.
+    Per request: ``before(index, keys)`` (hints), ``n = batch_exists(keys)``; ``batch_get(keys[:n])``,
+    whose leading successes are the request's hits; ``batch_set(keys[hits:],
+    prefix_keys=keys[:hits])`` (no prefix keys with ``prefix_keys=False``: SGLang's default
+    ``hicache_storage_pass_prefix_keys: false``).
     """
     out = ReplayOutcome()
-    for req in reqs:
+    for i, req in enumerate(reqs):
         keys = [key_of(b) for b in req]
+        if before is not None:
+            before(i, keys)
         n = store.batch_exists(keys)
         hits = 0
         if n:
@@ -220,7 +244,7 @@ def drive(
                     break
                 hits += 1
         if hits < len(keys):
-            store.batch_set(keys[hits:], prefix_keys=keys[:hits])
+            store.batch_set(keys[hits:], prefix_keys=keys[:hits] if prefix_keys else ())
         out.requests += 1
         out.blocks += len(keys)
         out.hits += hits

@@ -23,6 +23,7 @@ import xxhash
 from hicache_mooncake.ssd import SsdEngine, SsdOptions
 from hicache_mooncake.tiers.dram_tier import DramTier
 from hicache_mooncake.tiers.policy import policy_factory
+from hicache_mooncake.tiers.policy.hints import Hints
 from hicache_mooncake.tiers.ssd_tier import SsdTier
 from hicache_mooncake.tiers.tiered_store import StoreOptions, TieredStore
 
@@ -37,7 +38,9 @@ def _payload(key: str) -> np.ndarray:
 
 
 class TieredReplayStore:
-    def __init__(self, policy: str, capacity: int, dram_fraction: float, block_bytes: int) -> None:
+    def __init__(
+        self, policy: str, capacity: int, dram_fraction: float, block_bytes: int, hints: Hints | None = None
+    ) -> None:
         dram_blocks = round(capacity * dram_fraction)
         ssd_blocks = capacity - dram_blocks
         base = "/dev/shm" if Path("/dev/shm").is_dir() else None
@@ -65,6 +68,7 @@ class TieredReplayStore:
             policy_factory(policy),
             StoreOptions(dram_high=1.0, dram_low=1.0),
             capacity=(capacity * PAYLOAD, dram_blocks * PAYLOAD),
+            hints=hints,
         )
         self.block_bytes = block_bytes
         self.wrong_bytes = 0
@@ -91,18 +95,23 @@ class TieredReplayStore:
         return ok
 
     def replay_stats(self) -> dict[str, int]:
+        """``sim.TIER_COUNTERS`` with the meaning ``SimTieredStore`` gives them, from the real
+        store's counters: writes are the SSD engine's puts (a demoted page whose SSD copy
+        survived its promotion is not written again), evictions count placement decisions by
+        the tier the page was placed in."""
         tiers = self.store.stats()
         placement = tiers.get("placement", {})
         dram = tiers.get("dram", {})
         ssd = tiers.get("ssd", {})
+        demotions = int(placement.get("demotions", 0))
         return {
             "dram_hits": int(dram.get("hits", 0)),
-            "ssd_hits": int(ssd.get("hits", 0)) - int(placement.get("promotions", 0)) * 0,
+            "ssd_hits": int(ssd.get("hits", 0)),
             "promotions": int(placement.get("promotions", 0)),
-            "demotions": int(placement.get("demotions", 0)),
+            "demotions": demotions,
             "ssd_writes": int(ssd.get("puts", 0)),
-            "dram_evictions": int(placement.get("demotions", 0)),
-            "ssd_evictions": int(placement.get("dropped", 0)),
+            "dram_evictions": demotions + int(placement.get("dropped_dram", 0)),
+            "ssd_evictions": int(placement.get("dropped_ssd", 0)),
             "dram_admit_refused": int(placement.get("not_admitted", 0)),
             "ssd_admit_refused": 0,
             "ssd_reclaimed": int(ssd.get("evicted_entries", 0)),

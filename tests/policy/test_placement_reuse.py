@@ -132,24 +132,22 @@ def test_reuse_guard_falls_back_to_lru_when_prediction_does_not_pay() -> None:
         assert got >= lru_hits(reqs, cap) - 2
 
 
-def test_reuse_cuts_chains_from_the_end_and_orphans_go_first() -> None:
+def test_reuse_cuts_chains_from_the_end() -> None:
     p = make_policy("reuse", guard=False)
     ctxs = set_contexts(["a", "b", "c"], [])
     for k, c in zip("abc", ctxs, strict=True):
-        p.on_insert(k, c)
-    p.on_insert("x", set_contexts(["x"], [])[0])
+        p.on_set(k, c)
+    p.on_set("x", set_contexts(["x"], [])[0])
     # No statistics yet: LRU order between requests, deepest page first inside one (the head
     # keeps the hits of the rest).
     assert [p.pop_victim() for _ in range(4)] == ["c", "b", "a", "x"]
     assert p.pop_victim() is None
-    # A chain whose head left the store (not by eviction) is unreachable: its pages go first.
+    # A page read again leaves its old place: the rest of its chain goes first.
     for k, c in zip("abc", ctxs, strict=True):
-        p.on_insert(k, c)
-    p.on_insert("x", set_contexts(["x"], [])[0])
-    p.on_insert("y", set_contexts(["y"], [])[0])
-    p.on_remove("a")
-    assert {p.pop_victim(), p.pop_victim()} == {"b", "c"}
-    assert p.pop_victim() == "x"
+        p.on_set(k, c)
+    p.on_hit("a", get_contexts(["a"])[0])
+    p.on_remove("b")
+    assert [p.pop_victim() for _ in range(2)] == ["c", "a"] and len(p) == 0
 
 
 def test_reuse_read_contexts_carry_the_request_length() -> None:

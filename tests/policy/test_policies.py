@@ -100,6 +100,20 @@ def test_tinylfu_admission_gate() -> None:
     assert p.should_admit("k")
 
 
+def test_tinylfu_admission_refuses_a_scan_and_keeps_the_hot_set() -> None:
+    """W-TinyLFU's admission duel works (until issue 14 its main cache stayed empty and it was
+    plain LRU): a one-off scan does not flush frequently read pages, and its hits differ from LRU."""
+    hot = [(1, 2, 3, 4)] * 3
+    reqs: list[tuple[int, ...]] = []
+    for i in range(200):
+        reqs += hot
+        reqs.append(tuple(range(1000 + 20 * i, 1020 + 20 * i)))  # a scan larger than the cache
+    got = drive(reqs, SimTieredStore.build("tinylfu", 16, 1.0)).hits
+    lru = lru_hits(reqs, 16)
+    assert lru == 2 * 4 * 200  # LRU loses the hot set to every scan (hits only within a burst)
+    assert got >= 3 * 4 * 200 - 16  # TinyLFU keeps it
+
+
 def test_references_by_hand() -> None:
     reqs = [(1, 2), (3,), (1, 2), (3,)]
     # capacity 2, LRU: [1,2] -> 3 evicts 1 -> req (1,2): 1 misses (hit run 0) ... -> 0 hits.

@@ -10,11 +10,18 @@ from typing import Any
 import pytest
 
 from hicache_mooncake.cli import main
-from hicache_mooncake.replay.reference import capacity_blocks, infinite_hit_rate, lru_hit_rate, opt_hit_rate
-from hicache_mooncake.replay.run import DEFAULT_POLICY, Replay
+from hicache_mooncake.replay.reference import (
+    capacity_blocks,
+    infinite_hit_rate,
+    lru_hit_rate,
+    lru_hits,
+    opt_hit_rate,
+)
+from hicache_mooncake.replay.run import DEFAULT_POLICY, HintOptions, Replay
 from hicache_mooncake.replay.sim import ReplayStore, SimTieredStore, drive
 from hicache_mooncake.replay.tiered import TieredReplayStore
 from hicache_mooncake.replay.trace import SHAPES, generate_trace, load_trace, write_trace
+from hicache_mooncake.tiers.policy import AccessContext
 
 PUBLIC = Path(
     os.environ.get(
@@ -61,7 +68,12 @@ def test_sim_and_real_tiered_store_agree(policy: str) -> None:
         assert st["wrong_bytes"] == 0 and st["lost_to_reclaim"] == 0
         # the DRAM/SSD split may differ by pages whose move was still queued when read
         assert abs(st["dram_hits"] - sim.replay_stats()["dram_hits"]) <= 0.02 * a.hits
-        assert st["ssd_writes"] <= sim.replay_stats()["ssd_writes"]  # pages already on SSD are not rewritten
+        # byte and eviction counters mean the same in both modes (issue 14): a demoted page whose
+        # SSD copy survived its promotion is not written again, evictions count by placed tier
+        ref = sim.replay_stats()
+        for name in ("promotions", "demotions", "ssd_writes", "dram_evictions", "ssd_evictions"):
+            assert abs(st[name] - ref[name]) <= 0.02 * max(ref[name], 100) + 16, (name, st[name], ref[name])
+        assert ref["ssd_writes"] < ref["demotions"] or ref["promotions"] == 0
     finally:
         store.close()
 
@@ -74,7 +86,8 @@ def test_two_tier_total_hits_equal_single_tier() -> None:
         store = SimTieredStore.build(DEFAULT_POLICY, cap, df)
         assert drive(blocks, store).hits == one
         st = store.replay_stats()
-        assert st["demotions"] <= st["ssd_writes"]
+        # a demoted page is written to SSD unless its copy there survived a promotion
+        assert st["ssd_writes"] <= st["demotions"] if df > 0 else st["demotions"] == 0
         assert store.placement.dram_len <= store.dram_blocks
 
 
@@ -113,7 +126,39 @@ def test_cli_writes_json_and_png(tmp_path: Path) -> None:
         assert key in data
     assert data["requests"] == 600 and 0 <= data["hit_rate"] <= data["opt_hit_rate"] + 1e-12
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the policy's cost on the data path, measured in the same run as LRU's (no timed assertion)
+    assert data["policy_us_per_access"] > 0 and data["lru_us_per_access"] > 0
+    assert data["prefix_keys"] is True and data["hints"] is None
     assert main(["replay", str(trace), "--policy", "nope", "--no-progress"]) == 2
+
+
+def test_cli_replays_without_prefix_keys_and_with_simulated_hints(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    write_trace(trace, generate_trace("chat", seed=4)[:800])
+    out = tmp_path / "r.json"
+    argv = ["replay", str(trace), "--json", str(out), "--no-progress", "--no-timing", "--no-prefix-keys"]
+    assert main([*argv, "--hints", "simulated", "--hint-recall", "0.8", "--hint-fpr", "0.2"]) == 0
+    data = json.loads(out.read_text())
+    assert data["prefix_keys"] is False and "policy_us_per_access" not in data
+    assert data["hints"]["recall"] == 0.8 and data["hints"]["fpr"] == 0.2
+    assert 0 < data["hints"]["reported"] < data["requests"]
+    assert main([*argv, "--hints", "simulated", "--hint-recall", "2"]) == 2
+
+
+def test_replay_without_prefix_keys() -> None:
+    """SGLang without ``hicache_storage_pass_prefix_keys`` sets each call's pages with no prefix
+    (``--no-prefix-keys``): the policy then sees every set as a chain head; it stays above LRU
+    and near its figure with prefix keys (the presets pass them)."""
+    blocks = [r.hash_ids for r in generate_trace("agent", seed=6)]
+    cap = capacity_blocks(blocks, 0.05)
+    with_prefix = drive(blocks, SimTieredStore.build(DEFAULT_POLICY, cap, 1.0)).hits
+    seen: list[AccessContext] = []
+    store = SimTieredStore.build(DEFAULT_POLICY, cap, 1.0)
+    on_set = store.policy.on_set
+    store.policy.on_set = lambda key, ctx: seen.append(ctx) or on_set(key, ctx)  # type: ignore[method-assign]
+    without = drive(blocks, store, prefix_keys=False).hits
+    assert all(c.prefix_hits == 0 for c in seen) and any(c.position == 0 and c.prev_key is None for c in seen)
+    assert lru_hits(blocks, cap) < without and without >= 0.95 * with_prefix
 
 
 @pytest.mark.integration
@@ -137,6 +182,23 @@ def test_public_trace_targets(fraction: float) -> None:
         gap = res["opt_hit_rate"] - res["lru_hit_rate"]
         # Measured (reuse): 0.162 of the gap at 0.05, 0.182 at 0.10 (issue 5 target: 0.15).
         assert res["hit_rate"] >= res["lru_hit_rate"] + 0.15 * gap, res["gap_fraction"]
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not PUBLIC.exists(), reason=f"public trace not found at {PUBLIC}")
+@pytest.mark.parametrize("fraction", [0.05, 0.10])
+def test_public_trace_simulated_hints_reach_half_the_gap(fraction: float) -> None:
+    # A "this conversation continues" bit with 10% errors either way (issue 14 target: 0.5).
+    res = _public().run(DEFAULT_POLICY, fraction, hints=HintOptions(recall=0.9, fpr=0.1))
+    gap = res["opt_hit_rate"] - res["lru_hit_rate"]
+    assert res["hit_rate"] >= res["lru_hit_rate"] + 0.5 * gap, res["gap_fraction"]
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not PUBLIC.exists(), reason=f"public trace not found at {PUBLIC}")
+def test_public_trace_without_prefix_keys_stays_above_lru() -> None:
+    res = _public().run(DEFAULT_POLICY, 0.05, prefix_keys=False)
+    assert res["hit_rate"] > res["lru_hit_rate"], res
 
 
 @pytest.mark.integration

@@ -22,7 +22,10 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from .hints import Hints
 
 
 class ObjectType(enum.IntEnum):
@@ -134,6 +137,10 @@ class EvictionPolicy(ABC):
 
     def on_miss(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:  # noqa: B027
         """A lookup of ``key`` missed; policies that learn from misses (ghosts) override this."""
+
+    def use_hints(self, hints: Hints | None) -> None:  # noqa: B027
+        """The store's ``Hints`` (read at every access by policies that use them); the default
+        ignores hints."""
 
     def clear(self) -> None:
         """Forget every key (resident and ghost)."""

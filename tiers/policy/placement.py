@@ -31,6 +31,7 @@ import enum
 from collections import OrderedDict
 
 from .base import AccessContext, EvictionPolicy
+from .hints import Hints
 
 DRAM, SSD = "dram", "ssd"
 
@@ -54,8 +55,14 @@ class TierPlacement:
     """One eviction policy over DRAM + SSD; DRAM = the most recently used subset (module doc)."""
 
     def __init__(
-        self, policy: EvictionPolicy, capacity: int, dram_capacity: int, dram_low: int | None = None
+        self,
+        policy: EvictionPolicy,
+        capacity: int,
+        dram_capacity: int,
+        dram_low: int | None = None,
+        hints: Hints | None = None,
     ) -> None:
+        """``hints``: the store's ``Hints``, handed to the policy (``use_hints``)."""
         if capacity < 0 or not 0 <= dram_capacity <= capacity:
             raise ValueError(f"need 0 <= dram_capacity <= capacity, got {dram_capacity}, {capacity}")
         low = dram_capacity if dram_low is None else dram_low
@@ -70,6 +77,9 @@ class TierPlacement:
         self.used = 0
         self.dram_used = 0
         self._drops: list[tuple[str, str]] = []
+        self.hints = hints
+        if hints is not None:
+            policy.use_hints(hints)
 
     # ------------------------------------------------------------------ queries
     def tier_of(self, key: str) -> str | None:

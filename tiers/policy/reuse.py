@@ -1,65 +1,74 @@
-"""Reuse-predicting, chain-aware eviction with a statistical LRU guard (the default policy).
+"""Reuse-predicting, chain-aware eviction with an LRU guard (the default policy).
 
 A KV page is worth keeping only if it will be read again, and on prefix-sharing workloads that is
 mostly decided by *what kind of request it belongs to*: a conversation continues with the whole
 previous context or not at all (the body of a request is reused all together or never), its
 partial tail page is re-hashed next turn and is almost never read again, a short follow-up turn is
-continued far more often than a long first turn. This policy learns that online and spends cache
-time where it pays, but stays with LRU unless the prediction measurably wins.
+continued far more often than a long first turn. This policy learns that online, spends cache
+time where it pays, and stays LRU where prediction cannot win.
 
 1. **Classes.** Each access puts the page in a class built only from what the backend sees: how
    it arrived (first write / re-write of a key seen within the horizon / read hit), whether it is
    the last page of a set call (the request's tail), the request's length in pages (for a set
    ``prefix_hits + batch_len``; for a read ``request_len``, the key count of the ``batch_exists``
-   that found the hit run) and how much of the request was already cached (bucketed).
+   that found the hit run), how much of the request was already cached (bucketed), and the page's
+   hint state (``hints.HintState``: none / likely / unlikely / shared). A hinted page's class is
+   only (hint, arrival, tail): the hint says more than length and prefix do.
 2. **Censoring-aware reuse estimate per class.** Every access opens an *observation* of its key,
-   closed by the next access of the key (a reuse) or after ``horizon`` x (largest resident count
-   seen) accesses. Observations run whether or not the page is still resident (a bounded ghost of
-   keys), so the estimate does not feed on the policy's own evictions. Per class the policy counts
-   reuses and *exposure* (access ticks observed, open observations included), so the reuse hazard
-   ``lambda = reuses / exposure`` is unbiased from the first thousands of accesses on (counting
-   only closed observations would see every reuse at once but each failure a whole horizon late,
-   i.e. no signal during the first horizon). ``p(class) = 1 - exp(-lambda * horizon)``, smoothed
-   towards the overall rate; counts decay geometrically.
-3. **Eviction: GreedyDual over predicted reuse.** A page's priority is ``L + (p / p_all)**alpha``
-   (``L``: the priority of the last victim; ``p_all``: the overall reuse chance, so every mode has
-   the same scale and switching ``alpha`` does not reorder what is resident). ``alpha = 0`` is LRU;
-   ``alpha = 1`` keeps a page for a time proportional to its chance of reuse. Priorities are
-   chain-monotone: a page never outranks its chain parent of the same request, ties go deepest
-   first, so a chain is cut from its end (its head still gives hits). Pages whose chain parent was
-   evicted are *orphans* (unreachable by a prefix hit) and go first.
-4. **The guard.** Three shadow caches of key sets (same size, same classes) run with
-   ``alpha = 0`` (LRU), ``alpha`` and ``2 * alpha`` (``steep``) and count the prefix hits each
-   would have had, per request. The per-request differences of each predictor against LRU feed a
-   paired z-test (decayed sums): the real cache takes the predictor that is ahead of LRU by ``z``
-   standard errors plus ``margin`` of the hits (the transition costs hits before it pays; of two,
-   the one further ahead), goes back to LRU when the ``alpha`` predictor is ``z`` standard errors
-   behind, and otherwise follows a prior: ``alpha`` when at least ``far_min`` of the observed
-   reuses come later than the capacity (what LRU cannot catch, so what prediction can win), LRU
-   otherwise. The steeper predictor pays at small capacities (2% of the public trace's blocks).
+   closed by the next access of the key (a reuse) or when ``horizon`` x (largest resident count
+   seen) other keys have been observed since (a bounded LRU list of keys, whether or not the page
+   is still resident, so the estimate does not feed on the policy's own evictions). Per class the
+   policy counts reuses and *exposure* (access ticks observed, open observations included), so the
+   reuse hazard ``lambda = reuses / exposure`` is right from the first thousands of accesses on.
+   ``p(class) = 1 - exp(-lambda * horizon)``, smoothed towards the overall rate; counts decay.
+   Hints therefore count for what they have proven to be worth.
+3. **Eviction: GreedyDual over predicted reuse.** A page's priority is ``L + v(class)`` with
+   ``v = p**alpha`` scaled to mean 1 (``L``: the priority of the last victim). ``alpha = 0`` is
+   LRU; ``alpha = 1`` keeps a page for a time proportional to its chance of reuse; ``steep``
+   spends even more cache time on likely pages. Priorities are chain-monotone: a page never
+   outranks its chain parent of the same request. Pages are kept in *runs* (consecutive chain
+   pages of one call with one priority) in a heap of runs; a run gives up its deepest page first,
+   so a chain is cut from its end and its head keeps giving hits.
+4. **alpha from the traffic, not from a shadow.** Prediction can only win the reuses LRU misses:
+   those that come later than the capacity. ``far`` is their share of the reuses within the
+   horizon (counted from reuse events once the cache has been full for ``warm`` capacities; before
+   that, later reuses cannot all have been seen). ``alpha`` is 0 up to ``far_lru``, ``alpha`` from
+   ``far_lru + 0.1``, and rises to ``steep`` between ``far_steep -+ 0.1``. Hints that separate
+   (likely pages reused ``hint_trust`` times more often than unlikely ones) keep ``alpha`` at
+   least at ``alpha``. When ``alpha`` moves by 0.25 or more, cached runs are re-valued as if
+   pushed under the new values (else pages valued in a steep mode outlive an LRU mode).
+5. **The guard.** One key-only LRU shadow cache of the same size counts the prefix hits LRU would
+   have had, per request; the per-request differences (real - LRU) feed a paired z-test (decayed
+   sums; a new mode is tested once the cache has turned over). When the real cache is ``z``
+   standard errors plus ``margin`` of the hits behind LRU, it runs as LRU for a hold time that
+   doubles each time the predictor loses again, then tries the predictor again.
+
+Cost: one call per key and operation (``on_set`` answers in one step); per access a few dict and
+list operations, one shadow move, and a heap operation per run (not per page).
 
 Invariants:
 - ``pop_victim`` returns a resident key and forgets it; ``len`` counts resident keys only.
-- Observations (the ghost) hold at most ``horizon * peak + 1024`` keys; shadows hold at most
-  ``peak`` keys each (``peak``: the largest resident count seen).
-- Deterministic (same calls, same victims); no I/O; not thread-safe (callers lock).
+- Observations hold at most ``horizon * peak + 1024`` keys, the shadow at most ``peak`` keys
+  (``peak``: the largest resident count seen); run lists hold at most ``2 * resident + 4096``
+  entries (stale ones are compacted away).
+- A page pinned in ``Hints`` is put back, not evicted, while the pin holds (at most 64 in a row
+  per eviction, so pins cannot stall the store).
+- Deterministic (same calls, same victims); no I/O; not thread-safe (callers lock). Hints are
+  read, never written (``Hints`` is thread-safe on its own).
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
-from collections import deque
+from collections import OrderedDict
 from typing import ClassVar
 
 from .base import DEFAULT_CONTEXT, AccessContext, EvictionPolicy
+from .hints import Hints, HintState
 from .registry import register_policy
 
 _NEW, _REWRITE, _HIT = range(3)
-_LEN_EDGES = (4, 8, 16, 32, 64, 128)
-_PH_EDGES = (1, 2, 4, 16)
-_ORPHAN = -1.0e18
 _DEPTH_MAX = (1 << 24) - 1
 
 
@@ -70,91 +79,25 @@ def _bucket(n: int, edges: tuple[int, ...]) -> int:
     return len(edges)
 
 
-class _Heap:
-    """Keys with a GreedyDual priority; lazy deletion by sequence number.
-
-    Chain-monotone: a key pushed right after its chain parent (``prev`` is the last key pushed)
-    gets at most the parent's priority; ``order`` breaks ties (the caller makes it "oldest request
-    first, deepest page first"), so a chain is always cut from its end.
-    """
-
-    __slots__ = ("heap", "entry", "floor", "_seq", "_last_key", "_last_prio")
-
-    def __init__(self) -> None:
-        self.heap: list[tuple[float, int, int, str]] = []
-        self.entry: dict[str, int] = {}
-        self.floor = 0.0  # L: the priority of the last victim
-        self._seq = itertools.count()
-        self._last_key: str | None = None
-        self._last_prio = 0.0
-
-    def push(self, key: str, value: float, prev: str | None = None, order: int = 0) -> None:
-        prio = self.floor + value
-        if prev is not None and prev == self._last_key and prio > self._last_prio:
-            prio = self._last_prio
-        self._last_key, self._last_prio = key, prio
-        self._push(key, prio, order)
-
-    def push_orphan(self, key: str) -> None:
-        self._push(key, _ORPHAN, 0)
-
-    def _push(self, key: str, prio: float, order: int) -> None:
-        seq = next(self._seq)
-        self.entry[key] = seq
-        heapq.heappush(self.heap, (prio, order, seq, key))
-        if len(self.heap) > 4 * len(self.entry) + 1024:
-            self.heap = [e for e in self.heap if self.entry.get(e[3]) == e[2]]
-            heapq.heapify(self.heap)
-
-    def pop(self) -> str | None:
-        heap, entry = self.heap, self.entry
-        while heap:
-            prio, _, seq, key = heapq.heappop(heap)
-            if entry.get(key) == seq:
-                del entry[key]
-                if prio > self.floor:
-                    self.floor = prio
-                return key
-        return None
-
-    def remove(self, key: str) -> None:
-        self.entry.pop(key, None)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.entry
-
-    def __len__(self) -> int:
-        return len(self.entry)
-
-
-class _Shadow:
-    """A key-only cache run at one alpha, counting the prefix hits it would have had."""
-
-    __slots__ = ("alpha", "keys", "hits", "broken")
-
-    def __init__(self, alpha: float) -> None:
-        self.alpha = alpha
-        self.keys = _Heap()
-        self.hits = 0  # in the current request
-        self.broken = False
-
-    def access(self, key: str, depth: int, v: float, capacity: int, prev: str | None, order: int) -> None:
-        if depth == 0:
-            self.broken = False
-            self.hits = 0
-        if not self.broken:
-            if key in self.keys:
-                self.hits += 1
-            else:
-                self.broken = True
-        self.keys.push(key, v**self.alpha if self.alpha else 1.0, prev, order)
-        while len(self.keys) > capacity:
-            self.keys.pop()
+_LEN_EDGES = (4, 8, 16, 32, 64, 128)
+_PH_EDGES = (1, 2, 4, 16)
+_LEN_B = tuple(_bucket(n, _LEN_EDGES) for n in range(_LEN_EDGES[-1] + 1))
+_PH_B = tuple(_bucket(n, _PH_EDGES) for n in range(_PH_EDGES[-1] + 1))
+_NL, _NP = len(_LEN_EDGES) + 1, len(_PH_EDGES) + 1
+#: class = (((hint * 3 + kind) * 2 + tail) * _NL + length bucket) * _NP + prefix-hit bucket
+#: (a hinted page: buckets 0)
+_PER_HINT = 3 * 2 * _NL * _NP
+_N_CLASSES = len(HintState) * _PER_HINT
+_KIND_BASE = tuple(i * _NL * _NP for i in range(len(HintState) * 3 * 2))
+_LP = tuple(tuple(_LEN_B[n] * _NP + _PH_B[p] for p in range(len(_PH_B))) for n in range(len(_LEN_B)))
+_CLS_BITS = 10
+_CLS_MASK = (1 << _CLS_BITS) - 1
+assert _N_CLASSES <= _CLS_MASK
 
 
 @register_policy
 class ReusePolicy(EvictionPolicy):
-    """Learned reuse chance per class + GreedyDual + chains + statistical LRU guard (module doc)."""
+    """Learned reuse chance per class + GreedyDual over runs + LRU guard (module docstring)."""
 
     name = "reuse"
     #: One instance should own the whole capacity (``TierPlacement``); per-tier use is allowed.
@@ -164,267 +107,433 @@ class ReusePolicy(EvictionPolicy):
         self,
         horizon: float = 4.0,
         alpha: float = 1.0,
+        steep: float = 2.0,
+        adaptive: bool = True,
+        far_lru: float = 0.15,
+        far_steep: float = 0.6,
+        warm: float = 2.0,
+        hint_trust: float = 3.0,
         decay: float = 0.9,
-        decay_every: int = 0,
         prior: float = 5.0,
-        orphans: bool = True,
         guard: bool = True,
         adapt_every: int = 2048,
         adapt_decay: float = 0.9,
-        z: float = 2.0,
+        z: float = 3.0,
         margin: float = 0.003,
-        far_min: float = 0.2,
-        steep: bool = True,
     ) -> None:
         if horizon <= 0:
             raise ValueError(f"reuse horizon must be > 0, got {horizon}")
-        if alpha < 0:
-            raise ValueError(f"reuse alpha must be >= 0, got {alpha}")
+        if alpha < 0 or steep < 0:
+            raise ValueError(f"reuse alpha and steep must be >= 0, got {alpha}, {steep}")
         if not 0.0 < decay <= 1.0 or not 0.0 < adapt_decay <= 1.0:
             raise ValueError("reuse decay and adapt_decay must be in (0, 1]")
         if z < 0 or margin < 0:
             raise ValueError("reuse z and margin must be >= 0")
+
         self.horizon = horizon
+        self.base_alpha = alpha
+        self.steep = steep
+        self.adaptive = adaptive
+        self.far_lru = far_lru
+        self.far_steep = far_steep
+        self.warm = warm
+        self.hint_trust = hint_trust
         self.decay = decay
-        self.decay_every = decay_every
         self.prior = prior
-        self.orphans = orphans
         self.guard = guard
         self.adapt_every = max(1, adapt_every)
         self.adapt_decay = adapt_decay
         self.z = z
         self.margin = margin
-        self.far_min = far_min
-        self.alpha = 0.0 if guard else alpha
-        self._alphas = (0.0, alpha, *([2.0 * alpha] if steep else []))
+        self._hints: Hints | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.alpha = self.base_alpha
+        # resident pages: key -> run id; runs: run id -> keys (chain order); heap of (prio, order, run)
+        self._where: dict[str, int] = {}
+        self._runs: dict[int, list[str]] = {}
+        # heap entries: (priority, order, run, floor at the push, class; -1 for a pinned page)
+        self._heap: list[tuple[float, int, int, float, int]] = []
+        self._floor = 0.0
+        self._next_rid = 0
+        self._last_key: str | None = None
+        self._last_rid = -1
+        self._last_prio = 0.0
+        self._slots = 0
         self._epoch = 0
-        self._res = _Heap()
-        self._parent: dict[str, str] = {}
-        self._kids: dict[str, set[str]] = {}
-        # Observations: key -> (tick, class); FIFO of (tick, key) to close them.
-        self._obs: dict[str, tuple[int, int]] = {}
-        self._obs_q: deque[tuple[int, str]] = deque()
-        self._pos: dict[int, float] = {}  # reuses per class (decayed)
-        self._expo: dict[int, float] = {}  # exposure of closed observations per class (decayed)
-        self._open_n: dict[int, int] = {}  # open observations per class
-        self._open_sum: dict[int, int] = {}  # sum of their opening ticks
-        self._p: dict[int, float] = {}
-        self._base = 0.5
-        self._reuses = 0.0  # observed reuses (decayed) and those further apart than the capacity
-        self._far = 0.0
-        self._tick = 0
         self._peak = 0
-        self._shadows = [_Shadow(a) for a in self._alphas] if guard else []
-        # Decayed sums of per-request hit differences (each predictor - LRU) and of their squares.
-        self._zs = [0.0] * (len(self._shadows) - 1)
-        self._zq = [0.0] * (len(self._shadows) - 1)
-        self._zh = 0.0  # ... of the LRU shadow's hits
+        # observations: key -> (open tick << _CLS_BITS) | class, least recently observed first
+        self._obs: OrderedDict[str, int] = OrderedDict()
+        self._tick = 0
+        self._next_refresh = 1024
+        self._obs_limit = 1024
+        self._pos = [0.0] * _N_CLASSES  # reuses per class (decayed)
+        self._expo = [0.0] * _N_CLASSES  # exposure of closed observations (decayed)
+        self._open_n = [0] * _N_CLASSES  # open observations per class
+        self._open_sum = [0] * _N_CLASSES  # sum of their opening ticks
+        self._p: list[float] = [0.5] * _N_CLASSES
+        self._base = 0.5
+        self._v: list[float] = [1.0] * _N_CLASSES
+        self._far = 0.0  # observed reuses (decayed) further apart than the capacity
+        self._reuses = 0.0  # all observed reuses (decayed) since the warm-up, as of the last refresh
+        self._far_base = 0.0  # reuses (decayed) observed during the warm-up
+        self._warm = True  # the share is not counted yet (see _choose_alpha)
+        self._hint_ratio = 0.0
+        # the guard: LRU shadow, per-request hits of it and of the real cache, decayed paired sums
+        self._shadow: OrderedDict[str, None] = OrderedDict()
+        self._sh_hits = 0
+        self._sh_broken = False
+        self._real_hits = 0
+        self._zs = self._zq = self._zh = 0.0
+        self._lru_until = 0  # tick until which the guard holds LRU
+        self._hold = 0
+        self._warm_until = 0  # ticks after a switch that the test ignores
+        self._tested_alpha = 0.0  # the alpha the current test is about
+        self._remap = False  # cached pages are to be re-valued at the next _set_values
+        self._full_tick = -1  # tick of the first eviction
+        self._next_adapt = self.adapt_every
+
+    # ---- hints -------------------------------------------------------------------------------
+    def use_hints(self, hints: Hints | None) -> None:
+        self._hints = hints
 
     # ---- prediction --------------------------------------------------------------------------
-    @staticmethod
-    def _classify(kind: int, ctx: AccessContext) -> int:
-        if kind == _HIT:
-            ph = ctx.batch_len
-            length = ctx.request_len if ctx.request_len > ph else ph
-            tail = 0
-        else:
-            ph = ctx.prefix_hits
-            length = ctx.prefix_hits + ctx.batch_len
-            tail = 1 if ctx.position == ctx.batch_len - 1 else 0
-        return (kind << 8) | (tail << 7) | (_bucket(length, _LEN_EDGES) << 3) | _bucket(ph, _PH_EDGES)
-
     def predicted(self, cls: int) -> float:
         """The learned chance that a page of ``cls`` is accessed again within the horizon."""
-        p = self._p.get(cls)
-        return self._base if p is None else p
+        return self._p[cls]
 
     @property
     def far_share(self) -> float:
-        """Share of the observed reuses that came later than the capacity (what LRU misses)."""
-        return self._far / self._reuses if self._reuses else 0.0
-
-    def _observe(self, key: str, cls: int) -> None:
-        self._tick += 1
-        tick = self._tick
-        old = self._obs.get(key)
-        if old is not None:
-            self._reuses += 1.0
-            if tick - old[0] > self._peak:
-                self._far += 1.0
-            self._pos[old[1]] = self._pos.get(old[1], 0.0) + 1.0
-            self._close(old[1], old[0], tick)
-        self._obs[key] = (tick, cls)
-        self._open_n[cls] = self._open_n.get(cls, 0) + 1
-        self._open_sum[cls] = self._open_sum.get(cls, 0) + tick
-        q = self._obs_q
-        q.append((tick, key))
-        limit = tick - int(self.horizon * max(self._peak, 1)) - 1024
-        while q and q[0][0] < limit:
-            t, k = q.popleft()
-            o = self._obs.get(k)
-            if o is not None and o[0] == t:
-                del self._obs[k]
-                self._close(o[1], t, tick)
-        every = self.decay_every or max(1024, self._peak)
-        if tick % every == 0:
-            self._refresh()
-
-    def _close(self, cls: int, opened: int, tick: int) -> None:
-        self._open_n[cls] -= 1
-        self._open_sum[cls] -= opened
-        self._expo[cls] = self._expo.get(cls, 0.0) + (tick - opened)
+        """Share of the reuses within the horizon that come later than the capacity (what LRU
+        misses)."""
+        return min(1.0, self._far / self._reuses) if self._reuses else 0.0
 
     def _refresh(self) -> None:
         tick = self._tick
-        expo = dict(self._expo)
-        for c, n in self._open_n.items():
-            expo[c] = expo.get(c, 0.0) + n * tick - self._open_sum[c]
-        etot = sum(expo.values())
-        npos = sum(self._pos.values())
+        peak = max(self._peak, 1)
+        self._next_refresh = tick + max(1024, peak)
+        pos, open_n = self._pos, self._open_n
+        exp_c = [e + n * tick - o for e, n, o in zip(self._expo, open_n, self._open_sum, strict=True)]
+        etot = sum(exp_c)
+        npos = sum(pos)
         if etot > 0 and npos > 0:
-            h = self.horizon * max(self._peak, 1)
+            h = self.horizon * peak
             lam = npos / etot
-            x = h / 2  # the prior weighs ``prior`` observations of half a horizon each
-            w = self.prior * x
+            w = self.prior * h / 2  # the prior weighs ``prior`` observations of half a horizon
+            lw = lam * w
             self._base = 1.0 - math.exp(-lam * h)
-            self._p = {
-                c: 1.0 - math.exp(-h * (self._pos.get(c, 0.0) + lam * w) / (e + w)) for c, e in expo.items()
-            }
+            self._p = [1.0 - math.exp(-h * (r + lw) / (e + w)) for r, e in zip(pos, exp_c, strict=True)]
+        self._reuses = npos - self._far_base
+        self._hint_ratio = self._hint_separation(pos, exp_c)
+        self._choose_alpha()
+        self._set_values()
         d = self.decay
         if d < 1.0:
-            self._reuses *= d
+            # closed observations decay; an open one counts in full when it closes
             self._far *= d
-            for c in self._expo:
-                self._expo[c] *= d
-            for c in self._pos:
-                self._pos[c] *= d
+            self._far_base *= d
+            self._expo = [e * d for e in self._expo]
+            self._pos = [r * d for r in pos]
+
+    @staticmethod
+    def _hint_separation(pos: list[float], exposure: list[float]) -> float:
+        """How much more often pages hinted LIKELY are reused than pages hinted UNLIKELY (the
+        ratio of their pooled reuse hazards; 0 while either is unknown)."""
+        rates = []
+        for h in (HintState.LIKELY, HintState.UNLIKELY):
+            lo, hi = h * _PER_HINT, (h + 1) * _PER_HINT
+            e = sum(exposure[lo:hi])
+            r = sum(pos[lo:hi])
+            if e <= 0 or r <= 0:
+                return 0.0
+            rates.append(r / e)
+        return rates[0] / rates[1]
+
+    def _set_values(self) -> None:
+        """``v = p**alpha``, scaled so that its mean over the observed pages is 1: in every mode
+        a page is kept one cache turnover on average, so a change of ``alpha`` neither favours
+        nor starves the pages already cached."""
+        a = self.alpha
+        if a == 0:
+            self._v = [1.0] * _N_CLASSES
+            if self._remap:
+                self._revalue()
+            return
+        raw = [p**a for p in self._p]
+        n = self._open_n
+        total = sum(n)
+        mean = sum(v * k for v, k in zip(raw, n, strict=True)) / total if total > 0 else 0.0
+        if mean <= 0:
+            mean = self._base**a or 1.0
+        self._v = [v / mean for v in raw]
+        if self._remap:
+            self._revalue()
+
+    def _revalue(self) -> None:
+        """``alpha`` changed a lot: every run's priority becomes what it would have been under
+        the new values (pages valued under a steep mode would otherwise outlive an LRU mode by
+        several turnovers, and the reverse)."""
+        self._remap = False
+        v = self._v
+        self._heap = [
+            (lp + v[c] if c >= 0 else pr, order, rid, lp, c) for pr, order, rid, lp, c in self._heap
+        ]
+        heapq.heapify(self._heap)
+        self._last_key = None
+
+    def _choose_alpha(self) -> None:
+        """``alpha`` from the share of reuses that come later than the capacity (``far``): LRU
+        (0) up to ``far_lru``, ``alpha`` from ``far_lru + 0.1``, rising to ``steep`` between
+        ``far_steep - 0.1`` and ``far_steep + 0.1``; 0 while the guard holds LRU."""
+        if self.guard and self._tick < self._lru_until:
+            self.alpha = 0.0
+        elif not self.adaptive:
+            self.alpha = self.base_alpha
+        elif self._warm and not self._warming():
+            # warmed up: from now on the share is counted from reuse events (cheaper); the
+            # events so far are biased (later reuses could not all have been seen)
+            self._warm = False
+            self._far = 0.0
+            self._far_base = sum(self._pos)
+        else:
+            far, a = self.far_share, self.base_alpha
+            lo = min(1.0, max(0.0, (far - self.far_lru) / 0.1))
+            hi = min(1.0, max(0.0, (far - self.far_steep + 0.1) / 0.2))
+            self.alpha = a * lo + (self.steep - a) * hi
+            if self._hint_ratio >= self.hint_trust and self.alpha < a:
+                # hints that separate reused pages from the others are worth acting on even
+                # where LRU would catch most reuses
+                self.alpha = a
+        if abs(self.alpha - self._tested_alpha) >= 0.25:
+            # a new mode: cached pages are re-valued (``_set_values``) and the guard tests it
+            # afresh once the cache has turned over
+            self._tested_alpha = self.alpha
+            self._remap = True
+            self._warm_until = max(self._warm_until, self._tick + max(self._peak, 1024))
+            self._zs = self._zq = self._zh = 0.0
+
+    def _warming(self) -> bool:
+        """Until ``warm`` x capacity accesses after the first eviction: reuses later than the
+        capacity cannot all have been seen yet."""
+        full = self._full_tick
+        return full < 0 or self._tick < full + self.warm * self._peak
 
     # ---- the guard ---------------------------------------------------------------------------
-    def _shadow_access(self, key: str, depth: int, v: float, prev: str | None, order: int) -> None:
-        cap = max(self._peak, 1)
-        lru = self._shadows[0]
-        if depth == 0:  # the previous request is complete: one paired observation per predictor
-            for i, s in enumerate(self._shadows[1:]):
-                d = float(s.hits - lru.hits)
-                self._zs[i] += d
-                self._zq[i] += d * d
-            self._zh += lru.hits
-        for s in self._shadows:
-            s.access(key, depth, v, cap, prev, order)
-        if self._tick % self.adapt_every == 0:
-            best, best_s = -1, 0.0
-            behind = False  # the predictor the prior would pick is significantly behind LRU
-            for i, (zs, zq) in enumerate(zip(self._zs, self._zq, strict=True)):
-                band = self.z * math.sqrt(zq)
-                if zs > band + self.margin * self._zh and zs > best_s:
-                    best, best_s = i, zs
-                if i == 0 and zs < -band and zs < 0:
-                    behind = True
-            if best >= 0:
-                self.alpha = self._shadows[best + 1].alpha
-            elif behind:
-                self.alpha = lru.alpha
-            else:
-                self.alpha = self._shadows[1].alpha if self.far_share >= self.far_min else lru.alpha
-            a = self.adapt_decay
-            self._zs = [x * a for x in self._zs]
-            self._zq = [x * a for x in self._zq]
-            self._zh *= a
+    def _end_request(self) -> None:
+        """The previous request is complete: one paired observation (real - LRU)."""
+        if self._tick >= self._warm_until and not self._warming():
+            d = float(self._real_hits - self._sh_hits)
+            self._zs += d
+            self._zq += d * d
+            self._zh += self._sh_hits
+        self._real_hits = self._sh_hits = 0
+        self._sh_broken = False
+        if self._tick >= self._next_adapt:
+            self._next_adapt = self._tick + self.adapt_every
+            self._adapt()
 
-    # ---- chain links -------------------------------------------------------------------------
-    def _link(self, key: str, parent: str | None) -> None:
-        if not self.orphans:
+    def _adapt(self) -> None:
+        if self._tick < self._lru_until:
             return
-        old = self._parent.get(key)
-        if old == parent:
+        band = self.z * math.sqrt(self._zq)
+        if self.alpha > 0 and self._zs < -(band + self.margin * self._zh):
+            # the predictor is significantly behind LRU: hold LRU, longer each time
+            self._hold = max(2 * self._hold, 8 * max(self._peak, 1024))
+            self._lru_until = self._tick + self._hold
+            self._warm_until = self._lru_until + max(self._peak, 1024)
+            self._zs = self._zq = self._zh = 0.0
+            self._choose_alpha()
+            self._set_values()
             return
-        if old is not None:
-            sib = self._kids.get(old)
-            if sib is not None:
-                sib.discard(key)
-                if not sib:
-                    del self._kids[old]
-        if parent is None or parent == key:
-            self._parent.pop(key, None)
+        if self._zs > band and self._hold:
+            self._hold //= 2
+        a = self.adapt_decay
+        self._zs *= a
+        self._zq *= a
+        self._zh *= a
+
+    # ---- the one access path -----------------------------------------------------------------
+    def _access(self, key: str, kind: int, ctx: AccessContext, read: bool) -> None:
+        """One access (``read``: a hit of a get; otherwise a set)."""
+        position = ctx.position
+        if read:
+            ph = ctx.batch_len
+            length = ctx.request_len
+            if length < ph:
+                length = ph
+            tail = 0
+            depth = position
         else:
-            self._parent[key] = parent
-            self._kids.setdefault(parent, set()).add(key)
+            ph = ctx.prefix_hits
+            n = ctx.batch_len
+            length = ph + n
+            tail = 1 if position == n - 1 else 0
+            depth = ph + position
+        hints = self._hints
+        hint = hints.state(key) if hints is not None and hints.active else 0
+        cls = _KIND_BASE[(hint * 3 + kind) * 2 + tail] + (
+            0 if hint else _LP[length if length < 128 else 128][ph if ph < 16 else 16]
+        )
+        self._tick = tick = self._tick + 1
+        if depth == 0:  # a new request: the previous one is complete
+            self._epoch += 1
+            if self.guard:
+                self._end_request()
 
-    def _unlink(self, key: str) -> None:
-        if not self.orphans:
-            return
-        self._link(key, None)
-        kids = self._kids.pop(key, None)
-        if not kids:
-            return
-        stack = list(kids)
-        while stack:
-            kid = stack.pop()
-            self._parent.pop(kid, None)
-            if kid in self._res:
-                self._res.push_orphan(kid)
-                more = self._kids.pop(kid, None)
-                if more:
-                    stack.extend(more)
+        # Observation: close the key's previous one (a reuse), open a new one. Per class: decayed
+        # reuses and exposure of closed observations; count and tick sum of the open ones.
+        expo, open_n, open_sum = self._expo, self._open_n, self._open_sum
+        obs = self._obs
+        old = obs.pop(key, None)
+        if old is not None:
+            oc = old & _CLS_MASK
+            ot = old >> _CLS_BITS
+            self._pos[oc] += 1.0
+            open_n[oc] -= 1
+            open_sum[oc] -= ot
+            expo[oc] += tick - ot
+            if tick - ot > self._peak:
+                self._far += 1.0
+        obs[key] = (tick << _CLS_BITS) | cls
+        open_n[cls] += 1
+        open_sum[cls] += tick
+        if len(obs) > self._obs_limit:
+            old = obs.popitem(last=False)[1]
+            oc = old & _CLS_MASK
+            ot = old >> _CLS_BITS
+            open_n[oc] -= 1
+            open_sum[oc] -= ot
+            expo[oc] += tick - ot
+        if tick >= self._next_refresh:
+            self._refresh()
+
+        if self.guard:  # the LRU shadow
+            if read:
+                self._real_hits += 1
+            sh = self._shadow
+            if key in sh:
+                sh.move_to_end(key)
+                if not self._sh_broken:
+                    self._sh_hits += 1
+            else:
+                self._sh_broken = True
+                sh[key] = None
+                if len(sh) > self._peak:
+                    sh.popitem(last=False)
+
+        # GreedyDual push, chain-monotone, into the current run when the priority is capped
+        where = self._where
+        prio = self._floor + self._v[cls]
+        prev = ctx.prev_key
+        if prev is not None and prev == self._last_key and prio >= self._last_prio:
+            run = self._runs.get(self._last_rid)
+            if run is not None:
+                run.append(key)
+                where[key] = self._last_rid
+                self._last_key = key
+                self._slots += 1
+                if len(where) > self._peak:
+                    self._grow(len(where))
+                return
+            prio = self._last_prio
+        rid = self._next_rid
+        self._next_rid = rid + 1
+        self._runs[rid] = [key]
+        where[key] = rid
+        order = (self._epoch << 24) + _DEPTH_MAX - (depth if depth < _DEPTH_MAX else _DEPTH_MAX)
+        heapq.heappush(self._heap, (prio, order, rid, self._floor, cls))
+        self._last_key, self._last_rid, self._last_prio = key, rid, prio
+        self._slots += 1
+        if len(where) > self._peak:
+            self._grow(len(where))
+        if self._slots > 2 * len(where) + 4096:
+            self._compact()
+
+    def _grow(self, resident: int) -> None:
+        self._peak = resident
+        self._obs_limit = int(self.horizon * resident) + 1024
+
+    def _compact(self) -> None:
+        where = self._where
+        runs: dict[int, list[str]] = {}
+        for rid, keys in self._runs.items():
+            live = [k for k in keys if where.get(k) == rid]
+            if live:
+                runs[rid] = live
+        self._runs = runs
+        self._heap = [e for e in self._heap if e[2] in runs]
+        heapq.heapify(self._heap)
+        self._slots = sum(len(k) for k in runs.values())
+        if self._last_rid not in runs:
+            self._last_key = None
 
     # ---- EvictionPolicy ----------------------------------------------------------------------
-    def _access(self, key: str, kind: int, ctx: AccessContext) -> None:
-        cls = self._classify(kind, ctx)
-        self._observe(key, cls)
-        v = self.predicted(cls) / self._base if self._base > 0 else 1.0
-        depth = ctx.position if kind == _HIT else ctx.prefix_hits + ctx.position
-        if depth == 0:
-            self._epoch += 1
-        order = (self._epoch << 24) + (_DEPTH_MAX - min(depth, _DEPTH_MAX))
-        prev = ctx.prev_key
-        if self._shadows:
-            self._shadow_access(key, depth, v, prev, order)
-        self._res.push(key, v**self.alpha if self.alpha else 1.0, prev, order)
-        self._link(key, prev)
-        if len(self._res) > self._peak:
-            self._peak = len(self._res)
-
-    def on_insert(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
-        if key in self._res:
+    def on_set(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
+        if key in self._where or ctx.promoted:
             kind = _HIT
         elif key in self._obs:
             kind = _REWRITE
         else:
             kind = _NEW
-        if ctx.promoted:
-            kind = _HIT
-        self._access(key, kind, ctx)
+        self._access(key, kind, ctx, False)
+        return True
+
+    def on_insert(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
+        self.on_set(key, ctx)
 
     def on_hit(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
-        if key in self._res:
-            self._access(key, _HIT, ctx)
+        if key in self._where:
+            self._access(key, _HIT, ctx, True)
 
     def on_remove(self, key: str) -> None:
-        if key in self._res:
-            self._res.remove(key)
-            self._unlink(key)
+        self._where.pop(key, None)
 
     def pop_victim(self) -> str | None:
-        key = self._res.pop()
-        if key is not None:
-            self._unlink(key)
-        return key
+        heap, runs, where = self._heap, self._runs, self._where
+        hints = self._hints
+        pinned = hints is not None and hints.pinning
+        spared = 0
+        while heap:
+            prio, _, rid, _, _ = heap[0]
+            keys = runs[rid]
+            while keys:
+                key = keys.pop()
+                self._slots -= 1
+                if where.get(key) != rid:
+                    continue
+                if pinned and spared < 64 and hints.pinned(key):  # type: ignore[union-attr]
+                    spared += 1
+                    self._requeue(key)
+                    continue
+                del where[key]
+                if prio > self._floor:
+                    self._floor = prio
+                if self._full_tick < 0:
+                    self._full_tick = self._tick
+                return key
+            heapq.heappop(heap)
+            del runs[rid]
+            if rid == self._last_rid:
+                self._last_key = None
+        return None
+
+    def _requeue(self, key: str) -> None:
+        """A pinned page came up for eviction: it goes back as if just accessed, with the
+        highest value any class has (a pin outlasts one trip through the cache)."""
+        rid = self._next_rid
+        self._next_rid = rid + 1
+        self._runs[rid] = [key]
+        self._where[key] = rid
+        self._slots += 1
+        heapq.heappush(self._heap, (self._floor + max(self._v), self._epoch << 24, rid, self._floor, -1))
+        self._last_key = None
 
     def __len__(self) -> int:
-        return len(self._res)
+        return len(self._where)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._res
+        return key in self._where
 
     def clear(self) -> None:
-        self._res = _Heap()
-        self._parent.clear()
-        self._kids.clear()
-        self._obs.clear()
-        self._obs_q.clear()
-        self._open_n.clear()
-        self._open_sum.clear()
-        self._shadows = [_Shadow(a) for a in self._alphas] if self.guard else []
-        self._zs = [0.0] * (len(self._shadows) - 1)
-        self._zq = [0.0] * (len(self._shadows) - 1)
-        self._zh = 0.0
+        self._reset()

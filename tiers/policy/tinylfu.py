@@ -2,12 +2,14 @@
 frequency-sketch admission filter between them.
 
 New keys enter the window (``window_ratio`` of resident keys). When the window overflows, its
-LRU key is a *candidate* for the main cache; when the cache must give up a key, the candidate and
-the main cache's probation victim are compared by their estimated access frequency (a count-min
-sketch of 4 rows; every ``sample_factor`` x peak-resident increments all counters are halved, so
-old popularity fades) and the less frequent one is evicted. Main is an SLRU: a hit in probation
-moves the key to the protected segment (``protected_ratio`` of main); protected overflow falls
-back to probation.
+LRU key moves to the main cache's probation segment as the *candidate*; when the cache must give
+up a key, the candidate and probation's LRU key (the victim) are compared by their estimated
+access frequency (a count-min sketch of 4 rows; every ``sample_factor`` x peak-resident
+increments all counters are halved, so old popularity fades) and the less frequent one is
+evicted (a tie evicts the candidate: admission must be earned). Main is an SLRU: a hit in
+probation moves the key to the protected segment (``protected_ratio`` of main); protected
+overflow falls back to probation. (Until issue 14 the window overflow only moved on eviction and
+an empty main cache evicted the candidate, so main stayed empty and the policy was plain LRU.)
 
 ``should_admit`` is the same filter used as a tier gate (e.g. SSD admission of demoted pages):
 a key is admitted when its estimated frequency is at least ``admit_min_freq`` (0: admit all).
@@ -96,6 +98,7 @@ class TinyLfuPolicy(EvictionPolicy):
         self._probation: OrderedDict[str, None] = OrderedDict()
         self._protected: OrderedDict[str, None] = OrderedDict()
         self._peak = 0
+        self._cands: OrderedDict[str, None] = OrderedDict()  # window overflow not yet dueled
 
     def _grow(self) -> None:
         n = len(self)
@@ -111,6 +114,11 @@ class TinyLfuPolicy(EvictionPolicy):
         self.sketch.increment(key)
         self._window[key] = None
         self._grow()
+        limit = max(1, int(self.window_ratio * self._peak))
+        while len(self._window) > limit:
+            cand, _ = self._window.popitem(last=False)
+            self._probation[cand] = None
+            self._cands[cand] = None
 
     def on_hit(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
         if key in self._window:
@@ -119,6 +127,7 @@ class TinyLfuPolicy(EvictionPolicy):
         elif key in self._probation:
             self.sketch.increment(key)
             del self._probation[key]
+            self._cands.pop(key, None)
             self._protected[key] = None
             limit = max(1, int(self.protected_ratio * (len(self._probation) + len(self._protected))))
             while len(self._protected) > limit:
@@ -135,31 +144,33 @@ class TinyLfuPolicy(EvictionPolicy):
         self._window.pop(key, None)
         self._probation.pop(key, None)
         self._protected.pop(key, None)
+        self._cands.pop(key, None)
 
     def pop_victim(self) -> str | None:
-        n = len(self)
-        if n == 0:
-            return None
-        # Move window overflow into probation as candidates; the duel decides who leaves.
-        window_limit = max(1, int(self.window_ratio * n))
-        if len(self._window) > window_limit or not (self._probation or self._protected):
-            cand, _ = self._window.popitem(last=False)
-            if not self._probation and self._protected:
-                old, _ = self._protected.popitem(last=False)
-                self._probation[old] = None
-            if not self._probation:
-                return cand
+        if not self._probation and self._protected:
+            old, _ = self._protected.popitem(last=False)
+            self._probation[old] = None
+        while self._cands:
+            # the oldest undecided candidate duels probation's LRU key
+            cand = next(iter(self._cands))
+            del self._cands[cand]
             victim = next(iter(self._probation))
+            if victim == cand:
+                continue  # it is probation's LRU key itself: evicted below like any other
             if self.sketch.estimate(cand) > self.sketch.estimate(victim):
                 del self._probation[victim]
-                self._probation[cand] = None
+                self._cands.pop(victim, None)
                 return victim
+            del self._probation[cand]
             return cand
         if self._probation:
-            return self._probation.popitem(last=False)[0]
+            key, _ = self._probation.popitem(last=False)
+            return key
         if self._protected:
             return self._protected.popitem(last=False)[0]
-        return self._window.popitem(last=False)[0]
+        if self._window:
+            return self._window.popitem(last=False)[0]
+        return None
 
     def should_admit(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
         if self.admit_min_freq <= 0:
@@ -176,3 +187,4 @@ class TinyLfuPolicy(EvictionPolicy):
         self._window.clear()
         self._probation.clear()
         self._protected.clear()
+        self._cands.clear()
