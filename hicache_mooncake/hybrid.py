@@ -31,6 +31,7 @@ from hicache_mooncake.metrics import BackendMetrics
 from hicache_mooncake.object_split import chunk_count, chunk_keys, split_parts
 from hicache_mooncake.pools import PoolSet, RegisteredPool
 from hicache_mooncake.pools.names import pool_name
+from hicache_mooncake.tiers.policy.hints import session_of
 
 log = logging.getLogger(__name__)
 
@@ -142,12 +143,15 @@ class SidecarIO:
             list(prefix) if isinstance(prefix, list) and all(isinstance(k, str) for k in prefix) else None
         )
         ok: list[bool] = []
+        session = session_of(extra_info) if op == "set" else None  # SGLang passes it on v2 sets
         step = max(1, self.max_batch_pages // count)
         for start in range(0, len(page_hashes), step):
             hashes = page_hashes[start : start + step]
             keys = [k for h in hashes for k in chunk_keys(pool.keys.key(h), count)]
             chunks = [c for ps in parts[start : start + step] for c in split_parts(ps, count)]
             if op == "set":
+                if session is not None:
+                    self.store.hints.attach(session, keys)
                 chain = (prefix or []) + page_hashes[:start]
                 prev = chunk_keys(pool.keys.key(chain[-1]), count)[-1] if chain else None
                 done = self.store.put_batch(
