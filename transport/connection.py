@@ -83,6 +83,8 @@ def check_authentication(host: str, port: int, opts: ClientOptions) -> None:
 
 class Connection:
     def __init__(self, host: str, port: int, opts: ClientOptions) -> None:
+        self.reused = False
+        """Handed out again from the pool (the node may have closed it since it went idle)."""
         self.opts = opts
         self.limits = opts.limits
         check_authentication(host, port, opts)
@@ -186,6 +188,7 @@ class ConnectionPool:
                 while self._idle:
                     idle = self._idle.pop()
                     if idle.idle_usable():
+                        idle.reused = True
                         return idle
                     idle.close()  # closed by the node while idle: not a sign of a dead node
                     self._total -= 1

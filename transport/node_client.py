@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from . import wire
 from .connection import Connection, ConnectionPool
 from .engine import Extent, Segment, TransferEngine
-from .errors import AuthError, RdmaNotServed, RequestRefused, TransportError
+from .errors import AuthError, PeerUnavailable, RdmaNotServed, RequestRefused, TransportError
 from .object_header import HEADER_SIZE, ObjectHeader, key_hash
 from .options import ClientOptions
 from .registry import make_engine
@@ -160,20 +160,28 @@ class NodeClient:
         if not keys:
             return out
         deadline = time.monotonic() + self.opts.timeout_s
-        conn = self._acquire(deadline)
-        if conn is None:
+        for _attempt in range(2):
+            conn = self._acquire(deadline)
+            if conn is None:
+                return out
+            try:
+                for idx in self._chunks(self._valid(keys, conn.limits), sizes, conn.limits):
+                    for i, r in zip(idx, fn(conn, deadline, idx), strict=True):
+                        out[i] = r
+            except (TransportError, OSError, TimeoutError, ValueError) as exc:
+                if _closed_while_pooled(conn, exc):
+                    # the node closed this pooled connection (idle, or to make room) as we sent: the
+                    # node is fine and every operation is idempotent, so once more on a fresh one
+                    self.counters["retried_closed_connection"] += 1
+                    self.pool.release(conn, False, peer_alive=True)
+                    continue
+                self._release(conn, exc, what)
+                return out
+            except BaseException as exc:
+                self._release(conn, exc, what)
+                raise
+            self._release(conn, None, what)
             return out
-        try:
-            for idx in self._chunks(self._valid(keys, conn.limits), sizes, conn.limits):
-                for i, r in zip(idx, fn(conn, deadline, idx), strict=True):
-                    out[i] = r
-        except (TransportError, OSError, TimeoutError, ValueError) as exc:
-            self._release(conn, exc, what)
-            return out
-        except BaseException as exc:
-            self._release(conn, exc, what)
-            raise
-        self._release(conn, None, what)
         return out
 
     def _segment_for(self, conn: Connection) -> Segment | None:
@@ -386,3 +394,11 @@ class NodeClient:
             self._segment = None
         if self._owns_engine:
             self.engine.close()
+
+
+def _closed_while_pooled(conn: Connection, exc: BaseException) -> bool:
+    """A reused pooled connection that the node had closed: the request never reached it."""
+    closed = isinstance(exc, ConnectionResetError | BrokenPipeError) or (
+        isinstance(exc, PeerUnavailable) and "connection closed" in str(exc)
+    )
+    return conn.reused and closed
