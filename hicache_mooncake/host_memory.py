@@ -44,6 +44,7 @@ class HostMemoryMap:
         self._bases = sorted(regions)
         self._ends = [b + regions[b] for b in self._bases]
         self._arrays = [_array_at(b, regions[b]) for b in self._bases]
+        self._views = [a.data for a in self._arrays]  # slicing a memoryview is the cheapest view
 
     def regions(self) -> list[memoryview]:
         """One writable byte view per distinct buffer of the pool (for memory registration)."""
@@ -55,10 +56,10 @@ class HostMemoryMap:
         return list(self._bases)
 
     def view(self, ptr: int, nbytes: int) -> memoryview:
-        i = bisect.bisect_right(self._bases, ptr) - 1
-        if i >= 0 and nbytes >= 0 and ptr + nbytes <= self._ends[i]:
+        i = 0 if len(self._bases) == 1 else bisect.bisect_right(self._bases, ptr) - 1
+        if i >= 0 and nbytes >= 0 and self._bases[i] <= ptr and ptr + nbytes <= self._ends[i]:
             off = ptr - self._bases[i]
-            return self._arrays[i][off : off + nbytes].data
+            return self._views[i][off : off + nbytes]
         raise HostRangeError("a page run outside the pool's buffers", f"{nbytes} bytes at {ptr:#x}")
 
     def page_parts(self, ptrs: Sequence[int], sizes: Sequence[int], pages: int) -> list[list[memoryview]]:
@@ -68,10 +69,12 @@ class HostMemoryMap:
         if len(ptrs) != len(sizes) or len(ptrs) % pages:
             raise HostRangeError("runs do not split into pages", f"{len(ptrs)} runs for {pages} pages")
         per = len(ptrs) // pages
-        views = [self.view(int(p), int(s)) for p, s in zip(ptrs, sizes, strict=True)]
+        view = self.view
+        views = [view(p, s) for p, s in zip(ptrs, sizes, strict=True)]
         return [views[i * per : (i + 1) * per] for i in range(pages)]
 
     def close(self) -> None:
+        self._views.clear()
         self._arrays.clear()
         self._bases.clear()
         self._ends.clear()

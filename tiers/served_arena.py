@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .dram_tier import DramTier, Located, Reservation
@@ -281,7 +280,7 @@ class ServedArena:
                         placement.remove(key)  # bookkeeping said resident, no tier has it
                     continue
                 if placement.hit(key, ctxs[i], promote=True) is None and not placement.adopt(
-                    key, replace(ctxs[i], promoted=True), DRAM
+                    key, ctxs[i]._replace(promoted=True), DRAM
                 ):
                     refused.append(key)
             drops, demote = placement.settle()

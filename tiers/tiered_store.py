@@ -47,7 +47,7 @@ import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .dram_tier import DramTier
@@ -313,7 +313,7 @@ class TieredStore:
             self._forget_reclaimed(placement)
             for key, ctx in zip(keys, ctxs, strict=True):
                 if placement.hit(key, ctx) is None:  # held but unknown (a race, or a restart)
-                    placement.adopt(key, replace(ctx, promoted=True), DRAM)
+                    placement.adopt(key, ctx._replace(promoted=True), DRAM)
             return placement.settle()
 
     def _settle_deferred(self, deadline: float) -> None:
@@ -353,7 +353,7 @@ class TieredStore:
                 if before is None:
                     if tier is self.dram or tier is self.ssd or up:
                         where = DRAM if tier is self.dram or up else SSD
-                        if not placement.adopt(key, replace(ctxs[i], promoted=True), where):
+                        if not placement.adopt(key, ctxs[i]._replace(promoted=True), where):
                             continue
                     else:
                         continue  # a pool hit that stays in the pool

@@ -44,7 +44,14 @@ def v1_batches(fn: Any, batches: list[list[str]], region: Any, page_size: int) -
 
 
 # page bytes = 2 (K,V) * layers * 64 tokens * heads * 128 dim * 2 (bf16) = 32 KiB * layers * heads
-PAGE_SHAPES = {256 << 10: (4, 2), 1 << 20: (8, 4), 4 << 20: (16, 8), 8 << 20: (32, 8)}
+PAGE_SHAPES = {
+    64 << 10: (1, 2),
+    128 << 10: (2, 2),
+    256 << 10: (4, 2),
+    1 << 20: (8, 4),
+    4 << 20: (16, 8),
+    8 << 20: (32, 8),
+}
 
 
 @dataclass

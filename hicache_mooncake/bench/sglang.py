@@ -37,7 +37,7 @@ from hicache_mooncake.sizes import format_size
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--total", default="512MiB", help="bytes written per page size and backend")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--sizes", default="256KiB,1MiB,4MiB,8MiB", help="page sizes to run")
+    parser.add_argument("--sizes", default="64KiB,128KiB,1MiB,4MiB,8MiB", help="page sizes to run")
     parser.add_argument(
         "--dir", default=None, help="directory for SGLang's file backend (default: a temp dir)"
     )

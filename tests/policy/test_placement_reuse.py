@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -40,10 +39,10 @@ def test_placement_dram_is_the_mru_subset_and_one_policy_drops() -> None:
 
 def test_placement_charges_sizes_and_demotes_to_the_low_watermark() -> None:
     pl = TierPlacement(make_policy("lru"), capacity=100, dram_capacity=40, dram_low=20)
-    ctxs = [replace(c, size=10) for c in set_contexts(["a", "b", "c", "d"], [])]
+    ctxs = [c._replace(size=10) for c in set_contexts(["a", "b", "c", "d"], [])]
     assert [pl.set(k, c) for k, c in zip("abcd", ctxs, strict=True)] == [SetOutcome.NEW_DRAM] * 4
     assert pl.settle() == ([], [])  # 40 of 40: not over the high watermark
-    big = replace(set_contexts(["e"], [])[0], size=15)
+    big = set_contexts(["e"], [])[0]._replace(size=15)
     assert pl.set("e", big) == SetOutcome.NEW_DRAM
     # 55 > 40: the least recent pages go until DRAM is at or below 20
     assert pl.settle() == ([], ["a", "b", "c", "d"]) and pl.dram_used == 15

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
     from .hints import Hints
@@ -59,9 +58,9 @@ class ObjectType(enum.IntEnum):
     """A speculative-decoding draft model's KV pages (``draft``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class AccessContext:
-    """What the backend knew about one key when it touched it.
+class AccessContext(NamedTuple):
+    """What the backend knew about one key when it touched it (immutable; a named tuple because
+    one is made per key of every call: it costs half of a frozen dataclass to build).
 
     ``position`` is the key's index in the current call's key list (prefix order) and
     ``batch_len`` that list's length; ``prefix_hits`` is how many leading keys of the call were
