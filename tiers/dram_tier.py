@@ -8,6 +8,12 @@ into a reserved slot that no reader can find until the copy is complete and the 
 
 Space: ``put_batch`` only takes free slots; when none is free for an object's size class the put
 fails (``rejected_no_space``) and the store decides what to move out (never this tier).
+
+Resizing at runtime (``resize``, up to ``max_capacity``): growing faults the new slabs in and makes
+them usable; shrinking retires the slabs past the new size (nothing new goes there). The store
+then empties them: ``relocate`` copies entries into free slots of the remaining slabs (a reader of
+the old slot keeps it until done, as for a removal), or the placement moves them out; each retired
+slab whose last slot is freed gives its memory back (``release_retired``).
 """
 
 from __future__ import annotations
@@ -38,9 +44,18 @@ class Pinned(NamedTuple):
 class DramTier(Tier):
     name = "dram"
 
-    def __init__(self, capacity: int, slab_size: int = 64 << 20, prefault: bool = True) -> None:
-        self._allocator = SlabAllocator(capacity, slab_size)
-        self._arena = DramArena(self._allocator.capacity, prefault=prefault)
+    def __init__(
+        self, capacity: int, slab_size: int = 64 << 20, prefault: bool = True, max_capacity: int | None = None
+    ) -> None:
+        """``max_capacity``: the most ``resize`` may grow to (default: ``capacity``)."""
+        self._allocator = SlabAllocator(capacity, slab_size, max_capacity)
+        self._arena = DramArena(
+            self._allocator.capacity,
+            prefault=prefault,
+            max_capacity=self._allocator.max_slabs * self._allocator.slab_size,
+        )
+        self._prefault = prefault
+        self._resize_lock = threading.Lock()  # resize vs giving memory back (never under _lock)
         self._index: dict[str, tuple[int, int]] = {}
         self._hits: dict[str, int] = {}
         self._pins: dict[int, int] = {}
@@ -58,6 +73,7 @@ class DramTier(Tier):
                 "rejected_too_large",
                 "rejected_no_space",
                 "size_mismatch",
+                "relocated",
             ),
             0,
         )
@@ -150,7 +166,9 @@ class DramTier(Tier):
             self._hits.pop(key, None)
             self._counts["removals"] += 1
             self._release_locked(*entry)
-            return True
+        if self._allocator.released:
+            self.release_retired()
+        return True
 
     def remove_batch(self, keys: Sequence[str]) -> int:
         """Remove each key present; returns how many were."""
@@ -163,6 +181,8 @@ class DramTier(Tier):
                     self._release_locked(*entry)
                     removed += 1
             self._counts["removals"] += removed
+        if self._allocator.released:
+            self.release_retired()
         return removed
 
     def clear(self) -> None:
@@ -230,6 +250,95 @@ class DramTier(Tier):
             for p in pinned:
                 self._unpin_locked(p.offset)
 
+    # ------------------------------------------------------------------ resizing
+    @property
+    def max_capacity_bytes(self) -> int:
+        return self._allocator.max_slabs * self._allocator.slab_size
+
+    def resize(self, capacity: int) -> int:
+        """Use ``capacity`` bytes (whole slabs, at least one, at most ``max_capacity_bytes``) from
+        now on; returns the capacity in effect. Growing faults the new slabs in first (outside the
+        lock; bounded by the memory copied), shrinking retires slabs (see the module docstring)."""
+        alloc = self._allocator
+        slabs = capacity // alloc.slab_size
+        if not 1 <= slabs <= alloc.max_slabs:
+            raise ValueError(
+                f"DRAM capacity must be 1 to {alloc.max_slabs} slabs of {alloc.slab_size} bytes, got {capacity}"
+            )
+        with self._resize_lock:  # no retired slab is given back while slabs come back into use
+            if slabs > alloc.slab_count and self._prefault:
+                start = alloc.slab_count * alloc.slab_size
+                self._arena.populate(start, (slabs - alloc.slab_count) * alloc.slab_size)
+            with self._lock:
+                if self._closed:
+                    return alloc.capacity
+                alloc.set_slab_limit(slabs)
+        self.release_retired()
+        return alloc.capacity
+
+    def retired_keys(self, limit: int = 1 << 30) -> list[str]:
+        """Keys whose slots lie in retired slabs (to relocate or move out), at most ``limit``."""
+        alloc = self._allocator
+        with self._lock:
+            if not alloc.retired_in_use:
+                return []
+            out = []
+            for key, (offset, _n) in self._index.items():
+                if alloc.is_retired(offset):
+                    out.append(key)
+                    if len(out) >= limit:
+                        break
+            return out
+
+    @property
+    def retired_slabs_in_use(self) -> int:
+        with self._lock:
+            return self._allocator.retired_in_use
+
+    def relocate(self, keys: Sequence[str]) -> list[bool]:
+        """Copy entries that lie in retired slabs into free slots of the others, per key True when
+        moved. Values are immutable, so both slots hold the same bytes while the index switches; a
+        reader pinned on the old slot keeps it until done (it is freed by the last reader). False:
+        not in a retired slab, gone meanwhile, or no free slot of its size."""
+        moves: list[tuple[int, str, tuple[int, int], int]] = []
+        out = [False] * len(keys)
+        with self._lock:
+            if self._closed:
+                return out
+            for i, key in enumerate(keys):
+                entry = self._index.get(key)
+                if entry is None or not self._allocator.is_retired(entry[0]):
+                    continue
+                new = self._allocator.alloc(entry[1])
+                if new is None:
+                    continue
+                self._pins[entry[0]] = self._pins.get(entry[0], 0) + 1
+                moves.append((i, key, entry, new))
+        for _i, _key, (offset, nbytes), new in moves:
+            np.copyto(self._arena.view(new, nbytes), self._arena.view(offset, nbytes))
+        with self._lock:
+            for i, key, entry, new in moves:
+                if not self._closed and self._index.get(key) == entry:
+                    self._index[key] = (new, entry[1])
+                    self._release_locked(*entry)  # a zombie until the pin below goes
+                    out[i] = True
+                    self._counts["relocated"] += 1
+                elif not self._closed:
+                    self._allocator.free(new, entry[1])
+                self._unpin_locked(entry[0])
+        self.release_retired()
+        return out
+
+    def release_retired(self) -> int:
+        """Give back the memory of retired slabs that became empty; returns how many."""
+        with self._resize_lock:
+            with self._lock:
+                slabs = self._allocator.take_released()
+            size = self._allocator.slab_size
+            for slab in slabs:
+                self._arena.release(slab * size, size)
+        return len(slabs)
+
     # ------------------------------------------------------------------ internals
     def _release_locked(self, offset: int, nbytes: int) -> None:
         if offset in self._pins:
@@ -255,7 +364,9 @@ class DramTier(Tier):
                 "entries": len(self._index),
                 "used_bytes": self._allocator.used_bytes,
                 "capacity_bytes": self._allocator.capacity,
+                "max_capacity_bytes": self.max_capacity_bytes,
                 "free_slabs": self._allocator.free_slab_count,
+                "retired_slabs_in_use": self._allocator.retired_in_use,
                 **self._counts,
             }
 
