@@ -45,10 +45,17 @@ class Reclaimer:
                 return
         self.reclaim(victim, c.options.reinsertion_fraction, deadline)
 
-    def reclaim(self, victim: Region, reinsertion_fraction: float, deadline: float | None = None) -> bool:
+    def reclaim(
+        self,
+        victim: Region,
+        reinsertion_fraction: float,
+        deadline: float | None = None,
+        open_regions: bool = False,
+    ) -> bool:
         """Reclaim ``victim`` (sealed, unpinned) now: rewrite its hot entries (at most
-        ``reinsertion_fraction`` of a region), drop the rest. False when it is not reclaimable now
-        (state changed, pinned, or a reclaim of its directory is running)."""
+        ``reinsertion_fraction`` of a region; into new regions too with ``open_regions``), drop
+        the rest. False when it is not reclaimable now (state changed, pinned, or a reclaim of its
+        directory is running)."""
         c = self.core
         o = c.options
         di = victim.dir_index
@@ -68,7 +75,7 @@ class Reclaimer:
         late: list[str] = []
         try:
             if hot:
-                self._reinsert(victim, hot, deadline)
+                self._reinsert(victim, hot, deadline, open_regions)
         except Exception:  # noqa: BLE001
             log.exception("ssd reinsertion failed")
         finally:
@@ -85,7 +92,9 @@ class Reclaimer:
         c.notify_evicted(late)
         return True
 
-    def _reinsert(self, victim: Region, hot: Sequence[tuple[str, Location]], deadline: float | None) -> None:
+    def _reinsert(
+        self, victim: Region, hot: Sequence[tuple[str, Location]], deadline: float | None, open_regions: bool
+    ) -> None:
         total = sum(entry_size(loc.length) for _, loc in hot)
         mem = self.core.buffers.take(total)
         try:
@@ -101,7 +110,8 @@ class Reclaimer:
             if to_put:
                 res = [False] * len(to_put)
                 self.writer.put_batch(
-                    to_put, res, victim.dir_index, reinsert_rid=victim.rid, deadline=deadline
-                )
+                    to_put, res, victim.dir_index, reinsert_rid=victim.rid, deadline=deadline,
+                    open_regions=open_regions,
+                )  # fmt: skip
         finally:
             self.core.buffers.give(mem)

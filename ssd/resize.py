@@ -87,7 +87,9 @@ class Resizer:
             for r in retired:
                 if time.monotonic() >= deadline:
                     break
-                if r.state is RegionState.SEALED and self.reclaimer.reclaim(r, 1.0, deadline):
+                if r.state is RegionState.SEALED and self.reclaimer.reclaim(
+                    r, 1.0, deadline, open_regions=True
+                ):
                     out.reclaimed += 1
                     moved = True
                 elif self._remove_file(r):

@@ -13,7 +13,8 @@ after an attach start from it.
 - The re-warmer never competes with SGLang's calls: before each batch it waits (up to
   ``yield_s``) for a moment with no store call in flight, reads at most ``rate_mbps`` MB/s, places
   the pages as the least recent of DRAM (``TierPlacement.warm``), and stops at the budget: DRAM at
-  its low watermark, ``budget_s`` seconds, or the snapshot's DRAM pages done. A page the placement
+  its high watermark (a re-warm never demotes), ``budget_s`` seconds, or the snapshot's DRAM pages
+  done. A page the placement
   no longer wants on SSD, or that SGLang's calls already brought up, is skipped.
 """
 
@@ -50,7 +51,7 @@ class WarmOptions:
     """Seconds between snapshots while the store runs (0: only at close and detach)."""
     max_entries: int = 1 << 18
     """Pages per snapshot (the hottest); about 100 bytes each on disk."""
-    rate_mbps: float = 200.0
+    rate_mbps: float = 1000.0
     """Re-warm read budget (MB/s) from SSD into DRAM."""
     budget_s: float = 600.0
     """The re-warmer stops after this many seconds."""
@@ -201,7 +202,7 @@ class WarmKeeper:
                     reason = "no dram or ssd tier"
                     break
                 if full:
-                    reason = "dram at its low watermark"
+                    reason = "dram full (high watermark)"
                     break
         except Exception:
             reason = "error"
@@ -233,7 +234,7 @@ class WarmKeeper:
             if placement is None:
                 return None
             todo = [e for e in batch if placement.tier_of(e.key) == SSD]
-            if todo and placement.dram_used + sum(e.size for e in todo) > placement.dram_low:
+            if todo and placement.dram_used + sum(e.size for e in todo) > placement.dram_capacity:
                 return True
         if not todo:
             return False

@@ -16,7 +16,8 @@ class WarmConfig(BaseModel):
     """Seconds between snapshots while attached (0: only at detach)."""
     max_entries: int = Field(default=262144, ge=1)
     """Pages per snapshot (the hottest); about 100 bytes each on disk."""
-    rewarm_mbps: float = Field(default=200.0, gt=0)
+    rewarm_mbps: float = Field(default=1000.0, gt=0)
     """Re-warm read budget from SSD into DRAM (MB/s); it also waits for moments with no call in flight."""
     rewarm_budget_s: float = Field(default=600.0, gt=0)
-    """The re-warm stops after this many seconds (it also stops when DRAM reaches its low watermark)."""
+    """The re-warm stops after this many seconds (it also stops when DRAM reaches its high watermark:
+    it never causes a demotion)."""

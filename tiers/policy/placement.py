@@ -301,9 +301,10 @@ class TierPlacement:
 
     def warm(self, key: str) -> bool:
         """A page placed on SSD was copied into DRAM by the re-warmer: place it in DRAM as the least
-        recent page (unused since the restart), while DRAM stays below ``dram_low``."""
+        recent page (unused since the restart), while DRAM stays within ``dram_capacity`` (so a
+        re-warm never causes a demotion by itself)."""
         size = self._size.get(key)
-        if size is None or key in self._dram or self.dram_used + size > self.dram_low:
+        if size is None or key in self._dram or self.dram_used + size > self.dram_capacity:
             return False
         self._to_dram(key)
         self._dram.move_to_end(key, last=False)
