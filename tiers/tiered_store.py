@@ -653,6 +653,8 @@ class TieredStore:
 
     @_gated
     def clear(self) -> None:
+        if self.warm is not None:
+            self.warm.stop_rewarm()
         with self._lock:
             if self._placement is not None:
                 self._placement.clear()

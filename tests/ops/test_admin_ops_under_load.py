@@ -136,7 +136,9 @@ def test_attach_ssd_at_runtime_under_load(tmp_path, stores, admin_for):
     with StoreLoad(store) as load:
         load.wait_ops(600)
         assert store.ssd is None
-        op = finished(admin, admin.attach("ssd", {"tiers": {"ssd": {"path": str(new_dir), "capacity": "16MiB"}}}))
+        op = finished(
+            admin, admin.attach("ssd", {"tiers": {"ssd": {"path": str(new_dir), "capacity": "16MiB"}}})
+        )
         assert op["complete"] and op["progress"]["tiers"] == ["dram", "ssd"]
         load.wait_ops(1500)
     load.assert_clean()

@@ -175,8 +175,6 @@ class TierPlacement:
     def settle(self) -> tuple[list[tuple[str, str]], list[str]]:
         """``(drops, demotions)`` since the last call (module docstring). A page dropped and set
         again since the last call is resident, so it is not among the drops."""
-        drops = [d for d in self._drops if d[0] not in self._size] if self._drops else []
-        self._drops = []
         demote: list[str] = self._demote_over_share()
         if self.dram_used > self.dram_capacity:
             while self._dram and self.dram_used > self.dram_low:
@@ -184,6 +182,13 @@ class TierPlacement:
                 self.dram_used -= size
                 self.ledger.to_ssd(key, size)
                 demote.append(key)
+        if demote and self.ledger.shares:  # demoted pages may put a tenant over its SSD share
+            self._drop_over_share()
+        drops = [d for d in self._drops if d[0] not in self._size] if self._drops else []
+        self._drops = []
+        if drops and demote:  # demoted, then dropped: its DRAM copy just goes
+            gone = {key for key, _tier in drops}
+            demote = [key for key in demote if key not in gone]
         return drops, demote
 
     def free_dram(self, nbytes: int) -> tuple[list[tuple[str, str]], list[str]]:
