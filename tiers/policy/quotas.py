@@ -13,6 +13,8 @@ policy for victims: a tenant over its SSD share gives up its own least recently 
 (``over_share_demotions``: moved to SSD, or dropped when there is no SSD). Pages of other tenants are
 never taken for it, whatever the policy: a tenant over its share evicts its own pages first. Within
 a tenant the order is recency, not the policy's (policies cannot choose a victim within a subset).
+Shares are enforced when the placement settles a call (as DRAM's own capacity is): while calls are
+in flight a tenant may exceed its share by their pages.
 
 Bounds: tenants with a share are listed in the configuration; the others are only counted, and at
 most ``max_tenants`` distinct names are counted (further ones add to ``OTHER``). Not thread-safe
