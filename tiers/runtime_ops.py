@@ -27,7 +27,7 @@ import numpy as np
 from .dram_tier import DramTier
 from .layout import TierLayout
 from .mover import Mover
-from .policy import DEFAULT_CONTEXT
+from .policy import DEFAULT_CONTEXT, AccessContext
 from .policy.placement import DRAM, SSD
 from .progress import Progress
 from .ssd_tier import SsdTier
@@ -61,6 +61,11 @@ class RuntimeOps:
         self.store = store
 
     # ------------------------------------------------------------------ shared steps
+    def _open(self) -> None:
+        """Refuse to start (or go on with) a change of a store that is closing."""
+        if self.store.closed:
+            raise OperationError("the store is closing")
+
     def _find(self, name: str) -> Tier:
         tier = next((t for t in self.store.tiers if t.name == name), None)
         if tier is None:
@@ -116,7 +121,7 @@ class RuntimeOps:
         pools = [p for p in self.store.pools if p is not source]
         copied = 0
         for start in range(0, len(keys), _COPY_BATCH):
-            if time.monotonic() >= deadline or not pools:
+            if time.monotonic() >= deadline or not pools or self.store.closed:
                 break
             batch = list(keys[start : start + _COPY_BATCH])
             bufs = [np.empty(n, dtype=np.uint8) for n in sizes[start : start + _COPY_BATCH]]
@@ -135,6 +140,7 @@ class RuntimeOps:
         Calls see it at once; the placement gives it its share right after."""
         store = self.store
         with store._changes:
+            self._open()
             lay = store._layout
             if isinstance(tier, DramTier) and lay.dram is not None:
                 raise OperationError("a DRAM tier is attached already (resize it instead)")
@@ -167,6 +173,7 @@ class RuntimeOps:
             raise OperationError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         store = self.store
         with store._changes:
+            self._open()
             tier = self._find(name)
             lay = store._layout
             if len(lay.tiers) == 1:
@@ -188,13 +195,14 @@ class RuntimeOps:
     def _detach_dram(
         self, lay: TierLayout, rest: TierLayout, mode: str, progress: Progress, deadline: float
     ) -> None:
+        store = self.store
         dram = lay.dram
         assert dram is not None
         if mode == "drain" and lay.mover is not None:
             total = len(dram.keys())
             progress.phase("demote to ssd", total, "pages")
             self._refit(rest)  # no DRAM share: every DRAM page is demoted, new pages go to SSD
-            while (left := len(dram.keys())) and time.monotonic() < deadline:
+            while (left := len(dram.keys())) and time.monotonic() < deadline and not store.closed:
                 progress.advance(max(total - left, 0))
                 time.sleep(0.02)
             left = len(dram.keys())
@@ -248,21 +256,51 @@ class RuntimeOps:
         with store._lock:  # no demotions while the SSD's pages are forgotten (DRAM may fill up)
             placement = store._placement
             if placement is not None:
-                placement.resize(placement.capacity, max(placement.dram_capacity, placement.dram_low))
+                _total, dram_full, _low = store.capacities(rest, store._unit)
+                placement.resize(placement.capacity, min(dram_full, placement.capacity), None)
         progress.phase("forget", 0, "pages")
         dropped = self._forget(self._resident(), only_tier=SSD)
         self._refit(rest)
         progress.phase("unpublish")
         self._publish(rest, deadline)
         dropped += self._forget(self._resident(), only_tier=SSD)  # placed there by calls in flight
-        progress.note(pages_dropped=dropped)
+        progress.note(pages_dropped=dropped, dram_pages_adopted=self._adopt_dram_orphans(rest))
         store._unhook_ssd(ssd)
         ssd.close()
+
+    def _adopt_dram_orphans(self, lay: TierLayout) -> int:
+        """DRAM pages the placement no longer knows (demotions queued when the mover stopped):
+        placed in DRAM again, or removed when the policy does not keep them."""
+        store = self.store
+        if lay.dram is None:
+            return 0
+        with store._lock:
+            placement = store._placement
+            orphans = [k for k in lay.dram.keys() if placement is not None and placement.tier_of(k) is None]
+        if not orphans:
+            return 0
+        pinned = lay.dram.pin_entries(orphans)
+        sizes = [p.nbytes if p is not None else 0 for p in pinned]
+        lay.dram.release([p for p in pinned if p is not None])
+        adopted = 0
+        for start in range(0, len(orphans), _CHUNK):
+            with store._lock:
+                placement = store._placement
+                assert placement is not None
+                for key, size in zip(
+                    orphans[start : start + _CHUNK], sizes[start : start + _CHUNK], strict=True
+                ):
+                    if size and placement.tier_of(key) is None:
+                        adopted += placement.adopt(key, AccessContext(size=size), DRAM)
+                drops, demote = placement.settle()
+            store._apply(drops, demote)
+        return adopted
 
     # ------------------------------------------------------------------ resize
     def resize(self, name: str, capacity: int, progress: Progress, deadline: float) -> None:
         store = self.store
         with store._changes:
+            self._open()
             tier = self._find(name)
             lay = store._layout
             if tier is lay.dram:
@@ -287,7 +325,7 @@ class RuntimeOps:
         total = dram.retired_slabs_in_use
         progress.phase("empty retired slabs", total, "slabs")
         stuck_rounds = 0
-        while (left := dram.retired_slabs_in_use) and time.monotonic() < deadline:
+        while (left := dram.retired_slabs_in_use) and time.monotonic() < deadline and not self.store.closed:
             progress.advance(total - left)
             keys = dram.retired_keys(limit=256)
             moved = dram.relocate(keys)
@@ -339,7 +377,7 @@ class RuntimeOps:
             return
         step = engine.resize(capacity, time.monotonic())
         progress.phase("empty regions past the new size", step.total, "regions")
-        while not step.done and time.monotonic() < deadline:
+        while not step.done and time.monotonic() < deadline and not self.store.closed:
             step = engine.resize(capacity, min(deadline, time.monotonic() + 0.5))
             progress.advance(progress.snapshot()["total"] - step.left)
             progress.add(regions_reclaimed=step.reclaimed, region_files_removed=step.files_removed)
@@ -362,6 +400,7 @@ class RuntimeOps:
         known here). The tenant's sets are refused while it runs; other tenants are untouched."""
         store = self.store
         with store._changes:
+            self._open()
             store.clearing.add(tenant)  # from now on: no set, no promotion of the tenant's pages
             try:
                 removed = left = 0
@@ -395,7 +434,7 @@ class RuntimeOps:
         lay = self.store._layout
         removed = 0
         for chunk in _chunks(keys, 512):
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or self.store.closed:
                 break
             self._forget(chunk)
             if lay.dram is not None:

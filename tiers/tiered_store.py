@@ -135,6 +135,7 @@ class TieredStore:
         self._gate = CallGate()
         self._changes = threading.Lock()
         self.frozen = False
+        self.closed = False  # runtime changes stop (and refuse to start) once set
         self._new_policy = policy_factory
         self._capacity = capacity
         self._unit = 0  # the object size the placement's capacities were derived with
@@ -246,23 +247,24 @@ class TieredStore:
 
     # ------------------------------------------------------------------ MoveListener (the mover)
     def moved(self, keys: Sequence[str]) -> None:
-        """Demoted pages have an SSD copy: free their DRAM slot unless placed in DRAM again."""
-        assert self.dram is not None
+        """Demoted pages have an SSD copy: free their DRAM slot unless placed in DRAM again. (A
+        mover that outlives its DRAM tier, being detached, has nothing to free.)"""
         with self._lock:
             placement = self._placement
             gone = [k for k in keys if placement is None or placement.tier_of(k) != DRAM]
-            self.dram.remove_batch(gone)
+            if self.dram is not None:
+                self.dram.remove_batch(gone)
 
     def lost(self, keys: Sequence[str]) -> None:
         """Demotions that found no SSD room: the pages leave the host (unless wanted in DRAM)."""
-        assert self.dram is not None
         with self._lock:
             placement = self._placement
             gone = [k for k in keys if placement is None or placement.tier_of(k) != DRAM]
             for key in gone:
                 if placement is not None:
                     placement.remove(key)
-            self.dram.remove_batch(gone)
+            if self.dram is not None:
+                self.dram.remove_batch(gone)
             self.counts["dropped_on_demotion"] += len(gone)
 
     # ------------------------------------------------------------------ tenants
@@ -670,8 +672,13 @@ class TieredStore:
         """Stop background movement (it reads DRAM and writes SSD); with a flush timeout, copy the
         DRAM pages the SSD lacks to the SSD (bounded by it); write the warm-restart snapshot; then
         close every tier."""
+        self.closed = True
         if self.warm is not None:
             self.warm.stop_rewarm()
+        # a runtime change in progress sees ``closed`` at its next step and ends (bounded)
+        got = self._changes.acquire(timeout=max(self.options.timeout_s, 5.0))
+        if got:
+            self._changes.release()
         self._worker.shutdown(wait=True)
         if self.mover is not None:
             self.mover.close()

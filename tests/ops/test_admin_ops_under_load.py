@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -216,3 +217,21 @@ def test_clear_one_tenant_under_load_keeps_the_other(tmp_path, stores, admin_for
     assert tenants["a"]["dram_bytes"] == 0 and tenants["a"]["ssd_bytes"] == 0
     assert tenants["b"]["dram_bytes"] > 0
     assert store.exists_prefix([f"m/base~a/r{r}p0" for r in range(1)]) == 0
+
+
+def test_closing_the_store_ends_an_operation_in_progress(tmp_path, stores, admin_for):
+    config = small_config(tmp_path)
+    store = stores(config)
+    admin = admin_for(store, config)
+    with StoreLoad(store, threads=2) as load:
+        load.wait_ops(300)
+    load.assert_clean()
+    store.freeze(True)  # the mover holds its queue: a DRAM drain cannot finish
+    started = admin.detach("dram", "drain", timeout_s=600)
+    begin = time.monotonic()
+    store.close()
+    assert time.monotonic() - begin < 30  # bounded, not the operation's 600 s
+    op = admin.wait(started, 30)
+    assert op["state"] != "running"
+    with pytest.raises(Exception, match="closing"):
+        store.resize_tier("dram", 2 * MiB)
