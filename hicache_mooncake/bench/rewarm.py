@@ -1,4 +1,4 @@
-"""Warm restart: time to 90% of the pre-restart DRAM hit rate, cold restart vs warm restart.
+"""Warm restart: time to 90 percent of the pre-restart DRAM hit rate, cold restart vs warm restart.
 
 A trace (``--trace``: a Mooncake-format file; default: the generated ``chat`` shape) is replayed
 against the real store (a real ``DramTier`` and ``SsdTier`` over region files in ``--dir``, one
@@ -14,7 +14,7 @@ warm snapshot written) and opened again on the same directory, then the replay g
 
 The DRAM hit rate is DRAM hits per requested page. ``pre`` is its value over the ``--window``
 requests before the restart; after the restart the rate over a sliding window of ``--window``
-requests is followed until it first reaches 90% of ``pre``. Reported per mode: the requests it
+requests is followed until it first reaches 90 percent of ``pre``. Reported per mode: the requests it
 took, the trace time they span (the figure that matters), the wall seconds of the replay, and the
 DRAM hit rate of the first window. Both modes replay the same trace prefix into identical stores,
 so only the restart differs.
