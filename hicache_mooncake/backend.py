@@ -19,6 +19,10 @@ Promises to SGLang:
   (``tiers.host_cache: auto`` puts every rank's tiers in the host cache, so they find its pages);
 - ``close()`` releases every buffer, thread, socket and file, is idempotent and never raises;
   every call after it is a miss / False.
+
+With ``admin.port`` set, each rank serves its admin endpoint (``hicache_mooncake.admin``: per-tier
+operations at runtime on this backend's store). A call whose ``extra_info`` names a tenant
+(``keys.request_tenant``) uses that tenant's keys; otherwise ``namespace.tenant``.
 """
 
 from __future__ import annotations
@@ -40,11 +44,12 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage  # noqa: E402
 
 from hicache_mooncake import logs  # noqa: E402
 from hicache_mooncake.config import BackendConfig, load_backend_config  # noqa: E402
+from hicache_mooncake.config.tenants import check_tenant_name  # noqa: E402
 from hicache_mooncake.failures import FailureLog  # noqa: E402
 from hicache_mooncake.host_cache.mode import use_host_cache  # noqa: E402
 from hicache_mooncake.host_memory import HostRangeError  # noqa: E402
 from hicache_mooncake.hybrid import SidecarIO  # noqa: E402
-from hicache_mooncake.keys import KeySpace, RankInfo  # noqa: E402
+from hicache_mooncake.keys import KeySpace, RankInfo, request_tenant  # noqa: E402
 from hicache_mooncake.metrics import BackendMetrics, backend_labels  # noqa: E402
 from hicache_mooncake.object_split import max_object_bytes  # noqa: E402
 from hicache_mooncake.pools import PoolSet, RegisteredPool  # noqa: E402
@@ -101,6 +106,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             max_batch_pages=self.config.io.max_batch_pages,
             max_object_bytes=max_object_bytes(self.config),
         )
+        self.admin: Any = None
         self.metrics_port: int | None = None
         if self.config.metrics.port is not None:
             try:
@@ -111,6 +117,8 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             log.info(
                 "hicache-mooncake metrics: http://%s:%d/metrics", self.config.metrics.host, self.metrics_port
             )
+        if self.config.admin.port is not None:
+            self._start_admin(dp_rank)
         if is_mla and self.ranks.tp_size > 1 and not self.host_cache and not self.config.tiers.remote.enabled:
             log.warning(
                 "MLA with tp_size=%d and %s: only TP rank 0 stores, and no tier is shared between rank "
@@ -128,6 +136,53 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             why,
             SGLANG_VERSION,
         )
+
+    def _start_admin(self, dp_rank: int) -> None:
+        """The admin endpoint of this rank; a refusal (no token off loopback, port taken) fails the
+        attach with the key, after releasing what was built."""
+        from hicache_mooncake.admin.routes import AdminContext
+        from hicache_mooncake.admin.server import AdminServer, rank_index
+        from hicache_mooncake.admin.tier_factory import TierFactory
+
+        r = self.ranks
+        index = rank_index(r.tp_rank, r.tp_size, r.pp_rank, r.pp_size, dp_rank)
+        context = AdminContext(
+            store=self.store,
+            factory=TierFactory(self.config, self.rank_tag),
+            labels={"model": self.model_name, "rank": str(index)},
+            timeout_s=self.config.admin.operation_timeout_s,
+            store_keys=self._store_keys,
+        )
+        server = AdminServer(self.config.admin, context, index)
+        try:
+            server.start()
+        except Exception as exc:
+            self.metrics.close()
+            self.store.close()
+            raise RuntimeError(
+                f"admin.port {self.config.admin.port} on {self.config.admin.host}: {exc}"
+            ) from exc
+        self.admin = server
+
+    def _store_keys(self, page_hashes: list[str], tenant: str | None = None) -> list[str]:
+        """The store's keys of SGLang page hashes (for admin routes such as hints)."""
+        space = self._keys
+        if space is None:
+            raise ValueError("SGLang has not registered its host pool yet: no key space")
+        return (space.for_tenant(check_tenant_name(tenant)) if tenant is not None else space).keys(
+            page_hashes
+        )
+
+    def _space_for(self, space: KeySpace, extra_info: Any) -> KeySpace:
+        """The key space of a call: the tenant it names (``request_tenant``), else the backend's."""
+        tenant = request_tenant(extra_info)
+        if tenant is None:
+            return space
+        try:
+            return space.for_tenant(check_tenant_name(tenant))
+        except ValueError as exc:
+            self._failures.record("a call named an invalid tenant: the backend's tenant is used", exc)
+            return space
 
     # ------------------------------------------------------------------ registration
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
@@ -208,7 +263,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             parts = self._v1_parts(keys, host_indices)
             if not self._kv_pool().holds_bytes:
                 return [True] * len(keys)  # a logical KV anchor: its sidecar pools hold the bytes
-            return self._put(space, keys, parts, extra_info)
+            return self._put(self._space_for(space, extra_info), keys, parts, extra_info)
         except HostRangeError as exc:
             self._failures.record(f"batch_set_v1 refused host indices: {exc.reason}")
             log.debug("batch_set_v1: %s", exc)
@@ -228,7 +283,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             parts = self._v1_parts(keys, host_indices)
             if not self._kv_pool().holds_bytes:
                 return [True] * len(keys)  # a logical KV anchor: nothing to read
-            return self._get(space, keys, parts, extra_info)
+            return self._get(self._space_for(space, extra_info), keys, parts, extra_info)
         except HostRangeError as exc:
             self._failures.record(f"batch_get_v1 refused host indices: {exc.reason}")
             log.debug("batch_get_v1: %s", exc)
@@ -274,7 +329,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         if space is None:
             return 0
         try:
-            return self._kv_prefix(space, keys)
+            return self._kv_prefix(self._space_for(space, extra_info), keys)
         except Exception as exc:
             self._failures.record("batch_exists failed", exc)
             return 0
@@ -411,8 +466,14 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             if self._closed:
                 return
             self._closed = True
-        flush_s = self.config.tiers.ssd.flush_on_detach_s if self.config.tiers.ssd.enabled else 0.0
-        for name, step in (("store", lambda: self.store.close(flush_s)), ("metrics", self.metrics.close)):
+        flush_s = self.config.tiers.ssd.flush_on_detach_s if self.store.ssd is not None else 0.0
+        admin = self.admin
+        steps = (
+            ("admin", admin.close if admin is not None else lambda: None),
+            ("store", lambda: self.store.close(flush_s)),
+            ("metrics", self.metrics.close),
+        )
+        for name, step in steps:
             try:
                 step()
             except Exception as exc:

@@ -1,6 +1,6 @@
 """Object keys: namespace + SGLang's page hash + pool tag + rank suffix (DESIGN.md §3).
 
-``{model}/{digest}/{page_hash}{pool_tag}{rank_suffix}`` where
+``{model}/{digest}[~{tenant}]/{page_hash}{pool_tag}{rank_suffix}`` where
 - ``model`` is the served model name (``/`` replaced), or ``namespace.model`` from the YAML;
 - ``digest`` covers everything that changes a page's bytes: layout, dtype, page size, bytes per
   page, layer/head geometry of the KV pool AND of every sidecar pool registered with it (Mamba
@@ -9,6 +9,10 @@
   runs therefore never read each other's bytes, even when they share a store: a model whose
   Mamba state or indexer geometry changed reads neither its old states nor its old KV pages.
   A model with no sidecar pool is keyed by its KV geometry alone;
+- ``tenant`` is the tenant's name when it is not the default one (``""``): the store reads it back
+  (``tenant_of_key``) for the tenants' shares, stats and ``admin clear --tenant``. A call may name
+  another tenant than the backend's (``request_tenant``); its keys then get that tenant's digest
+  and name (``KeySpace.for_tenant``);
 - ``pool_tag`` is empty for the KV pool and ``.{pool}~{pool digest}`` for a sidecar pool (the
   pool's own geometry digest, so a sidecar registered after the first data call, which the model
   digest cannot cover, still never reads another geometry's objects);
@@ -20,7 +24,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import xxhash
@@ -61,6 +65,16 @@ class KeySpace:
     prefix: str
     suffix: str
     tag: str = ""
+    model: str = ""
+    base: str = ""
+    """The digest of the default tenant; another tenant's digest is derived from it."""
+
+    def for_tenant(self, tenant: str) -> KeySpace:
+        """The same pool's keys for another tenant (its own digest, so tenants never read each
+        other's pages; its name in the key). The same for every backend of the model."""
+        if tenant == tenant_of_key(self.prefix) or not self.base:
+            return self
+        return replace(self, prefix=f"{self.model}/{_tenant_digest(self.base, tenant)}/")
 
     def key(self, page_hash: str) -> str:
         if not isinstance(page_hash, str) or not 0 < len(page_hash) <= MAX_PAGE_KEY_CHARS:
@@ -140,12 +154,46 @@ def build_keyspace(
     sidecars: Mapping[str, dict[str, Any]] | None = None,
 ) -> KeySpace:
     """The KV pool's key space; ``sidecars`` (pool name -> geometry) joins the digest when any."""
-    identity: dict[str, Any] = {**geometry, "io_path": io_path, "tenant": tenant, "format": KEY_FORMAT}
+    identity: dict[str, Any] = {**geometry, "io_path": io_path, "tenant": "", "format": KEY_FORMAT}
     if sidecars:
         identity["sidecars"] = tuple(sorted((name, geometry_digest(g)) for name, g in sidecars.items()))
-    digest = xxhash.xxh64_hexdigest(repr(sorted(identity.items())).encode())
+    base = xxhash.xxh64_hexdigest(repr(sorted(identity.items())).encode())
     model_slug = model.replace("/", "-") or "model"
-    return KeySpace(prefix=f"{model_slug}/{digest}/", suffix=ranks.suffix())
+    prefix = f"{model_slug}/{_tenant_digest(base, tenant)}/"
+    return KeySpace(prefix=prefix, suffix=ranks.suffix(), model=model_slug, base=base)
+
+
+def _tenant_digest(base: str, tenant: str) -> str:
+    """The digest segment of a tenant's keys: the default tenant's digest, salted and named."""
+    return f"{xxhash.xxh64_hexdigest(f'{base}/{tenant}'.encode())}~{tenant}" if tenant else base
+
+
+def tenant_of_key(key: str) -> str:
+    """The tenant a key (or key prefix) belongs to (``""``: the default tenant)."""
+    first = key.find("/")
+    second = key.find("/", first + 1)
+    if first < 0 or second < 0:
+        return ""
+    mark = key.find("~", first + 1, second)
+    return key[mark + 1 : second] if mark >= 0 else ""
+
+
+def request_tenant(extra_info: Any) -> str | None:
+    """The tenant a caller names for one call: ``extra_info.extra_info["tenant"]`` (SGLang's
+    ``HiCacheStorageExtraInfo``), else None.
+
+    SGLang 0.5.23 passes no cache salt and no ``extra_key`` to the storage backend: it folds both into
+    the page hashes (``storage_namespace_seed``), so requests with different salts already get
+    different keys, but their tenant is not visible here. Its ``extra_info`` dict carries only a
+    ``session_id`` (the Mooncake direct linker). A caller that knows the tenant (a router, the host
+    cache client, a future SGLang) passes ``{"tenant": name}``; a test that reads SGLang's source
+    fails when SGLang starts passing its salt, so it can be mapped here."""
+    inner = getattr(extra_info, "extra_info", None)
+    if isinstance(inner, dict):
+        tenant = inner.get("tenant")
+        if isinstance(tenant, str):
+            return tenant
+    return None
 
 
 def sidecar_keyspace(
@@ -156,4 +204,6 @@ def sidecar_keyspace(
         prefix=kv.prefix,
         suffix=ranks.suffix(replicated),
         tag=f".{pool_name}~{geometry_digest(geometry)[:8]}",
+        model=kv.model,
+        base=kv.base,
     )

@@ -3,6 +3,8 @@
 A new tier is a new builder registered here with its place in the order (fastest first); the
 backend never changes. The same store is served by memory nodes (``build_node_store``) and by the
 host cache (``hicache_mooncake.host_cache.service``), wrapped in ``tiers.arena_store.ArenaStore``.
+``build_tier`` builds one tier by name: the admin endpoint's runtime attach uses it with the running
+configuration plus the section the operator sends (one path for a tier, at start or at runtime).
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from typing import Any
 
 from hicache_mooncake.config import BackendConfig
 from hicache_mooncake.host_ram import memory_available, memory_limit
+from hicache_mooncake.keys import tenant_of_key
 from hicache_mooncake.sizes import format_size
 from hicache_mooncake.tiers.arena_store import ArenaStore
 from hicache_mooncake.tiers.dram_tier import DramTier
 from hicache_mooncake.tiers.policy import policy_factory
+from hicache_mooncake.tiers.policy.quotas import TenantShare
+from hicache_mooncake.tiers.rewarm import WarmOptions
 from hicache_mooncake.tiers.tier import Tier
 from hicache_mooncake.tiers.tiered_store import StoreOptions, TieredStore
 from hicache_mooncake.transport.arena_files import ArenaSpec
@@ -65,7 +70,12 @@ def dram_tier(
         )
     try:
         return DramTier(
-            dram.capacity, dram.slab_size, dram.prefault, shared=shared, object_headers=object_headers
+            capacity=dram.capacity,
+            slab_size=dram.slab_size,
+            prefault=dram.prefault,
+            max_capacity=dram.max_capacity,
+            shared=shared,
+            object_headers=object_headers,
         )
     except OSError as exc:
         raise ValueError(
@@ -121,6 +131,7 @@ def build_ssd(config: BackendConfig, rank_tag: str) -> Tier | None:
             reinsertion_hits=ssd.reinsertion_hits,
             verify_on_recover=ssd.verify_on_recover,
             probe_timeout_s=config.io.timeout_s,
+            max_capacity_bytes=ssd.max_capacity or 0,
         )
     )
     budget = RateBudget(ssd.write_budget_mbps * 1e6 if ssd.write_budget_mbps else None)
@@ -142,13 +153,22 @@ def build_store(
     tiers_cfg = config.tiers
     factory = _policy(config)
     ssd = tiers_cfg.ssd
+    warm = tiers_cfg.warm
     options = StoreOptions(
         timeout_s=config.io.timeout_s,
         dram_high=ssd.high_watermark,
         dram_low=ssd.low_watermark,
         ssd_write_through=ssd.mode == "write_through",
         wait_for_room=ssd.foreground_demotion,
+        warm=WarmOptions(
+            enabled=warm.enabled,
+            interval_s=warm.interval_s,
+            max_entries=warm.max_entries,
+            rate_mbps=warm.rewarm_mbps,
+            budget_s=warm.rewarm_budget_s,
+        ),
     )
+    shares = {name: TenantShare(dram=s.dram, ssd=s.ssd) for name, s in config.tenants.shares.items()}
     config = _fitted(config)
     tiers: list[Tier] = []
     try:
@@ -158,11 +178,29 @@ def build_store(
                 tiers.append(tier)
         if not tiers:
             raise ValueError("the configuration enables no tier (tiers.*.enabled are all false)")
-        return TieredStore(tiers, factory, options)
+        return TieredStore(tiers, factory, options, tenant_of=tenant_of_key, tenant_shares=shares)
     except BaseException:
         for tier in tiers:
             tier.close()
         raise
+
+
+def tier_names() -> list[str]:
+    return [name for _order, name, _builder in _BUILDERS]
+
+
+def build_tier(config: BackendConfig, name: str, rank_tag: str = "rank0") -> Tier:
+    """The tier ``name`` (``tier_names()``) as ``config`` describes it, with its section enabled
+    (a runtime attach). ValueError naming the key when the configuration does not allow it."""
+    builder = next((b for _order, n, b in _BUILDERS if n == name), None)
+    if builder is None:
+        raise ValueError(f"unknown tier {name!r}; known: {', '.join(tier_names())}")
+    section = getattr(config.tiers, name)
+    tiers = config.tiers.model_copy(update={name: section.model_copy(update={"enabled": True})})
+    tier = builder(_fitted(config.model_copy(update={"tiers": tiers})), rank_tag)
+    if tier is None:  # pragma: no cover - every builder builds its enabled section
+        raise ValueError(f"tiers.{name}: the builder built nothing")
+    return tier
 
 
 def _fitted(config: BackendConfig) -> BackendConfig:

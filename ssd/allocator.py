@@ -75,7 +75,7 @@ class RegionAllocator:
         now = time.monotonic()
         n = 0
         unallocated = False
-        for r in self.core.regions:
+        for r in self.core.regions[: self.core.region_limit]:
             if r.dir_index == di and r.state is RegionState.FREE and r.alloc_retry_at <= now:
                 if r.allocated:
                     n += 1
@@ -88,7 +88,7 @@ class RegionAllocator:
     def _take_free(self, di: int, allow_unallocated: bool) -> Region | None:
         now = time.monotonic()
         fallback = None
-        for r in self.core.regions:
+        for r in self.core.regions[: self.core.region_limit]:
             if r.dir_index != di or r.state is not RegionState.FREE or r.alloc_retry_at > now:
                 continue
             if r.allocated:
@@ -191,8 +191,13 @@ class RegionAllocator:
                     opening = self.opening[di]
                 else:
                     cand = self._take_free(di, allow_unallocated=not alloc_failed[0])
-                    if cand is None:
-                        cand, evicted = self.drop_oldest(di)
+                    while cand is None:
+                        victim, dropped = self.drop_oldest(di)
+                        evicted.extend(dropped)
+                        if victim is None:
+                            break
+                        if victim.rid < c.region_limit:  # a retired region is emptied, never reopened
+                            cand = victim
                     if cand is None:
                         reason = reason or "no_space"
                         break

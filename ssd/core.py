@@ -8,6 +8,8 @@ same core. Invariants:
 * ``ops`` counts public data calls in flight; ``close`` waits (bounded) for it to reach zero;
 * ``on_evict`` is called without the lock; ``keep`` is called with it (it must not block or call
   back into the engine);
+* regions ``[0, region_limit)`` may be opened for writing; the others are *retired* (``resize``):
+  their entries stay readable until reclaimed, and no new bytes go there;
 * ``refusing`` (a reason) is set while no data call may touch the disk: an epoch bump that has
   not reached the disk yet, or one that failed (fail closed: cleared pages are never served).
 """
@@ -39,6 +41,7 @@ class EngineCore:
         self.counts: Counter[str] = Counter()
         self.index = Index()
         self.regions: list[Region] = []
+        self.region_limit = options.used_regions
         self.fifo: list[int] = []  # sealed region ids, oldest first
         self.epoch = 0
         self.boot = 0

@@ -36,6 +36,7 @@ from .options import SsdOptions
 from .reader import ReadPath
 from .reclaimer import Reclaimer
 from .rescan import BackgroundScan
+from .resize import ResizeProgress, Resizer
 from .writer import WritePath
 
 log = logging.getLogger("hicache_mooncake.ssd")
@@ -66,6 +67,7 @@ class SsdEngine:
         self._reader = ReadPath(core, self._alloc, self._writer)
         self._reclaimer = Reclaimer(core, self._alloc, self._writer, self._reader)
         self._epochs = EpochKeeper(core, self._alloc, self._writer)
+        self._resizer = Resizer(core, self._alloc, self._reclaimer)
         self._alloc.on_region_file = self._epochs.region_made
         try:
             self._recover_seconds, to_scan = attach(core, self._epochs, self._lock_fds, progress)
@@ -265,6 +267,30 @@ class SsdEngine:
             return False
         return True
 
+    @property
+    def epoch(self) -> int:
+        """The current epoch (``clear`` bumps it): what a snapshot of this store's contents is valid for."""
+        return self._core.epoch
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Bytes of regions in use now (``resize`` changes it; ``options.capacity_bytes`` at open)."""
+        return self._core.region_limit * self.options.region_size
+
+    def resize(self, capacity_bytes: int, deadline: float) -> ResizeProgress:
+        """Use ``capacity_bytes`` (whole regions, at most ``options.max_capacity_bytes``) from now on
+        (:mod:`.resize`): growing takes effect at once; shrinking empties the regions past the new
+        size until ``deadline`` (``progress.left`` says what is still to do; call again to go on).
+        Raises ``ValueError`` for a size out of range; calls keep running throughout."""
+        self._resizer.set_limit(capacity_bytes)
+        c = self._core
+        if not c.enter():
+            return ResizeProgress(self.capacity_bytes)
+        try:
+            return self._resizer.vacate(deadline)
+        finally:
+            c.exit()
+
     def stats(self) -> dict[str, Any]:
         c = self._core
         o = self.options
@@ -274,7 +300,8 @@ class SsdEngine:
             s: dict[str, Any] = {
                 "entries": len(c.index),
                 "bytes": c.index.bytes,
-                "capacity": o.num_regions * o.region_size,
+                "capacity": c.region_limit * o.region_size,
+                "max_capacity": o.num_regions * o.region_size,
                 "region_size": o.region_size,
                 "regions": len(c.regions),
                 "regions_by_state": dict(states),

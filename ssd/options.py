@@ -37,6 +37,8 @@ class SsdOptions:
     ``zero_copy_writes``: write payloads straight from the caller's memory (buffered I/O, or
     O_DIRECT when every part is 4096-aligned) instead of copying each batch into an aligned
     buffer first; a put then does not return while a concurrent get still copies from it.
+    ``max_capacity_bytes``: the most :meth:`~.engine.SsdEngine.resize` may grow the engine to (0:
+    ``capacity_bytes``); region ids up to it exist from the start (their files are made as used).
     ``probe_timeout_s`` / ``probe_interval_s``: after a call ran past its deadline the engine is
     degraded (calls skipped) until a health probe (write + fsync + read of a small file in each
     directory) finishes within ``probe_timeout_s``; one probe every ``probe_interval_s``.
@@ -58,6 +60,7 @@ class SsdOptions:
     zero_copy_writes: bool = True
     probe_timeout_s: float = 5.0
     probe_interval_s: float = 1.0
+    max_capacity_bytes: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.dirs, str):
@@ -91,11 +94,19 @@ class SsdOptions:
             raise ValueError("SsdOptions.reinsertion_fraction: must be in [0, 1]")
         if self.probe_timeout_s <= 0 or self.probe_interval_s <= 0:
             raise ValueError("SsdOptions.probe_timeout_s / probe_interval_s: must be > 0")
+        if self.max_capacity_bytes and self.max_capacity_bytes < self.capacity_bytes:
+            raise ValueError("SsdOptions.max_capacity_bytes: must be 0 or >= capacity_bytes")
         if self.write_chunk_bytes < BLOCK or self.max_read_run_bytes < BLOCK:
             raise ValueError("SsdOptions.write_chunk_bytes / max_read_run_bytes: must be >= 4096")
 
     @property
     def num_regions(self) -> int:
+        """Region ids that exist (up to ``max_capacity_bytes``); ``capacity_bytes`` says how many
+        of them are used at open."""
+        return max(self.capacity_bytes, self.max_capacity_bytes) // self.region_size
+
+    @property
+    def used_regions(self) -> int:
         return self.capacity_bytes // self.region_size
 
     @property

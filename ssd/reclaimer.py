@@ -37,17 +37,35 @@ class Reclaimer:
 
     def maybe_reclaim(self, di: int, deadline: float | None = None) -> None:
         c = self.core
-        o = c.options
         with c.lock:
             if c.closed or self._busy[di] or self.alloc.free_count(di) > 0:
                 return
             victim = pick_victim(c.fifo, c.regions, di)
             if victim is None:
                 return
+        self.reclaim(victim, c.options.reinsertion_fraction, deadline)
+
+    def reclaim(
+        self,
+        victim: Region,
+        reinsertion_fraction: float,
+        deadline: float | None = None,
+        open_regions: bool = False,
+    ) -> bool:
+        """Reclaim ``victim`` (sealed, unpinned) now: rewrite its hot entries (at most
+        ``reinsertion_fraction`` of a region; into new regions too with ``open_regions``), drop
+        the rest. False when it is not reclaimable now (state changed, pinned, or a reclaim of its
+        directory is running)."""
+        c = self.core
+        o = c.options
+        di = victim.dir_index
+        with c.lock:
+            if c.closed or self._busy[di] or victim.state is not RegionState.SEALED or victim.pinned:
+                return False
             self._busy[di] = True
             c.fifo.remove(victim.rid)
             victim.state = RegionState.DRAINING
-            budget = int(o.region_size * o.reinsertion_fraction)
+            budget = int(o.region_size * reinsertion_fraction)
             hot, evicted = split_for_reinsertion(victim, c.index, o.reinsertion_hits, budget, c.keep)
             victim.readers += 1
             c.counts["reclaimed_regions"] += 1
@@ -57,7 +75,7 @@ class Reclaimer:
         late: list[str] = []
         try:
             if hot:
-                self._reinsert(victim, hot, deadline)
+                self._reinsert(victim, hot, deadline, open_regions)
         except Exception:  # noqa: BLE001
             log.exception("ssd reinsertion failed")
         finally:
@@ -72,8 +90,11 @@ class Reclaimer:
                 self.alloc.maybe_free(victim)
                 self._busy[di] = False
         c.notify_evicted(late)
+        return True
 
-    def _reinsert(self, victim: Region, hot: Sequence[tuple[str, Location]], deadline: float | None) -> None:
+    def _reinsert(
+        self, victim: Region, hot: Sequence[tuple[str, Location]], deadline: float | None, open_regions: bool
+    ) -> None:
         total = sum(entry_size(loc.length) for _, loc in hot)
         mem = self.core.buffers.take(total)
         try:
@@ -89,7 +110,8 @@ class Reclaimer:
             if to_put:
                 res = [False] * len(to_put)
                 self.writer.put_batch(
-                    to_put, res, victim.dir_index, reinsert_rid=victim.rid, deadline=deadline
-                )
+                    to_put, res, victim.dir_index, reinsert_rid=victim.rid, deadline=deadline,
+                    open_regions=open_regions,
+                )  # fmt: skip
         finally:
             self.core.buffers.give(mem)

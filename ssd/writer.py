@@ -103,11 +103,13 @@ class WritePath:
         di: int,
         reinsert_rid: int | None = None,
         deadline: float | None = None,
+        open_regions: bool = False,
     ) -> bool:
         """Store ``items`` into directory ``di``, setting ``results[i]``; returns whether anything
         new was written (the caller then gives the reclaimer a chance). ``reinsert_rid``: rewrite
-        entries of that region (reclaim), only into the active region and only if still indexed
-        there. ``deadline`` (``time.monotonic()``): what is not written by then is False (the I/O
+        entries of that region (reclaim), only into the active region (unless ``open_regions``:
+        a resize moving entries out of retired regions) and only if still indexed there.
+        ``deadline`` (``time.monotonic()``): what is not written by then is False (the I/O
         may finish later; it is then not indexed, see :meth:`_finish`)."""
         c = self.core
         o = c.options
@@ -155,12 +157,12 @@ class WritePath:
         for it in mine:
             es = entry_size(it.size)
             if batch and nbytes + es > o.region_size:
-                self._write_batch(di, batch, nbytes, results, reinsert_rid, deadline)
+                self._write_batch(di, batch, nbytes, results, reinsert_rid, deadline, open_regions)
                 batch, nbytes = [], 0
             batch.append(it)
             nbytes += es
         if batch:
-            self._write_batch(di, batch, nbytes, results, reinsert_rid, deadline)
+            self._write_batch(di, batch, nbytes, results, reinsert_rid, deadline, open_regions)
         for i, p in waits:
             if p.done.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
                 results[i] = p.ok
@@ -174,6 +176,7 @@ class WritePath:
         results: list[bool],
         reinsert_rid: int | None,
         deadline: float | None,
+        open_regions: bool = False,
     ) -> None:
         c = self.core
         borrow = c.options.zero_copy_writes and (
@@ -191,7 +194,7 @@ class WritePath:
                     it.pending.buf, it.pending.slot = buf, it.slot
 
             reservations, state.failed_reason = self.alloc.reserve(
-                di, [it.size for it in batch], reinsert_rid is None, on_reserved, deadline
+                di, [it.size for it in batch], reinsert_rid is None or open_regions, on_reserved, deadline
             )
             state.groups = [_Group(res, batch[res.first : res.first + res.count]) for res in reservations]
             jobs: list[Callable[[], None]] = []

@@ -11,6 +11,12 @@ Shared: the file is created, proven and locked by ``transport.arena_files`` from
 page-aligned in every process that maps the file). ``base`` is where slot offset 0 lies in the
 mapping; ``view`` takes slot offsets, ``mapping`` is the whole mapping (wire offsets index it).
 
+Resizing (private arenas only; a shared arena's size is part of its file and is fixed): the
+mapping covers ``max_capacity`` bytes (the most the tier may grow to); beyond the starting
+``capacity`` it is reserved without commitment (``MAP_NORESERVE``) and faulted in only when the
+tier grows (``populate``). ``release`` gives a range's memory back to the kernel (the addresses stay
+valid and read as zeros until written again).
+
 Invariant: ``view(offset, n)`` never outlives ``close()`` in correct callers; ``close`` releases
 the mapping as soon as no exported view remains (a view still held by a caller keeps it alive
 until garbage collection rather than crashing). A shared arena's file is unlinked at ``close``.
@@ -28,20 +34,34 @@ from hicache_mooncake.transport.arena_header import ARENA_HEADER_SIZE
 
 log = logging.getLogger(__name__)
 PAGE = mmap.PAGESIZE
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux value; Python 3.11 does not export it
+_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux >= 5.14
 
 
 class DramArena:
-    def __init__(self, capacity: int, prefault: bool = True, shared: ArenaSpec | None = None) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        prefault: bool = True,
+        shared: ArenaSpec | None = None,
+        max_capacity: int | None = None,
+    ) -> None:
         if capacity <= 0 or capacity % PAGE:
             raise ValueError(f"arena capacity must be a positive multiple of {PAGE}, got {capacity}")
+        size = max(capacity, max_capacity or 0)
+        if size % PAGE:
+            raise ValueError(f"arena max capacity must be a multiple of {PAGE}, got {size}")
+        if shared is not None and size > capacity:
+            raise ValueError("a shared arena cannot grow: its size is fixed by its file (max_capacity)")
         populate = mmap.MAP_POPULATE if prefault and hasattr(mmap, "MAP_POPULATE") else 0
         self.capacity = capacity
+        self.max_capacity = size
         self.file: ArenaFile | None = None
         if shared is None:
             self.base = 0
-            self._map: mmap.mmap | None = mmap.mmap(
-                -1, capacity, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate
-            )
+            flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+            flags |= _MAP_NORESERVE if size > capacity else populate
+            self._map: mmap.mmap | None = mmap.mmap(-1, size, flags=flags)
         else:
             self.base = ARENA_HEADER_SIZE
             self.file = shared.create(capacity)
@@ -57,10 +77,32 @@ class DramArena:
                 raise
         self.mapping: np.ndarray = np.frombuffer(self._map, dtype=np.uint8)
         self.bytes: np.ndarray = self.mapping[self.base :]
+        if prefault and size > capacity:
+            self.populate(0, capacity)
 
     @property
     def shm_path(self) -> str:
         return self.file.path if self.file is not None else ""
+
+    def populate(self, offset: int, nbytes: int) -> None:
+        """Fault slot bytes ``[offset, offset + nbytes)`` in now (a tier that grows), so sets do not
+        pay for it."""
+        if self._map is None or nbytes <= 0:
+            return
+        try:
+            self._map.madvise(_MADV_POPULATE_WRITE, self.base + offset, nbytes)
+        except (OSError, ValueError):  # an older kernel: touch one byte per page
+            self.bytes[offset : offset + nbytes : PAGE] = self.bytes[offset : offset + nbytes : PAGE]
+
+    def release(self, offset: int, nbytes: int) -> None:
+        """Give the memory of slot bytes ``[offset, offset + nbytes)`` back (no slot in it is in use;
+        private arenas: a shared file's pages stay with the file)."""
+        if self._map is None or nbytes <= 0 or self.file is not None:
+            return
+        try:
+            self._map.madvise(mmap.MADV_DONTNEED, offset, nbytes)
+        except (OSError, ValueError) as exc:
+            log.debug("DRAM arena: cannot release %d bytes at %d: %s", nbytes, offset, exc)
 
     def view(self, offset: int, nbytes: int) -> np.ndarray:
         """A uint8 array over slot bytes ``[offset, offset + nbytes)`` (no copy)."""

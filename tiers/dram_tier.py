@@ -16,6 +16,12 @@ while its key is published; removal invalidates it at once (before the slot can 
 while a pinned reader still copies), so a one-sided reader that validates the header before and
 after its copy never takes another object's bytes. Writers from outside (``reserve``) get a slot
 whose header says WRITING; ``publish`` makes it VALID, ``cancel`` frees it.
+
+Resizing at runtime (``resize``, up to ``max_capacity``; private arenas): growing faults the new
+slabs in and makes them usable; shrinking retires the slabs past the new size (nothing new goes
+there). The store then empties them: ``relocate`` copies entries into free slots of the remaining
+slabs (a reader of the old slot keeps it until done, as for a removal), or the placement moves
+them out; each retired slab whose last slot is freed gives its memory back (``release_retired``).
 """
 
 from __future__ import annotations
@@ -93,12 +99,21 @@ class DramTier(Tier):
         prefault: bool = True,
         shared: ArenaSpec | None = None,
         object_headers: bool = False,
+        max_capacity: int | None = None,
     ) -> None:
         """``shared``: the arena is a shared-memory file made from this spec (same-host clients
-        map it); ``object_headers``: every slot carries an ``ObjectHeader`` (one-sided readers)."""
-        self._allocator = SlabAllocator(capacity, slab_size)
-        self._arena = DramArena(self._allocator.capacity, prefault=prefault, shared=shared)
+        map it); ``object_headers``: every slot carries an ``ObjectHeader`` (one-sided readers);
+        ``max_capacity``: the most ``resize`` may grow to (default: ``capacity``; private arenas)."""
+        self._allocator = SlabAllocator(capacity, slab_size, max_capacity)
+        self._arena = DramArena(
+            self._allocator.capacity,
+            prefault=prefault,
+            shared=shared,
+            max_capacity=self._allocator.max_slabs * self._allocator.slab_size,
+        )
         self.headers = object_headers
+        self._prefault = prefault
+        self._resize_lock = threading.Lock()  # resize vs giving memory back (never under _lock)
         # key -> (slot offset, nbytes, version, obj_type); version 0 without headers
         self._index: dict[str, tuple[int, int, int, int]] = {}
         self._hits: dict[str, int] = {}
@@ -118,6 +133,7 @@ class DramTier(Tier):
                 "rejected_too_large",
                 "rejected_no_space",
                 "size_mismatch",
+                "relocated",
             ),
             0,
         )
@@ -299,7 +315,9 @@ class DramTier(Tier):
             self._hits.pop(key, None)
             self._counts["removals"] += 1
             self._release_locked(entry[0], entry[1])
-            return True
+        if self._allocator.released:
+            self.release_retired()
+        return True
 
     def remove_batch(self, keys: Sequence[str]) -> int:
         """Remove each key present; returns how many were."""
@@ -312,6 +330,8 @@ class DramTier(Tier):
                     self._release_locked(entry[0], entry[1])
                     removed += 1
             self._counts["removals"] += removed
+        if self._allocator.released:
+            self.release_retired()
         return removed
 
     def clear(self) -> None:
@@ -385,6 +405,95 @@ class DramTier(Tier):
             entry = self._index.get(key)
             return None if entry is None else entry[3]
 
+    # ------------------------------------------------------------------ resizing
+    @property
+    def max_capacity_bytes(self) -> int:
+        return self._allocator.max_slabs * self._allocator.slab_size
+
+    def resize(self, capacity: int) -> int:
+        """Use ``capacity`` bytes (whole slabs, at least one, at most ``max_capacity_bytes``) from
+        now on; returns the capacity in effect. Growing faults the new slabs in first (outside the
+        lock; bounded by the memory copied), shrinking retires slabs (see the module docstring)."""
+        alloc = self._allocator
+        slabs = capacity // alloc.slab_size
+        if not 1 <= slabs <= alloc.max_slabs:
+            raise ValueError(
+                f"DRAM capacity must be 1 to {alloc.max_slabs} slabs of {alloc.slab_size} bytes, got {capacity}"
+            )
+        with self._resize_lock:  # no retired slab is given back while slabs come back into use
+            if slabs > alloc.slab_count and self._prefault:
+                start = alloc.slab_count * alloc.slab_size
+                self._arena.populate(start, (slabs - alloc.slab_count) * alloc.slab_size)
+            with self._lock:
+                if self._closed:
+                    return alloc.capacity
+                alloc.set_slab_limit(slabs)
+        self.release_retired()
+        return alloc.capacity
+
+    def retired_keys(self, limit: int = 1 << 30) -> list[str]:
+        """Keys whose slots lie in retired slabs (to relocate or move out), at most ``limit``."""
+        alloc = self._allocator
+        with self._lock:
+            if not alloc.retired_in_use:
+                return []
+            out = []
+            for key, (offset, *_rest) in self._index.items():
+                if alloc.is_retired(offset):
+                    out.append(key)
+                    if len(out) >= limit:
+                        break
+            return out
+
+    @property
+    def retired_slabs_in_use(self) -> int:
+        with self._lock:
+            return self._allocator.retired_in_use
+
+    def relocate(self, keys: Sequence[str]) -> list[bool]:
+        """Copy entries that lie in retired slabs into free slots of the others, per key True when
+        moved. Values are immutable, so both slots hold the same bytes while the index switches; a
+        reader pinned on the old slot keeps it until done (it is freed by the last reader). False:
+        not in a retired slab, gone meanwhile, or no free slot of its size."""
+        moves: list[tuple[int, str, tuple[int, int, int, int], int]] = []
+        out = [False] * len(keys)
+        with self._lock:
+            if self._closed or self.headers:  # served arenas never resize (their size is fixed)
+                return out
+            for i, key in enumerate(keys):
+                entry = self._index.get(key)
+                if entry is None or not self._allocator.is_retired(entry[0]):
+                    continue
+                new = self._allocator.alloc(self._slot_bytes(entry[1]))
+                if new is None:
+                    continue
+                self._pins[entry[0]] = self._pins.get(entry[0], 0) + 1
+                moves.append((i, key, entry, new))
+        for _i, _key, (offset, nbytes, *_rest), new in moves:
+            np.copyto(self._arena.view(new, nbytes), self._arena.view(offset, nbytes))
+        with self._lock:
+            for i, key, entry, new in moves:
+                if not self._closed and self._index.get(key) == entry:
+                    self._index[key] = (new, *entry[1:])
+                    self._release_locked(entry[0], entry[1])  # a zombie until the pin below goes
+                    out[i] = True
+                    self._counts["relocated"] += 1
+                elif not self._closed:
+                    self._allocator.free(new, self._slot_bytes(entry[1]))
+                self._unpin_locked(entry[0])
+        self.release_retired()
+        return out
+
+    def release_retired(self) -> int:
+        """Give back the memory of retired slabs that became empty; returns how many."""
+        with self._resize_lock:
+            with self._lock:
+                slabs = self._allocator.take_released()
+            size = self._allocator.slab_size
+            for slab in slabs:
+                self._arena.release(slab * size, size)
+        return len(slabs)
+
     # ------------------------------------------------------------------ internals
     def _alloc_locked(self, nbytes: int) -> int | None:
         need = self._slot_bytes(nbytes)
@@ -432,7 +541,9 @@ class DramTier(Tier):
                 "entries": len(self._index),
                 "used_bytes": self._allocator.used_bytes,
                 "capacity_bytes": self._allocator.capacity,
+                "max_capacity_bytes": self.max_capacity_bytes,
                 "free_slabs": self._allocator.free_slab_count,
+                "retired_slabs_in_use": self._allocator.retired_in_use,
                 **self._counts,
             }
 

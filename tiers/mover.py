@@ -12,6 +12,8 @@ placement wants them in DRAM again), ``lost`` keys could not be written (refused
 I/O error, deadline) and have no other local copy (the store forgets them). Nothing is dropped
 without the store being told, so the placement never believes in a page no tier holds.
 
+``pause`` holds the queues (the store is frozen: nothing is written) until ``resume``.
+
 Failure semantics: a failed SSD write loses only that page's local copy (counted); the thread
 logs and keeps going. Every SSD call carries a deadline (``timeout_s``). ``close`` stops the
 thread within ``join_timeout_s``; a thread stuck in a stalled disk call is a daemon and never
@@ -65,6 +67,8 @@ class Mover:
         self._copies: deque[str] = deque()
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._running = threading.Event()  # cleared while paused
+        self._running.set()
         self._idle = threading.Event()
         self._busy = 0
         self._busy_lock = threading.Lock()
@@ -82,6 +86,18 @@ class Mover:
         if keys:
             self._copies.extend(keys)
             self._wake.set()
+
+    def pause(self) -> None:
+        """Hold the queues (the batch in flight finishes); ``resume`` goes on."""
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+        self._wake.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
 
     @property
     def queued(self) -> int:
@@ -132,6 +148,9 @@ class Mover:
         while not self._stop.is_set():
             self._wake.wait(self.interval_s)
             self._wake.clear()
+            if not self._running.is_set():
+                self._idle.set()
+                continue
             with self._busy_lock:
                 self._busy += 1
             try:
@@ -213,6 +232,7 @@ class Mover:
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
         self._stop.set()
+        self._running.set()
         self._wake.set()
         self._thread.join(self.join_timeout_s)
         if self._thread.is_alive():

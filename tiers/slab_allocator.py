@@ -7,6 +7,11 @@ back to the shared pool, so a workload can change page size without restarting.
 
 Invariants: an offset is handed out at most once until freed; ``used_bytes`` is the sum of the
 slot sizes handed out; objects larger than a slab are refused (``None``).
+
+Resizing (``set_slab_limit``): slabs at or past the limit are *retired*: no slot is handed out in
+them any more; their slots in use stay valid until freed, and a retired slab whose last slot is
+freed is listed in ``released`` (its memory may be given back). Raising the limit again makes
+retired slabs usable at once (their free slots included). ``max_slabs`` bounds the limit.
 """
 
 from __future__ import annotations
@@ -33,16 +38,19 @@ class SizeClass:
 
 
 class SlabAllocator:
-    def __init__(self, capacity: int, slab_size: int) -> None:
+    def __init__(self, capacity: int, slab_size: int, max_capacity: int | None = None) -> None:
         if slab_size <= 0 or slab_size % ALIGN:
             raise ValueError(f"slab_size must be a positive multiple of {ALIGN}, got {slab_size}")
         self.slab_size = slab_size
         self.slab_count = capacity // slab_size
         if self.slab_count == 0:
             raise ValueError(f"capacity {capacity} holds no slab of {slab_size} bytes")
+        self.max_slabs = max(self.slab_count, (max_capacity or 0) // slab_size)
         self._free_slabs: list[int] = list(range(self.slab_count - 1, -1, -1))
         self.classes: dict[int, SizeClass] = {}
         self.used_bytes = 0
+        self._retired_free: dict[int, tuple[int, list[int]]] = {}  # retired slab -> (slot size, free)
+        self.released: list[int] = []  # retired slabs that became empty (memory may be given back)
 
     @property
     def capacity(self) -> int:
@@ -84,12 +92,67 @@ class SlabAllocator:
         slab = offset // self.slab_size
         cls.used_by_slab[slab] -= 1
         self.used_bytes -= size
+        retired = slab >= self.slab_count
         if cls.used_by_slab[slab] == 0:
             del cls.used_by_slab[slab]
             cls.free_by_slab.pop(slab, None)
-            self._free_slabs.append(slab)
+            if retired:
+                self._retired_free.pop(slab, None)
+                self.released.append(slab)
+            else:
+                self._free_slabs.append(slab)
+        elif retired:
+            self._retired_free[slab][1].append(offset)
         else:
             cls.free_by_slab.setdefault(slab, []).append(offset)
+
+    # ------------------------------------------------------------------ resizing
+    def set_slab_limit(self, count: int) -> list[int]:
+        """Use slabs ``[0, count)`` from now on (``1 <= count <= max_slabs``). Returns the slabs that
+        became usable again (their memory must be present before the next ``alloc``: the caller
+        makes it so before calling this); lowering the limit retires the slabs past it (see the
+        module docstring), and those already empty are listed in ``released`` at once."""
+        if not 1 <= count <= self.max_slabs:
+            raise ValueError(f"slab count must be in 1..{self.max_slabs}, got {count}")
+        old, self.slab_count = self.slab_count, count
+        revived: list[int] = []
+        if count < old:
+            in_use = {slab for cls in self.classes.values() for slab in cls.used_by_slab}
+            self._free_slabs = [slab for slab in self._free_slabs if slab < count]
+            for slab in range(count, old):
+                if slab not in in_use:
+                    self.released.append(slab)
+            for cls in self.classes.values():
+                for slab in [s for s in cls.free_by_slab if s >= count]:
+                    self._retired_free[slab] = (cls.slot_size, cls.free_by_slab.pop(slab))
+                for slab in cls.used_by_slab:
+                    if slab >= count and slab not in self._retired_free:
+                        self._retired_free[slab] = (cls.slot_size, [])
+        else:
+            in_use = {slab for cls in self.classes.values() for slab in cls.used_by_slab}
+            for slab in range(old, count):
+                revived.append(slab)
+                kept = self._retired_free.pop(slab, None)
+                if kept is not None:
+                    size, free = kept
+                    if free:
+                        self.classes[size].free_by_slab[slab] = free
+                elif slab not in in_use:
+                    self._free_slabs.insert(0, slab)
+            self.released = [slab for slab in self.released if slab >= count]
+        return revived
+
+    def is_retired(self, offset: int) -> bool:
+        return offset // self.slab_size >= self.slab_count
+
+    @property
+    def retired_in_use(self) -> int:
+        """Retired slabs that still hold slots in use."""
+        return sum(1 for cls in self.classes.values() for slab in cls.used_by_slab if slab >= self.slab_count)
+
+    def take_released(self) -> list[int]:
+        out, self.released = self.released, []
+        return out
 
     def largest_class(self) -> int | None:
         """The slot size of the class holding the most slabs (the one to steal from)."""
@@ -99,4 +162,5 @@ class SlabAllocator:
     def reset(self) -> None:
         self._free_slabs = list(range(self.slab_count - 1, -1, -1))
         self.classes.clear()
+        self._retired_free.clear()
         self.used_bytes = 0

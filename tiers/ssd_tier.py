@@ -66,7 +66,7 @@ class SsdTier(Tier):
         """How many objects of ``nbytes`` the region files hold (entry = 4 KiB header + payload)."""
         opts = self.engine.options
         per_region = (opts.region_size - BLOCK) // entry_size(nbytes)
-        return per_region * (opts.capacity_bytes // opts.region_size)
+        return per_region * (self.engine.capacity_bytes // opts.region_size)
 
     # ------------------------------------------------------------------ admission
     def admit(self, key: str, nbytes: int, hits: int) -> bool:

@@ -33,6 +33,20 @@ under it only the DRAM tier's index may be touched (lock order: store -> DRAM). 
 engine drops (region reclaim) are queued and forgotten at the next call, so the engine never
 waits for this lock.
 
+Runtime changes (``runtime_ops.py``: attach, detach, resize, freeze, clear one tenant) never stop
+the data path. The tiers are an immutable ``TierLayout`` published by one attribute store (the
+``tiers``/``dram``/``ssd``/``pools``/``mover`` properties read it); every data call is counted by
+a ``CallGate``, so a change publishes the new layout, waits (bounded) until the calls that might
+still use the old one are over, then fixes the placement and closes what left. Changes run one at
+a time (``_changes`` lock, taken before the store lock, never by a data call). The placement is
+resized before a tier's role changes, so a call never gets a decision for a tier it cannot see.
+A closed tier answers miss / False, so a call that outlives the bounded wait misses, it never
+reads wrong bytes.
+
+Tenants: ``tenant_of(key)`` names a key's tenant; the placement's ``TenantLedger`` counts each
+tenant's bytes per tier and enforces the shares; ``tenant_counts`` counts each tenant's calls
+(a call is one tenant's: that of its first key).
+
 Placement bookkeeping of an all-DRAM get, or of a set with many new pages, runs on a worker
 thread while the caller's thread copies bytes (numpy, GIL released): a call costs
 max(copy, bookkeeping) instead of their sum.
@@ -41,22 +55,28 @@ max(copy, bookkeeping) instead of their sum.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar, cast
 
 from .dram_tier import DramTier
+from .layout import CallGate, TierLayout
 from .mover import Mover
 from .parts import Parts
 from .policy import AccessContext, EvictionPolicy, ObjectType
 from .policy.contexts import get_contexts, miss_context, set_contexts
 from .policy.hints import Hints
 from .policy.placement import DRAM, SSD, SetOutcome, TierPlacement
+from .policy.quotas import TenantLedger, TenantShare, default_tenant
+from .progress import Progress
+from .rewarm import WarmKeeper, WarmOptions
+from .runtime_ops import RuntimeOps
 from .served_arena import ServedArena
 from .ssd_tier import SsdTier
 from .tier import Tier
@@ -65,6 +85,21 @@ log = logging.getLogger(__name__)
 _REQUEST_MEMORY = 1 << 16
 _OVERLAP_MIN = 8  # pages per call below which the hand-off to the worker costs more than it saves
 _TO_DRAM = (SetOutcome.NEW_DRAM, SetOutcome.UP)
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _gated(method: _F) -> _F:
+    """A data call: counted by the store's ``CallGate`` while it runs (runtime changes wait for it)."""
+
+    @functools.wraps(method)
+    def call(self: TieredStore, *args: Any, **kwargs: Any) -> Any:
+        gen = self._gate.enter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._gate.exit(gen)
+
+    return cast(_F, call)
 
 
 @dataclass(frozen=True)
@@ -84,6 +119,8 @@ class StoreOptions:
     wait_for_room: bool = True
     """``tiers.ssd.foreground_demotion``: a set that finds no free DRAM runs queued demotions
     itself (up to its deadline) instead of refusing the pages at once."""
+    warm: WarmOptions | None = None
+    """``tiers.warm``: snapshot what is hot, start warm after a restart (``rewarm.py``); None: off."""
 
 
 class TieredStore:
@@ -94,36 +131,82 @@ class TieredStore:
         options: StoreOptions | None = None,
         capacity: tuple[int, int] | None = None,
         hints: Hints | None = None,
+        tenant_of: Callable[[str], str] = default_tenant,
+        tenant_shares: Mapping[str, TenantShare] | None = None,
     ) -> None:
         """``capacity``: fixed ``(total, dram)`` placement capacities in size units; by default
-        they are derived from the tiers and the first object's size. ``hints``: what the policy
-        is told about the future (``self.hints``; a fresh ``Hints`` by default)."""
+        they are derived from the tiers and the first object's size (and again after every
+        runtime change of the tiers). ``hints``: what the policy is told about the future
+        (``self.hints``; a fresh ``Hints`` by default). ``tenant_of``: a key's tenant;
+        ``tenant_shares``: the tenants' capacity shares (``policy.quotas``)."""
         if not tiers:
             raise ValueError("TieredStore needs at least one tier")
-        self.tiers = list(tiers)
         self.options = options or StoreOptions()
-        self.dram = next((t for t in tiers if isinstance(t, DramTier)), None)
-        self.ssd = next((t for t in tiers if isinstance(t, SsdTier)), None)
-        self.pools = [t for t in tiers if t is not self.dram and t is not self.ssd]
+        self._layout = TierLayout.of(tiers)
+        self._gate = CallGate()
+        self._changes = threading.Lock()
+        self.frozen = False
+        self.closed = False  # runtime changes stop (and refuse to start) once set
         self._new_policy = policy_factory
         # hint channel (issue 14): thread-safe and bounded; the admin endpoint writes it
         self.hints = hints if hints is not None else Hints()
         self._capacity = capacity
+        self._unit = 0  # the object size the placement's capacities were derived with
         self._placement: TierPlacement | None = None
+        self._ledger = TenantLedger(tenant_of, tenant_shares)
+        self.tenant_of = tenant_of
+        self.tenant_counts: dict[str, Counter[str]] = {}
         self._lock = threading.Lock()
         self.counts: Counter[str] = Counter()
         self._reclaimed: deque[str] = deque()
         self._request_len: OrderedDict[str, int] = OrderedDict()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hicache-placement")
-        self.mover: Mover | None = None
-        if self.dram is not None and self.ssd is not None:
-            self.mover = Mover(self.dram, self.ssd, self, timeout_s=self.options.timeout_s)
-        if self.ssd is not None:
-            self.ssd.evict_listeners.append(self._reclaimed.append)
-            self.ssd.engine.keep = self._ssd_copy_needed
+        self._regions: list[memoryview] = []
+        self.clearing: set[str] = set()  # tenants being cleared: their sets are refused meanwhile
+        self._ops = RuntimeOps(self)
+        lay = self._layout
+        if lay.dram is not None and lay.ssd is not None:
+            mover = Mover(lay.dram, lay.ssd, self, timeout_s=self.options.timeout_s)
+            self._layout = replace(lay, mover=mover)
+        if lay.ssd is not None:
+            self._hook_ssd(lay.ssd)
         if capacity is not None:
             self._placement_for(0)
         self.served = ServedArena(self)
+        warm = self.options.warm
+        self.warm = WarmKeeper(self, warm) if warm is not None and warm.enabled else None
+        if self.warm is not None and lay.ssd is not None:
+            self.warm.restore(lay.ssd)
+
+    # ------------------------------------------------------------------ the tiers (TierLayout)
+    @property
+    def tiers(self) -> tuple[Tier, ...]:
+        return self._layout.tiers
+
+    @property
+    def dram(self) -> DramTier | None:
+        return self._layout.dram
+
+    @property
+    def ssd(self) -> SsdTier | None:
+        return self._layout.ssd
+
+    @property
+    def pools(self) -> tuple[Tier, ...]:
+        return self._layout.pools
+
+    @property
+    def mover(self) -> Mover | None:
+        return self._layout.mover
+
+    def _hook_ssd(self, ssd: SsdTier) -> None:
+        ssd.evict_listeners.append(self._reclaimed.append)
+        ssd.engine.keep = self._ssd_copy_needed
+
+    def _unhook_ssd(self, ssd: SsdTier) -> None:
+        if self._reclaimed.append in ssd.evict_listeners:
+            ssd.evict_listeners.remove(self._reclaimed.append)
+        ssd.engine.keep = None
 
     # ------------------------------------------------------------------ placement
     @property
@@ -138,16 +221,26 @@ class TieredStore:
                 total, dram = self._capacity
                 low = int(dram * opts.dram_low / opts.dram_high) if self.ssd is not None else dram
             else:
-                size = max(nbytes, 1)
-                dram_full = self.dram.capacity_objects(size) * size if self.dram else 0
-                ssd = int(self.ssd.capacity_objects(size) * size * opts.ssd_fill) if self.ssd else 0
-                if self.ssd is None:
-                    dram = low = dram_full
-                else:
-                    dram, low = int(dram_full * opts.dram_high), int(dram_full * opts.dram_low)
-                total = max(ssd, dram) if opts.ssd_write_through else dram + ssd
-            self._placement = TierPlacement(self._new_policy(), total, dram, low, hints=self.hints)
+                total, dram, low = self.capacities(self._layout, nbytes)
+            self._unit = max(nbytes, 1)
+            self._placement = TierPlacement(
+                self._new_policy(), total, dram, low, hints=self.hints, ledger=self._ledger
+            )
         return self._placement
+
+    def capacities(self, lay: TierLayout, nbytes: int) -> tuple[int, int, int]:
+        """``(total, dram, dram_low)`` placement capacities of the tiers of ``lay`` for objects of
+        ``nbytes`` (what DRAM and SSD hold together, DRAM's high and low watermarks)."""
+        opts = self.options
+        size = max(nbytes, 1)
+        dram_full = lay.dram.capacity_objects(size) * size if lay.dram else 0
+        ssd = int(lay.ssd.capacity_objects(size) * size * opts.ssd_fill) if lay.ssd else 0
+        if lay.ssd is None:
+            dram = low = dram_full
+        else:
+            dram, low = int(dram_full * opts.dram_high), int(dram_full * opts.dram_low)
+        total = max(ssd, dram) if opts.ssd_write_through else dram + ssd
+        return total, dram, low
 
     def _forget_reclaimed(self, placement: TierPlacement) -> None:
         """Keys the SSD engine dropped: forgotten unless DRAM still holds them (under the lock)."""
@@ -170,26 +263,39 @@ class TieredStore:
 
     # ------------------------------------------------------------------ MoveListener (the mover)
     def moved(self, keys: Sequence[str]) -> None:
-        """Demoted pages have an SSD copy: free their DRAM slot unless placed in DRAM again."""
-        assert self.dram is not None
+        """Demoted pages have an SSD copy: free their DRAM slot unless placed in DRAM again. (A
+        mover that outlives its DRAM tier, being detached, has nothing to free.)"""
         with self._lock:
             placement = self._placement
             gone = [k for k in keys if placement is None or placement.tier_of(k) != DRAM]
-            self.dram.remove_batch(gone)
+            if self.dram is not None:
+                self.dram.remove_batch(gone)
 
     def lost(self, keys: Sequence[str]) -> None:
         """Demotions that found no SSD room: the pages leave the host (unless wanted in DRAM)."""
-        assert self.dram is not None
         with self._lock:
             placement = self._placement
             gone = [k for k in keys if placement is None or placement.tier_of(k) != DRAM]
             for key in gone:
                 if placement is not None:
                     placement.remove(key)
-            self.dram.remove_batch(gone)
+            if self.dram is not None:
+                self.dram.remove_batch(gone)
             self.counts["dropped_on_demotion"] += len(gone)
 
+    # ------------------------------------------------------------------ tenants
+    def _tenant_count(self, key: str, **counts: int) -> None:
+        """Count a call for the tenant of ``key`` (its first key)."""
+        tenant = self._ledger.tenant_of(key)
+        table = self.tenant_counts.get(tenant)
+        if table is None:
+            if len(self.tenant_counts) >= self._ledger.max_tenants:
+                tenant = "(other)"
+            table = self.tenant_counts.setdefault(tenant, Counter())
+        table.update(counts)
+
     # ------------------------------------------------------------------ existence
+    @_gated
     def exists_prefix(self, keys: Sequence[str]) -> int:
         """How many leading ``keys`` some tier holds."""
         flags = self.exists_batch(keys)
@@ -207,12 +313,14 @@ class TieredStore:
         n = len(keys)
         present = self.contains_batch(keys)
         hit = present.index(False) if False in present else n
+        self._tenant_count(keys[0], exists_pages=n, exists_hit_pages=hit)
         if hit < n and self.local:
             with self._lock:
                 if self._placement is not None:
                     self._placement.miss(keys[hit], miss_context(hit, n))
         return present
 
+    @_gated
     def contains_batch(self, keys: Sequence[str]) -> list[bool]:
         """Per key, whether some tier holds it (no prefix cut: a hybrid model's sidecar objects
         have holes that matter). Tells the policy nothing."""
@@ -228,6 +336,7 @@ class TieredStore:
         return present
 
     # ------------------------------------------------------------------ reads
+    @_gated
     def get_batch_into(
         self,
         keys: Sequence[str],
@@ -247,6 +356,7 @@ class TieredStore:
             # all in DRAM (the common hit): note the hits while the bytes are copied
             noted = self._worker.submit(self._note_dram_hits, keys, ctxs, sizes[0])
         done, level_of = self._read_through(keys, parts, ctxs, deadline)
+        self._tenant_count(keys[0], get_pages=len(keys), get_hit_pages=sum(done))
         if noted is not None:
             drops, demote = noted.result()
             if not all(done):  # removed between the check and the read: fix the bookkeeping
@@ -334,8 +444,16 @@ class TieredStore:
         indexes of the pages to copy into DRAM from the caller's buffers."""
         if not self.local:
             return []
+        # frozen, or the tenant being cleared: nothing is written, promotions included
+        frozen = self.frozen or bool(self.clearing and self.tenant_of(keys[0]) in self.clearing)
         hot = [
-            bool(done[i] and tier is not None and tier is not self.dram and tier.should_promote(key, ctxs[i]))
+            bool(
+                not frozen
+                and done[i]
+                and tier is not None
+                and tier is not self.dram
+                and tier.should_promote(key, ctxs[i])
+            )
             for i, (key, tier) in enumerate(zip(keys, level_of, strict=True))
         ]
         promote: list[int] = []
@@ -362,6 +480,7 @@ class TieredStore:
         return promote
 
     # ------------------------------------------------------------------ writes
+    @_gated
     def put_batch(
         self,
         keys: Sequence[str],
@@ -375,6 +494,11 @@ class TieredStore:
         this call (SGLang's ``prefix_keys``), ``prev_key`` the last of them."""
         if not keys:
             return []
+        if self.frozen or (self.clearing and self.tenant_of(keys[0]) in self.clearing):
+            # frozen, or the tenant is being cleared: SGLang keeps the pages in its host pool
+            self.counts["refused_frozen"] += len(keys)
+            self._tenant_count(keys[0], set_pages=len(keys), set_refused_frozen=len(keys))
+            return [False] * len(keys)
         deadline = self._deadline(deadline)
         sizes = [sum(p.nbytes for p in ps) for ps in parts]
         ctxs = set_contexts(keys, prefix_len or 0, prev_key, sizes, obj_type=obj_type)
@@ -399,6 +523,7 @@ class TieredStore:
                     stored[i] = stored[i] or ok
             for i, f in zip(want, found, strict=True):
                 stored[i] = stored[i] or f
+        self._tenant_count(keys[0], set_pages=len(keys), set_stored_pages=sum(stored))
         return stored
 
     def _put_local(
@@ -556,24 +681,31 @@ class TieredStore:
                 self.dram.remove_batch(list(demote))
 
     # ------------------------------------------------------------------ the rest of the contract
+    @_gated
     def register_memory(self, regions: Sequence[memoryview]) -> None:
         """Caller memory that pages will be copied from and into (SGLang's host pool buffers),
         announced once before the first call: tiers whose transport must register memory (RDMA
         memory regions, Mooncake's ``register_buffer``) do it here; the others ignore it. A
-        tier that cannot register keeps working through its slower path (never raises)."""
+        tier that cannot register keeps working through its slower path (never raises). A tier
+        attached later gets the same regions."""
+        self._regions.extend(regions)
         for tier in self.tiers:
             tier.register_memory(regions)
 
     def tier(self, name: str) -> Tier | None:
         return next((t for t in self.tiers if t.name == name), None)
 
+    @_gated
     def remove(self, key: str) -> bool:
         with self._lock:
             if self._placement is not None:
                 self._placement.remove(key)
         return any([tier.remove(key) for tier in self.tiers])
 
+    @_gated
     def clear(self) -> None:
+        if self.warm is not None:
+            self.warm.stop_rewarm()
         with self._lock:
             if self._placement is not None:
                 self._placement.clear()
@@ -588,21 +720,69 @@ class TieredStore:
 
     def close(self, flush_timeout_s: float = 0.0) -> None:
         """Stop background movement (it reads DRAM and writes SSD); with a flush timeout, copy the
-        DRAM pages the SSD lacks to the SSD (bounded by it); then close every tier."""
+        DRAM pages the SSD lacks to the SSD (bounded by it); write the warm-restart snapshot; then
+        close every tier."""
+        self.closed = True
+        if self.warm is not None:
+            self.warm.stop_rewarm()
+        # a runtime change in progress sees ``closed`` at its next step and ends (bounded)
+        got = self._changes.acquire(timeout=max(self.options.timeout_s, 5.0))
+        if got:
+            self._changes.release()
         self._worker.shutdown(wait=True)
         if self.mover is not None:
             self.mover.close()
             if flush_timeout_s > 0:
                 self.mover.drain_dram(flush_timeout_s)
+        if self.warm is not None:
+            self.warm.save()
+            self.warm.close()
         for tier in self.tiers:
             tier.close()
+
+    # ------------------------------------------------------------------ runtime changes (runtime_ops.py)
+    def attach_tier(self, tier: Tier, timeout_s: float = 60.0, progress: Progress | None = None) -> None:
+        """Add a tier the store did not start with (an SSD directory, a remote pool, DRAM)."""
+        self._ops.attach(tier, progress or Progress(), time.monotonic() + timeout_s)
+
+    def detach_tier(
+        self, name: str, mode: str = "drain", timeout_s: float = 60.0, progress: Progress | None = None
+    ) -> None:
+        """Remove tier ``name``: ``drain`` moves its pages down (or out) first, ``drop`` does not."""
+        self._ops.detach(name, mode, progress or Progress(), time.monotonic() + timeout_s)
+
+    def resize_tier(
+        self, name: str, capacity: int, timeout_s: float = 60.0, progress: Progress | None = None
+    ) -> None:
+        """Give the DRAM or SSD tier ``capacity`` bytes (up to its ``max_capacity``)."""
+        self._ops.resize(name, capacity, progress or Progress(), time.monotonic() + timeout_s)
+
+    def freeze(self, frozen: bool = True) -> None:
+        """Refuse new pages (True) or accept them again (False); reads are always served."""
+        self._ops.freeze(frozen)
+
+    def clear_tenant(self, tenant: str, timeout_s: float = 60.0, progress: Progress | None = None) -> None:
+        """Remove every page of ``tenant``; the other tenants' pages stay."""
+        self._ops.clear_tenant(tenant, progress or Progress(), time.monotonic() + timeout_s)
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {tier.name: tier.stats() for tier in self.tiers}
         if self.mover is not None:
             out["ssd"] = {**out.get("ssd", {}), "background": self.mover.stats()}
+        if self.warm is not None:
+            out["warm"] = self.warm.stats()
+        out["store"] = {
+            "tiers": self._layout.names(),
+            "frozen": self.frozen,
+            "calls_in_flight": self._gate.in_flight,
+        }
         with self._lock:
             placement = self._placement
+            ledger = self._ledger.stats()
+            out["tenants"] = {
+                t: {**ledger.get(t, {}), **dict(self.tenant_counts.get(t, {}))}
+                for t in sorted(set(ledger) | set(self.tenant_counts))
+            }
             out["placement"] = {
                 "policy": type(placement.policy).__name__ if placement else None,
                 "capacity": placement.capacity if placement else None,

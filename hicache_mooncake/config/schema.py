@@ -17,11 +17,14 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from hicache_mooncake.sizes import parse_size
 from hicache_mooncake.tiers.policy import policy_names
 
+from .admin import AdminConfig
 from .cluster import MetadataConfig, NodeSection, RemoteTierConfig
 from .host_cache import HostCacheConfig
 from .metrics import MetricsConfig
 from .sglang_section import SglangSection
 from .ssd import SsdTierConfig
+from .tenants import TenantsConfig, check_tenant_name
+from .warm import WarmConfig
 
 ByteSize = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
 
@@ -88,6 +91,9 @@ class DramTierConfig(StrictModel):
     """Arena granule given to one size class; the largest storable object. Multiple of 4096."""
     prefault: bool = True
     """Fault the whole arena in at attach (MAP_POPULATE), so the first sets do not pay for it."""
+    max_capacity: ByteSize | None = None
+    """The most ``hicache-mooncake admin resize dram`` may grow the arena to (address space reserved
+    at attach, memory used only when grown); None: ``capacity``."""
 
     @model_validator(mode="before")
     @classmethod
@@ -100,6 +106,10 @@ class DramTierConfig(StrictModel):
             raise ValueError(f"slab_size must be a positive multiple of 4096, got {self.slab_size}")
         if self.enabled and self.capacity < self.slab_size:
             raise ValueError(f"capacity ({self.capacity}) must be at least one slab_size ({self.slab_size})")
+        if self.max_capacity is not None and self.max_capacity < self.capacity:
+            raise ValueError(
+                f"max_capacity ({self.max_capacity}) must be at least capacity ({self.capacity})"
+            )
         return self
 
 
@@ -117,6 +127,7 @@ class TiersConfig(StrictModel):
     dram: DramTierConfig = DramTierConfig()
     remote: RemoteTierConfig = RemoteTierConfig()
     ssd: SsdTierConfig = SsdTierConfig()
+    warm: WarmConfig = WarmConfig()
 
     @field_validator("policy")
     @classmethod
@@ -135,7 +146,13 @@ class NamespaceConfig(StrictModel):
     model: str | None = None
     """Model identity in keys; default: SGLang's served model name."""
     tenant: str = ""
-    """Salt that separates caches sharing one store (e.g. two tenants, or test runs)."""
+    """The tenant of this backend's pages: separates caches sharing one store (their keys carry it), and
+    names it in ``tenants.shares``, the per-tenant stats and ``admin clear --tenant``."""
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, name: str) -> str:
+        return check_tenant_name(name)
 
 
 class IoConfig(StrictModel):
@@ -177,6 +194,8 @@ class BackendConfig(StrictModel):
     tiers: TiersConfig = TiersConfig()
     io: IoConfig = IoConfig()
     metrics: MetricsConfig = MetricsConfig()
+    admin: AdminConfig = AdminConfig()
+    tenants: TenantsConfig = TenantsConfig()
     log_level: LogLevel = "unset"
     """Level of the ``hicache_mooncake`` loggers; ``unset``: follow SGLang's ``--log-level``."""
     host_cache: HostCacheConfig = HostCacheConfig()

@@ -25,6 +25,8 @@ class SsdTierConfig(BaseModel):
     """Directory (or list, one per device). Each rank uses its own subdirectory ``rank<tp>_<pp>_<cp>_<dp>``."""
     capacity: ByteSize = parse_size("64GiB")
     """Bytes of region files per rank (preallocated as regions fill)."""
+    max_capacity: ByteSize | None = None
+    """The most ``hicache-mooncake admin resize ssd`` may grow the tier to; None: ``capacity``."""
     region_size: ByteSize = parse_size("64MiB")
     """Unit of sequential writes and of eviction (whole regions, FIFO with reinsertion of hit entries)."""
     min_free: ByteSize = parse_size("1GiB")
@@ -96,6 +98,10 @@ class SsdTierConfig(BaseModel):
         if self.enabled and self.capacity < 2 * self.region_size:
             raise ValueError(
                 f"capacity ({self.capacity}) must hold at least 2 regions of region_size ({self.region_size})"
+            )
+        if self.max_capacity is not None and self.max_capacity < self.capacity:
+            raise ValueError(
+                f"max_capacity ({self.max_capacity}) must be at least capacity ({self.capacity})"
             )
         return self
 

@@ -28,10 +28,12 @@ thread-safe (the store holds its lock); no I/O.
 from __future__ import annotations
 
 import enum
+import itertools
 from collections import OrderedDict
 
 from .base import AccessContext, EvictionPolicy
 from .hints import Hints
+from .quotas import TenantLedger
 
 DRAM, SSD = "dram", "ssd"
 
@@ -61,8 +63,10 @@ class TierPlacement:
         dram_capacity: int,
         dram_low: int | None = None,
         hints: Hints | None = None,
+        ledger: TenantLedger | None = None,
     ) -> None:
-        """``hints``: the store's ``Hints``, handed to the policy (``use_hints``)."""
+        """``hints``: the store's ``Hints``, handed to the policy (``use_hints``); ``ledger``:
+        per-tenant bytes and shares (``quotas.py``); by default one tenant, no shares."""
         if capacity < 0 or not 0 <= dram_capacity <= capacity:
             raise ValueError(f"need 0 <= dram_capacity <= capacity, got {dram_capacity}, {capacity}")
         low = dram_capacity if dram_low is None else dram_low
@@ -80,6 +84,8 @@ class TierPlacement:
         self.hints = hints
         if hints is not None:
             policy.use_hints(hints)
+        self.ledger = ledger if ledger is not None else TenantLedger()
+        self.ledger.set_capacity(capacity, dram_capacity)
 
     # ------------------------------------------------------------------ queries
     def tier_of(self, key: str) -> str | None:
@@ -109,6 +115,7 @@ class TierPlacement:
             size = ctx.size or 1
             self._size[key] = size
             self.used += size
+            self.ledger.placed(key, size)
         if self.dram_capacity <= 0:
             self._make_room()
             if key not in self._size:
@@ -143,6 +150,7 @@ class TierPlacement:
         size = ctx.size or 1
         self._size[key] = size
         self.used += size
+        self.ledger.placed(key, size)
         if tier == DRAM and self.dram_capacity > 0:
             self._to_dram(key)
         self._make_room()
@@ -158,6 +166,7 @@ class TierPlacement:
         size = self._dram.pop(key, None)
         if size is not None:
             self.dram_used -= size
+            self.ledger.to_ssd(key, size)
 
     def remove(self, key: str) -> None:
         """``key`` is gone from every local tier (forgotten by the policy too)."""
@@ -166,19 +175,26 @@ class TierPlacement:
             return
         self.used -= size
         self.leave_dram(key)
+        self.ledger.gone(key, size)
         self.policy.on_remove(key)
 
     def settle(self) -> tuple[list[tuple[str, str]], list[str]]:
         """``(drops, demotions)`` since the last call (module docstring). A page dropped and set
         again since the last call is resident, so it is not among the drops."""
-        drops = [d for d in self._drops if d[0] not in self._size] if self._drops else []
-        self._drops = []
-        demote: list[str] = []
+        demote: list[str] = self._demote_over_share()
         if self.dram_used > self.dram_capacity:
             while self._dram and self.dram_used > self.dram_low:
                 key, size = self._dram.popitem(last=False)
                 self.dram_used -= size
+                self.ledger.to_ssd(key, size)
                 demote.append(key)
+        if demote and self.ledger.shares:  # demoted pages may put a tenant over its SSD share
+            self._drop_over_share()
+        drops = [d for d in self._drops if d[0] not in self._size] if self._drops else []
+        self._drops = []
+        if drops and demote:  # demoted, then dropped: its DRAM copy just goes
+            gone = {key for key, _tier in drops}
+            demote = [key for key in demote if key not in gone]
         return drops, demote
 
     def free_dram(self, nbytes: int) -> tuple[list[tuple[str, str]], list[str]]:
@@ -192,6 +208,7 @@ class TierPlacement:
             while self._dram and freed < nbytes:
                 key, size = self._dram.popitem(last=False)
                 self.dram_used -= size
+                self.ledger.to_ssd(key, size)
                 demote.append(key)
                 freed += size
             return self.settle()[0], demote
@@ -204,6 +221,7 @@ class TierPlacement:
                 continue
             self.used -= size
             self.leave_dram(victim)
+            self.ledger.gone(victim, size)
             self._drops.append((victim, DRAM))
             freed += size
         return self.settle()
@@ -214,6 +232,7 @@ class TierPlacement:
         self._dram.clear()
         self.used = self.dram_used = 0
         self._drops.clear()
+        self.ledger.clear()
 
     # ------------------------------------------------------------------ internals
     def _to_dram(self, key: str) -> None:
@@ -222,10 +241,13 @@ class TierPlacement:
             size = self._size[key]
             self._dram[key] = size
             self.dram_used += size
+            self.ledger.to_dram(key, size)
         else:
             self._dram.move_to_end(key)
+            self.ledger.touched_dram(key)
 
     def _make_room(self) -> None:
+        self._drop_over_share()
         while self.used > self.capacity:
             victim = self.policy.pop_victim()
             if victim is None:
@@ -236,4 +258,65 @@ class TierPlacement:
             self.used -= size
             tier = DRAM if victim in self._dram else SSD
             self.leave_dram(victim)
+            self.ledger.gone(victim, size)
             self._drops.append((victim, tier))
+
+    # ------------------------------------------------------------------ tenants' shares (quotas.py)
+    def _drop_over_share(self) -> None:
+        """Before the policy is asked for victims: tenants over a share give up their own pages."""
+        for key in self.ledger.over_share_drops(has_ssd=self.dram_capacity < self.capacity):
+            size = self._size.pop(key, 0)
+            if size:
+                tier = DRAM if key in self._dram else SSD
+                self.used -= size
+                self.leave_dram(key)
+                self.ledger.gone(key, size)
+                self.policy.on_remove(key)
+                self._drops.append((key, tier))
+
+    def _demote_over_share(self) -> list[str]:
+        """DRAM pages of tenants over their DRAM share, taken out of DRAM (to move to SSD)."""
+        if self.dram_capacity >= self.capacity:
+            return []  # no SSD: over-share DRAM pages are dropped by _drop_over_share
+        out = [key for key in self.ledger.over_share_demotions() if key in self._dram]
+        for key in out:
+            self.leave_dram(key)
+        return out
+
+    # ------------------------------------------------------------------ runtime changes (admin)
+    def resize(self, capacity: int, dram_capacity: int, dram_low: int | None = None) -> None:
+        """New capacities (a tier resized, attached or detached). Pages over the new capacity are
+        dropped by the policy now (``settle`` reports them); DRAM over its new capacity is demoted
+        at the next ``settle``."""
+        low = dram_capacity if dram_low is None else dram_low
+        if capacity < 0 or not 0 <= low <= dram_capacity <= capacity:
+            raise ValueError(
+                f"need 0 <= dram_low <= dram_capacity <= capacity, got {low}, {dram_capacity}, {capacity}"
+            )
+        self.capacity, self.dram_capacity, self.dram_low = capacity, dram_capacity, low
+        self.ledger.set_capacity(capacity, dram_capacity)
+        self._make_room()
+
+    def resident_keys(self) -> list[str]:
+        """Every resident key (a copy), oldest placement first."""
+        return list(self._size)
+
+    def hottest(self, limit: int) -> list[tuple[str, int, bool]]:
+        """Up to ``limit`` resident pages, hottest first: DRAM (most recent first), then the pages
+        placed on SSD (latest placed first). ``(key, size, in_dram)``."""
+        out = [(key, self._dram[key], True) for key in itertools.islice(reversed(self._dram), limit)]
+        if len(out) < limit:
+            ssd = (key for key in reversed(self._size) if key not in self._dram)
+            out.extend((key, self._size[key], False) for key in itertools.islice(ssd, limit - len(out)))
+        return out
+
+    def warm(self, key: str) -> bool:
+        """A page placed on SSD was copied into DRAM by the re-warmer: place it in DRAM as the least
+        recent page (unused since the restart), while DRAM stays within ``dram_capacity`` (so a
+        re-warm never causes a demotion by itself)."""
+        size = self._size.get(key)
+        if size is None or key in self._dram or self.dram_used + size > self.dram_capacity:
+            return False
+        self._to_dram(key)
+        self._dram.move_to_end(key, last=False)
+        return True

@@ -1,0 +1,209 @@
+"""``hicache-mooncake admin ACTION``: per-tier operations on running backends, through their admin
+endpoints (``admin.port`` in the YAML). By default every rank of this host (found through the
+discovery files the ranks write); ``--url`` names endpoints by hand.
+
+Actions: ``show``; ``resize TIER SIZE``; ``detach TIER [--mode drain|drop]``; ``attach TIER
+[--path P] [--capacity C] [--set KEY=VALUE]... [--config FILE]``; ``freeze``; ``unfreeze``; ``clear
+--tenant NAME``; ``ops``. A long action starts on every rank at once, then its progress is printed
+until each rank is done (``--no-wait``: print the operation and return).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import yaml
+
+from hicache_mooncake.admin.client import AdminClient, AdminError, RankEndpoint, rank_endpoints
+from hicache_mooncake.admin.server import discovery_dir
+from hicache_mooncake.commands import UsageError
+from hicache_mooncake.config.admin import TOKEN_ENV, AdminConfig
+from hicache_mooncake.config.loader import deep_merge
+from hicache_mooncake.sizes import format_size
+
+_LONG = ("resize", "detach", "attach", "clear")
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "admin",
+        help="per-tier operations on running backends (show, resize, detach, attach, freeze, clear)",
+        description=__doc__,
+    )
+    parser.add_argument("--url", action="append", default=[], help="an admin endpoint (repeatable)")
+    parser.add_argument("--discovery-dir", default="", help="where the ranks register (default: admin's)")
+    parser.add_argument(
+        "--token-file", default="", help=f"file with the bearer token (default: ${TOKEN_ENV})"
+    )
+    parser.add_argument("--json", action="store_true", help="print the answers as JSON")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds an operation may take")
+    parser.add_argument("--no-wait", action="store_true", help="start long operations and return")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    actions.add_parser("show", help="tiers, capacities, use, tenants")
+    actions.add_parser("ops", help="operations run recently")
+    p = actions.add_parser("resize", help="give the DRAM or SSD tier a new size")
+    p.add_argument("tier")
+    p.add_argument("size", help="e.g. 8GiB")
+    p = actions.add_parser("detach", help="take a tier out (drain: move its pages first)")
+    p.add_argument("tier")
+    p.add_argument("--mode", choices=("drain", "drop"), default="drain")
+    p = actions.add_parser("attach", help="add a tier the YAML did not have (ssd, remote, dram)")
+    p.add_argument("tier")
+    p.add_argument("--path", help="tiers.<tier>.path (ssd)")
+    p.add_argument("--capacity", help="tiers.<tier>.capacity")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any YAML key, dotted")
+    p.add_argument("--config", help="a YAML file with the sections to merge (e.g. tiers.remote, metadata)")
+    actions.add_parser("freeze", help="refuse new pages (reads go on)")
+    actions.add_parser("unfreeze", help="accept new pages again")
+    p = actions.add_parser("clear", help="remove one tenant's pages from every tier")
+    p.add_argument("--tenant", required=True, help='the tenant ("" for the default one)')
+    parser.set_defaults(func=run, exit_findings="an operation failed or stopped at its timeout on some rank")
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if args.token_file:
+        try:
+            with open(os.path.expanduser(args.token_file), encoding="utf-8") as f:
+                return f.readline().strip() or None
+        except OSError as exc:
+            raise UsageError(f"--token-file: {exc.strerror or exc}") from None
+    return os.environ.get(TOKEN_ENV, "").strip() or None
+
+
+def _ranks(args: argparse.Namespace) -> list[RankEndpoint]:
+    if args.url:
+        return [RankEndpoint(u) for u in args.url]
+    directory = discovery_dir(
+        AdminConfig(discovery_dir=os.path.abspath(args.discovery_dir))
+        if args.discovery_dir
+        else AdminConfig()
+    )
+    found = rank_endpoints(directory)
+    if not found:
+        raise UsageError(f"no admin endpoint registered in {directory} (is admin.port set? or pass --url)")
+    return found
+
+
+def _attach_config(args: argparse.Namespace) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    if args.config:
+        try:
+            with open(args.config, encoding="utf-8") as f:
+                loaded = yaml.safe_load(f) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise UsageError(f"--config {args.config}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise UsageError(f"--config {args.config}: the top level must be a mapping")
+        config = loaded
+    sets = list(args.set)
+    if args.path:
+        sets.append(f"tiers.{args.tier}.path={args.path}")
+    if args.capacity:
+        sets.append(f"tiers.{args.tier}.capacity={args.capacity}")
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set {item!r}: expected KEY=VALUE")
+        value: Any = yaml.safe_load(raw) if raw else ""
+        for part in reversed(key.split(".")):
+            value = {part: value}
+        config = deep_merge(config, value)
+    return config
+
+
+def _start(client: AdminClient, args: argparse.Namespace) -> dict[str, Any]:
+    action = args.action
+    if action == "show":
+        return client.show()
+    if action == "ops":
+        return client.operations()
+    if action == "freeze":
+        return client.freeze(True)
+    if action == "unfreeze":
+        return client.freeze(False)
+    if action == "resize":
+        return client.resize(args.tier, args.size, args.timeout)
+    if action == "detach":
+        return client.detach(args.tier, args.mode, args.timeout)
+    if action == "attach":
+        return client.attach(args.tier, _attach_config(args), args.timeout)
+    return client.clear(args.tenant, args.timeout)
+
+
+def _progress_line(rank: RankEndpoint, op: dict[str, Any]) -> str:
+    p = op.get("progress", {})
+    total = f"/{p['total']}" if p.get("total") else ""
+    return f"{rank.name}: {op.get('kind')} {op.get('state')} - {p.get('phase')} {p.get('done', 0)}{total} {p.get('unit', '')}".rstrip()
+
+
+def run(args: argparse.Namespace) -> int:
+    token = _token(args)
+    ranks = _ranks(args)
+    clients = [AdminClient(r.url, token) for r in ranks]
+
+    def one(i: int) -> dict[str, Any]:
+        try:
+            answer = _start(clients[i], args)
+            if args.action in _LONG and not args.no_wait and answer.get("state") == "running":
+                answer = clients[i].wait(
+                    answer, args.timeout + 30, lambda op: print(_progress_line(ranks[i], op), flush=True)
+                )
+            return answer
+        except AdminError as exc:
+            if exc.status == 401:
+                raise UsageError(f"{ranks[i].url}: {exc} (--token-file, or ${TOKEN_ENV})") from None
+            if exc.status == 0:
+                raise UsageError(str(exc)) from None
+            return {"error": str(exc), "status": exc.status}
+
+    with ThreadPoolExecutor(max_workers=min(len(ranks), 16)) as pool:
+        answers = list(pool.map(one, range(len(ranks))))
+    findings = any(
+        answer.get("error") or (args.action in _LONG and not args.no_wait and not answer.get("complete"))
+        for answer in answers
+    )
+    if args.json:
+        print(json.dumps({r.url: a for r, a in zip(ranks, answers, strict=True)}, indent=2, default=str))
+    else:
+        for rank, answer in zip(ranks, answers, strict=True):
+            _print(rank, args.action, answer)
+    return 1 if findings else 0
+
+
+def _print(rank: RankEndpoint, action: str, answer: dict[str, Any]) -> None:
+    if answer.get("error"):
+        print(f"{rank.name} ({rank.url}): refused: {answer['error']}")
+        return
+    if action == "show":
+        print(f"{rank.name} ({rank.url}){' FROZEN' if answer.get('frozen') else ''}")
+        print(f"  {'tier':8s} {'entries':>10s} {'used':>10s} {'capacity':>10s} {'max':>10s}")
+        for t in answer.get("tiers", []):
+            print(
+                f"  {t['name']:8s} {int(t['entries']):>10d} {format_size(int(t['used_bytes'])):>10s}"
+                f" {format_size(int(t['capacity_bytes'])):>10s} {format_size(int(t['max_capacity_bytes'] or 0)):>10s}"
+            )
+        for name, t in answer.get("tenants", {}).items():
+            print(
+                f"  tenant {name or '(default)'}: dram {format_size(int(t.get('dram_bytes', 0)))}"
+                f" ssd {format_size(int(t.get('ssd_bytes', 0)))} gets {t.get('get_hit_pages', 0)}/{t.get('get_pages', 0)}"
+            )
+        return
+    if action == "ops":
+        for op in answer.get("operations", []):
+            print(_progress_line(rank, op))
+        return
+    if "kind" in answer:
+        p = {
+            k: v for k, v in answer.get("progress", {}).items() if k not in ("phase", "done", "total", "unit")
+        }
+        status = "complete" if answer.get("complete") else answer.get("state")
+        print(
+            f"{rank.name}: {answer['kind']} {status}{': ' + answer['error'] if answer.get('error') else ''} {p}"
+        )
+        return
+    print(f"{rank.name}: {json.dumps(answer, default=str)}")

@@ -1,0 +1,124 @@
+"""Warm restart: the snapshot of what is hot is written at close (atomically, bounded, in the SSD
+directory), used after a restart only when it matches the store (else refused with the reason,
+and the store starts cold), and a warm start brings the hot pages back into DRAM in the background
+while the store serves."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+from ops_helpers import small_config
+from store_load import StoreLoad, parts
+
+from hicache_mooncake.store_builder import build_store
+from hicache_mooncake.tiers.warm_snapshot import SNAPSHOT_NAME, decode
+
+MiB = 1 << 20
+
+
+def hot_store(tmp_path, **overrides):  # type: ignore[no-untyped-def]
+    config = small_config(tmp_path, **overrides)
+    store = build_store(config, "rank0")
+    load = StoreLoad(store, threads=2, requests=40)
+    with load:
+        load.wait_ops(900)
+    load.assert_clean()
+    return config, store, load
+
+
+def test_a_restart_starts_warm_from_the_snapshot(tmp_path):
+    config, store, load = hot_store(tmp_path)
+    hot = set(store.dram.keys())
+    resident = store.stats()["placement"]["resident"]
+    store.close(flush_timeout_s=10)
+    snap = tmp_path / "ssd" / "rank0" / SNAPSHOT_NAME
+    entries = decode(snap.read_bytes()).entries
+    assert len(entries) >= resident * 0.9 and sum(e.in_dram for e in entries) >= len(hot) * 0.9
+
+    again = build_store(config, "rank0")
+    try:
+        restore = again.warm.last_restore
+        assert restore["snapshot"] == "used" and restore["adopted"] >= resident * 0.9
+        assert again.stats()["placement"]["resident"] == restore["adopted"]  # the policy knows them
+        assert again.warm.rewarm_done(30)
+        back = set(again.dram.keys())
+        assert len(back & hot) >= 0.8 * min(
+            len(hot), again.stats()["placement"]["dram_capacity"] // (16 << 10)
+        )
+        # what came back is served from DRAM, byte for byte
+        keys = sorted(back & hot)[:16]
+        bufs = [np.zeros(load.size, np.uint8) for _ in keys]
+        hits_before = again.stats()["dram"]["hits"]
+        assert all(again.get_batch_into(keys, [parts(b) for b in bufs]))
+        assert all(np.array_equal(b, load.content(k)) for k, b in zip(keys, bufs, strict=True))
+        assert again.stats()["dram"]["hits"] - hits_before == len(keys)
+    finally:
+        again.close()
+
+
+def test_without_warm_restart_dram_starts_empty(tmp_path):
+    config, store, _load = hot_store(tmp_path, tiers={"warm": {"enabled": False}})
+    store.close(flush_timeout_s=10)
+    assert not (tmp_path / "ssd" / "rank0" / SNAPSHOT_NAME).exists()
+    again = build_store(config, "rank0")
+    try:
+        assert again.warm is None and again.dram.keys() == []
+    finally:
+        again.close()
+
+
+def test_a_snapshot_of_another_epoch_is_refused_and_the_store_starts_cold(tmp_path, printed_lines):
+    config, store, _load = hot_store(tmp_path)
+    store.close(flush_timeout_s=10)
+    cleared = build_store(config, "rank0")
+    cleared.clear()  # a new epoch: the snapshot's pages are gone (and nothing new is hot)
+    cleared.close()
+    again = build_store(config, "rank0")
+    try:
+        why = again.warm.last_restore["snapshot"]
+        assert why.startswith("written for epoch")
+        assert again.stats()["placement"]["resident"] == 0 and again.dram.keys() == []
+        assert printed_lines.matching("not used (written for epoch")
+    finally:
+        again.close()
+
+
+def test_a_corrupt_snapshot_is_refused(tmp_path):
+    config, store, _load = hot_store(tmp_path)
+    store.close(flush_timeout_s=10)
+    snap = tmp_path / "ssd" / "rank0" / SNAPSHOT_NAME
+    raw = bytearray(snap.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    snap.write_bytes(bytes(raw))
+    again = build_store(config, "rank0")
+    try:
+        assert again.warm.last_restore["snapshot"] == "checksum mismatch (torn or corrupt file)"
+        assert again.dram.keys() == []
+    finally:
+        again.close()
+
+
+def test_the_snapshot_is_bounded_and_replaced_atomically(tmp_path):
+    config, store, _load = hot_store(tmp_path, tiers={"warm": {"max_entries": 50}})
+    assert store.warm.save() == 50
+    directory = tmp_path / "ssd" / "rank0"
+    assert len(decode((directory / SNAPSHOT_NAME).read_bytes()).entries) == 50
+    assert not [n for n in os.listdir(directory) if n.endswith(".tmp")]
+    store.close()
+
+
+def test_snapshots_are_taken_at_intervals(tmp_path):
+    config, store, _load = hot_store(tmp_path, tiers={"warm": {"interval_s": 0.2}})
+    try:
+        before = store.warm.counts["snapshots"]
+        load = StoreLoad(store, threads=1, requests=20)
+        with load:
+            load.wait_ops(300)
+            end = time.monotonic() + 10
+            while store.warm.counts["snapshots"] <= before and time.monotonic() < end:
+                time.sleep(0.05)
+        assert store.warm.counts["snapshots"] > before
+    finally:
+        store.close()

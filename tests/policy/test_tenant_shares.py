@@ -1,0 +1,101 @@
+"""Tenants' capacity shares in the placement, for every policy: a tenant over its share gives up its
+own pages first (DRAM pages demoted, SSD pages dropped); the other tenants' pages stay; the ledger's
+per-tenant bytes always match what is placed."""
+
+from __future__ import annotations
+
+import pytest
+
+from hicache_mooncake.tiers.policy import AccessContext, make_policy, policy_names
+from hicache_mooncake.tiers.policy.placement import DRAM, SSD, TierPlacement
+from hicache_mooncake.tiers.policy.quotas import TenantLedger, TenantShare
+
+CTX = AccessContext(size=1)
+
+
+def tenant(key: str) -> str:
+    return key.split(":", 1)[0]
+
+
+def placement(
+    policy: str, shares: dict[str, TenantShare], capacity: int = 100, dram: int = 40
+) -> TierPlacement:
+    ledger = TenantLedger(tenant, shares)
+    return TierPlacement(make_policy(policy), capacity, dram, dram, ledger=ledger)
+
+
+def check_ledger(p: TierPlacement) -> None:
+    dram: dict[str, int] = {}
+    ssd: dict[str, int] = {}
+    for key in p.resident_keys():
+        table = dram if p.tier_of(key) == DRAM else ssd
+        table[tenant(key)] = table.get(tenant(key), 0) + 1
+    for t in set(dram) | set(ssd) | set(p.ledger.dram_used):
+        assert p.ledger.dram_used[t] == dram.get(t, 0), t
+        assert p.ledger.ssd_used[t] == ssd.get(t, 0), t
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_a_tenant_over_its_dram_share_demotes_its_own_pages(name: str) -> None:
+    p = placement(name, {"a": TenantShare(dram=0.25)})
+    for i in range(60):
+        for t in ("a", "b"):
+            p.set(f"{t}:{i}", CTX)
+        _drops, demoted = p.settle()
+        assert all(tenant(k) == "a" or p.dram_used > p.dram_capacity * 0.5 for k in demoted)
+        assert p.ledger.dram_used["a"] <= 10  # 25% of 40
+        check_ledger(p)
+    assert p.ledger.demoted["a"] > 0
+    assert p.ledger.dram_used["b"] >= 20  # b keeps the rest of DRAM
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_a_tenant_over_its_ssd_share_drops_its_own_pages_first(name: str) -> None:
+    p = placement(name, {"a": TenantShare(ssd=0.2)}, capacity=100, dram=20)
+    for i in range(40):
+        p.set(f"b:{i}", CTX)
+    p.settle()
+    b_before = sum(1 for k in p.resident_keys() if tenant(k) == "b")
+    for i in range(80):
+        p.set(f"a:{i}", CTX)
+        drops, _ = p.settle()
+        assert all(tenant(k) == "a" for k, _tier in drops), drops  # never b's pages
+        assert p.ledger.ssd_used["a"] <= 16  # 20% of the 80 SSD units
+        check_ledger(p)
+    assert sum(1 for k in p.resident_keys() if tenant(k) == "b") == b_before
+    assert p.ledger.evicted["a"] > 0
+
+
+def test_without_an_ssd_a_tenant_over_its_dram_share_drops_its_own_pages() -> None:
+    p = placement("lru", {"a": TenantShare(dram=0.5)}, capacity=20, dram=20)
+    for i in range(30):
+        p.set(f"a:{i}", CTX)
+        drops, demoted = p.settle()
+        assert not demoted and all(tier == DRAM for _k, tier in drops)
+    assert p.ledger.dram_used["a"] == 10 and len(p) == 10
+    check_ledger(p)
+
+
+def test_resize_and_remove_keep_the_ledger_exact() -> None:
+    p = placement("s3fifo", {"a": TenantShare(dram=0.5, ssd=0.5)})
+    for i in range(50):
+        p.set(f"{'ab'[i % 2]}:{i}", CTX)
+        p.settle()
+    p.resize(60, 20, 15)
+    p.settle()
+    check_ledger(p)
+    for key in p.resident_keys()[:10]:
+        p.remove(key)
+    check_ledger(p)
+    assert p.tier_of("a:0") in (None, DRAM, SSD)
+    stats = p.ledger.stats()
+    assert stats["a"]["dram_limit_bytes"] == 10 and stats["a"]["ssd_limit_bytes"] == 20
+
+
+def test_unlisted_tenants_beyond_the_bound_are_counted_together() -> None:
+    ledger = TenantLedger(tenant, {}, max_tenants=2)
+    p = TierPlacement(make_policy("lru"), 100, 50, ledger=ledger)
+    for t in ("x", "y", "z", "w"):
+        p.set(f"{t}:1", CTX)
+    assert set(ledger.dram_used) == {"x", "y", "(other)"}
+    assert ledger.dram_used["(other)"] == 2

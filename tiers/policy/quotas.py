@@ -1,0 +1,185 @@
+"""Tenants in the placement: per-tenant bytes per tier, and capacity shares enforced for every
+policy (``TenantLedger``).
+
+A tenant is named by its keys: ``tenant_of(key)`` (the key format's business, see
+``hicache_mooncake.keys``; ``""`` is the default tenant). The placement tells the ledger where each
+resident page is (``placed`` / ``to_dram`` / ``to_ssd`` / ``gone``), so the ledger knows every
+tenant's bytes in DRAM and on SSD (the per-tenant figures of ``stats``).
+
+A tenant with a share (``TenantShare``: a fraction of the DRAM capacity and of the SSD part of the
+placement's capacity) may not hold more than that. The placement asks the ledger before it asks its
+policy for victims: a tenant over its SSD share gives up its own least recently demoted SSD pages
+(``over_share_drops``), a tenant over its DRAM share its own least recently used DRAM pages
+(``over_share_demotions``: moved to SSD, or dropped when there is no SSD). Pages of other tenants are
+never taken for it, whatever the policy: a tenant over its share evicts its own pages first. Within
+a tenant the order is recency, not the policy's (policies cannot choose a victim within a subset).
+Shares are enforced when the placement settles a call (as DRAM's own capacity is): while calls are
+in flight a tenant may exceed its share by their pages.
+
+Bounds: tenants with a share are listed in the configuration; the others are only counted, and at
+most ``max_tenants`` distinct names are counted (further ones add to ``OTHER``). Not thread-safe
+(the placement's caller holds the store's lock); no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+OTHER = "(other)"
+"""Where the pages of tenants beyond ``max_tenants`` are counted."""
+
+
+def default_tenant(_key: str) -> str:
+    return ""
+
+
+@dataclass(frozen=True)
+class TenantShare:
+    """Fractions (0..1] of each tier one tenant may hold; 1.0 means no limit on that tier."""
+
+    dram: float = 1.0
+    ssd: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("dram", "ssd"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"a tenant's {name} share must be in (0, 1], got {value}")
+
+
+class TenantLedger:
+    """Per-tenant bytes in DRAM and on SSD, and the shares (module docstring)."""
+
+    def __init__(
+        self,
+        tenant_of: Callable[[str], str] = default_tenant,
+        shares: Mapping[str, TenantShare] | None = None,
+        max_tenants: int = 256,
+    ) -> None:
+        self.tenant_of = tenant_of
+        self.shares = dict(shares or {})
+        self.max_tenants = max(max_tenants, len(self.shares) + 1)
+        self.dram_used: Counter[str] = Counter()
+        self.ssd_used: Counter[str] = Counter()
+        self.evicted: Counter[str] = Counter()  # pages dropped for being over the share
+        self.demoted: Counter[str] = Counter()  # pages moved DRAM -> SSD for being over the share
+        self._known: set[str] = set(self.shares)
+        self._dram_order: dict[str, OrderedDict[str, int]] = {t: OrderedDict() for t in self.shares}
+        self._ssd_order: dict[str, OrderedDict[str, int]] = {t: OrderedDict() for t in self.shares}
+        self._dram_limit: dict[str, int] = {}
+        self._ssd_limit: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ limits
+    def set_capacity(self, capacity: int, dram_capacity: int) -> None:
+        """The placement's capacities changed (created, resized, a tier attached/detached)."""
+        ssd = max(capacity - dram_capacity, 0)
+        self._dram_limit = {t: int(s.dram * dram_capacity) for t, s in self.shares.items() if s.dram < 1.0}
+        self._ssd_limit = {t: int(s.ssd * ssd) for t, s in self.shares.items() if s.ssd < 1.0}
+
+    # ------------------------------------------------------------------ events (the placement)
+    def _name(self, key: str) -> str:
+        tenant = self.tenant_of(key)
+        if tenant in self._known:
+            return tenant
+        if len(self._known) < self.max_tenants:
+            self._known.add(tenant)
+            return tenant
+        return OTHER
+
+    def placed(self, key: str, size: int) -> None:
+        """``key`` became resident; it counts as SSD until ``to_dram``."""
+        tenant = self._name(key)
+        self.ssd_used[tenant] += size
+        order = self._ssd_order.get(tenant)
+        if order is not None:
+            order[key] = size
+
+    def to_dram(self, key: str, size: int) -> None:
+        """A resident page entered DRAM."""
+        tenant = self._name(key)
+        self.ssd_used[tenant] -= size
+        self.dram_used[tenant] += size
+        order = self._ssd_order.get(tenant)
+        if order is not None:
+            order.pop(key, None)
+            self._dram_order[tenant][key] = size
+
+    def touched_dram(self, key: str) -> None:
+        """A DRAM page was used again (most recent now)."""
+        order = self._dram_order.get(self._name(key)) if self._dram_order else None
+        if order is not None and key in order:
+            order.move_to_end(key)
+
+    def to_ssd(self, key: str, size: int) -> None:
+        """A resident page left DRAM (it stays placed on SSD until ``gone``)."""
+        tenant = self._name(key)
+        self.dram_used[tenant] -= size
+        self.ssd_used[tenant] += size
+        order = self._dram_order.get(tenant)
+        if order is not None:
+            order.pop(key, None)
+            self._ssd_order[tenant][key] = size
+
+    def gone(self, key: str, size: int) -> None:
+        """A page placed on SSD (or just taken out of DRAM) is no longer resident."""
+        tenant = self._name(key)
+        self.ssd_used[tenant] -= size
+        order = self._ssd_order.get(tenant)
+        if order is not None:
+            order.pop(key, None)
+
+    def clear(self) -> None:
+        self.dram_used.clear()
+        self.ssd_used.clear()
+        for order in (*self._dram_order.values(), *self._ssd_order.values()):
+            order.clear()
+
+    # ------------------------------------------------------------------ enforcement
+    def over_share_drops(self, has_ssd: bool) -> list[str]:
+        """Pages to drop now: the oldest SSD pages of tenants over their SSD share, and (without an
+        SSD) the least recently used DRAM pages of tenants over their DRAM share."""
+        out: list[str] = []
+        for tenant, limit in self._ssd_limit.items():
+            out.extend(
+                self._oldest(self._ssd_order[tenant], self.ssd_used[tenant] - limit, tenant, self.evicted)
+            )
+        if not has_ssd:
+            for tenant, limit in self._dram_limit.items():
+                over = self.dram_used[tenant] - limit
+                out.extend(self._oldest(self._dram_order[tenant], over, tenant, self.evicted))
+        return out
+
+    def over_share_demotions(self) -> list[str]:
+        """DRAM pages to move to SSD now: the least recently used of tenants over their DRAM share."""
+        out: list[str] = []
+        for tenant, limit in self._dram_limit.items():
+            over = self.dram_used[tenant] - limit
+            out.extend(self._oldest(self._dram_order[tenant], over, tenant, self.demoted))
+        return out
+
+    @staticmethod
+    def _oldest(order: OrderedDict[str, int], excess: int, tenant: str, counter: Counter[str]) -> list[str]:
+        out: list[str] = []
+        for key, size in order.items():
+            if excess <= 0:
+                break
+            out.append(key)
+            excess -= size
+        counter[tenant] += len(out)
+        return out
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        tenants = set(self.dram_used) | set(self.ssd_used) | set(self.shares)
+        return {
+            t: {
+                "dram_bytes": self.dram_used[t],
+                "ssd_bytes": self.ssd_used[t],
+                "dram_limit_bytes": self._dram_limit.get(t, -1),
+                "ssd_limit_bytes": self._ssd_limit.get(t, -1),
+                "over_share_evicted": self.evicted[t],
+                "over_share_demoted": self.demoted[t],
+            }
+            for t in sorted(tenants)
+        }

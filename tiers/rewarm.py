@@ -1,0 +1,290 @@
+"""Warm restart of a ``TieredStore`` (``WarmKeeper``): snapshot what the placement knows is hot, and
+after an attach start from it.
+
+- ``save``: the placement's hottest pages (``TierPlacement.hottest``: DRAM most recent first, then
+  SSD) go to the SSD directory (``warm_snapshot``); at ``close``, at an SSD detach in ``drain``
+  mode, and every ``interval_s`` (a daemon thread). The store lock is held only to copy at most
+  ``max_entries`` keys.
+- ``restore`` (when an SSD tier opens, at start or at a runtime attach): the pages of a matching
+  snapshot that the SSD holds are given to the placement coldest first (``adopt``, one policy
+  call per page, in chunks of the store lock), so every policy starts from the same recency order
+  it had; then a background thread copies the pages that were in DRAM from SSD back into DRAM,
+  hottest first (``Rewarmer``).
+- The re-warmer never competes with SGLang's calls: before each batch it waits (up to
+  ``yield_s``) for a moment with no store call in flight, reads at most ``rate_mbps`` MB/s, places
+  the pages as the least recent of DRAM (``TierPlacement.warm``), and stops at the budget: DRAM at
+  its high watermark (a re-warm never demotes), ``budget_s`` seconds, or the snapshot's DRAM pages
+  done. A page the placement
+  no longer wants on SSD, or that SGLang's calls already brought up, is skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .policy import AccessContext
+from .policy.placement import DRAM, SSD
+from .rate_budget import RateBudget
+from .ssd_tier import SsdTier
+from .warm_snapshot import SnapshotEntry, read_snapshot, write_snapshot
+
+if TYPE_CHECKING:
+    from .tiered_store import TieredStore
+
+log = logging.getLogger(__name__)
+_CHUNK = 4096  # pages adopted per hold of the store lock
+
+
+@dataclass(frozen=True)
+class WarmOptions:
+    """``tiers.warm`` in the YAML (``store_builder`` maps it)."""
+
+    enabled: bool = True
+    interval_s: float = 60.0
+    """Seconds between snapshots while the store runs (0: only at close and detach)."""
+    max_entries: int = 1 << 18
+    """Pages per snapshot (the hottest); about 100 bytes each on disk."""
+    rate_mbps: float = 1000.0
+    """Re-warm read budget (MB/s) from SSD into DRAM."""
+    budget_s: float = 600.0
+    """The re-warmer stops after this many seconds."""
+    batch_pages: int = 16
+    """Pages per re-warm batch."""
+    yield_s: float = 0.05
+    """Longest wait for a moment with no store call in flight before each batch."""
+
+
+class WarmKeeper:
+    def __init__(self, store: TieredStore, options: WarmOptions) -> None:
+        self.store = store
+        self.options = options
+        self.counts: Counter[str] = Counter()
+        self.last_restore: dict[str, Any] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # one save at a time
+        self._rewarmer: threading.Thread | None = None
+        self._rewarm_stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        if options.interval_s > 0:
+            self._ticker = threading.Thread(target=self._tick, name="hicache-warm-snapshot", daemon=True)
+            self._ticker.start()
+
+    # ------------------------------------------------------------------ snapshot
+    @staticmethod
+    def _identity(ssd: SsdTier) -> dict[str, Any]:
+        return {"epoch": ssd.engine.epoch, "region_size": ssd.engine.options.region_size}
+
+    def save(self, ssd: SsdTier | None = None) -> int:
+        """Write the snapshot of the placement's hottest pages into ``ssd``'s directory (default:
+        the store's SSD tier); returns the entries written (0: nothing to write, or it failed)."""
+        store = self.store
+        ssd = ssd if ssd is not None else store.ssd
+        if ssd is None:
+            return 0
+        with self._lock:
+            with store._lock:
+                placement = store._placement
+                if placement is None or not len(placement):
+                    return 0
+                hot = placement.hottest(self.options.max_entries)
+                policy = type(placement.policy).__name__
+            entries = [SnapshotEntry(k, size, in_dram) for k, size, in_dram in hot]
+            header = {**self._identity(ssd), "policy": policy, "created": time.time()}
+            try:
+                nbytes = write_snapshot(ssd.engine.options.dirs[0], header, entries)
+            except OSError as exc:
+                self.counts["snapshot_errors"] += 1
+                log.warning(
+                    "warm restart: cannot write the snapshot in %s: %s", ssd.engine.options.dirs[0], exc
+                )
+                return 0
+        self.counts["snapshots"] += 1
+        self.counts["snapshot_bytes"] = nbytes
+        self.counts["snapshot_entries"] = len(entries)
+        return len(entries)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.options.interval_s):
+            try:
+                self.save()
+            except Exception:
+                self.counts["snapshot_errors"] += 1
+                log.exception("warm restart: periodic snapshot failed")
+
+    # ------------------------------------------------------------------ restore
+    def restore(self, ssd: SsdTier) -> dict[str, Any]:
+        """Start from ``ssd``'s snapshot (module docstring); returns what happened."""
+        snap, why = read_snapshot(ssd.engine.options.dirs[0], self._identity(ssd))
+        if snap is None:
+            if why != "no snapshot":
+                log.warning(
+                    "warm restart: snapshot in %s not used (%s): starting cold",
+                    ssd.engine.options.dirs[0],
+                    why,
+                )
+            self.last_restore = {"snapshot": why}
+            return self.last_restore
+        store = self.store
+        entries = [e for e in snap.entries if ssd.contains(e.key)]
+        adopted = 0
+        if entries:
+            with store._lock:
+                store._placement_for(entries[0].size)
+            coldest_first = entries[::-1]
+            for start in range(0, len(coldest_first), _CHUNK):
+                with store._lock:
+                    placement = store._placement
+                    assert placement is not None
+                    for e in coldest_first[start : start + _CHUNK]:
+                        if placement.tier_of(e.key) is None:
+                            adopted += placement.adopt(e.key, AccessContext(size=e.size), SSD)
+                    drops, demote = placement.settle()
+                store._apply(drops, demote)
+        hot = [e for e in entries if e.in_dram]
+        self.last_restore = {
+            "snapshot": "used",
+            "snapshot_entries": len(snap.entries),
+            "on_ssd": len(entries),
+            "adopted": adopted,
+            "rewarm_pages": len(hot),
+        }
+        self.counts["restored_pages"] += adopted
+        if hot:
+            self._start_rewarm(hot)
+        log.info("warm restart: %d pages of the snapshot adopted, %d to re-warm into DRAM", adopted, len(hot))
+        return self.last_restore
+
+    def _start_rewarm(self, hot: list[SnapshotEntry]) -> None:
+        self.stop_rewarm()
+        self._rewarm_stop = threading.Event()
+        self._rewarmer = threading.Thread(
+            target=self._rewarm, args=(hot, self._rewarm_stop), name="hicache-rewarm", daemon=True
+        )
+        self._rewarmer.start()
+
+    def stop_rewarm(self, timeout_s: float = 2.0) -> None:
+        self._rewarm_stop.set()
+        if self._rewarmer is not None:
+            self._rewarmer.join(timeout_s)
+            self._rewarmer = None
+
+    def rewarm_done(self, timeout_s: float | None = None) -> bool:
+        """Wait for the re-warmer (tests, benchmarks); True when it is not running."""
+        t = self._rewarmer
+        if t is not None:
+            t.join(timeout_s)
+            return not t.is_alive()
+        return True
+
+    def _rewarm(self, hot: list[SnapshotEntry], stop: threading.Event) -> None:
+        opts = self.options
+        started = time.monotonic()
+        budget = RateBudget(opts.rate_mbps * 1e6 if opts.rate_mbps else None)
+        reason = "done"
+        try:
+            for start in range(0, len(hot), opts.batch_pages):
+                if stop.is_set() or self._stop.is_set():
+                    reason = "stopped"
+                    break
+                if time.monotonic() - started > opts.budget_s:
+                    reason = "time budget"
+                    break
+                self._wait_idle(stop)
+                full = self._rewarm_batch(hot[start : start + opts.batch_pages], budget, stop)
+                if full is None:
+                    reason = "no dram or ssd tier"
+                    break
+                if full:
+                    reason = "dram full (high watermark)"
+                    break
+        except Exception:
+            reason = "error"
+            self.counts["rewarm_errors"] += 1
+            log.exception("warm restart: re-warm failed")
+        self.counts["rewarm_seconds"] = int(time.monotonic() - started)
+        self.last_restore["rewarm_stopped"] = reason
+        log.info("warm restart: re-warm finished (%s): %d pages", reason, self.counts["rewarmed_pages"])
+
+    def _wait_idle(self, stop: threading.Event) -> None:
+        """Yield to SGLang: wait (bounded) for a moment with no store call in flight."""
+        end = time.monotonic() + self.options.yield_s
+        gate = self.store._gate
+        while gate.in_flight and time.monotonic() < end and not stop.is_set():
+            time.sleep(0.001)
+
+    def _rewarm_batch(
+        self, batch: list[SnapshotEntry], budget: RateBudget, stop: threading.Event
+    ) -> bool | None:
+        """Copy ``batch`` SSD -> DRAM; True when DRAM is at its low watermark (stop), None when the
+        store has no DRAM or no SSD tier any more."""
+        store = self.store
+        lay = store._layout
+        dram, ssd = lay.dram, lay.ssd
+        if dram is None or ssd is None:
+            return None
+        with store._lock:
+            placement = store._placement
+            if placement is None:
+                return None
+            todo = [e for e in batch if placement.tier_of(e.key) == SSD]
+            if todo and placement.dram_used + sum(e.size for e in todo) > placement.dram_capacity:
+                return True
+        if not todo:
+            return False
+        left = sum(e.size for e in todo)
+        while left > 0:  # in pieces no larger than the bucket, so a large batch still passes
+            piece = min(left, int(budget.capacity)) if budget.rate is not None else left
+            while not budget.try_take(piece):
+                if stop.wait(0.01):
+                    return False
+            left -= piece
+        bufs = [np.empty(e.size, dtype=np.uint8) for e in todo]
+        deadline = time.monotonic() + store.options.timeout_s
+        got = ssd.engine.get_batch_into(
+            [(e.key, [b.data]) for e, b in zip(todo, bufs, strict=True)], deadline
+        )
+        ctx = AccessContext(promoted=True)
+        items = [
+            (e.key, [b.data], ctx._replace(size=e.size))
+            for e, b, ok in zip(todo, bufs, got, strict=True)
+            if ok
+        ]
+        landed = dram.put_batch(items, deadline) if items else []
+        full = False
+        with store._lock:
+            placement = store._placement
+            unwanted = []
+            for (key, _parts, _ctx), ok in zip(items, landed, strict=True):
+                if not ok or placement is None:
+                    continue
+                if placement.tier_of(key) == DRAM:
+                    continue  # SGLang's calls brought it up meanwhile
+                if placement.warm(key):
+                    self.counts["rewarmed_pages"] += 1
+                    self.counts["rewarmed_bytes"] += _ctx.size
+                else:
+                    unwanted.append(key)
+                    full = full or placement.tier_of(key) == SSD
+            dram.remove_batch(unwanted)
+        return full
+
+    def close(self) -> None:
+        self._stop.set()
+        self.stop_rewarm()
+        if self._ticker is not None:
+            self._ticker.join(2.0)
+            self._ticker = None
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            **dict(self.counts),
+            **self.last_restore,
+            "rewarming": self._rewarmer is not None and self._rewarmer.is_alive(),
+        }
