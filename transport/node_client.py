@@ -9,6 +9,10 @@ the check holds however the engine orders the bytes of one read (RDMA does not p
 a slot is invalidated before it is reused and versions never repeat, so a body read while its
 slot was being reused fails the second check. A put is ALLOC + one-sided write + COMMIT. A node
 that serves no RDMA (``RdmaNotServed``) is reached through the keyed TCP path instead, said once.
+With ``tcp`` a large batch is *striped*: cut into up to ``max_stripes`` runs of whole objects (at
+least ``stripe_min_bytes`` each) that travel on as many pooled connections at once, one request
+per run (the node serves each connection on its own thread), so one batch is not limited to one
+connection's throughput; a run that fails misses only its own objects.
 Every call is bounded by ``ClientOptions.timeout_s``; any failure turns into misses / ``False``
 and is counted, never raised. A client given an engine *name* owns that engine and closes it; an
 engine *instance* (shared by ``ClusterClient``) is left to its owner.
@@ -23,9 +27,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from . import wire
@@ -68,6 +74,8 @@ class NodeClient:
         self.counters: Counter[str] = Counter()
         self._segment: Segment | None = None
         self._two_sided = not self.engine.one_sided  # also when the node does not serve the engine
+        self._stripe_lock = threading.Lock()
+        self._stripe_exec: ThreadPoolExecutor | None = None
 
     # ---- plumbing -------------------------------------------------------------------------
 
@@ -152,9 +160,12 @@ class NodeClient:
         fn: Callable[[Connection, float, list[int]], list[R]],
         miss: R,
         what: str,
+        stripe: bool = False,
     ) -> list[R]:
-        """Run ``fn`` over the valid keys, chunked to the connection's limits, on one connection and
-        within one deadline; every key that was not served is ``miss``."""
+        """Run ``fn`` over the valid keys, chunked to the connection's limits, within one deadline;
+        every key that was not served is ``miss``. With ``stripe`` a large batch is split into
+        stripes of whole objects (:meth:`_stripes`), each on its own connection in parallel (the
+        first in this thread); a stripe that fails misses only its own keys."""
         out = [miss] * len(keys)
         if not keys:
             return out
@@ -162,18 +173,73 @@ class NodeClient:
         conn = self._acquire(deadline)
         if conn is None:
             return out
+        valid = self._valid(keys, conn.limits)
+        groups = self._stripes(valid, sizes) if stripe else [valid]
+        futures = [
+            self._stripe_pool(len(groups) - 1).submit(
+                self._run_stripe, None, g, sizes, fn, out, deadline, what
+            )
+            for g in groups[1:]
+        ]
         try:
-            for idx in self._chunks(self._valid(keys, conn.limits), sizes, conn.limits):
-                for i, r in zip(idx, fn(conn, deadline, idx), strict=True):
+            self._run_stripe(conn, groups[0], sizes, fn, out, deadline, what)
+        finally:
+            for f in futures:
+                f.result()
+        return out
+
+    def _run_stripe(
+        self,
+        conn: Connection | None,
+        idx: list[int],
+        sizes: Sequence[int],
+        fn: Callable[[Connection, float, list[int]], list[R]],
+        out: list[R],
+        deadline: float,
+        what: str,
+    ) -> None:
+        if conn is None:
+            conn = self._acquire(deadline)
+            if conn is None:
+                return
+        try:
+            for chunk in self._chunks(idx, sizes, conn.limits):
+                for i, r in zip(chunk, fn(conn, deadline, chunk), strict=True):
                     out[i] = r
         except (TransportError, OSError, TimeoutError, ValueError) as exc:
             self._release(conn, exc, what)
-            return out
+            return
         except BaseException as exc:
             self._release(conn, exc, what)
             raise
         self._release(conn, None, what)
+
+    def _stripes(self, idx: list[int], sizes: Sequence[int]) -> list[list[int]]:
+        """``idx`` cut into up to ``max_stripes`` (and ``connections_per_peer``) runs of about equal
+        bytes, each at least ``stripe_min_bytes``; one run when the batch is smaller."""
+        total = sum(sizes[i] for i in idx)
+        k = min(self.opts.max_stripes, self.opts.connections_per_peer, len(idx))
+        k = min(k, total // max(1, self.opts.stripe_min_bytes))
+        if k <= 1:
+            return [idx]
+        out: list[list[int]] = [[]]
+        target = total / k
+        acc = 0
+        for i in idx:
+            if out[-1] and acc >= target * len(out) and len(out) < k:
+                out.append([])
+            out[-1].append(i)
+            acc += sizes[i]
         return out
+
+    def _stripe_pool(self, n: int) -> ThreadPoolExecutor:
+        """Threads that run the stripes beyond the first (made at the first striped call)."""
+        with self._stripe_lock:
+            if self._stripe_exec is None:
+                self._stripe_exec = ThreadPoolExecutor(
+                    max_workers=max(1, self.opts.max_stripes - 1), thread_name_prefix="hicache-stripe"
+                )
+            return self._stripe_exec
 
     def _segment_for(self, conn: Connection) -> Segment | None:
         """The node's segment opened on the engine; None when the node does not serve it."""
@@ -260,7 +326,7 @@ class NodeClient:
             return put(conn, deadline, [items[i] for i in idx], obj_type)
 
         keys = [k for k, _ in items]
-        return self._batched(keys, [_nbytes(p) for _, p in items], go, False, "put")
+        return self._batched(keys, [_nbytes(p) for _, p in items], go, False, "put", stripe=self._two_sided)
 
     def get_batch_into(self, items: Sequence[Item]) -> list[bool]:
         """Fill each ``(key, parts)`` with the object's bytes; an object whose size differs from
@@ -271,7 +337,7 @@ class NodeClient:
             return get(conn, deadline, [items[i] for i in idx])
 
         keys = [k for k, _ in items]
-        out = self._batched(keys, [_nbytes(p) for _, p in items], go, False, "get")
+        out = self._batched(keys, [_nbytes(p) for _, p in items], go, False, "get", stripe=self._two_sided)
         self.counters["get_hits"] += sum(out)
         self.counters["get_misses"] += len(out) - sum(out)
         return out
@@ -371,6 +437,10 @@ class NodeClient:
         return self.engine.register_memory(buf)
 
     def close(self) -> None:
+        with self._stripe_lock:
+            stripes, self._stripe_exec = self._stripe_exec, None
+        if stripes is not None:
+            stripes.shutdown(wait=True)
         self.pool.close()
         if self._segment is not None:
             self.engine.close_segment(self._segment.node_id)
