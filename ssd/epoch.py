@@ -46,6 +46,7 @@ class EpochKeeper:
         self._mutex = threading.Lock()  # one clear at a time
         self._map_lock = threading.Lock()
         self._map_queued: set[int] = set()  # directories whose map write is queued on the pool
+        self._map_writer = threading.Lock()  # background map writes, one at a time
         self.files: list[StateFile | None] = []
         self.maps: list[set[int]] = []  # per directory: region ids whose files the engine made
         self.missing: list[tuple[str, int]] = []  # (directory, region id) in the map, file gone
@@ -121,14 +122,18 @@ class EpochKeeper:
             pool.submit([lambda: self._persist_map(di)], priority=WRITE)
 
     def _persist_map(self, di: int) -> None:
-        """Write directory ``di``'s state record (its map as it is now); errors are counted."""
+        """Write directory ``di``'s state record (its map as it is now); errors are counted. The
+        map lock is not held during the write (a region open must never wait for it); writers
+        of one directory take turns and each takes its snapshot in its turn, so a newer map is
+        never overwritten by an older one."""
         c = self.core
         f = self.files[di]
-        with self._map_lock:
-            self._map_queued.discard(di)
+        with self._map_writer:
+            with self._map_lock:
+                self._map_queued.discard(di)
+                rec = State(c.epoch, c.boot, c.options.region_size, set(self.maps[di]))
             if f is None:
                 return
-            rec = State(c.epoch, c.boot, c.options.region_size, set(self.maps[di]))
             try:
                 f.write(rec)
             except OSError:
