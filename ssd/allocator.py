@@ -1,9 +1,11 @@
 """Space: which region the next bytes go to (:class:`RegionAllocator`).
 
-Keeps one *active* region per directory, opens a new one when a batch does not fit (a free
-allocated region first, then a not yet allocated one while the free-space floor allows, else the
-oldest sealed region is dropped synchronously), and gives disk space back when the filesystem
-falls below the floor. Reservations happen under the core lock; preallocation and header writes
+Keeps one *active* region per directory and one *standby* region, opened in advance, so that a
+batch that does not fit moves on to the standby at once instead of waiting for a region to be
+opened (preallocation and a header write, which queue behind the data on a busy disk). A region
+is opened from a free allocated region first, then a not yet allocated one while the free-space
+floor allows, else (only when a batch needs it, never for a standby) the oldest sealed region is
+dropped synchronously. Gives disk space back when the filesystem falls below the floor. Reservations happen under the core lock; preallocation and header writes
 happen without it, by the one thread that moved the region to ``OPENING``.
 
 A reservation is a :class:`Reservation`: a contiguous byte range of one region, pinned
@@ -20,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 from .core import EngineCore
 from .format import BLOCK, RegionHeader, entry_size
-from .io import IoBatch
+from .io import URGENT, IoBatch
 from .reclaim import drop_all, pick_victim
 from .region import Region, RegionState, open_region_fd, preallocate, remove_region_file, write_region_header
 from .space import FloorGuard
@@ -61,6 +63,7 @@ class RegionAllocator:
         self.core = core
         nd = len(core.options.dirs)
         self.active: list[Region | None] = [None] * nd
+        self.standby: list[Region | None] = [None] * nd  # opened, empty, next to become active
         self.opening: list[_Opening | None] = [None] * nd
         self.floors = [FloorGuard(d, core.options.min_free_bytes) for d in core.options.dirs]
         self._rr = 0
@@ -104,6 +107,8 @@ class RegionAllocator:
             self.summaries.maybe_summarize(r)
         if self.active[r.dir_index] is r:
             self.active[r.dir_index] = None
+        if self.standby[r.dir_index] is r:  # a standby past a shrunk limit (resize) is sealed empty
+            self.standby[r.dir_index] = None
 
     def maybe_free(self, r: Region) -> None:
         if r.state is RegionState.DRAINING and not r.pinned:
@@ -127,6 +132,7 @@ class RegionAllocator:
     def forget_all(self) -> None:
         """``clear``: no active region, nothing sealed (lock held)."""
         self.active = [None] * len(self.active)
+        self.standby = [None] * len(self.standby)
         self.core.fifo = []
 
     # ------------------------------------------------------------------ no lock held
@@ -159,11 +165,11 @@ class RegionAllocator:
         k = 0
         reason = ""
         alloc_failed = [False]  # a new region file could not be allocated: reuse old ones instead
+        evicted: list[str] = []  # keys dropped for a region open, told to on_evict without the lock
         for _attempt in range(4 * len(c.regions) + 8):
             if k >= len(sizes):
                 break
             opening: _Opening | None = None
-            evicted: list[str] = []
             with c.lock:
                 if c.closed:
                     reason = "io_error"
@@ -182,33 +188,31 @@ class RegionAllocator:
                         r.write_off = off
                         r.writers += 1
                         if k >= len(sizes):
+                            if allow_open:
+                                evicted = self._prepare_standby(di, alloc_failed)
                             break
                     self.seal(r)
-                if not allow_open:
+                spare = self.standby[di]
+                if spare is not None:
+                    self.standby[di] = None
+                    self.active[di] = spare
+                    if allow_open:
+                        evicted = self._prepare_standby(di, alloc_failed)
+                    opening = None
+                elif not allow_open:
                     reason = "no_space"
                     break
-                if self.opening[di] is not None:
+                elif self.opening[di] is not None:
                     opening = self.opening[di]
                 else:
-                    cand = self._take_free(di, allow_unallocated=not alloc_failed[0])
-                    while cand is None:
-                        victim, dropped = self.drop_oldest(di)
-                        evicted.extend(dropped)
-                        if victim is None:
-                            break
-                        if victim.rid < c.region_limit:  # a retired region is emptied, never reopened
-                            cand = victim
-                    if cand is None:
+                    opening, evicted = self._start_open(di, alloc_failed)
+                    if opening is None:
                         reason = reason or "no_space"
                         break
-                    cand.state = RegionState.OPENING
-                    cand.gen = c.next_seq()
-                    cand.epoch = c.epoch
-                    opening = _Opening()
-                    self.opening[di] = opening
-                    self._open_async(di, cand, opening, alloc_failed)
             c.notify_evicted(evicted)
-            assert opening is not None
+            evicted = []
+            if opening is None:  # moved on to the standby region
+                continue
             left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
             done = left > 0 and opening.event.wait(left)
             if not done and deadline is not None and time.monotonic() >= deadline:
@@ -217,7 +221,42 @@ class RegionAllocator:
                 break
             if opening.why:
                 reason = opening.why
+        c.notify_evicted(evicted)
         return out, reason
+
+    def _start_open(
+        self, di: int, alloc_failed: list[bool], evict: bool = True
+    ) -> tuple[_Opening | None, list[str]]:
+        """Start opening a region of ``di`` (lock held): a free one, else (``evict``) the oldest
+        sealed one dropped. Returns the opening (None: nothing to open) and the keys evicted."""
+        c = self.core
+        evicted: list[str] = []
+        cand = self._take_free(di, allow_unallocated=not alloc_failed[0])
+        while cand is None and evict:
+            victim, dropped = self.drop_oldest(di)
+            evicted.extend(dropped)
+            if victim is None:
+                break
+            if victim.rid < c.region_limit:  # a retired region is emptied, never reopened
+                cand = victim
+        if cand is None:
+            return None, evicted
+        cand.state = RegionState.OPENING
+        cand.gen = c.next_seq()
+        cand.epoch = c.epoch
+        opening = _Opening()
+        self.opening[di] = opening
+        self._open_async(di, cand, opening, alloc_failed)
+        return opening, evicted
+
+    def _prepare_standby(self, di: int, alloc_failed: list[bool]) -> list[str]:
+        """Open the next region in the background if none is ready or on its way and a free
+        region is there (lock held; a standby never evicts: in a full cache the reclaimer frees
+        the next region, or it is opened when needed)."""
+        if self.standby[di] is not None or self.opening[di] is not None or alloc_failed[0]:
+            return []
+        _, evicted = self._start_open(di, alloc_failed, evict=False)
+        return evicted
 
     def _open_async(self, di: int, r: Region, opening: _Opening, alloc_failed: list[bool]) -> None:
         """Open ``r`` (state OPENING, owned by this open) on the I/O pool; ``opening.event`` is set
@@ -235,7 +274,10 @@ class RegionAllocator:
                     r.keys = []
                     r.live_bytes = 0
                     r.summarized = False
-                    self.active[di] = r
+                    if self.active[di] is None:
+                        self.active[di] = r
+                    else:
+                        self.standby[di] = r
                     c.counts["opened_regions"] += 1
                 else:
                     r.state = RegionState.FREE
@@ -248,7 +290,7 @@ class RegionAllocator:
             opening.event.set()
 
         assert c.pool is not None
-        c.pool.submit([lambda: self._open_region(r)], on_done=finish)
+        c.pool.submit([lambda: self._open_region(r)], on_done=finish, priority=URGENT)
 
     def finish_write(self, res: Reservation, failed: bool) -> None:
         """Unpin a reservation once its write is over (lock held); a failed write seals the region."""
@@ -272,7 +314,7 @@ class RegionAllocator:
                 preallocate(r.fd, o.region_size)
                 r.allocated = True
                 self.floors[r.dir_index].invalidate()
-                self._region_file(r, True)
+            self._region_file(r, True)  # (mapped again if a crash lost the map's update)
             remove_summary(r.path)  # (a stale one would be ignored anyway: other generation)
             write_region_header(r.fd, RegionHeader(r.rid, r.epoch, r.gen, o.region_size, time.time_ns()))
             return True, ""

@@ -170,8 +170,12 @@ def _load_summaries(core: EngineCore, summaries: list[tuple[Region, RegionSummar
         except OSError:
             continue
         r.allocated = summ.file_size >= o.region_size
-        r.state = RegionState.SEALED
         r.gen = summ.header.gen
+        if not summ.keys:  # an empty region (the standby region at a clean close): free to reuse
+            r.state = RegionState.FREE
+            core.counts["recover_from_summaries"] += 1
+            continue
+        r.state = RegionState.SEALED
         r.epoch = core.epoch
         r.write_off = summ.end_offset
         r.summarized = True

@@ -1,27 +1,31 @@
 """Write buffer: one batch of entries laid out exactly as they go to disk.
 
 Logically a batch is ``[header block][payload padded to 4096]`` per entry, back to back; the
-engine reserves region space for that layout and writes it with ``pwritev``. Two ways to hold it:
+engine reserves region space for that layout and writes it with ``pwritev``, in jobs of whole
+entries (about ``write_chunk_bytes`` each) that run in parallel on the I/O pool. Two ways to
+write a job (:meth:`WriteBuffer.fill_job`):
 
-* **staged** (copy): the batch is copied once into page-aligned memory (one contiguous I/O per
-  chunk). Used when O_DIRECT is on and some payload part is not 4096-aligned (address or length).
-* **borrowed** (zero copy): only the header blocks live in our aligned memory; the payload iovecs
-  are the caller's own memoryviews (SGLang's host pool), written in place. Used for buffered I/O
-  and for O_DIRECT when every part is aligned. The caller's memory must stay valid until the
-  put returns; :meth:`WriteBuffer.drop` in borrowed mode therefore waits until every reader
-  that is copying a pending entry out of it has finished.
+* **staged** (copy): the job's entries (headers included) are copied into one buffer of the
+  :class:`BufferPool`, backed by huge pages, so the write reaches the device as a few long
+  segments; the buffer goes back to the pool when the write is over. Used with O_DIRECT when
+  some payload part is not 4096-aligned, or when the caller's memory is not on huge pages
+  (``SsdOptions.stage_writes``);
+* **borrowed** (zero copy): the header blocks live in this buffer's aligned memory and the
+  payload iovecs are the caller's own memoryviews (SGLang's host pool), written in place.
 
-Payload hashes are computed while appending, before any byte is written; headers (filled in
-after the engine has reserved region space: sequence number, region generation) carry them. So a
-write that completes after its put gave up (deadline), while the caller already reuses its
-memory, leaves an entry whose checksum does not match: never indexed in this life, and dropped by
-recovery or by the read-time verification after a restart.
+Each job fills its entries (copy, payload hash) itself, so the copies and hashes of one job
+overlap the writes of the others; the writer lets a fill run only while the put still waits for
+it (its ``FillGate``): the checksum is taken from the caller's bytes as they were during the call.
+So a write that completes after its put gave up (deadline), while the caller already reuses its
+memory, leaves an entry whose checksum does not match (borrowed) or that holds the bytes of the
+call (staged): never indexed in this life, and never served with other bytes after a restart.
 
-While the batch is being written, readers of its keys copy their bytes from here
-(``payload_views``). Buffers are reference counted: the writer holds one reference, each such
-reader holds one while it copies, the I/O jobs hold one until they have finished (which may be
-after an abandoned put returned); the memory returns to the :class:`BufferPool` only when the
-count drops to zero, so a buffer is never reused under a reader or a write in flight.
+While the batch is being written, readers of its keys copy their bytes from the caller's memory
+(``payload_views``), which must stay valid until the put returns: :meth:`WriteBuffer.drop`
+therefore waits until every such reader has finished. The header memory is reference counted:
+the writer holds one reference, each such reader one while it copies, the I/O jobs one until they
+have finished (which may be after an abandoned put returned); it returns to the pool only when
+the count drops to zero.
 """
 
 from __future__ import annotations
@@ -34,55 +38,66 @@ from dataclasses import dataclass
 import xxhash
 
 from .format import BLOCK, EntryHeader, align_up, entry_size
-from .io import aligned_buffer
+from .io import HUGE_PAGE, aligned_buffer, copy_into, huge_buffer
 
 
 @dataclass
 class Slot:
     """One entry of a :class:`WriteBuffer`. ``offset`` is the header block's offset in the
-    batch's logical (on-disk) layout; ``hdr`` is its header block, ``payload`` the payload bytes
-    (a slice of staged memory, or the caller's views when borrowed), ``pad`` the zero bytes that
-    follow the payload up to the next 4096 boundary."""
+    batch's logical (on-disk) layout; ``hdr`` is its header block (borrowed mode), ``payload`` the
+    caller's views, ``pad`` the zero bytes that follow the payload up to the next 4096 boundary.
+    ``payload_hash`` is set when the entry is filled."""
 
     key: bytes
     offset: int
     payload_len: int
-    payload_hash: int
     hdr: memoryview
     payload: list[memoryview]
     pad: int
+    payload_hash: int = 0
 
     @property
     def size(self) -> int:
         return entry_size(self.payload_len)
 
 
+Buffer = mmap.mmap | memoryview  # what a BufferPool hands out (page- or 2 MiB-aligned)
+
+
 class BufferPool:
-    """Reuses aligned buffers by power-of-two size class (avoids page faults on every batch)."""
+    """Reuses aligned buffers by power-of-two size class (avoids page faults on every batch).
+
+    Buffers of 2 MiB and more start on a 2 MiB boundary and are backed by transparent huge pages
+    where the kernel gives them (:func:`~.io.huge_buffer`): staged writes and reads then reach
+    the device as long segments, at its full speed."""
 
     def __init__(self, max_pooled_bytes: int = 256 << 20) -> None:
         self._lock = threading.Lock()
-        self._free: dict[int, list[mmap.mmap]] = {}
+        self._free: dict[int, list[Buffer]] = {}
         self._pooled = 0
         self._max = max_pooled_bytes
 
     @staticmethod
     def _class(size: int) -> int:
+        """Power-of-two classes up to 2 MiB, then whole 2 MiB pages (a staged run of 8 MiB and a
+        header is 10 MiB, not 16)."""
+        if size > HUGE_PAGE:
+            return -(-size // HUGE_PAGE) * HUGE_PAGE
         c = 1 << 20
         while c < size:
             c <<= 1
         return c
 
-    def take(self, size: int) -> mmap.mmap:
+    def take(self, size: int) -> Buffer:
         c = self._class(size)
         with self._lock:
             lst = self._free.get(c)
             if lst:
                 self._pooled -= c
                 return lst.pop()
-        return aligned_buffer(c)
+        return huge_buffer(c) if c >= HUGE_PAGE else aligned_buffer(c)
 
-    def give(self, mem: mmap.mmap) -> None:
+    def give(self, mem: Buffer) -> None:
         c = len(mem)
         with self._lock:
             if self._pooled + c <= self._max:
@@ -99,63 +114,81 @@ _ZEROS = memoryview(aligned_buffer(BLOCK))
 
 
 class WriteBuffer:
-    """Staging memory for one batch; see the module docstring for layout and lifetime."""
+    """Layout and header blocks of one batch; see the module docstring for layout and lifetime."""
 
-    def __init__(self, pool: BufferPool, capacity: int, entries: int = 0, borrow: bool = False) -> None:
+    def __init__(self, pool: BufferPool, entries: int, borrow: bool) -> None:
         self._pool = pool
         self.borrow = borrow
-        self._mem = pool.take(entries * BLOCK if borrow else capacity)
+        self._mem = pool.take(max(1, entries) * BLOCK)
         self.view = memoryview(self._mem)
-        self.used = 0  # logical bytes appended
-        self._hdr_used = 0  # borrowed mode: header blocks used in ``view``
+        self.used = 0  # logical bytes laid out
         self.slots: list[Slot] = []
         self._refs = 1
         self._readers = 0
         self._cond = threading.Condition()
 
-    def append(self, key: bytes, parts: Sequence[memoryview]) -> Slot:
-        """Add ``parts`` as one entry (copied when staged, referenced when borrowed)."""
+    def add(self, key: bytes, parts: Sequence[memoryview]) -> Slot:
+        """Lay ``parts`` out as the next entry (nothing is copied or hashed yet)."""
         off = self.used
-        hasher = xxhash.xxh3_64()
-        if self.borrow:
-            hdr = self.view[self._hdr_used : self._hdr_used + BLOCK]
-            self._hdr_used += BLOCK
-            payload = [p for p in parts if p.nbytes]
-            for p in payload:
-                hasher.update(p)
-            plen = sum(p.nbytes for p in payload)
-        else:
-            hdr = self.view[off : off + BLOCK]
-            pos = off + BLOCK
-            for p in parts:
-                n = p.nbytes
-                if n:
-                    self.view[pos : pos + n] = p
-                    hasher.update(p)
-                    pos += n
-            plen = pos - off - BLOCK
-            payload = [self.view[off + BLOCK : pos]]
-        hdr[:] = bytes(BLOCK)
+        src = [p for p in parts if p.nbytes]
+        plen = sum(p.nbytes for p in src)
+        i = len(self.slots)
         end = off + BLOCK + align_up(plen)
-        pad = end - (off + BLOCK + plen)
-        if pad and not self.borrow:
-            self.view[end - pad : end] = bytes(pad)
-        slot = Slot(key, off, plen, hasher.intdigest(), hdr, payload, pad)
+        slot = Slot(key, off, plen, self.view[i * BLOCK : (i + 1) * BLOCK], src, end - (off + BLOCK + plen))
         self.slots.append(slot)
         self.used = end
         return slot
 
-    def entry_iov(self, slot: Slot) -> list[memoryview]:
-        """The iovecs that write ``slot``'s entry (header, payload, padding)."""
-        if not self.borrow:
-            return [self.view[slot.offset : slot.offset + slot.size]]
-        out = [slot.hdr, *slot.payload]
-        if slot.pad:
-            out.append(_ZEROS[: slot.pad])
-        return out
+    def fill_job(
+        self, entries: Sequence[tuple[Slot, int]], gen: int
+    ) -> tuple[list[memoryview], Buffer | None]:
+        """Hash (and when staged, copy) the entries of one write job and write their headers
+        (``(slot, seq)``, back to back on disk). Returns the iovecs to write and the staging
+        buffer to give back to the pool once written (None when borrowed). The GIL is released
+        in the copies and the hashes."""
+        if self.borrow:
+            iov: list[memoryview] = []
+            for slot, seq in entries:
+                hasher = xxhash.xxh3_64()
+                for p in slot.payload:
+                    hasher.update(p)
+                slot.payload_hash = hasher.intdigest()
+                slot.hdr[:] = _ZEROS
+                EntryHeader(slot.key, slot.payload_len, seq, gen, slot.payload_hash).pack_into(slot.hdr)
+                iov.append(slot.hdr)
+                iov.extend(slot.payload)
+                if slot.pad:
+                    iov.append(_ZEROS[: slot.pad])
+            return iov, None
+        nbytes = sum(slot.size for slot, _ in entries)
+        mem = self._pool.take(nbytes)
+        view = memoryview(mem)
+        pos = 0
+        try:
+            for slot, seq in entries:
+                hdr = view[pos : pos + BLOCK]
+                hdr[:] = _ZEROS
+                at = pos + BLOCK
+                hasher = xxhash.xxh3_64()
+                for p in slot.payload:
+                    dst = view[at : at + p.nbytes]
+                    copy_into(dst, p)
+                    hasher.update(dst)
+                    at += p.nbytes
+                if slot.pad:
+                    view[at : at + slot.pad] = _ZEROS[: slot.pad]
+                slot.payload_hash = hasher.intdigest()
+                EntryHeader(slot.key, slot.payload_len, seq, gen, slot.payload_hash).pack_into(hdr)
+                pos += slot.size
+        except BaseException:
+            self._pool.give(mem)
+            raise
+        return [view[:nbytes]], mem
 
-    def write_header(self, slot: Slot, seq: int, gen: int) -> None:
-        EntryHeader(slot.key, slot.payload_len, seq, gen, slot.payload_hash).pack_into(slot.hdr)
+    def give_back(self, mem: Buffer | None) -> None:
+        """A staged job's buffer, once its write is over."""
+        if mem is not None:
+            self._pool.give(mem)
 
     def payload_views(self, slot: Slot) -> list[memoryview]:
         return slot.payload
@@ -181,9 +214,9 @@ class WriteBuffer:
 
     def drop(self, wait_readers: bool = False) -> None:
         """Drop one owner reference (the last reference returns the memory to the pool). With
-        ``wait_readers`` (the writer, borrowed mode) first wait until the readers still copying out
-        of the caller's memory are done, so a put does not return while its memory is being read
-        (a memory copy: short, whatever the disk does)."""
+        ``wait_readers`` (the writer) first wait until the readers still copying out of the
+        caller's memory are done, so a put does not return while its memory is being read (a
+        memory copy: short, whatever the disk does)."""
         with self._cond:
             if wait_readers:
                 while self._readers > 0:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 
 from .buffer import BufferPool
 from .health import Health
+from .hugemem import HugeRanges
 from .index import Index
 from .io import IoPool
 from .options import SsdOptions
@@ -51,6 +52,7 @@ class EngineCore:
         self.io_mode_reason = ""
         self.pool: IoPool | None = None
         self.buffers = BufferPool()
+        self.huge_memory = HugeRanges()  # caller memory written in place (stage_writes: auto)
         self.on_evict: Callable[[str], None] | None = None
         self.keep: Callable[[str], bool] | None = None
         self.health = Health(options.dirs, options.probe_timeout_s, options.probe_interval_s)

@@ -176,6 +176,14 @@ class SsdEngine:
             c.exit()
         return results
 
+    def register_memory(self, view: Any) -> float:
+        """Caller memory that puts will come from (a DRAM arena, a host pool). When at least 90 %
+        of it is on huge pages, puts from it are written in place (no staging copy, see
+        ``SsdOptions.stage_writes``). Returns the share found on huge pages."""
+        from .io import byte_view
+
+        return self._core.huge_memory.register(byte_view(view))
+
     def get_into(self, key: str, parts: Parts, deadline: float | None = None) -> bool:
         """Read one object into ``parts`` (their sizes must add up to the object's size)."""
         return self.get_batch_into([(key, parts)], deadline)[0]

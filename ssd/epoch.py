@@ -5,7 +5,11 @@ by recovery. It lives in each directory's reserved state file (:mod:`.state`, ov
 place, so writing it never needs free space) and, best effort, in the JSON superblock; the
 effective epoch is the highest found. The boot counter makes sequence numbers unique across
 restarts (``boot << SEQ_BOOT_SHIFT``). The region map (which region files the engine made and did
-not remove) lets recovery and fsck tell a deleted region file from one never made.
+not remove) lets recovery and fsck tell a deleted region file from one never made. A change of
+the map (a region file made or removed) is written in the background on the I/O pool (coalesced,
+state file only), never while a put waits for its region: a map update lost in a crash only means
+that file's loss is not detected (an unmapped file's entries are still recovered, and it is
+mapped again when the engine next opens it).
 
 ``clear`` is fail closed: under the lock it bumps the epoch in memory, drops the index and frees
 the regions, and refuses every data call (``core.refusing``) until the new epoch is on disk in
@@ -26,7 +30,7 @@ import threading
 from .allocator import RegionAllocator
 from .core import EngineCore
 from .format import Superblock, region_files_in
-from .io import run_with_deadline
+from .io import WRITE, run_with_deadline
 from .region import RegionState
 from .state import State, StateFile, load_dir
 from .writer import WritePath
@@ -41,6 +45,8 @@ class EpochKeeper:
         self.writer = writer
         self._mutex = threading.Lock()  # one clear at a time
         self._map_lock = threading.Lock()
+        self._map_queued: set[int] = set()  # directories whose map write is queued on the pool
+        self._map_writer = threading.Lock()  # background map writes, one at a time
         self.files: list[StateFile | None] = []
         self.maps: list[set[int]] = []  # per directory: region ids whose files the engine made
         self.missing: list[tuple[str, int]] = []  # (directory, region id) in the map, file gone
@@ -99,13 +105,40 @@ class EpochKeeper:
                     raise
 
     def region_made(self, di: int, rid: int, present: bool) -> None:
-        """The engine made (``present``) or removed region file ``rid``: update the map on disk."""
+        """The engine made or opened (``present``) or removed region file ``rid``: update the map,
+        on disk in the background (one queued write per directory covers every change before it
+        runs)."""
         with self._map_lock:
             if (rid in self.maps[di]) == present:
                 return
             (self.maps[di].add if present else self.maps[di].discard)(rid)
-        with contextlib.suppress(OSError):
-            self._persist(di)
+            if di in self._map_queued:
+                return
+            self._map_queued.add(di)
+        pool = self.core.pool
+        if pool is None:
+            self._persist_map(di)
+        else:
+            pool.submit([lambda: self._persist_map(di)], priority=WRITE)
+
+    def _persist_map(self, di: int) -> None:
+        """Write directory ``di``'s state record (its map as it is now); errors are counted. The
+        map lock is not held during the write (a region open must never wait for it); writers
+        of one directory take turns and each takes its snapshot in its turn, so a newer map is
+        never overwritten by an older one."""
+        c = self.core
+        f = self.files[di]
+        with self._map_writer:
+            with self._map_lock:
+                self._map_queued.discard(di)
+                rec = State(c.epoch, c.boot, c.options.region_size, set(self.maps[di]))
+            if f is None:
+                return
+            try:
+                f.write(rec)
+            except OSError:
+                with c.lock:
+                    c.counts["state_file_errors"] += 1
 
     def clear(self, deadline: float | None = None) -> bool:
         """Drop everything (see the module docstring); True once the new epoch is durable."""

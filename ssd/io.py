@@ -11,11 +11,11 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import mmap
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -60,6 +60,43 @@ def probe_direct_io(directory: str) -> tuple[bool, str]:
 def aligned_buffer(size: int) -> mmap.mmap:
     """Page-aligned anonymous memory of ``size`` bytes rounded up to 4096 (zero filled)."""
     return mmap.mmap(-1, max(BLOCK, (size + BLOCK - 1) // BLOCK * BLOCK))
+
+
+HUGE_PAGE = 2 << 20
+_MADV_POPULATE_WRITE = 23  # Linux 5.14+; older kernels: touched page by page instead
+
+
+def huge_buffer(size: int) -> memoryview:
+    """``size`` bytes (rounded up to 2 MiB) of anonymous memory starting on a 2 MiB boundary and
+    backed by transparent huge pages where the kernel gives them (``madvise(MADV_HUGEPAGE)``,
+    THP ``enabled`` = ``always`` or ``madvise``), faulted in now. A block device takes a request
+    from huge pages as a few long segments instead of one per 4 KiB page, which is what lets an
+    O_DIRECT request run at the disk's speed; without THP it is ordinary page-aligned memory.
+    The view keeps its mapping alive."""
+    size = max(HUGE_PAGE, -(-size // HUGE_PAGE) * HUGE_PAGE)
+    raw = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    start = (-address_of(memoryview(raw))) % HUGE_PAGE
+    advise = getattr(raw, "madvise", None)
+    hugepage = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advise is not None and hugepage is not None:
+        with contextlib.suppress(OSError):
+            advise(hugepage, start, size)
+    view = memoryview(raw)[start : start + size]
+    populated = False
+    if advise is not None:
+        try:
+            advise(_MADV_POPULATE_WRITE, start, size)
+            populated = True
+        except OSError:
+            pass
+    if not populated:
+        np.frombuffer(view, dtype=np.uint8)[::BLOCK] = 0
+    return view
+
+
+def copy_into(dst: memoryview, src: memoryview) -> None:
+    """``dst[:] = src`` with the GIL released (numpy), so other threads run during the copy."""
+    np.copyto(np.frombuffer(dst, dtype=np.uint8), np.frombuffer(src, dtype=np.uint8))
 
 
 def byte_view(buf: Any) -> memoryview:
@@ -214,8 +251,17 @@ class IoBatch:
                 raise r
 
 
+URGENT, WRITE, READ = 0, 1, 2  # IoPool priorities: region opens and summaries, puts, gets
+
+
 class IoPool:
     """A fixed pool of daemon threads for blocking file I/O (GIL released inside the syscalls).
+
+    Jobs wait in one queue per priority and a free thread takes the oldest job of the most
+    urgent non-empty queue: region opens and other small control I/O (``URGENT``) never wait
+    behind a batch of data jobs, and a put's writes (``WRITE``) go ahead of gets' reads
+    (``READ``) already queued, so SGLang's backups keep their pace while prefetches read (a
+    thread never stops a job it started: reads in flight finish first).
 
     Daemon threads, so a thread stuck in a syscall on a stalled disk never blocks interpreter
     exit or :meth:`shutdown`; callers bound their wait with a deadline (:meth:`IoBatch.wait`).
@@ -223,7 +269,10 @@ class IoPool:
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
-        self._q: queue.SimpleQueue[tuple[IoBatch, int] | None] = queue.SimpleQueue()
+        self._cond = threading.Condition(threading.Lock())
+        self._queues: tuple[collections.deque[tuple[IoBatch, int] | None], ...] = tuple(
+            collections.deque() for _ in (URGENT, WRITE, READ)
+        )
         self._workers = [
             threading.Thread(target=self._work, name=f"hicache-ssd-io-{i}", daemon=True)
             for i in range(threads)
@@ -231,20 +280,33 @@ class IoPool:
         for t in self._workers:
             t.start()
 
+    def _next(self) -> tuple[IoBatch, int] | None:
+        with self._cond:
+            while True:
+                for q in self._queues:
+                    if q:
+                        return q.popleft()
+                self._cond.wait()
+
     def _work(self) -> None:
         while True:
-            item = self._q.get()
+            item = self._next()
             if item is None:
                 return
             batch, i = item
             batch.run_job(i)
 
     def submit(
-        self, fns: Sequence[Callable[[], Any]], on_done: Callable[[IoBatch], None] | None = None
+        self,
+        fns: Sequence[Callable[[], Any]],
+        on_done: Callable[[IoBatch], None] | None = None,
+        priority: int = URGENT,
     ) -> IoBatch:
         batch = IoBatch(fns, on_done)
-        for i in range(len(fns)):
-            self._q.put((batch, i))
+        if fns:
+            with self._cond:
+                self._queues[priority].extend((batch, i) for i in range(len(fns)))
+                self._cond.notify(len(fns))
         return batch
 
     def run_all(self, fns: Sequence[Callable[[], T]]) -> list[T]:
@@ -257,9 +319,11 @@ class IoPool:
         return batch.results
 
     def shutdown(self, timeout_s: float = 1.0) -> None:
-        """Stop the workers; waits at most ``timeout_s`` for ones still busy (they are daemons)."""
-        for _ in self._workers:
-            self._q.put(None)
+        """Stop the workers once the jobs already queued have run (the stop marks queue behind
+        everything); waits at most ``timeout_s`` for them (they are daemons)."""
+        with self._cond:
+            self._queues[READ].extend(None for _ in self._workers)
+            self._cond.notify_all()
         end = time.monotonic() + timeout_s
         for t in self._workers:
             t.join(max(0.0, end - time.monotonic()))

@@ -34,11 +34,17 @@ class SsdOptions:
     ``reinsertion_fraction``: at most this fraction of a region is reinserted per reclaim.
     ``write_chunk_bytes``: large batch writes / coalesced reads are split at entry boundaries
     into I/Os of about this size that run in parallel on the I/O pool.
+    ``staged_read_run_bytes``: reads that land in engine memory first (calls with a deadline) are
+    cut into runs of about this size, so that copying one run out overlaps reading the next.
     ``zero_copy_writes``: write payloads straight from the caller's memory (buffered I/O, or
     O_DIRECT when every part is 4096-aligned) instead of copying each batch into an aligned
     buffer first; a put then does not return while a concurrent get still copies from it.
     ``max_capacity_bytes``: the most :meth:`~.engine.SsdEngine.resize` may grow the engine to (0:
     ``capacity_bytes``); region ids up to it exist from the start (their files are made as used).
+    ``stage_writes``: with O_DIRECT, copy payloads into the engine's huge-page buffers before
+    writing them: ``"auto"`` unless the caller's memory was registered and found on huge pages
+    (``SsdEngine.register_memory``; a disk takes 4 KiB-page memory as one segment per page and
+    runs at about half speed), ``"always"``, or ``"never"`` (in place whenever aligned).
     ``probe_timeout_s`` / ``probe_interval_s``: after a call ran past its deadline the engine is
     degraded (calls skipped) until a health probe (write + fsync + read of a small file in each
     directory) finishes within ``probe_timeout_s``; one probe every ``probe_interval_s``.
@@ -57,7 +63,9 @@ class SsdOptions:
     reinsertion_fraction: float = 0.5
     write_chunk_bytes: int = 8 << 20
     max_read_run_bytes: int = 32 << 20
+    staged_read_run_bytes: int = 8 << 20
     zero_copy_writes: bool = True
+    stage_writes: str = "auto"
     probe_timeout_s: float = 5.0
     probe_interval_s: float = 1.0
     max_capacity_bytes: int = 0
@@ -82,6 +90,10 @@ class SsdOptions:
             )
         if self.min_free_bytes < 0:
             raise ValueError("SsdOptions.min_free_bytes: must be >= 0")
+        if self.stage_writes not in ("auto", "always", "never"):
+            raise ValueError(
+                f"SsdOptions.stage_writes: {self.stage_writes!r} is not one of auto, always, never"
+            )
         if self.direct_io not in ("auto", "on", "off"):
             raise ValueError(f"SsdOptions.direct_io: {self.direct_io!r} is not one of auto, on, off")
         if self.io_threads < 1:
@@ -96,8 +108,10 @@ class SsdOptions:
             raise ValueError("SsdOptions.probe_timeout_s / probe_interval_s: must be > 0")
         if self.max_capacity_bytes and self.max_capacity_bytes < self.capacity_bytes:
             raise ValueError("SsdOptions.max_capacity_bytes: must be 0 or >= capacity_bytes")
-        if self.write_chunk_bytes < BLOCK or self.max_read_run_bytes < BLOCK:
-            raise ValueError("SsdOptions.write_chunk_bytes / max_read_run_bytes: must be >= 4096")
+        if min(self.write_chunk_bytes, self.max_read_run_bytes, self.staged_read_run_bytes) < BLOCK:
+            raise ValueError(
+                "SsdOptions.write_chunk_bytes / max_read_run_bytes / staged_read_run_bytes: must be >= 4096"
+            )
 
     @property
     def num_regions(self) -> int:

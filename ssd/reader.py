@@ -23,7 +23,7 @@ from .allocator import RegionAllocator
 from .buffer import Slot, WriteBuffer
 from .core import EngineCore
 from .format import BLOCK, FLAG_DEAD, parse_entry_header
-from .io import IoBatch, byte_view, preadv_full
+from .io import READ, IoBatch, byte_view, copy_into, preadv_full
 from .readplan import ReadItem, Run, plan_runs
 from .writer import WritePath
 
@@ -33,14 +33,15 @@ Parts = Sequence[Any]
 
 
 def copy_views(dst: Sequence[memoryview], src: Sequence[memoryview]) -> None:
-    """Copy the bytes of ``src`` (back to back) into ``dst`` (same total length)."""
+    """Copy the bytes of ``src`` (back to back) into ``dst`` (same total length); the GIL is
+    released during each copy."""
     si, so = 0, 0
     for v in dst:
         pos, n = 0, v.nbytes
         while pos < n:
             s = src[si]
             take = min(n - pos, s.nbytes - so)
-            v[pos : pos + take] = s[so : so + take]
+            copy_into(v[pos : pos + take], s[so : so + take])
             pos += take
             so += take
             if so == s.nbytes:
@@ -136,10 +137,15 @@ class ReadPath:
                 wb.release()
         if plan:
             guard = _Delivery(results)
-            runs = plan_runs(plan, c.direct, c.options.max_read_run_bytes, staged=deadline is not None)
+            bounce_all = deadline is not None
+            o = c.options
+            run_bytes = o.staged_read_run_bytes if bounce_all else o.max_read_run_bytes
+            runs = plan_runs(plan, c.direct, run_bytes, staged=bounce_all)
             assert c.pool is not None
             iob = c.pool.submit(
-                [self._run_job(run, guard) for run in runs], on_done=lambda b: self._finish(runs, b)
+                [self._run_job(run, guard) for run in runs],
+                on_done=lambda b: self._finish(runs, b),
+                priority=READ,
             )
             if not iob.wait(deadline):
                 guard.close()

@@ -2,13 +2,16 @@
 
 1. under the lock: skip keys already stored (values are immutable) and register the new ones as
    *pending* (a concurrent put of the same key waits for this one's result);
-2. no lock: stage the batch in a :class:`WriteBuffer` (payload hashes computed): the caller's
-   memoryviews are written in place when the I/O mode allows (buffered, or O_DIRECT with every
-   part 4096-aligned), otherwise the batch is copied once into aligned memory;
+2. no lock: lay the batch out in a :class:`WriteBuffer`: the caller's memoryviews are written in
+   place (borrowed) when the I/O mode allows and ``stage_writes`` says so, otherwise each entry is
+   copied once into huge-page memory (staged);
 3. under the lock (:meth:`RegionAllocator.reserve`): reserve contiguous space in the directory's
-   active region and pin it; from here a get of a pending key is served from the write buffer;
-4. no lock: fill in the headers, ``pwritev`` the buffer (split at 4096 boundaries into chunks
-   that run in parallel on the I/O pool);
+   active region and pin it; from here a get of a pending key is served from the write buffer
+   (a staged entry once it is filled);
+4. no lock: jobs of whole entries (about ``write_chunk_bytes`` each) run in parallel on the I/O
+   pool; each fills its entries (copy when staged, payload hash) while the put still waits
+   (:class:`FillGate`), writes their headers and ``pwritev``s them, so the copies and hashes of one
+   job overlap the writes of the others; every sub-batch of a put is in flight at once;
 5. under the lock: index the entries, unpin. Only now does the put report True: the bytes are in
    the region file (page cache or device), so a SIGKILL after it loses nothing.
 
@@ -29,7 +32,7 @@ from .buffer import Slot, WriteBuffer
 from .core import EngineCore
 from .format import BLOCK, entry_size
 from .index import Location
-from .io import IoBatch, byte_view, is_aligned, pwritev_full, split_iov
+from .io import WRITE, IoBatch, byte_view, is_aligned, pwritev_full
 
 Parts = Sequence[Any]  # memoryview-compatible buffers
 
@@ -73,6 +76,36 @@ class _Group:
         self.error: OSError | None = None
 
 
+class FillGate:
+    """Fills (reads of the caller's memory to copy or hash it) run only while the put waits:
+    ``close`` (the put gives up at its deadline) waits for fills in progress, which are memory
+    work, short whatever the disk does, and refuses later ones."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._open = True
+        self._active = 0
+
+    def enter(self) -> bool:
+        with self._cond:
+            if not self._open:
+                return False
+            self._active += 1
+            return True
+
+    def exit(self) -> None:
+        with self._cond:
+            self._active -= 1
+            if self._active == 0:
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._open = False
+            while self._active:
+                self._cond.wait()
+
+
 class _BatchWrite:
     """One sub-batch in flight: shared by the caller and the I/O completion (``_finish``)."""
 
@@ -88,6 +121,8 @@ class _BatchWrite:
         self.failed_reason = ""
         self.finished = False  # _finish ran (lock held to read/write)
         self.abandoned = False  # the caller returned before _finish (lock held)
+        self.gate = FillGate()
+        self.iob: IoBatch | None = None
 
 
 class WritePath:
@@ -151,24 +186,44 @@ class WritePath:
                 mine.append(_New(i, key, kb, views, size, p))
         if not floor_ok:
             self.alloc.release_for_floor(di, deadline)
-        # Sub-batches of at most one region's worth of bytes each.
+        # Sub-batches of at most one region's worth of bytes each, all in flight at once.
+        subs: list[tuple[list[_New], int]] = []
         batch: list[_New] = []
         nbytes = 0
         for it in mine:
             es = entry_size(it.size)
             if batch and nbytes + es > o.region_size:
-                self._write_batch(di, batch, nbytes, results, reinsert_rid, deadline, open_regions)
+                subs.append((batch, nbytes))
                 batch, nbytes = [], 0
             batch.append(it)
             nbytes += es
         if batch:
-            self._write_batch(di, batch, nbytes, results, reinsert_rid, deadline, open_regions)
+            subs.append((batch, nbytes))
+        started: list[_BatchWrite] = []
+        try:
+            for sub, n in subs:
+                started.append(self._start_batch(di, sub, n, results, reinsert_rid, deadline, open_regions))
+        finally:
+            for state in started:
+                self._wait_batch(state, deadline)
         for i, p in waits:
             if p.done.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
                 results[i] = p.ok
         return bool(mine)
 
-    def _write_batch(
+    def _borrow(self, batch: list[_New]) -> bool:
+        """Write the caller's memory in place (zero copy) rather than staging it."""
+        c = self.core
+        mode = c.options.stage_writes
+        if mode == "always" or not c.options.zero_copy_writes:
+            return False
+        if c.direct and not all(is_aligned(v, BLOCK) for it in batch for v in it.views):
+            return False
+        if mode == "never" or not c.direct:
+            return True
+        return all(c.huge_memory.covers(v) for it in batch for v in it.views)
+
+    def _start_batch(
         self,
         di: int,
         batch: list[_New],
@@ -177,17 +232,15 @@ class WritePath:
         reinsert_rid: int | None,
         deadline: float | None,
         open_regions: bool = False,
-    ) -> None:
+    ) -> _BatchWrite:
+        """Lay out, reserve and submit one sub-batch; :meth:`_wait_batch` waits for it."""
         c = self.core
-        borrow = c.options.zero_copy_writes and (
-            not c.direct or all(is_aligned(v, BLOCK) for it in batch for v in it.views)
-        )
-        buf = WriteBuffer(c.buffers, nbytes, entries=len(batch), borrow=borrow)
+        borrow = self._borrow(batch)
+        buf = WriteBuffer(c.buffers, len(batch), borrow)
         state = _BatchWrite(batch, results, reinsert_rid, buf)
-        submitted = False
         try:
             for it in batch:
-                it.slot = buf.append(it.kb, it.views)
+                it.slot = buf.add(it.kb, it.views)
 
             def on_reserved(res: Reservation) -> None:
                 for it in batch[res.first : res.first + res.count]:
@@ -199,38 +252,48 @@ class WritePath:
             state.groups = [_Group(res, batch[res.first : res.first + res.count]) for res in reservations]
             jobs: list[Callable[[], None]] = []
             for g in state.groups:
-                for it, seq in zip(g.items, g.res.seqs, strict=True):
-                    assert it.slot is not None
-                    buf.write_header(it.slot, seq, g.res.gen)
-                for job in self.write_jobs(g, buf):
+                for job in self.write_jobs(g, buf, state.gate):
                     jobs.append(job)
                     state.job_groups.append(g)
             assert c.pool is not None
             buf.hold()  # the jobs' reference, dropped by _finish
-            iob = c.pool.submit(jobs, on_done=lambda b: self._finish(state, b))
-            submitted = True
+            state.iob = c.pool.submit(jobs, on_done=lambda b: self._finish(state, b), priority=WRITE)
+        except BaseException:
+            # reserve or layout raised: nothing is in flight
+            with c.lock:
+                for g in state.groups:
+                    self.alloc.finish_write(g.res, failed=True)
+                for it in batch:
+                    if self.pending.get(it.key) is it.pending:
+                        del self.pending[it.key]
+            for it in batch:
+                it.pending.done.set()
+            buf.drop()
+            raise
+        return state
+
+    def _wait_batch(self, state: _BatchWrite, deadline: float | None) -> None:
+        c = self.core
+        iob = state.iob
+        if iob is None:
+            return
+        try:
             if not iob.wait(deadline):
+                state.gate.close()  # no fill reads the caller's memory after this returns
                 with c.lock:
                     if not state.finished:
                         state.abandoned = True
                         iob.abandon()
-                        for it in batch:
+                        for it in state.batch:
                             if self.pending.get(it.key) is it.pending:
                                 del self.pending[it.key]
                             it.pending.ok = False
                 if state.abandoned:
                     c.timed_out("write", deadline or 0.0)
         finally:
-            if not submitted:  # reserve or staging raised: nothing is in flight
-                with c.lock:
-                    for g in state.groups:
-                        self.alloc.finish_write(g.res, failed=True)
-                    for it in batch:
-                        if self.pending.get(it.key) is it.pending:
-                            del self.pending[it.key]
-            for it in batch:
+            for it in state.batch:
                 it.pending.done.set()
-            buf.drop(wait_readers=buf.borrow)
+            state.buf.drop(wait_readers=True)
 
     def _finish(self, state: _BatchWrite, iob: IoBatch) -> None:
         """Every write job of a batch has finished (runs once, maybe after the caller gave up):
@@ -297,26 +360,45 @@ class WritePath:
         r.keys.append(it.key)
         r.live_bytes += it.size
 
-    def write_jobs(self, g: _Group, buf: WriteBuffer) -> list[Callable[[], None]]:
-        """Cut a group's bytes into pieces of about ``write_chunk_bytes`` (at 4096 boundaries,
-        within entries too) that the I/O pool writes in parallel."""
+    def write_jobs(self, g: _Group, buf: WriteBuffer, gate: FillGate) -> list[Callable[[], None]]:
+        """Jobs of whole entries, about ``write_chunk_bytes`` each (an entry larger than that is a
+        job of its own): fill the entries (while ``gate`` lets them), write their headers, then
+        ``pwritev`` them."""
         fd = g.res.region.fd
         assert fd is not None
-        iov: list[memoryview] = []
-        for it in g.items:
+        chunk = self.core.options.write_chunk_bytes
+        pieces: list[tuple[int, list[tuple[Slot, int]]]] = []  # (offset in the group, [(entry, seq)])
+        cur: list[tuple[Slot, int]] = []
+        cur_bytes = 0
+        for it, seq in zip(g.items, g.res.seqs, strict=True):
             assert it.slot is not None
-            iov.extend(buf.entry_iov(it.slot))
+            if cur and cur_bytes + it.slot.size > chunk:
+                pieces.append((cur[0][0].offset - g.start, cur))
+                cur, cur_bytes = [], 0
+            cur.append((it.slot, seq))
+            cur_bytes += it.slot.size
+        if cur:
+            pieces.append((cur[0][0].offset - g.start, cur))
 
-        def job(off: int, bufs: list[memoryview]) -> Callable[[], None]:
+        def job(off: int, slots: list[tuple[Slot, int]]) -> Callable[[], None]:
             def run() -> None:
+                if not gate.enter():
+                    g.error = g.error or OSError(errno.ECANCELED, "put gave up before the copy")
+                    return
                 try:
-                    pwritev_full(fd, bufs, g.res.file_off + off)
+                    iov, staged = buf.fill_job(slots, g.res.gen)
+                finally:
+                    gate.exit()
+                try:
+                    pwritev_full(fd, iov, g.res.file_off + off)
                 except OSError as e:
                     g.error = e
+                finally:
+                    buf.give_back(staged)
 
             return run
 
-        return [job(off, bufs) for off, bufs in split_iov(iov, self.core.options.write_chunk_bytes)]
+        return [job(off, slots) for off, slots in pieces]
 
     # ------------------------------------------------------------------ pending entries (lock held)
 

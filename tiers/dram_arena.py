@@ -11,6 +11,12 @@ Shared: the file is created, proven and locked by ``transport.arena_files`` from
 page-aligned in every process that maps the file). ``base`` is where slot offset 0 lies in the
 mapping; ``view`` takes slot offsets, ``mapping`` is the whole mapping (wire offsets index it).
 
+Private arenas start on a 2 MiB boundary and are backed by transparent huge pages where the
+kernel gives them (``madvise(MADV_HUGEPAGE)``): a disk then takes a write from it (the demotion of
+a page to the SSD tier) as a few long segments instead of one per 4 KiB page, which is what lets
+an O_DIRECT write run at the disk's speed, so the SSD tier writes it in place
+(``SsdEngine.register_memory``). Without THP it is ordinary page-aligned memory.
+
 Resizing (private arenas only; a shared arena's size is part of its file and is fixed): the
 mapping covers ``max_capacity`` bytes (the most the tier may grow to); beyond the starting
 ``capacity`` it is reserved without commitment (``MAP_NORESERVE``) and faulted in only when the
@@ -34,6 +40,7 @@ from hicache_mooncake.transport.arena_header import ARENA_HEADER_SIZE
 
 log = logging.getLogger(__name__)
 PAGE = mmap.PAGESIZE
+HUGE_PAGE = 2 << 20
 _MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux value; Python 3.11 does not export it
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux >= 5.14
 
@@ -45,6 +52,7 @@ class DramArena:
         prefault: bool = True,
         shared: ArenaSpec | None = None,
         max_capacity: int | None = None,
+        huge: bool = True,
     ) -> None:
         if capacity <= 0 or capacity % PAGE:
             raise ValueError(f"arena capacity must be a positive multiple of {PAGE}, got {capacity}")
@@ -53,20 +61,15 @@ class DramArena:
             raise ValueError(f"arena max capacity must be a multiple of {PAGE}, got {size}")
         if shared is not None and size > capacity:
             raise ValueError("a shared arena cannot grow: its size is fixed by its file (max_capacity)")
-        populate = mmap.MAP_POPULATE if prefault and hasattr(mmap, "MAP_POPULATE") else 0
         self.capacity = capacity
         self.max_capacity = size
         self.file: ArenaFile | None = None
-        if shared is None:
-            self.base = 0
-            flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-            flags |= _MAP_NORESERVE if size > capacity else populate
-            self._map: mmap.mmap | None = mmap.mmap(-1, size, flags=flags)
-        else:
+        if shared is not None:
+            populate = mmap.MAP_POPULATE if prefault and hasattr(mmap, "MAP_POPULATE") else 0
             self.base = ARENA_HEADER_SIZE
             self.file = shared.create(capacity)
             try:
-                self._map = mmap.mmap(
+                self._map: mmap.mmap | None = mmap.mmap(
                     self.file.fd,
                     self.base + capacity,
                     flags=mmap.MAP_SHARED | populate,
@@ -75,23 +78,48 @@ class DramArena:
             except BaseException:
                 self.file.close()
                 raise
-        self.mapping: np.ndarray = np.frombuffer(self._map, dtype=np.uint8)
-        self.bytes: np.ndarray = self.mapping[self.base :]
-        if prefault and size > capacity:
+            self.mapping: np.ndarray = np.frombuffer(self._map, dtype=np.uint8)
+            self.bytes: np.ndarray = self.mapping[self.base :]
+            return
+        huge = huge and hasattr(mmap, "MADV_HUGEPAGE")
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+        if size > capacity:
+            flags |= _MAP_NORESERVE
+        elif prefault and not huge and hasattr(mmap, "MAP_POPULATE"):
+            flags |= mmap.MAP_POPULATE
+        self._map = mmap.mmap(-1, size + (HUGE_PAGE if huge else 0), flags=flags)
+        raw = np.frombuffer(self._map, dtype=np.uint8)
+        self.base = (-raw.ctypes.data) % HUGE_PAGE if huge else 0
+        if huge:
+            self._advise(mmap.MADV_HUGEPAGE, self.base, size)
+        self.mapping = raw[: self.base + size]
+        self.bytes = raw[self.base : self.base + size]
+        if prefault and (huge or size > capacity):
             self.populate(0, capacity)
 
     @property
     def shm_path(self) -> str:
         return self.file.path if self.file is not None else ""
 
+    def _advise(self, option: int, start: int, length: int) -> bool:
+        if self._map is None:
+            return False
+        try:
+            self._map.madvise(option, start, length)
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def memory(self) -> memoryview:
+        """The slot bytes as one view (to register them with a transport or the SSD engine)."""
+        return self.bytes.data
+
     def populate(self, offset: int, nbytes: int) -> None:
-        """Fault slot bytes ``[offset, offset + nbytes)`` in now (a tier that grows), so sets do not
-        pay for it."""
+        """Fault slot bytes ``[offset, offset + nbytes)`` in now (at attach, or a tier that grows),
+        so sets do not pay for it."""
         if self._map is None or nbytes <= 0:
             return
-        try:
-            self._map.madvise(_MADV_POPULATE_WRITE, self.base + offset, nbytes)
-        except (OSError, ValueError):  # an older kernel: touch one byte per page
+        if not self._advise(_MADV_POPULATE_WRITE, self.base + offset, nbytes):  # an older kernel
             self.bytes[offset : offset + nbytes : PAGE] = self.bytes[offset : offset + nbytes : PAGE]
 
     def release(self, offset: int, nbytes: int) -> None:
@@ -99,10 +127,8 @@ class DramArena:
         private arenas: a shared file's pages stay with the file)."""
         if self._map is None or nbytes <= 0 or self.file is not None:
             return
-        try:
-            self._map.madvise(mmap.MADV_DONTNEED, offset, nbytes)
-        except (OSError, ValueError) as exc:
-            log.debug("DRAM arena: cannot release %d bytes at %d: %s", nbytes, offset, exc)
+        if not self._advise(mmap.MADV_DONTNEED, self.base + offset, nbytes):
+            log.debug("DRAM arena: cannot release %d bytes at %d", nbytes, offset)
 
     def view(self, offset: int, nbytes: int) -> np.ndarray:
         """A uint8 array over slot bytes ``[offset, offset + nbytes)`` (no copy)."""

@@ -177,6 +177,10 @@ class DramTier(Tier):
     def capacity_bytes(self) -> int:
         return self._allocator.capacity
 
+    def memory_regions(self) -> list[memoryview]:
+        """The arena's memory (what demotions to the SSD tier are written from)."""
+        return [self._arena.memory()]
+
     def capacity_objects(self, nbytes: int) -> int:
         """How many objects of ``nbytes`` the arena holds when all slabs serve that size."""
         slot = slot_size_for(self._slot_bytes(nbytes))

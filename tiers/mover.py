@@ -57,6 +57,7 @@ class Mover:
         join_timeout_s: float = 2.0,
     ) -> None:
         self.dram, self.ssd = dram, ssd
+        ssd.register_memory(dram.memory_regions())  # demotions are written from the arena
         self.listener = listener
         self.timeout_s = timeout_s
         self.batch_items = batch_items

@@ -55,6 +55,12 @@ class SsdTier(Tier):
         self.evict_listeners: list[Callable[[str], None]] = []
         engine.on_evict = self._forget
 
+    def register_memory(self, regions: Sequence[memoryview]) -> None:
+        """Memory pages will be written from (SGLang's host pool, the DRAM tier's arena): what is
+        on huge pages is then written in place, the rest staged (``SsdEngine.register_memory``)."""
+        for region in regions:
+            self.engine.register_memory(region)
+
     def _forget(self, key: str) -> None:
         """The engine dropped ``key`` (region reclaim): forget it here and tell listeners."""
         with self._lock:

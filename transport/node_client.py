@@ -9,10 +9,15 @@ version LOOKUP gave. The second read starts after the body landed, so the check 
 the engine orders the bytes of one read (RDMA does not promise an order); a slot is invalidated
 before it is reused and versions never repeat, so a body read while its slot was being reused
 fails the second check. A put is ALLOC + one-sided write of the body + COMMIT. A node that serves
-no RDMA (``RdmaNotServed``) is reached through the keyed TCP path instead, said once. Every call
-is bounded by ``ClientOptions.timeout_s``; any failure turns into misses / ``False`` and is
-counted, never raised. A client given an engine *name* owns that engine and closes it; an engine
-*instance* (shared by ``ClusterClient``) is left to its owner.
+no RDMA (``RdmaNotServed``) is reached through the keyed TCP path instead, said once.
+With ``tcp`` a large batch is *striped*: cut into up to ``max_stripes`` runs of whole objects (at
+least ``stripe_min_bytes`` each) that travel on as many pooled connections at once, one request
+per run (the node serves each connection on its own thread), so one batch is not limited to one
+connection's throughput; a run that fails misses only its own objects. A pooled connection the
+node closed meanwhile is retried once on a fresh one (every operation is idempotent).
+Every call is bounded by ``ClientOptions.timeout_s``; any failure turns into misses / ``False``
+and is counted, never raised. A client given an engine *name* owns that engine and closes it; an
+engine *instance* (shared by ``ClusterClient``) is left to its owner.
 
 A key that cannot go on the wire (not UTF-8 encodable, empty, or longer than the stricter of the
 client's and the node's ``max_key_len``) fails only itself: it is a miss / ``False``, counted in
@@ -24,9 +29,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from . import wire
@@ -69,6 +76,8 @@ class NodeClient:
         self.counters: Counter[str] = Counter()
         self._segment: Segment | None = None
         self._two_sided = not self.engine.one_sided  # also when the node does not serve the engine
+        self._stripe_lock = threading.Lock()
+        self._stripe_exec: ThreadPoolExecutor | None = None
 
     # ---- plumbing -------------------------------------------------------------------------
 
@@ -153,36 +162,96 @@ class NodeClient:
         fn: Callable[[Connection, float, list[int]], list[R]],
         miss: R,
         what: str,
+        stripe: bool = False,
     ) -> list[R]:
-        """Run ``fn`` over the valid keys, chunked to the connection's limits, on one connection and
-        within one deadline; every key that was not served is ``miss``."""
+        """Run ``fn`` over the valid keys, chunked to the connection's limits, within one deadline;
+        every key that was not served is ``miss``. With ``stripe`` a large batch is split into
+        stripes of whole objects (:meth:`_stripes`), each on its own connection in parallel (the
+        first in this thread); a stripe that fails misses only its own keys."""
         out = [miss] * len(keys)
         if not keys:
             return out
         deadline = time.monotonic() + self.opts.timeout_s
-        for _attempt in range(2):
-            conn = self._acquire(deadline)
+        conn = self._acquire(deadline)
+        if conn is None:
+            return out
+        valid = self._valid(keys, conn.limits)
+        groups = self._stripes(valid, sizes) if stripe else [valid]
+        futures = [
+            self._stripe_pool(len(groups) - 1).submit(
+                self._run_stripe, None, g, sizes, fn, out, deadline, what
+            )
+            for g in groups[1:]
+        ]
+        try:
+            self._run_stripe(conn, groups[0], sizes, fn, out, deadline, what)
+        finally:
+            for f in futures:
+                f.result()
+        return out
+
+    def _run_stripe(
+        self,
+        conn: Connection | None,
+        idx: list[int],
+        sizes: Sequence[int],
+        fn: Callable[[Connection, float, list[int]], list[R]],
+        out: list[R],
+        deadline: float,
+        what: str,
+    ) -> None:
+        """Serve ``idx`` on ``conn`` (None: one from the pool), writing results into ``out``."""
+        for attempt in range(2):
             if conn is None:
-                return out
+                conn = self._acquire(deadline)
+                if conn is None:
+                    return
             try:
-                for idx in self._chunks(self._valid(keys, conn.limits), sizes, conn.limits):
-                    for i, r in zip(idx, fn(conn, deadline, idx), strict=True):
+                for chunk in self._chunks(idx, sizes, conn.limits):
+                    for i, r in zip(chunk, fn(conn, deadline, chunk), strict=True):
                         out[i] = r
             except (TransportError, OSError, TimeoutError, ValueError) as exc:
-                if _closed_while_pooled(conn, exc):
+                if attempt == 0 and _closed_while_pooled(conn, exc):
                     # the node closed this pooled connection (idle, or to make room) as we sent: the
                     # node is fine and every operation is idempotent, so once more on a fresh one
                     self.counters["retried_closed_connection"] += 1
                     self.pool.release(conn, False, peer_alive=True)
+                    conn = None
                     continue
                 self._release(conn, exc, what)
-                return out
+                return
             except BaseException as exc:
                 self._release(conn, exc, what)
                 raise
             self._release(conn, None, what)
-            return out
+            return
+
+    def _stripes(self, idx: list[int], sizes: Sequence[int]) -> list[list[int]]:
+        """``idx`` cut into up to ``max_stripes`` (and ``connections_per_peer``) runs of about equal
+        bytes, each at least ``stripe_min_bytes``; one run when the batch is smaller."""
+        total = sum(sizes[i] for i in idx)
+        k = min(self.opts.max_stripes, self.opts.connections_per_peer, len(idx))
+        k = min(k, total // max(1, self.opts.stripe_min_bytes))
+        if k <= 1:
+            return [idx]
+        out: list[list[int]] = [[]]
+        target = total / k
+        acc = 0
+        for i in idx:
+            if out[-1] and acc >= target * len(out) and len(out) < k:
+                out.append([])
+            out[-1].append(i)
+            acc += sizes[i]
         return out
+
+    def _stripe_pool(self, n: int) -> ThreadPoolExecutor:
+        """Threads that run the stripes beyond the first (made at the first striped call)."""
+        with self._stripe_lock:
+            if self._stripe_exec is None:
+                self._stripe_exec = ThreadPoolExecutor(
+                    max_workers=max(1, self.opts.max_stripes - 1), thread_name_prefix="hicache-stripe"
+                )
+            return self._stripe_exec
 
     def _segment_for(self, conn: Connection) -> Segment | None:
         """The node's segment opened on the engine; None when the node does not serve it."""
@@ -271,7 +340,7 @@ class NodeClient:
             return put(conn, deadline, [items[i] for i in idx], obj_type, hint)
 
         keys = [k for k, _ in items]
-        return self._batched(keys, [_nbytes(p) for _, p in items], go, False, "put")
+        return self._batched(keys, [_nbytes(p) for _, p in items], go, False, "put", stripe=self._two_sided)
 
     def get_batch_into(self, items: Sequence[Item]) -> list[bool]:
         """Fill each ``(key, parts)`` with the object's bytes; an object whose size differs from
@@ -282,7 +351,7 @@ class NodeClient:
             return get(conn, deadline, [items[i] for i in idx])
 
         keys = [k for k, _ in items]
-        out = self._batched(keys, [_nbytes(p) for _, p in items], go, False, "get")
+        out = self._batched(keys, [_nbytes(p) for _, p in items], go, False, "get", stripe=self._two_sided)
         self.counters["get_hits"] += sum(out)
         self.counters["get_misses"] += len(out) - sum(out)
         return out
@@ -388,6 +457,10 @@ class NodeClient:
         return self.engine.register_memory(buf)
 
     def close(self) -> None:
+        with self._stripe_lock:
+            stripes, self._stripe_exec = self._stripe_exec, None
+        if stripes is not None:
+            stripes.shutdown(wait=True)
         self.pool.close()
         if self._segment is not None:
             self.engine.close_segment(self._segment.node_id)

@@ -18,8 +18,8 @@ def main() -> None:
     spec: dict[str, Any] = json.loads(sys.argv[1])
     import torch
 
-    from hicache_mooncake.bench._sglang_io import create_backend, page_workload, v1_batches
-    from hicache_mooncake.bench.sglang import _memcpy_baseline
+    from hicache_mooncake.bench._sglang_io import PageStamps, create_backend, page_workload, v1_batches
+    from hicache_mooncake.bench.sglang import _memcpy_baseline, memcpy_tag
     from hicache_mooncake.sglang_harness import page_snapshot
 
     w = page_workload(int(spec["page_bytes"]), int(spec["total"]))
@@ -36,8 +36,14 @@ def main() -> None:
             start = time.perf_counter()
             v1_batches(backend.batch_get_v1, w.batches, w.dst, 64)
             get_times.append(time.perf_counter() - start)
-            _set, mem_get = _memcpy_baseline(w.host, w.src, w.dst, w.batch, len(w.batches))
-            mem_times.append(mem_get)
+            stamps = PageStamps(w.host)
+            try:
+                m = _memcpy_baseline(stamps, w.src, w.dst, w.batches, int(spec["page_bytes"]), memcpy_tag)
+            finally:
+                stamps.close()
+            if m.bad_pages:
+                raise SystemExit(f"memcpy baseline: {m.bad_pages} pages differ")
+            mem_times.append(m.get_seconds)
         ok = all(backend.batch_get_v1(w.keys[: w.batch], w.dst))
         exact = ok and all(torch.equal(a, b) for a, b in zip(want, page_snapshot(w.host, w.dst), strict=True))
         print(json.dumps({"get_times": get_times, "memcpy_get_times": mem_times, "byte_exact": exact}))

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -26,15 +26,55 @@ def generic_set(backend: Any, host: Any, batches: list[list[str]], src: Any) -> 
         backend.batch_set(keys, values)
 
 
-def generic_get(backend: Any, host: Any, batches: list[list[str]], dst: Any) -> None:
-    """The controller's generic path: dummy flat pages in, then ``set_from_flat_data_page``."""
+def generic_get(backend: Any, host: Any, batches: list[list[str]], dst: Any) -> int:
+    """The controller's generic path: dummy flat pages in, then ``set_from_flat_data_page``.
+    Returns the pages of the last batch that were served (the leading run)."""
     ps = host.page_size
+    served = 0
     for keys in batches:
         pages = backend.batch_get(keys, [host.get_dummy_flat_data_page() for _ in keys])
+        served = 0
         for i, page in enumerate(pages):
             if page is None:
                 break
             host.set_from_flat_data_page(int(dst[i * ps]), page)
+            served += 1
+    return served
+
+
+def timed_generic_set(
+    backend: Any, host: Any, batches: list[list[str]], src: Any, stamps: PageStamps, tags: Any
+) -> Timed:
+    """:func:`generic_set` per batch, the source pages stamped before each call (untimed)."""
+    import time
+
+    out = Timed()
+    for b, keys in enumerate(batches):
+        stamps.stamp(src, [tags(b, j) for j in range(len(keys))])
+        c0, t0 = time.process_time(), time.perf_counter()
+        generic_set(backend, host, [keys], src)
+        out.seconds += time.perf_counter() - t0
+        out.cpu_seconds += time.process_time() - c0
+        out.ok_pages += len(keys)
+    return out
+
+
+def timed_generic_get(
+    backend: Any, host: Any, batches: list[list[str]], src: Any, dst: Any, stamps: PageStamps, tags: Any
+) -> Timed:
+    """:func:`generic_get` per batch, every page read back checked (untimed)."""
+    import time
+
+    out = Timed()
+    for b, keys in enumerate(batches):
+        c0, t0 = time.process_time(), time.perf_counter()
+        served = generic_get(backend, host, [keys], dst)
+        out.seconds += time.perf_counter() - t0
+        out.cpu_seconds += time.process_time() - c0
+        out.ok_pages += served
+        stamps.stamp(src, [tags(b, j) for j in range(len(keys))])
+        out.bad_pages += stamps.mismatches(src, dst, len(keys), [j < served for j in range(len(keys))])
+    return out
 
 
 def v1_batches(fn: Any, batches: list[list[str]], region: Any, page_size: int) -> None:
@@ -45,8 +85,8 @@ def v1_batches(fn: Any, batches: list[list[str]], region: Any, page_size: int) -
 
 # page bytes = 2 (K,V) * layers * 64 tokens * heads * 128 dim * 2 (bf16) = 32 KiB * layers * heads
 PAGE_SHAPES = {
-    64 << 10: (1, 2),
-    128 << 10: (2, 2),
+    64 << 10: (2, 1),
+    128 << 10: (4, 1),
     256 << 10: (4, 2),
     1 << 20: (8, 4),
     4 << 20: (16, 8),
@@ -57,7 +97,8 @@ PAGE_SHAPES = {
 @dataclass
 class PageWorkload:
     """A real SGLang host pool with a source region of random pages, a destination region, and
-    ``pages`` keys in batches that fit the regions."""
+    ``pages`` keys in batches that fit the regions; ``extra`` holds more batch-sized regions
+    (``extra_regions``), e.g. one per concurrent thread."""
 
     host: Any
     src: Any
@@ -66,24 +107,141 @@ class PageWorkload:
     batches: list[list[str]]
     batch: int
     pages: int
+    extra: list[Any] = field(default_factory=list)
 
 
 def page_workload(
-    page_bytes: int, total: int, batch_max: int = 128, batch_bytes: int = 256 << 20
+    page_bytes: int, total: int, batch_max: int = 128, batch_bytes: int = 256 << 20, extra_regions: int = 0
 ) -> PageWorkload:
     from hicache_mooncake.sglang_harness import PoolShape, fill_random_pages, make_host_pool
 
     layers, heads = PAGE_SHAPES[page_bytes]
     batch = max(1, min(batch_max, batch_bytes // page_bytes))
     pages = max(batch, total // page_bytes)
-    shape = PoolShape(page_size=64, layers=layers, heads=heads, head_dim=128, device_tokens=batch * 64)
+    regions = 2 + extra_regions
+    shape = PoolShape(
+        page_size=64, layers=layers, heads=heads, head_dim=128, device_tokens=batch * 64 * -(-regions // 2)
+    )
     assert shape.page_bytes() == page_bytes
     host = make_host_pool("page_first", False, shape)
     src = host.alloc(batch * 64)
     dst = host.alloc(batch * 64)
+    extra = [host.alloc(batch * 64) for _ in range(extra_regions)]
     fill_random_pages(host, src, seed=1)
-    fill_random_pages(host, dst, seed=2)  # first touch of the destination pages, outside any timing
+    # first touch of the destination pages, outside any timing
+    for seed, region in enumerate([dst, *extra], start=2):
+        fill_random_pages(host, region, seed=seed)
     keys = [f"{i:064x}" for i in range(pages)]
     return PageWorkload(
-        host, src, dst, keys, [keys[i : i + batch] for i in range(0, pages, batch)], batch, pages
+        host, src, dst, keys, [keys[i : i + batch] for i in range(0, pages, batch)], batch, pages, extra
     )
+
+
+class PageStamps:
+    """Distinct bytes in every page of every batch, and a check of every page read back.
+
+    ``stamp(region, tags)`` writes 16 bytes (the page's tag and the part's index) at the start of
+    each part of page ``i`` of ``region`` (a host-index tensor, ``page_size`` tokens per page), so
+    the pages of a batch differ from each other and from every other batch: a get that returns
+    another page's bytes, or another part's, or nothing at all, fails ``mismatches``. Both run
+    outside the timed region of the benchmarks."""
+
+    def __init__(self, host: Any) -> None:
+        from hicache_mooncake.host_memory import HostMemoryMap, pool_tensors
+
+        self.host = host
+        self._map = HostMemoryMap(pool_tensors(host))
+        self._parts: dict[tuple[int, int], list[list[Any]]] = {}
+
+    def parts(self, region: Any, pages: int) -> list[list[Any]]:
+        """uint8 arrays over the parts of the first ``pages`` pages of ``region`` (cached)."""
+        import numpy as np
+
+        ps = self.host.page_size
+        key = (int(region[0]), pages)
+        if key not in self._parts:
+            ptrs, sizes = self.host.get_page_buffer_meta(region[: pages * ps])
+            views = self._map.page_parts(ptrs, sizes, pages)
+            self._parts[key] = [[np.frombuffer(v, dtype=np.uint8) for v in page] for page in views]
+        return self._parts[key]
+
+    def stamp(self, region: Any, tags: list[int]) -> None:
+        import numpy as np
+
+        for page, tag in zip(self.parts(region, len(tags)), tags, strict=True):
+            for j, part in enumerate(page):
+                part[:16] = np.frombuffer(int(tag).to_bytes(8, "little") + j.to_bytes(8, "little"), np.uint8)
+
+    def mismatches(self, expected: Any, got: Any, pages: int, served: list[bool] | None = None) -> int:
+        """Pages among the first ``pages`` (those ``served``, if given) whose bytes in ``got``
+        differ from ``expected``."""
+        import numpy as np
+
+        bad = 0
+        for i, (want, have) in enumerate(
+            zip(self.parts(expected, pages), self.parts(got, pages), strict=True)
+        ):
+            if served is not None and not served[i]:
+                continue
+            if not all(np.array_equal(a, b) for a, b in zip(want, have, strict=True)):
+                bad += 1
+        return bad
+
+    def close(self) -> None:
+        self._parts.clear()
+        self._map.close()
+
+
+@dataclass
+class Timed:
+    """Seconds spent inside the calls only (wall, and CPU of the whole process meanwhile), pages
+    the calls reported done, pages whose bytes were wrong (gets: every served page is checked)."""
+
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    ok_pages: int = 0
+    bad_pages: int = 0
+
+
+def timed_v1_set(
+    fn: Any, batches: list[list[str]], src: Any, stamps: PageStamps, tags: Any, page_size: int
+) -> Timed:
+    """``fn(keys, host_indices)`` (``batch_set_v1``) per batch; before each call (untimed) the
+    source pages are stamped with ``tags(batch_index, page_index_in_batch)``."""
+    import time
+
+    out = Timed()
+    for b, keys in enumerate(batches):
+        stamps.stamp(src, [tags(b, j) for j in range(len(keys))])
+        c0, t0 = time.process_time(), time.perf_counter()
+        res = fn(keys, src[: len(keys) * page_size])
+        out.seconds += time.perf_counter() - t0
+        out.cpu_seconds += time.process_time() - c0
+        out.ok_pages += sum(bool(r) for r in res)
+    return out
+
+
+def timed_v1_get(
+    fn: Any,
+    batches: list[list[str]],
+    src: Any,
+    dst: Any,
+    stamps: PageStamps,
+    tags: Any,
+    page_size: int,
+) -> Timed:
+    """``fn(keys, host_indices)`` (``batch_get_v1``) per batch into ``dst``; after each call
+    (untimed) ``src`` is stamped as it was for the set of that batch and every served page of
+    ``dst`` is compared with it."""
+    import time
+
+    out = Timed()
+    for b, keys in enumerate(batches):
+        c0, t0 = time.process_time(), time.perf_counter()
+        res = [bool(r) for r in fn(keys, dst[: len(keys) * page_size])]
+        out.seconds += time.perf_counter() - t0
+        out.cpu_seconds += time.process_time() - c0
+        out.ok_pages += sum(res)
+        stamps.stamp(src, [tags(b, j) for j in range(len(keys))])
+        out.bad_pages += stamps.mismatches(src, dst, len(keys), res)
+    return out

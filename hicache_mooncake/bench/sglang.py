@@ -1,18 +1,24 @@
 """Through SGLang's interface: our backend vs SGLang's `file` backend, and the DRAM tier vs memcpy.
 
-For each page size (256 KiB .. 8 MiB) a real SGLang host pool is built on CPU. Our backend is
+For each page size (64 KiB .. 8 MiB) a real SGLang host pool is built on CPU. Our backend is
 created by SGLang's factory (``dynamic``, zero-copy v1 path); SGLang's ``file`` backend
 (``HiCacheFile``) is driven the way the cache controller drives it (legacy path: flat pages out,
 dummy pages in + ``set_from_flat_data_page``). The memcpy baseline copies the same parts of the
-same host pages into/out of a page-aligned buffer with numpy. Each figure is the median of
-``--repeats`` runs, measured side by side in one process; ratios are what to read on a noisy box.
+same host pages with numpy into (set) and out of (get) fresh memory as large as the run, of the
+same kind as the DRAM tier's arena, every page at its own place (as the tier holds them), so no
+destination is cache-resident at any page size.
+
+Every page of every batch is stamped uniquely before its set and every page of every get is
+compared with what was set (ours, the DRAM tier, ``file`` and memcpy alike); both happen outside
+the timed calls: a figure is the bytes over the time spent inside the calls. Each figure is the
+median of ``--repeats`` runs, measured side by side in one process; ratios are what to read on a
+noisy box.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import mmap
 import shutil
 import statistics
 import tempfile
@@ -23,10 +29,13 @@ import numpy as np
 
 from hicache_mooncake.bench._sglang_io import (
     PAGE_SHAPES,
+    PageStamps,
     create_backend,
-    generic_get,
-    generic_set,
     page_workload,
+    timed_generic_get,
+    timed_generic_set,
+    timed_v1_get,
+    timed_v1_set,
     v1_batches,
 )
 from hicache_mooncake.commands import UsageError
@@ -161,6 +170,7 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
 
     w = page_workload(page_bytes, total)
     host, src, dst, keys, batches, batch, pages = w.host, w.src, w.dst, w.keys, w.batches, w.batch, w.pages
+    stamps = PageStamps(host)
 
     extra = yaml.safe_load(preset_path("default").read_text())
     dram_bytes = -(-(pages * page_bytes * 5 // 4) // (64 << 20)) * (64 << 20)
@@ -181,23 +191,23 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
             "mem_get",
         )
     }
-    ours_set, ours_get, tier_set, tier_get = (
-        times["ours_set"],
-        times["ours_get"],
-        times["tier_set"],
-        times["tier_get"],
-    )
-    file_set, file_get, mem_set, mem_get = (
-        times["file_set"],
-        times["file_get"],
-        times["mem_set"],
-        times["mem_get"],
-    )
+    bad = dict.fromkeys(("ours", "tier", "file", "memcpy"), 0)
+    served = dict.fromkeys(bad, 0)
     for rep in range(repeats):
-        for conf, set_times, get_times in ((extra, ours_set, ours_get), (cheapest, tier_set, tier_get)):
+
+        def tags(b: int, j: int, rep: int = rep) -> int:
+            return (rep << 48) | (b * batch + j)
+
+        for label, conf, set_times, get_times in (
+            ("ours", extra, times["ours_set"], times["ours_get"]),
+            ("tier", cheapest, times["tier_set"], times["tier_get"]),
+        ):
             backend = create_backend("dynamic", conf, host)
-            set_times.append(_timed(lambda be=backend: v1_batches(be.batch_set_v1, batches, src, 64)))
-            get_times.append(_timed(lambda be=backend: v1_batches(be.batch_get_v1, batches, dst, 64)))
+            set_times.append(timed_v1_set(backend.batch_set_v1, batches, src, stamps, tags, 64).seconds)
+            got = timed_v1_get(backend.batch_get_v1, batches, src, dst, stamps, tags, 64)
+            get_times.append(got.seconds)
+            bad[label] += got.bad_pages + (pages - got.ok_pages)
+            served[label] += got.ok_pages
             assert backend.batch_exists(keys[:batch]) == batch
             backend.close()
 
@@ -205,29 +215,37 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
         try:
             fb = create_backend("file", {"file_storage_path": tmp}, host)
             fkeys = [[f"{k}r{rep}" for k in b] for b in batches]
-            file_set.append(_timed(lambda fb=fb, fkeys=fkeys: generic_set(fb, host, fkeys, src)))
-            file_get.append(_timed(lambda fb=fb, fkeys=fkeys: generic_get(fb, host, fkeys, dst)))
+            times["file_set"].append(timed_generic_set(fb, host, fkeys, src, stamps, tags).seconds)
+            got = timed_generic_get(fb, host, fkeys, src, dst, stamps, tags)
+            times["file_get"].append(got.seconds)
+            bad["file"] += got.bad_pages + (pages - got.ok_pages)
+            served["file"] += got.ok_pages
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-        ms, mg = _memcpy_baseline(host, src, dst, batch, len(batches))
-        mem_set.append(ms)
-        mem_get.append(mg)
+        m = _memcpy_baseline(stamps, src, dst, batches, page_bytes, tags)
+        times["mem_set"].append(m.set_seconds)
+        times["mem_get"].append(m.get_seconds)
+        bad["memcpy"] += m.bad_pages
+        served["memcpy"] += pages
+    stamps.close()
 
-    def gbps(times: list[float]) -> float:
-        return pages * page_bytes / statistics.median(times) / 1e9
+    def gbps(samples: list[float]) -> float:
+        return pages * page_bytes / statistics.median(samples) / 1e9
 
-    row = {
+    row: dict[str, Any] = {
         "page_bytes": page_bytes,
         "pages": pages,
-        "ours_set_gbps": gbps(ours_set),
-        "ours_get_gbps": gbps(ours_get),
-        "dram_tier_set_gbps": gbps(tier_set),
-        "dram_tier_get_gbps": gbps(tier_get),
-        "file_set_gbps": gbps(file_set),
-        "file_get_gbps": gbps(file_get),
-        "memcpy_set_gbps": gbps(mem_set),
-        "memcpy_get_gbps": gbps(mem_get),
+        "ours_set_gbps": gbps(times["ours_set"]),
+        "ours_get_gbps": gbps(times["ours_get"]),
+        "dram_tier_set_gbps": gbps(times["tier_set"]),
+        "dram_tier_get_gbps": gbps(times["tier_get"]),
+        "file_set_gbps": gbps(times["file_set"]),
+        "file_get_gbps": gbps(times["file_get"]),
+        "memcpy_set_gbps": gbps(times["mem_set"]),
+        "memcpy_get_gbps": gbps(times["mem_get"]),
+        "pages_verified": served,
+        "bad_pages": bad,
     }
     row["set_ratio_vs_file"] = row["ours_set_gbps"] / row["file_set_gbps"]
     row["get_ratio_vs_file"] = row["ours_get_gbps"] / row["file_get_gbps"]
@@ -250,6 +268,7 @@ def _host_cache_row(page_bytes: int, total: int, repeats: int) -> dict[str, Any]
 
     from hicache_mooncake.host_cache.lock import holder_pid
     from hicache_mooncake.presets import preset_path
+    from hicache_mooncake.sglang_harness import fill_random_pages
 
     w = page_workload(page_bytes, total)
     tmp = tempfile.mkdtemp(prefix="hicache-bench-hc-")
@@ -264,11 +283,19 @@ def _host_cache_row(page_bytes: int, total: int, repeats: int) -> dict[str, Any]
     pid = holder_pid(os.path.join(tmp, "run", "host-cache.lock"))
     try:
         set_times, mem_set = [], []
-        for rep in range(repeats):
-            if rep:
-                backend.clear()
-            set_times.append(_timed(lambda: v1_batches(backend.batch_set_v1, w.batches, w.src, 64)))
-            mem_set.append(_memcpy_baseline(w.host, w.src, w.dst, w.batch, len(w.batches))[0])
+        stamps = PageStamps(w.host)
+        try:
+            for rep in range(repeats):
+                if rep:
+                    backend.clear()
+                set_times.append(_timed(lambda: v1_batches(backend.batch_set_v1, w.batches, w.src, 64)))
+                m = _memcpy_baseline(stamps, w.src, w.dst, w.batches, page_bytes, memcpy_tag)
+                if m.bad_pages:
+                    raise RuntimeError(f"memcpy baseline: {m.bad_pages} pages differ")
+                mem_set.append(m.set_seconds)
+                fill_random_pages(w.host, w.src, seed=1)  # the pages the reader expects (unstamped)
+        finally:
+            stamps.close()
         spec = {"page_bytes": page_bytes, "total": total, "repeats": repeats, "extra": extra}
         proc = subprocess.run(
             [sys.executable, "-m", "hicache_mooncake.bench._host_cache_reader", json.dumps(spec)],
@@ -307,39 +334,55 @@ def _host_cache_row(page_bytes: int, total: int, repeats: int) -> dict[str, Any]
     }
 
 
-def _memcpy_baseline(host: Any, src: Any, dst: Any, batch: int, rounds: int) -> tuple[float, float]:
-    """The same parts of the same host pages copied to and from a page-aligned buffer."""
-    from hicache_mooncake.host_memory import HostMemoryMap, pool_tensors
+class _MemcpyRun:
+    def __init__(self) -> None:
+        self.set_seconds = 0.0
+        self.get_seconds = 0.0
+        self.bad_pages = 0
 
-    hmap = HostMemoryMap(pool_tensors(host))
-    sptrs, ssizes = host.get_page_buffer_meta(src)
-    dptrs, dsizes = host.get_page_buffer_meta(dst)
-    sp = hmap.page_parts(sptrs, ssizes, batch)
-    dp = hmap.page_parts(dptrs, dsizes, batch)
-    page_bytes = sum(p.nbytes for p in sp[0])
-    buf = mmap.mmap(-1, batch * page_bytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
-    arena = np.frombuffer(buf, dtype=np.uint8)
-    # one slot per page for the whole run, as the tier has: rotate over the batch-sized buffer
-    start = time.perf_counter()
-    for _ in range(rounds):
-        for i, parts in enumerate(sp):
-            pos = i * page_bytes
-            for p in parts:
-                np.copyto(arena[pos : pos + p.nbytes], np.frombuffer(p, dtype=np.uint8))
-                pos += p.nbytes
-    t_set = time.perf_counter() - start
-    start = time.perf_counter()
-    for _ in range(rounds):
-        for i, parts in enumerate(dp):
-            pos = i * page_bytes
-            for p in parts:
-                np.copyto(np.frombuffer(p, dtype=np.uint8), arena[pos : pos + p.nbytes])
-                pos += p.nbytes
-    t_get = time.perf_counter() - start
-    del arena, sp, dp
-    hmap.close()
-    buf.close()
-    return t_set, t_get
+
+def _memcpy_baseline(
+    stamps: PageStamps, src: Any, dst: Any, batches: list[list[str]], page_bytes: int, tags: Any
+) -> _MemcpyRun:
+    """The same parts of the same host pages copied into fresh memory as large as the run (the
+    kind of memory the DRAM tier's arena is), every page at its own place, then back out into the
+    destination pages; per batch, stamped and checked like the backends (untimed)."""
+    from hicache_mooncake.tiers.dram_arena import DramArena
+
+    out = _MemcpyRun()
+    arena = DramArena(-(-sum(len(b) for b in batches) * page_bytes // 4096) * 4096)
+    try:
+        slots = arena.bytes
+        for b, keys in enumerate(batches):
+            stamps.stamp(src, [tags(b, j) for j in range(len(keys))])
+            pages = stamps.parts(src, len(keys))
+            t0 = time.perf_counter()
+            pos = b * len(batches[0]) * page_bytes
+            for parts in pages:
+                for p in parts:
+                    np.copyto(slots[pos : pos + p.nbytes], p)
+                    pos += p.nbytes
+            out.set_seconds += time.perf_counter() - t0
+        for b, keys in enumerate(batches):
+            pages = stamps.parts(dst, len(keys))
+            t0 = time.perf_counter()
+            pos = b * len(batches[0]) * page_bytes
+            for parts in pages:
+                for p in parts:
+                    np.copyto(p, slots[pos : pos + p.nbytes])
+                    pos += p.nbytes
+            out.get_seconds += time.perf_counter() - t0
+            stamps.stamp(src, [tags(b, j) for j in range(len(keys))])
+            out.bad_pages += stamps.mismatches(src, dst, len(keys))
+        del slots
+    finally:
+        arena.close()
+    return out
+
+
+def memcpy_tag(b: int, j: int) -> int:
+    """The stamp of page ``j`` of batch ``b`` in a memcpy baseline run (distinct per page)."""
+    return (b << 20) | j
 
 
 def _timed(fn: Any) -> float:

@@ -61,7 +61,7 @@ def stall_writes(monkeypatch: Any) -> tuple[Any, Any]:
 
     orig = WritePath.write_jobs
 
-    def slow_jobs(self, g, buf):  # type: ignore[no-untyped-def]
+    def slow_jobs(self, g, buf, *rest):  # type: ignore[no-untyped-def]
         def wrap(j):  # type: ignore[no-untyped-def]
             def run() -> None:
                 entered.set()
@@ -70,7 +70,7 @@ def stall_writes(monkeypatch: Any) -> tuple[Any, Any]:
 
             return run
 
-        return [wrap(j) for j in orig(self, g, buf)]
+        return [wrap(j) for j in orig(self, g, buf, *rest)]
 
     monkeypatch.setattr(WritePath, "write_jobs", slow_jobs)
     return gate, entered

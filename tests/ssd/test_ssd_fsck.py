@@ -27,7 +27,8 @@ def _populate(d: str, n: int = 40) -> dict[str, int]:
 
 
 def _regions(d: str) -> list[tuple[int, str, int]]:
-    """(region id, path, gen) of live regions, oldest generation first."""
+    """(region id, path, gen) of live regions holding entries, oldest generation first (the
+    standby region, opened ahead of need, holds none)."""
     out = []
     for name in os.listdir(d):
         rid = parse_region_file_name(name)
@@ -36,7 +37,8 @@ def _regions(d: str) -> list[tuple[int, str, int]]:
             with open(path, "rb") as f:
                 h, _ = parse_region_header(f.read(BLOCK))
             assert h is not None
-            out.append((rid, path, h.gen))
+            if scan_region(path, rid, RS, None).entries:
+                out.append((rid, path, h.gen))
     return sorted(out, key=lambda r: r[2])
 
 

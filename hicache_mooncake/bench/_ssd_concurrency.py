@@ -1,0 +1,202 @@
+"""SGLang's backup and prefetch threads at once on the SSD tier (the concurrency case of
+``bench ssd``; underscore: a helper, not a ``bench`` target).
+
+SGLang's cache controller calls a storage backend from a backup thread (``batch_set_v1`` of pages
+leaving the GPU) and from prefetch threads (``batch_get_v1`` of pages a request will need), at
+the same time. Here, on one SSD-only backend (made by SGLang's factory):
+
+1. **alone**: one backup thread sets ``total`` bytes of new pages; one prefetch thread gets
+   ``total`` bytes of stored pages (page cache dropped first);
+2. **together**: one backup thread and two prefetch threads start at once and run until the
+   first of them has done its share; each thread's rate is its bytes over the time inside its own
+   calls; the aggregate is their sum;
+3. **fio mixed**: one fio job writing and one reading at once (huge-page buffers when available),
+   the device's own ceiling for mixed traffic.
+
+Every page is stamped before its set and every page read back is compared, outside the timed
+calls (a prefetch thread checks its batch after each call, a backup thread stamps before each).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from typing import Any
+
+from hicache_mooncake.bench._fio import Fio
+from hicache_mooncake.bench._sglang_io import PageStamps, PageWorkload, create_backend
+
+TARGET_AGGREGATE = 1.5
+TARGET_BACKUP_SHARE = 0.7
+
+
+class _Worker:
+    """One SGLang thread: ``kind`` is ``backup`` (sets of new pages) or ``prefetch`` (gets of
+    stored pages); stops at the end of its batches or when ``stop`` is set."""
+
+    def __init__(
+        self, kind: str, be: Any, batches: list[list[str]], region: Any, src: Any, stamps: PageStamps,
+        tags: dict[str, int], stop: threading.Event, lock: threading.Lock,
+    ) -> None:  # fmt: skip
+        self.kind, self.be, self.batches, self.region, self.src = kind, be, batches, region, src
+        self.stamps, self.tags, self.stop, self.lock = stamps, tags, stop, lock
+        self.seconds = 0.0
+        self.pages = 0
+        self.bad = 0
+        self.missed = 0
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name=f"bench-{kind}", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            for keys in self.batches:
+                if self.stop.is_set():
+                    break
+                n = len(keys)
+                if self.kind == "backup":
+                    with self.lock:  # the stamp helpers share cached views: one thread at a time
+                        self.stamps.stamp(self.region, [self.tags[k] for k in keys])
+                    t0 = time.perf_counter()
+                    res = self.be.batch_set_v1(keys, self.region[: n * 64])
+                    self.seconds += time.perf_counter() - t0
+                else:
+                    t0 = time.perf_counter()
+                    res = self.be.batch_get_v1(keys, self.region[: n * 64])
+                    self.seconds += time.perf_counter() - t0
+                    ok = [bool(r) for r in res]
+                    with self.lock:
+                        self.stamps.stamp(self.src, [self.tags[k] for k in keys])
+                        self.bad += self.stamps.mismatches(self.src, self.region, n, ok)
+                    res = ok
+                done = sum(bool(r) for r in res)
+                self.pages += done
+                self.missed += n - done
+        except BaseException as e:  # noqa: BLE001 - reported by the caller
+            self.error = e
+        finally:
+            self.stop.set()
+
+
+def _run_threads(workers: list[_Worker]) -> None:
+    for w in workers:
+        w.thread.start()
+    for w in workers:
+        w.thread.join()
+    for w in workers:
+        if w.error is not None:
+            raise RuntimeError(f"{w.kind} thread failed: {w.error!r}") from w.error
+
+
+def _rate(w: _Worker, page_bytes: int) -> float:
+    return w.pages * page_bytes / w.seconds / 1e9 if w.seconds else 0.0
+
+
+def fio_mixed(fio: Fio, work: str, bs: int, size: int, drop: Any) -> dict[str, Any]:
+    """One fio job writing a fresh file and one reading another, at once (O_DIRECT, depth 16)."""
+    rfile, wfile = os.path.join(work, "fio-r.dat"), os.path.join(work, "fio-w.dat")
+    from hicache_mooncake.bench._fio import CONFIGS
+
+    fio.run(rfile, "write", bs, size, CONFIGS[0])
+    drop()
+    cmd = [
+        "fio", "--output-format=json", "--direct=1", f"--ioengine={fio.engine or 'psync'}",
+        f"--iomem={fio.iomem}", f"--bs={bs}", "--iodepth=16", f"--size={size}", "--fallocate=none",
+        "--name=w", f"--filename={wfile}", "--rw=write", "--name=r", f"--filename={rfile}", "--rw=read",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    for f in (rfile, wfile):
+        if os.path.exists(f):
+            os.unlink(f)
+    if proc.returncode != 0:
+        return {"gbps": 0.0, "error": (proc.stderr or proc.stdout)[-300:]}
+    jobs = json.loads(proc.stdout[proc.stdout.find("{") :])["jobs"]
+    by = {j["jobname"]: j for j in jobs}
+    w = float(by["w"]["write"]["bw_bytes"]) / 1e9
+    r = float(by["r"]["read"]["bw_bytes"]) / 1e9
+    # both jobs move ``size``; the aggregate is the bytes over the longer of the two runtimes
+    wall = max(float(j["job_runtime"]) for j in jobs) / 1e3
+    return {"gbps": 2 * size / wall / 1e9 if wall else 0.0, "write_gbps": w, "read_gbps": r}
+
+
+def concurrency_case(fio: Fio, base: str, w: PageWorkload, drop: bool) -> dict[str, Any]:
+    from hicache_mooncake.bench._disk import drop_caches
+    from hicache_mooncake.bench.ssd import _capacity, ssd_only_config
+
+    host, batch, pages = w.host, w.batch, w.pages
+    page_bytes = sum(int(s) for s in host.get_page_buffer_meta(w.src[:64])[1])
+    total = pages * page_bytes
+    work = tempfile.mkdtemp(prefix="concurrency-", dir=base)
+    stamps = PageStamps(host)
+    lock = threading.Lock()
+    tags: dict[str, int] = {}
+    out: dict[str, Any] = {"threads_together": {"backup": 1, "prefetch": 2}}
+
+    def keys(prefix: str, n: int) -> list[list[str]]:
+        ks = [f"{prefix}{i:060x}" for i in range(n)]
+        for k in ks:
+            tags[k] = len(tags) + (7 << 56)
+        return [ks[i : i + batch] for i in range(0, n, batch)]
+
+    stored, alone_b, together_b = keys("s", pages), keys("b", pages), keys("t", pages)
+    b1, p1, p2 = w.src, w.extra[0], w.extra[1]
+    # w.dst becomes the reference the prefetch threads check against: the backup source's bytes,
+    # stamped per batch (never the backup's own source, which it is writing from meanwhile)
+    for want, have in zip(stamps.parts(w.dst, batch), stamps.parts(b1, batch), strict=True):
+        for a, b in zip(want, have, strict=True):
+            a[:] = b
+    try:
+        out["fio_mixed"] = fio_mixed(fio, work, page_bytes, total, lambda: drop_caches(drop))
+        be = create_backend(
+            "dynamic", ssd_only_config(os.path.join(work, "ours"), _capacity(3 * total)), host
+        )
+        try:
+
+            def worker(kind: str, batches: list[list[str]], region: Any, stop: threading.Event) -> _Worker:
+                return _Worker(kind, be, batches, region, w.dst, stamps, tags, stop, lock)
+
+            # the pages the prefetch threads read (untimed), then each kind alone
+            _run_threads([worker("backup", stored, b1, threading.Event())])
+            solo_b = worker("backup", alone_b, b1, threading.Event())
+            _run_threads([solo_b])
+            drop_caches(drop)
+            solo_p = worker("prefetch", stored, p1, threading.Event())
+            _run_threads([solo_p])
+            # together: the prefetch threads split the stored pages between them
+            drop_caches(drop)
+            stop = threading.Event()
+            tb = worker("backup", together_b, b1, stop)
+            tp = [worker("prefetch", stored[i::2], region, stop) for i, region in enumerate((p1, p2))]
+            _run_threads([tb, *tp])
+        finally:
+            be.close()
+    finally:
+        stamps.close()
+        shutil.rmtree(work, ignore_errors=True)
+    alone = {"backup": _rate(solo_b, page_bytes), "prefetch": _rate(solo_p, page_bytes)}
+    together = _rate(tb, page_bytes) + sum(_rate(t, page_bytes) for t in tp)
+    one = max(alone.values())
+    out.update(
+        {
+            "backup_alone_gbps": alone["backup"],
+            "prefetch_alone_gbps": alone["prefetch"],
+            "together_gbps": together,
+            "together_backup_gbps": _rate(tb, page_bytes),
+            "together_prefetch_gbps": [_rate(t, page_bytes) for t in tp],
+            "aggregate_ratio_vs_one_thread": together / one if one else 0.0,
+            "backup_share_of_solo": _rate(tb, page_bytes) / alone["backup"] if alone["backup"] else 0.0,
+            "fio_mixed_gbps": out["fio_mixed"]["gbps"],
+            "together_ratio_vs_fio_mixed": together / out["fio_mixed"]["gbps"]
+            if out["fio_mixed"]["gbps"]
+            else 0.0,
+            "bad_pages": solo_p.bad + sum(t.bad for t in tp),
+            "missed_pages": solo_p.missed + sum(t.missed for t in tp),
+            "failed_sets": solo_b.missed + tb.missed,
+            "targets": {"aggregate_vs_one_thread": TARGET_AGGREGATE, "backup_share": TARGET_BACKUP_SHARE},
+        }
+    )
+    return out

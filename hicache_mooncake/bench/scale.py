@@ -1,0 +1,374 @@
+"""Costs at scale: RAM per stored entry, batch_exists latency, reopen times (clean and after kill -9).
+
+For each ``--entries`` count (100k and 1M by default) of small pages (``--page-bytes``, 4 KiB by
+default), through SGLang's interface on the real store (``configs/default.yaml``: the ``reuse``
+policy over DRAM + SSD, with ``tiers.ssd.mode: write_through`` so every page also gets an SSD
+copy, and a DRAM tier of ``--dram``):
+
+1. a **writer process** builds a real SGLang host pool and our backend (SGLang's factory), sets
+   every page with ``batch_set_v1`` in batches of ``--batch``, waits until every page has its SSD
+   copy, and measures
+
+   - **bytes of RAM per stored entry**: growth of the process's resident memory (``VmRSS``) from
+     after the first batch to after the last, over the entries stored (the arena and the host
+     pool are allocated and faulted in before: this is the bookkeeping: keys, indexes, policy);
+   - **batch_exists** of 128 keys: ``--samples`` calls on runs of consecutive stored keys at
+     random places (as SGLang asks for a request's pages), p50 / p99 in microseconds;
+
+   then it is killed with SIGKILL (after its last acknowledged set and its last SSD copy);
+2. a **reopen process** times the backend's construction on that directory (**after kill -9**:
+   attach, and until every region is indexed), checks the entries found and times batch_exists
+   again, closes it cleanly and times a second construction (**clean close**).
+
+The page cache is dropped before each reopen with ``--drop-caches`` (root; the whole host's).
+Everything written is removed. Each count runs in fresh processes, so figures do not mix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from hicache_mooncake.bench._disk import (
+    NOT_DROPPED,
+    add_drop_caches_argument,
+    default_work_dir,
+    drop_caches,
+    fs_type,
+)
+from hicache_mooncake.results_json import write_json
+from hicache_mooncake.sizes import format_size, parse_size
+
+EXISTS_KEYS = 128
+TARGET_BYTES_PER_ENTRY = 400
+TARGET_EXISTS_P99_US = 100.0
+TARGET_REOPEN_CLEAN_S = 2.0
+TARGET_REOPEN_KILLED_S = 10.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--entries", default="100000,1000000", help="entry counts (comma list)")
+    parser.add_argument("--page-bytes", default="4KiB", help="bytes per page (4KiB, 8KiB, 16KiB, 32KiB)")
+    parser.add_argument("--dir", default=None, help="directory for the SSD tier (default: the temp dir)")
+    parser.add_argument("--dram", default="256MiB", help="DRAM tier capacity")
+    parser.add_argument("--batch", type=int, default=128, help="pages per batch_set_v1")
+    parser.add_argument("--samples", type=int, default=2000, help="batch_exists calls timed")
+    add_drop_caches_argument(parser)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # fill | reopen
+    parser.add_argument("--child-dir", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-n", type=int, default=0, help=argparse.SUPPRESS)
+
+
+# ------------------------------------------------------------------------------------------ shared
+
+
+def _shape(page_bytes: int) -> Any:
+    """A host pool shape whose page (K and V of one layer, one head) is ``page_bytes``."""
+    from hicache_mooncake.sglang_harness import PoolShape
+
+    tokens = page_bytes // (2 * 64 * 2)  # 2 (K,V) x head_dim 64 x 2 bytes (bf16)
+    if tokens < 1 or tokens * 2 * 64 * 2 != page_bytes:
+        raise ValueError(f"--page-bytes {page_bytes}: must be a multiple of 256 bytes")
+    return PoolShape(page_size=tokens, layers=1, heads=1, head_dim=64, device_tokens=tokens * 256)
+
+
+def _config(directory: str, n: int, page_bytes: int, dram: int) -> dict[str, Any]:
+    from hicache_mooncake.presets import load_preset
+
+    region = 64 << 20
+    per_region = (region - 4096) // (4096 + -(-page_bytes // 4096) * 4096)
+    # room for every entry below the placement's fill limit, plus a few regions of headroom
+    regions = -(-n * 100 // 80 // per_region) + 4
+    cfg = load_preset("default")
+    cfg["tiers"]["dram"] = {**cfg["tiers"]["dram"], "capacity": dram}
+    cfg["tiers"]["ssd"] = {
+        **cfg["tiers"]["ssd"],
+        "path": directory,
+        "capacity": regions * region,
+        "region_size": region,
+        "min_free": "256MiB",
+        "mode": "write_through",
+    }
+    return cfg
+
+
+def _keys(n: int) -> list[str]:
+    return [f"{i:064x}" for i in range(n)]
+
+
+def _rss() -> int:
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _exists_latency(be: Any, n: int, samples: int, seed: int) -> dict[str, Any]:
+    keys = _keys(n)
+    rng = random.Random(seed)
+    times: list[float] = []
+    found = 0
+    for _ in range(samples):
+        start = rng.randrange(0, max(1, n - EXISTS_KEYS))
+        batch = keys[start : start + EXISTS_KEYS]
+        t0 = time.perf_counter()
+        found += be.batch_exists(batch)
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return {
+        "p50_us": times[len(times) // 2] * 1e6,
+        "p99_us": times[min(len(times) - 1, int(len(times) * 0.99))] * 1e6,
+        "mean_us": statistics.fmean(times) * 1e6,
+        "samples": samples,
+        "keys_per_call": EXISTS_KEYS,
+        "found_fraction": found / (samples * EXISTS_KEYS),
+    }
+
+
+def _backend(directory: str, n: int, page_bytes: int, dram: int) -> tuple[Any, Any]:
+    from hicache_mooncake.bench._sglang_io import create_backend
+    from hicache_mooncake.sglang_harness import make_host_pool
+
+    host = make_host_pool("page_first", False, _shape(page_bytes))
+    return create_backend("dynamic", _config(directory, n, page_bytes, dram), host), host
+
+
+def _ssd(be: Any) -> dict[str, Any]:
+    return dict(be.tier_stats()["tiers"].get("ssd", {}))
+
+
+# ------------------------------------------------------------------------------------------ children
+
+
+def _child_fill(args: argparse.Namespace) -> int:
+    """Fill ``n`` pages, measure RAM and exists, write the JSON, say READY, wait for SIGKILL."""
+    import gc
+
+    n, page_bytes, dram = args.child_n, parse_size(args.page_bytes), parse_size(args.dram)
+    be, host = _backend(args.child_dir, n, page_bytes, dram)
+    ps = host.page_size
+    region = host.alloc(args.batch * ps)
+    keys = _keys(n)
+    be.batch_set_v1(["warm"], region[:ps])
+    gc.collect()
+    rss0 = _rss()
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    failed = 0
+    for i in range(0, n, args.batch):
+        batch = keys[i : i + args.batch]
+        failed += len(batch) - sum(bool(r) for r in be.batch_set_v1(batch, region[: len(batch) * ps]))
+    set_s = time.perf_counter() - t0
+    flushed = be.store.flush(600)  # every page has its SSD copy
+    fill_s = time.perf_counter() - t0
+    cpu_s = time.process_time() - c0
+    gc.collect()
+    rss1 = _rss()
+    ssd = _ssd(be)
+    out = {
+        "entries": n,
+        "set_failed": failed,
+        "set_seconds": set_s,
+        "fill_seconds_with_ssd_copies": fill_s,
+        "fill_cpu_seconds": cpu_s,
+        "ssd_copies_done": flushed,
+        "ssd_entries": ssd.get("entries", 0),
+        "rss_before": rss0,
+        "rss_after": rss1,
+        "bytes_per_entry": (rss1 - rss0) / n,
+        "max_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "exists": _exists_latency(be, n, args.samples, seed=n),
+        "placement": {
+            k: v for k, v in be.tier_stats()["tiers"].get("placement", {}).items() if isinstance(v, int | str)
+        },
+    }
+    Path(args.child_out).write_text(json.dumps(out))
+    print("READY", flush=True)
+    while True:  # the parent kills this process (SIGKILL) now
+        time.sleep(60)
+
+
+def _child_reopen(args: argparse.Namespace) -> int:
+    """Reopen after the kill, wait for the background scan, exists again; close; reopen clean."""
+    n, page_bytes, dram = args.child_n, parse_size(args.page_bytes), parse_size(args.dram)
+    from hicache_mooncake.bench._sglang_io import create_backend
+    from hicache_mooncake.sglang_harness import make_host_pool
+
+    host = make_host_pool("page_first", False, _shape(page_bytes))
+    cfg = _config(args.child_dir, n, page_bytes, dram)
+    out: dict[str, Any] = {}
+    for label in ("after_kill", "clean"):
+        drop_caches(args.drop_caches)
+        c0, t0 = time.process_time(), time.perf_counter()
+        be = create_backend("dynamic", cfg, host)
+        attach_s = time.perf_counter() - t0
+        engine = be.store.ssd.engine
+        engine.wait_recovered(600)
+        indexed_s = time.perf_counter() - t0
+        cpu_s = time.process_time() - c0
+        ssd = _ssd(be)
+        out[label] = {
+            "attach_seconds": attach_s,
+            "all_indexed_seconds": indexed_s,
+            "cpu_seconds": cpu_s,
+            "entries_found": ssd.get("entries", 0),
+            "regions_from_summaries": ssd.get("recover_from_summaries", 0),
+            "exists": _exists_latency(be, n, max(200, args.samples // 4), seed=n + 1),
+        }
+        be.close()
+    Path(args.child_out).write_text(json.dumps(out))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ driver
+
+
+def _child(args: argparse.Namespace, kind: str, directory: str, n: int, out: str) -> list[str]:
+    cmd = [
+        sys.executable, "-m", "hicache_mooncake", "bench", "scale", "--child", kind, "--child-dir", directory,
+        "--child-out", out, "--child-n", str(n), "--page-bytes", args.page_bytes, "--dram", args.dram,
+        "--batch", str(args.batch), "--samples", str(args.samples),
+    ]  # fmt: skip
+    return cmd + (["--drop-caches"] if args.drop_caches else [])
+
+
+def _measure(args: argparse.Namespace, base: str, n: int) -> dict[str, Any]:
+    work = tempfile.mkdtemp(prefix=f"scale-{n}-", dir=base)
+    try:
+        fill_out, reopen_out = os.path.join(base, f"fill-{n}.json"), os.path.join(base, f"reopen-{n}.json")
+        proc = subprocess.Popen(_child(args, "fill", work, n, fill_out), stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if line.strip() != "READY":
+                proc.wait(60)
+                raise RuntimeError(f"bench scale: the writer of {n} entries failed (exit {proc.returncode})")
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(60)
+        row: dict[str, Any] = {"entries": n, "writer": json.loads(Path(fill_out).read_text())}
+        subprocess.run(_child(args, "reopen", work, n, reopen_out), check=True)
+        row["reopen"] = json.loads(Path(reopen_out).read_text())
+        for f in (fill_out, reopen_out):
+            os.unlink(f)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    w, r = row["writer"], row["reopen"]
+    row.update(
+        {
+            "bytes_per_entry": w["bytes_per_entry"],
+            "exists_p50_us": w["exists"]["p50_us"],
+            "exists_p99_us": w["exists"]["p99_us"],
+            "reopen_after_kill_s": r["after_kill"]["attach_seconds"],
+            "reopen_after_kill_all_indexed_s": r["after_kill"]["all_indexed_seconds"],
+            "reopen_clean_s": r["clean"]["attach_seconds"],
+            "entries_found_after_kill": r["after_kill"]["entries_found"],
+            "entries_found_clean": r["clean"]["entries_found"],
+        }
+    )
+    return row
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.child == "fill":
+        return _child_fill(args)
+    if args.child == "reopen":
+        return _child_reopen(args)
+    counts = [int(x) for x in args.entries.split(",") if x.strip()]
+    page_bytes = parse_size(args.page_bytes)
+    _shape(page_bytes)  # a bad size is refused before any work
+    if not args.drop_caches:
+        print(NOT_DROPPED, flush=True)
+    base_parent = args.dir or default_work_dir()
+    os.makedirs(base_parent, exist_ok=True)
+    base = tempfile.mkdtemp(prefix="hicache-bench-scale-", dir=base_parent)
+    rows = []
+    try:
+        for n in counts:
+            row = _measure(args, base, n)
+            rows.append(row)
+            print(
+                f"{n:>9,} entries of {format_size(page_bytes)}: {row['bytes_per_entry']:.0f} B of RAM per entry | "
+                f"batch_exists({EXISTS_KEYS}) p50 {row['exists_p50_us']:.0f} us p99 {row['exists_p99_us']:.0f} us | "
+                f"reopen after kill -9 {row['reopen_after_kill_s']:.2f} s (all indexed "
+                f"{row['reopen_after_kill_all_indexed_s']:.2f} s, {row['entries_found_after_kill']:,} found), "
+                f"clean {row['reopen_clean_s']:.2f} s ({row['entries_found_clean']:,} found)",
+                flush=True,
+            )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    result = {
+        "benchmark": "scale",
+        "page_bytes": page_bytes,
+        "dram_capacity": parse_size(args.dram),
+        "dir": base_parent,
+        "fs_type": fs_type(base_parent),
+        "cache_drop_requested": bool(args.drop_caches),
+        "cpu_count": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "targets": {
+            "bytes_per_entry": TARGET_BYTES_PER_ENTRY,
+            "exists_p99_us": TARGET_EXISTS_P99_US,
+            "reopen_clean_s": TARGET_REOPEN_CLEAN_S,
+            "reopen_after_kill_s": TARGET_REOPEN_KILLED_S,
+        },
+        "note": "default config (reuse policy, DRAM + SSD) with write_through: every page on SSD; RAM per "
+        "entry = VmRSS growth over the fill / entries; exists on runs of 128 stored keys at random "
+        "places; reopen = backend construction (after SIGKILL of the writer, then after a clean close)",
+        "per_entries": rows,
+    }
+    if len(rows) >= 2:
+        a, b = rows[0], rows[-1]
+        per = (b["entries"] - a["entries"]) / 1e6
+        result["exists_p99_us_per_million_entries"] = (b["exists_p99_us"] - a["exists_p99_us"]) / per
+        result["exists_p50_us_per_million_entries"] = (b["exists_p50_us"] - a["exists_p50_us"]) / per
+    if args.json_out:
+        write_json(args.json_out, result)
+    if args.plot_out:
+        _plot(rows, args.plot_out)
+    return 0
+
+
+def _plot(rows: list[dict[str, Any]], out: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['entries']:,}" for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    axes[0].bar(labels, [r["bytes_per_entry"] for r in rows])
+    axes[0].axhline(TARGET_BYTES_PER_ENTRY, color="k", ls="--", lw=1, label="target")
+    axes[0].set_title("RAM per stored entry (bytes)")
+    x = range(len(rows))
+    axes[1].bar([i - 0.2 for i in x], [r["exists_p50_us"] for r in rows], 0.4, label="p50")
+    axes[1].bar([i + 0.2 for i in x], [r["exists_p99_us"] for r in rows], 0.4, label="p99")
+    axes[1].axhline(TARGET_EXISTS_P99_US, color="k", ls="--", lw=1)
+    axes[1].set_xticks(list(x), labels)
+    axes[1].set_title(f"batch_exists of {EXISTS_KEYS} keys (us)")
+    axes[1].legend(fontsize=8)
+    axes[2].bar([i - 0.2 for i in x], [r["reopen_after_kill_s"] for r in rows], 0.4, label="after kill -9")
+    axes[2].bar([i + 0.2 for i in x], [r["reopen_clean_s"] for r in rows], 0.4, label="clean close")
+    axes[2].set_xticks(list(x), labels)
+    axes[2].set_title("reopen (attach) seconds")
+    axes[2].legend(fontsize=8)
+    for ax in axes:
+        ax.set_xlabel("entries")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)

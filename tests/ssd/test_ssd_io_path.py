@@ -1,0 +1,199 @@
+"""The I/O path at the disk's pace: I/O pool priorities, the standby region, the region map written
+in the background, write jobs of whole entries (staged or in place), staged reads in runs, and the
+check of which memory is on huge pages."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ssd_helpers import aligned_array, open_engine, value_for
+
+from hicache_mooncake.ssd import SsdOptions
+from hicache_mooncake.ssd.allocator import RegionAllocator
+from hicache_mooncake.ssd.format import parse_region_file_name
+from hicache_mooncake.ssd.hugemem import HugeRanges, huge_fraction
+from hicache_mooncake.ssd.io import READ, URGENT, WRITE, IoPool, address_of, huge_buffer
+from hicache_mooncake.ssd.state import StateFile, load_dir
+
+MiB = 1 << 20
+
+
+def test_io_pool_runs_urgent_then_writes_then_reads() -> None:
+    pool = IoPool(1)
+    try:
+        hold = threading.Event()
+        started = threading.Event()
+        order: list[str] = []
+
+        def blocker() -> None:
+            started.set()
+            hold.wait(10)
+
+        pool.submit([blocker], priority=READ)
+        assert started.wait(10)  # the only thread is busy: what follows queues
+        batches = [
+            pool.submit([lambda: order.append("read")], priority=READ),
+            pool.submit([lambda: order.append("write")], priority=WRITE),
+            pool.submit([lambda: order.append("open")], priority=URGENT),
+        ]
+        hold.set()
+        assert all(b.wait(time.monotonic() + 10) for b in batches)
+        assert order == ["open", "write", "read"]
+    finally:
+        pool.shutdown()
+
+
+def test_shutdown_runs_the_jobs_already_queued() -> None:
+    pool = IoPool(1)
+    ran: list[int] = []
+    batch = pool.submit([lambda: time.sleep(0.05), lambda: ran.append(1)], priority=READ)
+    pool.shutdown(timeout_s=5)
+    assert batch.done and ran == [1]
+
+
+def test_a_batch_moves_on_to_the_standby_region_without_waiting_for_an_open(
+    ssd_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the next region is open in advance, a batch that does not fit the active region goes
+    on at once even while every further region open is stuck."""
+    e = open_engine(ssd_dir, capacity_bytes=16 * MiB, region_size=2 * MiB)
+    v = value_for("v", 512 << 10)
+    assert e.put("first", [memoryview(v)])
+    deadline = time.monotonic() + 10
+    while e.stats()["regions_by_state"].get("active", 0) < 2:  # active + standby
+        assert time.monotonic() < deadline, "no standby region was opened"
+        time.sleep(0.01)
+    stuck = threading.Event()
+    orig = RegionAllocator._open_region
+
+    def slow_open(self: RegionAllocator, r: object) -> tuple[bool, str]:
+        stuck.wait(10)
+        return orig(self, r)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RegionAllocator, "_open_region", slow_open)
+    try:
+        t0 = time.monotonic()
+        # 5 entries of 512 KiB + headers: more than the 2 MiB active region holds
+        items = [(f"k{i}", [memoryview(value_for(f"k{i}", 512 << 10))]) for i in range(5)]
+        assert all(e.put_batch(items, time.monotonic() + 5))
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        stuck.set()
+    for key, _ in items:
+        out = np.zeros(512 << 10, np.uint8)
+        assert e.get_into(key, [memoryview(out)]) and np.array_equal(out, value_for(key, 512 << 10))
+    e.close()
+
+
+def test_region_files_are_mapped_in_the_background(ssd_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new region file is recorded in the state file's region map without the put waiting for
+    that write (a synced write, slow on a busy disk); after close the map lists every file."""
+    e = open_engine(ssd_dir, capacity_bytes=16 * MiB, region_size=1 * MiB)
+    held = threading.Event()
+    orig = StateFile.write
+
+    def slow_write(self: StateFile, state: object) -> None:
+        held.wait(10)
+        orig(self, state)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(StateFile, "write", slow_write)
+    try:
+        t0 = time.monotonic()
+        items = [(f"k{i}", [memoryview(value_for(f"k{i}", 300 << 10))]) for i in range(8)]
+        assert all(e.put_batch(items, time.monotonic() + 5))
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        held.set()
+    e.close()
+    files = {r for r in (parse_region_file_name(p.name) for p in Path(ssd_dir).iterdir()) if r is not None}
+    mapped = load_dir(ssd_dir).mapped
+    assert files and mapped is not None and files <= mapped
+
+
+@pytest.mark.parametrize("stage", ["always", "never"])
+def test_write_jobs_of_whole_entries_round_trip(ssd_dir: str, stage: str) -> None:
+    """Batches over several regions, entries larger and smaller than a write job, two parts
+    each (one of them unaligned when staged): every byte comes back, after a reopen too."""
+    sizes = [3 * MiB, 100_000, 700 << 10, 64 << 10, 2 * MiB + 4096, 5000]
+    opts = {
+        "capacity_bytes": 64 * MiB,
+        "region_size": 8 * MiB,
+        "write_chunk_bytes": MiB,
+        "stage_writes": stage,
+    }
+    vals = {f"k{i}-{n}": value_for(f"k{i}-{n}", n) for i in range(4) for n in sizes}
+    if stage == "never":  # in place needs aligned parts
+        vals = {k: _aligned(v) for k, v in vals.items() if v.size % 8192 == 0}
+    with open_engine(ssd_dir, **opts) as e:
+        items = [(k, [memoryview(v[: v.size // 2]), memoryview(v[v.size // 2 :])]) for k, v in vals.items()]
+        assert all(e.put_batch(items, time.monotonic() + 30))
+        st = e.stats()
+        if st["io_mode"] == "direct":
+            assert st["batches_staged" if stage == "always" else "batches_zero_copy"] >= 1
+        _check(e, vals, deadline=True)
+    with open_engine(ssd_dir, **opts) as e2:
+        _check(e2, vals, deadline=False)
+
+
+def test_staged_reads_in_runs_smaller_than_an_entry(ssd_dir: str) -> None:
+    with open_engine(
+        ssd_dir, capacity_bytes=32 * MiB, region_size=8 * MiB, staged_read_run_bytes=64 << 10
+    ) as e:
+        vals = {f"k{i}": value_for(f"k{i}", (i + 1) * 100_000) for i in range(10)}
+        assert all(e.put_batch([(k, [memoryview(v)]) for k, v in vals.items()]))
+        _check(e, vals, deadline=True)
+
+
+def test_stage_writes_must_be_a_known_mode() -> None:
+    with pytest.raises(ValueError, match="stage_writes"):
+        SsdOptions(dirs=("/nonexistent",), capacity_bytes=4 * MiB, region_size=MiB, stage_writes="sometimes")
+
+
+def test_huge_fraction_reads_the_mappings_of_the_range(tmp_path: Path) -> None:
+    smaps = tmp_path / "smaps"
+    smaps.write_text(
+        "7f0000000000-7f0000400000 rw-p 00000000 00:00 0\n"
+        "Size:               4096 kB\nAnonHugePages:      2048 kB\nVmFlags: rd wr mr mw me ac hg\n"
+        "7f0000400000-7f0000600000 rw-p 00000000 00:00 0\n"
+        "Size:               2048 kB\nAnonHugePages:         0 kB\n"
+    )
+    base = 0x7F0000000000
+    assert huge_fraction(base, 4 * MiB, str(smaps)) == pytest.approx(0.5)
+    assert huge_fraction(base + 4 * MiB, 2 * MiB, str(smaps)) == 0.0
+    assert huge_fraction(base, 6 * MiB, str(smaps)) == pytest.approx(2 / 6)
+    assert huge_fraction(base, 4 * MiB, str(tmp_path / "missing")) == 0.0
+
+
+def test_huge_ranges_cover_only_registered_huge_memory() -> None:
+    ranges = HugeRanges()
+    plain = aligned_array(4 * MiB)
+    plain[::4096] = 1
+    assert ranges.register(memoryview(plain)) < 0.9
+    assert not ranges.covers(memoryview(plain))
+    huge = huge_buffer(8 * MiB)
+    if ranges.register(huge) >= 0.9:  # THP gave huge pages (the kernel may refuse under pressure)
+        assert ranges.covers(huge[MiB : 2 * MiB]) and ranges.covers(huge)
+    assert address_of(huge) % (2 * MiB) == 0
+
+
+def _aligned(v: np.ndarray) -> np.ndarray:
+    out = aligned_array(v.size)
+    out[:] = v
+    return out
+
+
+def _check(e: object, vals: dict[str, np.ndarray], deadline: bool) -> None:
+    keys = list(vals)
+    outs = [np.zeros(vals[k].size, np.uint8) for k in keys]
+    items = [
+        (k, [memoryview(o[: o.size // 3]), memoryview(o[o.size // 3 :])])
+        for k, o in zip(keys, outs, strict=True)
+    ]
+    res = e.get_batch_into(items, time.monotonic() + 30 if deadline else None)  # type: ignore[attr-defined]
+    assert all(res)
+    for k, o in zip(keys, outs, strict=True):
+        assert np.array_equal(o, vals[k]), k
