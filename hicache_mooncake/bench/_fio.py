@@ -168,7 +168,7 @@ class Fio:
     def _run_once(
         path: str, rw: str, bs: int, size: int, engine: str, cfg: FioConfig, iomem: str
     ) -> dict[str, Any]:
-        per_job = size // cfg.jobs // bs * bs
+        per_job = max(bs, size // cfg.jobs // bs * bs)  # a tiny total still gives every job one block
         cmd = [
             "fio", "--name=hicache-bench", f"--filename={path}", f"--rw={rw}", f"--bs={bs}",
             f"--size={per_job}", f"--offset_increment={per_job}", f"--numjobs={cfg.jobs}",

@@ -1,5 +1,6 @@
-"""``hicache-mooncake bench ssd`` end to end on a tiny size: fio, our SSD-only backend and SGLang's
-``file`` backend on one directory; the JSON carries the keys other tools rely on."""
+"""``hicache-mooncake bench ssd`` end to end on a tiny size: fio (best of its configurations), our
+SSD-only backend and SGLang's ``file`` backend on one directory, every page read back checked, and
+the backup + prefetch threads case; the JSON carries the keys other tools rely on."""
 
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ def test_bench_ssd_end_to_end(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert png.stat().st_size > 0
     assert data["fio_engine"] in ("io_uring", "libaio", "psync")
+    assert data["fio_iomem"] in ("shmhuge", "malloc")
+    assert data["fio_iomem"] == "shmhuge" or data["fio_iomem_reason"]  # ordinary memory is explained
+    assert len(data["fio_configs_tried"]) == 4
     assert isinstance(data["cache_drop_ok"], bool)
     assert data["recover_within_bound"] is True
     for size in ("1.0MiB", "8.0MiB"):
@@ -41,9 +45,19 @@ def test_bench_ssd_end_to_end(tmp_path: Path) -> None:
             "file_get_gbps", "ours_set_cpu_s_per_gb", "ours_get_cpu_s_per_gb", "file_set_cpu_s_per_gb",
             "file_get_cpu_s_per_gb", "fio_set_cpu_s_per_gb", "fio_get_cpu_s_per_gb", "io_mode",
             "fio_engine", "cache_drop_ok", "reopen_verify_s", "reopen_headers_only_s",
+            "fio_config", "fio_set_config", "fio_get_config", "fio_set_gbps_by_config",
         ):  # fmt: skip
             assert key in row, key
-        assert row["ours_bytes_ok"] is True
+        assert set(row["fio_set_gbps_by_config"]) == set(data["fio_configs_tried"])
+        assert row["fio_set_gbps"] == pytest.approx(
+            max(row["fio_set_gbps_by_config"].values()), rel=0.01
+        ) or (data["repeats"] > 1)
+        assert row["ours_bytes_ok"] is True and row["ours_bad_pages"] == 0 and row["file_bad_pages"] == 0
+        assert row["pages_verified"] == row["pages"]  # every page of every get was compared
+        conc = row["concurrency"]
+        assert conc["bad_pages"] == 0 and conc["missed_pages"] == 0 and conc["failed_sets"] == 0
+        for key in ("backup_alone_gbps", "prefetch_alone_gbps", "together_gbps", "fio_mixed_gbps"):
+            assert conc[key] > 0, key
         assert row["ours_set_failed_pages"] == 0 and row["ours_get_missed_pages"] == 0
         assert row["reopen_verify_all_recovered"] is True
         assert row["io_mode"] in ("direct", "buffered")
