@@ -22,7 +22,12 @@ Families (``hicache_mooncake:`` prefix; counters end in ``_total``):
   (pages the policy did not admit), ``set_no_room_total`` (pages a set could not place in time),
   ``set_waits_for_room_total`` (sets that ran queued demotions themselves);
 - ``mover_queue_depth``, ``mover_pages_total{kind,result}`` (``demoted``/``copied``/``flushed`` x
-  ``written``/``refused``/``failed``), ``mover_lost_total``, ``mover_errors_total``.
+  ``written``/``refused``/``failed``), ``mover_lost_total``, ``mover_errors_total``;
+- per tenant (``tenant`` label, ``(default)`` for the unnamed one; at most ``tenants.max_tenants``,
+  the rest counted as ``(other)``): ``tenant_used_bytes{tier}`` and ``tenant_share_bytes{tier}``
+  (its share, only for tenants that have one), ``tenant_pages_total{op,result}`` (``get``/``exists``:
+  ``hit``/``miss``; ``set``: ``stored``/``not_stored``/``refused_frozen``) and
+  ``tenant_over_share_total{action}`` (its pages ``evicted``/``demoted`` because it was over its share).
 
 A family is emitted only for the tiers that count it, and a counter only once its source exists
 (the stats dicts carry a key from its first increment), so no series is always zero. Each scrape
@@ -87,6 +92,11 @@ class TierStatsCollector(Collector):
         ssd = stats.get("ssd")
         if isinstance(ssd, dict) and isinstance(ssd.get("background"), dict):
             _mover(out, ssd["background"])
+        tenants = stats.get("tenants")
+        if isinstance(tenants, dict):
+            for tenant, figures in tenants.items():
+                if isinstance(figures, dict):
+                    _tenant(out, tenant or "(default)", figures)
         yield from out
 
 
@@ -197,3 +207,58 @@ def _mover(out: _Families, mover: Mapping[str, Any]) -> None:
     ):
         if (value := _num(mover, key)) is not None:
             out.add("counter", name, doc, {}, value)
+
+
+def _tenant(out: _Families, tenant: str, t: Mapping[str, Any]) -> None:
+    who = {"tenant": tenant}
+    for tier in ("dram", "ssd"):
+        if (used := _num(t, f"{tier}_bytes")) is not None:
+            out.add(
+                "gauge", "tenant_used_bytes", "Bytes a tenant holds per tier", {**who, "tier": tier}, used
+            )
+        limit = _num(t, f"{tier}_limit_bytes")
+        if limit is not None and limit >= 0:
+            out.add(
+                "gauge",
+                "tenant_share_bytes",
+                "A tenant's capacity share per tier",
+                {**who, "tier": tier},
+                limit,
+            )
+    pages = {
+        ("get", "hit"): _num(t, "get_hit_pages"),
+        ("exists", "hit"): _num(t, "exists_hit_pages"),
+        ("set", "stored"): _num(t, "set_stored_pages"),
+        ("set", "refused_frozen"): _num(t, "set_refused_frozen"),
+    }
+    for op, total_key, done_key in (
+        ("get", "get_pages", "get_hit_pages"),
+        ("exists", "exists_pages", "exists_hit_pages"),
+        ("set", "set_pages", None),
+    ):
+        total = _num(t, total_key)
+        if total is None:
+            continue
+        if done_key is not None:
+            pages[(op, "miss")] = total - (pages[(op, "hit")] or 0.0)
+        else:
+            done = (pages[(op, "stored")] or 0.0) + (pages[(op, "refused_frozen")] or 0.0)
+            pages[(op, "not_stored")] = total - done
+    for (op, result), value in pages.items():
+        if value is not None:
+            out.add(
+                "counter",
+                "tenant_pages",
+                "Pages of a tenant's calls, by operation and result",
+                {**who, "op": op, "result": result},
+                value,
+            )
+    for action, key in (("evicted", "over_share_evicted"), ("demoted", "over_share_demoted")):
+        if (value := _num(t, key)) is not None:
+            out.add(
+                "counter",
+                "tenant_over_share",
+                "Pages of a tenant moved out because it was over its share",
+                {**who, "action": action},
+                value,
+            )

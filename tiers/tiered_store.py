@@ -286,6 +286,10 @@ class TieredStore:
     # ------------------------------------------------------------------ tenants
     def _tenant_count(self, key: str, **counts: int) -> None:
         """Count a call for the tenant of ``key`` (its first key)."""
+        with self._lock:  # stats() reads the tables under it
+            self._tenant_count_locked(key, **counts)
+
+    def _tenant_count_locked(self, key: str, **counts: int) -> None:
         tenant = self._ledger.tenant_of(key)
         table = self.tenant_counts.get(tenant)
         if table is None:
@@ -313,11 +317,10 @@ class TieredStore:
         n = len(keys)
         present = self.contains_batch(keys)
         hit = present.index(False) if False in present else n
-        self._tenant_count(keys[0], exists_pages=n, exists_hit_pages=hit)
-        if hit < n and self.local:
-            with self._lock:
-                if self._placement is not None:
-                    self._placement.miss(keys[hit], miss_context(hit, n))
+        with self._lock:
+            self._tenant_count_locked(keys[0], exists_pages=n, exists_hit_pages=hit)
+            if hit < n and self.local and self._placement is not None:
+                self._placement.miss(keys[hit], miss_context(hit, n))
         return present
 
     @_gated

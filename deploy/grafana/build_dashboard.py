@@ -119,6 +119,23 @@ def rows() -> list[tuple[str, list[dict[str, Any]]]]:
             ],
         ),
         (
+            "Tenants",
+            [
+                panel("Bytes per tenant and tier (dashed: its share)", [
+                    (f"sum by (tenant, tier) (hicache_mooncake:tenant_used_bytes{{{SEL}}})", "{{tenant}} {{tier}}"),
+                    (f"sum by (tenant, tier) (hicache_mooncake:tenant_share_bytes{{{SEL}}})",
+                     "share {{tenant}} {{tier}}"),
+                ], "bytes"),
+                panel("Get hit rate per tenant", [(
+                    f'sum by (tenant) (rate(hicache_mooncake:tenant_pages_total{{{SEL}, op="get", result="hit"}}{R}))'
+                    f' / sum by (tenant) (rate(hicache_mooncake:tenant_pages_total{{{SEL}, op="get"}}{R}))',
+                    "{{tenant}}")], "percentunit"),
+                panel("Pages moved out for being over the share (per second)", [(
+                    f"sum by (tenant, action) (rate(hicache_mooncake:tenant_over_share_total{{{SEL}}}{R}))",
+                    "{{tenant}} {{action}}")], "ops"),
+            ],
+        ),
+        (
             "Memory nodes",
             [
                 panel("Node requests per second",

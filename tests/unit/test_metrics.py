@@ -319,3 +319,44 @@ def test_node_exports_metrics_and_healthz(tmp_path):
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(15)
     assert metrics_discovery.endpoints(disc) == []
+
+
+def test_each_tenant_has_its_own_figures_and_share(tmp_path):
+    from hicache_mooncake.keys import tenant_of_key
+    from hicache_mooncake.tiers.policy.quotas import TenantShare
+
+    store = TieredStore(
+        [DramTier(4 * MiB, MiB, prefault=False)],
+        lambda: make_policy("lru"),
+        StoreOptions(),
+        tenant_of=tenant_of_key,
+        tenant_shares={"team-a": TenantShare(dram=0.5, ssd=1.0)},
+    )
+    metrics = BackendMetrics(store.stats, RankLabels("org/m", 0))
+    try:
+        port = metrics.serve(MetricsConfig(port=0, discovery_dir=str(tmp_path / "disc")), lambda: (True, {}))
+        a = [f"org/d~team-a/a{i}" for i in range(6)]
+        b = [f"org/d/b{i}" for i in range(3)]
+        for keys in (a, b):
+            assert all(store.put_batch(keys, [parts(page(k)) for k in keys]))
+        dst = [np.zeros(PAGE, np.uint8) for _ in range(4)]
+        got = store.get_batch_into([*a[:3], "org/d~team-a/never"], [parts(x) for x in dst])
+        assert got == [True, True, True, False]
+        assert store.exists_prefix([*b, "org/d/missing"]) == 3
+        found = samples(f"http://127.0.0.1:{port}/metrics")
+        t = {"model": "org/m", "rank": "0"}
+        name = "hicache_mooncake:tenant_pages_total"
+        assert value(found, name, tenant="team-a", op="get", result="hit", **t) == 3
+        assert value(found, name, tenant="team-a", op="get", result="miss", **t) == 1
+        assert value(found, name, tenant="team-a", op="set", result="stored", **t) == 6
+        assert value(found, name, tenant="(default)", op="exists", result="hit", **t) == 3
+        assert value(found, name, tenant="(default)", op="exists", result="miss", **t) == 1
+        used = "hicache_mooncake:tenant_used_bytes"
+        assert value(found, used, tenant="team-a", tier="dram", **t) == 6 * PAGE
+        assert value(found, used, tenant="(default)", tier="dram", **t) == 3 * PAGE
+        share = "hicache_mooncake:tenant_share_bytes"
+        assert value(found, share, tenant="team-a", tier="dram", **t) > 0
+        assert value(found, share, tenant="(default)", tier="dram", **t) is None  # no share, no series
+    finally:
+        metrics.close()
+        store.close()
