@@ -304,3 +304,35 @@ def test_the_remote_pool_lives_behind_the_service(
     finally:
         pool.close()
         store.close()
+
+
+def test_tenant_shares_apply_host_wide(host_cache: PrivateHostCache) -> None:
+    """``tenants.shares`` hold in the service: a tenant writing past its DRAM share through one
+    client has its own pages moved out, and another tenant's pages (another client) all stay."""
+    extra = host_cache.extra(host_cache="on")
+    extra["tenants"] = {"shares": {"team-a": {"dram": 0.25, "ssd": 0.25}}}
+    config = validate_config(extra)
+    writer_a = build_client_store(config, "rank0", True)
+    writer_b = build_client_store(config, "rank1", True)
+    try:
+        host_cache.wait_pid()
+        page = 64 << 10
+        b_keys = [f"m/d/b{i}" for i in range(16)]  # the default tenant: 1 MiB
+        b_pages = [np.full(page, i, dtype=np.uint8) for i in range(16)]
+        assert all(writer_b.put_batch(b_keys, [[memoryview(p)] for p in b_pages]))
+        for start in range(0, 160, 16):  # team-a: 10 MiB through an 8 MiB DRAM tier, a 2 MiB share
+            keys = [f"m/d~team-a/a{i}" for i in range(start, start + 16)]
+            pages = [np.full(page, i % 251, dtype=np.uint8) for i in range(start, start + 16)]
+            writer_a.put_batch(keys, [[memoryview(p)] for p in pages])
+        tenants = host_cache.stats()["store"]["tiers"]["tenants"]
+        a = tenants["team-a"]
+        assert 0 < a["dram_limit_bytes"] < 8 << 20
+        assert a["dram_bytes"] <= a["dram_limit_bytes"] + 16 * page, tenants
+        assert a["over_share_evicted"] + a["over_share_demoted"] > 0, tenants
+        assert tenants[""]["dram_bytes"] == 16 * page, tenants  # nobody else's page moved
+        outs = [np.zeros(page, np.uint8) for _ in b_keys]
+        assert writer_b.get_batch_into(b_keys, [[memoryview(o)] for o in outs]) == [True] * 16
+        assert all(np.array_equal(o, p) for o, p in zip(outs, b_pages, strict=True))
+    finally:
+        writer_a.close()
+        writer_b.close()
