@@ -165,10 +165,13 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         self.admin = server
 
     def _store_keys(self, page_hashes: list[str], tenant: str | None = None) -> list[str]:
-        """The store's keys of SGLang page hashes (for admin routes such as hints)."""
-        space = self._keys
+        """The store's keys of SGLang page hashes (for admin routes such as hints). ValueError
+        until the key space is fixed (SGLang's registration burst is over, or its first data
+        call): an admin request must not fix it early, before every pool joined its digest."""
+        kv = self.pools.kv
+        space = kv.keys if kv is not None and self.pools.final else None
         if space is None:
-            raise ValueError("SGLang has not registered its host pool yet: no key space")
+            raise ValueError("SGLang has not registered its host pools yet: no key space")
         return (space.for_tenant(check_tenant_name(tenant)) if tenant is not None else space).keys(
             page_hashes
         )

@@ -93,6 +93,31 @@ class AdminClient:
     def clear(self, tenant: str, timeout_s: float | None = None) -> dict[str, Any]:
         return self.request("POST", "/v1/clear", _with_timeout({"tenant": tenant}, timeout_s))
 
+    def hints(self) -> dict[str, Any]:
+        return self.request("GET", "/v1/hints")
+
+    def pin(self, page_hashes: list[str], ttl_s: float, tenant: str | None = None) -> dict[str, Any]:
+        return self.request(
+            "POST", "/v1/hints/pin", _hint({"page_hashes": page_hashes, "ttl_s": ttl_s}, tenant)
+        )
+
+    def unpin(self, page_hashes: list[str], tenant: str | None = None) -> dict[str, Any]:
+        return self.request("POST", "/v1/hints/unpin", _hint({"page_hashes": page_hashes}, tenant))
+
+    def mark_shared(self, page_hashes: list[str], ttl_s: float, tenant: str | None = None) -> dict[str, Any]:
+        return self.request(
+            "POST", "/v1/hints/shared", _hint({"page_hashes": page_hashes, "ttl_s": ttl_s}, tenant)
+        )
+
+    def session(
+        self, session: str, action: str, page_hashes: list[str] | None = None, tenant: str | None = None
+    ) -> dict[str, Any]:
+        """``action``: "open" or "close" (``hint_routes``)."""
+        body: dict[str, Any] = {"session": session, "action": action}
+        if page_hashes:
+            body["page_hashes"] = page_hashes
+        return self.request("POST", "/v1/hints/session", _hint(body, tenant))
+
     def wait(
         self,
         op: dict[str, Any],
@@ -112,3 +137,7 @@ class AdminClient:
 
 def _with_timeout(body: dict[str, Any], timeout_s: float | None) -> dict[str, Any]:
     return {**body, "timeout_s": timeout_s} if timeout_s is not None else body
+
+
+def _hint(body: dict[str, Any], tenant: str | None) -> dict[str, Any]:
+    return {**body, "tenant": tenant} if tenant is not None else body

@@ -3,17 +3,12 @@
 A handler takes the ``AdminContext`` (the store, the tier factory, the running operations) and the
 request's JSON body, and returns ``(status, json)``. Long operations start an ``Operation`` and
 answer 202 with it; the client polls ``GET /v1/operations/<id>``. Errors are 400 (bad request: the
-message says what), 404 (unknown route or operation), 409 (another operation runs).
+message says what), 404 (unknown route or operation), 409 (another operation runs; a hint
+before SGLang registered its host pool).
 
-Adding a route is one decorated function here (``@route(method, path)``). Policy hints (pin a prefix
-for a TTL, open/close a session, mark a prefix shared) become routes of this kind once the store has
-its hint API (``TieredStore.hints``, issue 14): ``AdminContext.store_keys`` maps SGLang page hashes
-to the store's keys for them, e.g.::
-
-    @route("POST", "/v1/hints/pin")
-    def pin(ctx, body):
-        ctx.store.hints.pin(ctx.store_keys(body["page_hashes"], body.get("tenant")), body["ttl_s"])
-        return 200, {"pinned": len(body["page_hashes"])}
+Adding a route is one decorated function here (``@route(method, path)``). The policy hints (pin,
+shared, sessions) are routes of this kind in ``hint_routes.py``: ``AdminContext.store_keys`` maps
+the SGLang page hashes a request names to the store's keys for them.
 """
 
 from __future__ import annotations
@@ -47,8 +42,9 @@ class AdminContext:
     labels: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 300.0
     store_keys: Callable[[list[str], str | None], list[str]] | None = None
-    """SGLang page hashes (and a tenant; None: the backend's) -> the store's keys for them; None
-    until SGLang registered its host pool (the key space is not known before)."""
+    """SGLang page hashes (and a tenant; None: the backend's) -> the store's keys for them. None on
+    an endpoint without an SGLang backend; the backend's raises ValueError until SGLang registered
+    its host pool (the key space is not known before)."""
 
 
 def route(method: str, path: str) -> Callable[[Handler], Handler]:

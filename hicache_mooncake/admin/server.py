@@ -23,12 +23,12 @@ from hicache_mooncake.config.errors import ConfigError
 from hicache_mooncake.metrics_discovery import APP_DIR, Endpoint, register, unregister
 from hicache_mooncake.tiers.runtime_ops import OperationError
 
-from . import auth
+from . import auth, hint_routes  # noqa: F401 - registers the hint routes
 from .operations import Busy
 from .routes import AdminContext, BadRequest, find
 
 log = logging.getLogger(__name__)
-MAX_BODY = 1 << 20
+MAX_BODY = 8 << 20  # a hint request of 65536 SGLang page hashes is 4.3 MiB
 
 
 def rank_index(tp_rank: int, tp_size: int, pp_rank: int = 0, pp_size: int = 1, dp_rank: int = 0) -> int:

@@ -4,8 +4,10 @@ discovery files the ranks write); ``--url`` names endpoints by hand.
 
 Actions: ``show``; ``resize TIER SIZE``; ``detach TIER [--mode drain|drop]``; ``attach TIER
 [--path P] [--capacity C] [--set KEY=VALUE]... [--config FILE]``; ``freeze``; ``unfreeze``; ``clear
---tenant NAME``; ``ops``. A long action starts on every rank at once, then its progress is printed
-until each rank is done (``--no-wait``: print the operation and return).
+--tenant NAME``; ``ops``; ``hint pin|unpin|shared|session-open|session-close|show`` (policy hints
+on SGLang page hashes, from the arguments or ``--file``). A long action starts on every rank at
+once, then its progress is printed until each rank is done (``--no-wait``: print the operation and
+return).
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import yaml
 
 from hicache_mooncake.admin.client import AdminClient, AdminError, RankEndpoint, rank_endpoints
+from hicache_mooncake.admin.hint_routes import MAX_PAGE_HASHES
 from hicache_mooncake.admin.server import discovery_dir
 from hicache_mooncake.commands import UsageError
 from hicache_mooncake.config.admin import TOKEN_ENV, AdminConfig
@@ -26,12 +31,14 @@ from hicache_mooncake.config.loader import deep_merge
 from hicache_mooncake.sizes import format_size
 
 _LONG = ("resize", "detach", "attach", "clear")
+_HINTS_WITH_TTL = ("pin", "shared")
+_HINT_BODY_BYTES = 4 << 20  # hashes per request: at most MAX_PAGE_HASHES and about this much JSON
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "admin",
-        help="per-tier operations on running backends (show, resize, detach, attach, freeze, clear)",
+        help="per-tier operations and policy hints on running backends (show, resize, attach, hint, ...)",
         description=__doc__,
     )
     parser.add_argument("--url", action="append", default=[], help="an admin endpoint (repeatable)")
@@ -62,7 +69,89 @@ def register(sub: Any) -> None:
     actions.add_parser("unfreeze", help="accept new pages again")
     p = actions.add_parser("clear", help="remove one tenant's pages from every tier")
     p.add_argument("--tenant", required=True, help='the tenant ("" for the default one)')
+    _register_hints(actions)
     parser.set_defaults(func=run, exit_findings="an operation failed or stopped at its timeout on some rank")
+
+
+def _register_hints(actions: Any) -> None:
+    hint = actions.add_parser(
+        "hint",
+        help="policy hints: pin pages, mark them shared, open/close a session (SGLang page hashes)",
+        description="Tell every rank's eviction policy what will be read again. Pages are named by "
+        "SGLang's page hashes, given as arguments and/or --file (one per line, '-': stdin).",
+    )
+    kinds = hint.add_subparsers(dest="hint_action", metavar="HINT")
+    kinds.required = True
+    helps = {
+        "pin": "keep the pages until --ttl seconds (or unpin)",
+        "unpin": "release pinned pages",
+        "shared": "mark the pages shared (a system prompt) for --ttl seconds",
+        "session-open": "the session's pages will likely be read again",
+        "session-close": "the session is over: its pages go first",
+    }
+    for name, text in helps.items():
+        p = kinds.add_parser(name, help=text)
+        if name.startswith("session-"):
+            p.add_argument("session", help="the session id")
+        p.add_argument("hashes", nargs="*", metavar="HASH", help="SGLang page hashes")
+        p.add_argument("--file", help="a file of page hashes, one per line ('-': stdin)")
+        p.add_argument("--tenant", help="the tenant the pages belong to (default: the backend's)")
+        if name in _HINTS_WITH_TTL:
+            p.add_argument("--ttl", type=float, required=True, help="seconds the hint holds")
+    kinds.add_parser("show", help="pinned, shared and attached pages, open and closed sessions")
+
+
+def _page_hashes(args: argparse.Namespace) -> list[str]:
+    """The page hashes of a hint action: its arguments, then ``--file``'s lines (blank ones and
+    ``#`` comments skipped)."""
+    hashes = list(args.hashes)
+    if args.file:
+        try:
+            if args.file == "-":
+                lines = sys.stdin.read().splitlines()
+            else:
+                with open(os.path.expanduser(args.file), encoding="utf-8") as f:
+                    lines = f.read().splitlines()
+        except OSError as exc:
+            raise UsageError(f"--file {args.file}: {exc.strerror or exc}") from None
+        hashes += [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    if not hashes and not args.hint_action.startswith("session-"):
+        raise UsageError(f"hint {args.hint_action}: name at least one page hash (arguments or --file)")
+    return hashes
+
+
+def _chunks(hashes: list[str]) -> Iterator[list[str]]:
+    """``hashes`` in requests the endpoint accepts (``MAX_PAGE_HASHES``, its body limit)."""
+    chunk: list[str] = []
+    size = 0
+    for h in hashes:
+        if chunk and (len(chunk) >= MAX_PAGE_HASHES or size + len(h) + 4 > _HINT_BODY_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(h)
+        size += len(h) + 4
+    yield chunk
+
+
+def _hint(client: AdminClient, args: argparse.Namespace) -> dict[str, Any]:
+    """One hint action on one rank, in as many requests as the hashes need; the last answer with
+    the pages of all of them."""
+    action = args.hint_action
+    if action == "show":
+        return client.hints()
+    pages = 0
+    answer: dict[str, Any] = {}
+    for chunk in _chunks(args.page_hashes):
+        if action == "pin":
+            answer = client.pin(chunk, args.ttl, args.tenant)
+        elif action == "unpin":
+            answer = client.unpin(chunk, args.tenant)
+        elif action == "shared":
+            answer = client.mark_shared(chunk, args.ttl, args.tenant)
+        else:
+            answer = client.session(args.session, action.removeprefix("session-"), chunk, args.tenant)
+        pages += int(answer.get("pages", 0))
+    return {**answer, "pages": pages}
 
 
 def _token(args: argparse.Namespace) -> str | None:
@@ -132,6 +221,8 @@ def _start(client: AdminClient, args: argparse.Namespace) -> dict[str, Any]:
         return client.detach(args.tier, args.mode, args.timeout)
     if action == "attach":
         return client.attach(args.tier, _attach_config(args), args.timeout)
+    if action == "hint":
+        return _hint(client, args)
     return client.clear(args.tenant, args.timeout)
 
 
@@ -143,6 +234,8 @@ def _progress_line(rank: RankEndpoint, op: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     token = _token(args)
+    if args.action == "hint" and args.hint_action != "show":
+        args.page_hashes = _page_hashes(args)
     ranks = _ranks(args)
     clients = [AdminClient(r.url, token) for r in ranks]
 
@@ -196,6 +289,16 @@ def _print(rank: RankEndpoint, action: str, answer: dict[str, Any]) -> None:
     if action == "ops":
         for op in answer.get("operations", []):
             print(_progress_line(rank, op))
+        return
+    if action == "hint":
+        h = answer.get("hints", {})
+        done = f"{answer['action']} {answer['pages']} pages" if "action" in answer else "hints"
+        ttl = f" for {answer['ttl_s']:g}s" if "ttl_s" in answer else ""
+        print(
+            f"{rank.name}: {done}{ttl}; pinned {h.get('keys_pinned', 0)}, shared {h.get('keys_shared', 0)},"
+            f" in sessions {h.get('keys_attached', 0)}, sessions open {h.get('sessions_open', 0)}"
+            f" closed {h.get('sessions_closed', 0)}"
+        )
         return
     if "kind" in answer:
         p = {

@@ -35,16 +35,26 @@ def stores() -> Iterator[Callable[[BackendConfig], TieredStore]]:
 
 @pytest.fixture
 def admin_for(tmp_path: Path) -> Iterator[Callable[..., AdminClient]]:
-    """``admin_for(store, config, rank=0)``: an admin endpoint (port 0, token file) over ``store``;
-    returns a client that carries the token."""
+    """``admin_for(store, config, rank=0, model="m", store_keys=None)``: an admin endpoint (port 0,
+    token file) over ``store`` (``store_keys``: the page hash -> store key mapping hints use, as the
+    backend passes it); returns a client that carries the token."""
     servers: list[AdminServer] = []
     token_file = tmp_path / "admin.token"
     token_file.write_text(TOKEN + "\n")
 
-    def make(store: TieredStore, config: BackendConfig, rank: int = 0, model: str = "m") -> AdminClient:
+    def make(
+        store: TieredStore,
+        config: BackendConfig,
+        rank: int = 0,
+        model: str = "m",
+        store_keys: Callable[[list[str], str | None], list[str]] | None = None,
+    ) -> AdminClient:
         cfg = AdminConfig(port=0, token_file=str(token_file), discovery_dir=str(tmp_path / "discovery"))
         context = AdminContext(
-            store, TierFactory(config, "rank0"), labels={"model": model, "rank": str(rank)}
+            store,
+            TierFactory(config, "rank0"),
+            labels={"model": model, "rank": str(rank)},
+            store_keys=store_keys,
         )
         server = AdminServer(cfg, context, rank)
         server.start()

@@ -1,7 +1,9 @@
 """The admin endpoint of a backend made by SGLang's own factory: each rank serves it at its port
 from one YAML, registers it for the CLI, applies operations to the store SGLang's calls use, and
 stops with the backend. A call whose ``HiCacheStorageExtraInfo`` names a tenant stores that
-tenant's pages (the tenant's stats, ``clear --tenant``)."""
+tenant's pages (the tenant's stats, ``clear --tenant``). Hints sent by ``hicache-mooncake admin
+hint`` name SGLang's page hashes and reach the keys each rank stores them under (refused before
+SGLang registered its host pools)."""
 
 from __future__ import annotations
 
@@ -79,3 +81,65 @@ def test_operations_apply_to_the_store_sglang_calls(tmp_path):
         assert backend.batch_get_v1(keys(8, "d"), dst) == [True] * 8  # still served from DRAM
     finally:
         backend.close()
+
+
+def test_hints_from_the_cli_reach_the_keys_each_rank_stores(tmp_path, capsys):
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorageExtraInfo
+    from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
+
+    from hicache_mooncake.cli import main
+    from hicache_mooncake.sglang_harness import make_host_pool, make_storage_config
+
+    extra = admin_extra(tmp_path, free_port())
+    made = []
+    for rank in range(2):  # two TP ranks from one YAML, before SGLang registered its host pools
+        host = make_host_pool(shape=SMALL)
+        cfg = make_storage_config(extra, is_mla=False, layout="page_first", tp_rank=rank, tp_size=2)
+        made.append((StorageBackendFactory.create_backend("dynamic", cfg, host), host))
+    admin = ["admin", "--discovery-dir", str(tmp_path / "disc"), "--token-file", str(tmp_path / "token")]
+    hashes = keys(8, "h")
+    team = keys(4, "t")
+    try:
+        assert main([*admin, "hint", "pin", *hashes[:4], "--ttl", "600"]) == 1
+        out = capsys.readouterr().out
+        assert out.count("refused: SGLang has not registered its host pools") == 2
+        assert all(b.store.hints.stats()["keys_pinned"] == 0 for b, _ in made)
+
+        tenant = HiCacheStorageExtraInfo(extra_info={"tenant": "team-a"})
+        for backend, host in made:
+            backend.register_mem_pool_host(host)
+            backend.on_host_pools_registered()
+            src = host.alloc(8 * PS)
+            fill_random_pages(host, src, seed=1)
+            assert backend.batch_set_v1(hashes, src) == [True] * 8
+            assert backend.batch_set_v1(team, src[: 4 * PS], tenant) == [True] * 4
+            host.free(src)
+        listing = tmp_path / "team.txt"
+        listing.write_text("# the team's system prompt\n" + "\n".join(team) + "\n\n")
+        assert main([*admin, "hint", "pin", *hashes[:4], "--ttl", "600"]) == 0
+        assert capsys.readouterr().out.count("pin 4 pages for 600s") == 2
+        assert main([*admin, "hint", "pin", "--file", str(listing), "--tenant", "team-a", "--ttl", "60"]) == 0
+        assert main([*admin, "hint", "session-close", "conv-9", *hashes[4:6]]) == 0
+        capsys.readouterr()
+        for rank, (backend, _host) in enumerate(made):
+            stored = list(backend.store.dram.keys())  # the keys this rank's store holds
+            assert len(stored) == 12 and all(f"@tp{rank}of2" in k for k in stored)
+
+            def key_of(h: str, stored: list[str] = stored) -> str:
+                (key,) = [k for k in stored if f"/{h}@" in k]
+                return key
+
+            hints = backend.store.hints
+            assert [hints.pinned(key_of(h)) for h in hashes] == [True] * 4 + [False] * 4
+            assert all(hints.pinned(key_of(h)) and tenant_of_key(key_of(h)) == "team-a" for h in team)
+            assert [hints.state(key_of(h)) for h in hashes[4:]] == [2, 2, 0, 0]  # UNLIKELY: closed
+
+        assert main([*admin, "hint", "unpin", *hashes[:4]]) == 0
+        assert main([*admin, "hint", "show"]) == 0
+        out = capsys.readouterr().out
+        assert out.count(": hints; pinned 4, shared 0, in sessions 2, sessions open 0 closed 1") == 2, out
+        assert main([*admin, "hint", "unpin"]) == 2  # no hash named
+        assert "name at least one page hash" in capsys.readouterr().err
+    finally:
+        for backend, _host in made:
+            backend.close()
