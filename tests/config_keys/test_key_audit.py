@@ -22,7 +22,7 @@ def documented_leaf_keys() -> list[str]:
 
 
 @functools.cache
-def test_functions(path: str) -> dict[str, str]:
+def functions_in(path: str) -> dict[str, str]:
     """Test function name -> its source (decorators included) in ``path`` (relative to the repo)."""
     text = (REPO / path).read_text(encoding="utf-8")
     lines = text.splitlines()
@@ -58,7 +58,7 @@ def test_each_referenced_test_exists_and_mentions_its_key(key: str) -> None:
     for node_id in KEY_TESTS[key]:
         path, name = split_node_id(node_id)
         assert (REPO / path).is_file(), f"{key}: {node_id}: no file {path}"
-        functions = test_functions(path)
+        functions = functions_in(path)
         assert name in functions, f"{key}: {node_id}: {path} has no test function {name}"
         assert leaf in functions[name], f"{key}: {node_id} never mentions {leaf!r}: is it the right test?"
 
