@@ -26,7 +26,7 @@ KEY_TESTS: dict[str, list[str]] = {
     "hicache_storage_pass_prefix_keys": [
         "tests/sglang/test_policy_inputs.py::test_the_policy_receives_chain_parents_through_the_controller"
     ],
-    "tp_lcm_size": [f"{CK}/test_sglang_keys.py::test_sglang_consumes_its_own_keys_from_the_extra_config"],
+    "tp_lcm_size": ["tests/unit/test_sglang_keys.py::test_the_scan_finds_what_sglang_0_5_23_does"],
     "config_file": ["tests/unit/test_config.py::test_inline_json_pointing_at_yaml_merges_inline_over_file"],
     # ---- namespace ----------------------------------------------------------------------------
     "namespace.model": ["tests/sglang/test_backend_v1.py::test_layouts_models_and_ranks_live_in_separate_namespaces"],
