@@ -115,7 +115,9 @@ def test_handshake_bounds_drop_the_oldest_silent_socket(
 
 
 @pytest.mark.parametrize("idle_timeout_s", [0.5, 300.0])
-def test_idle_timeout_s_closes_idle_connections(serve: Callable[..., NodeServer], idle_timeout_s: float) -> None:
+def test_idle_timeout_s_closes_idle_connections(
+    serve: Callable[..., NodeServer], idle_timeout_s: float
+) -> None:
     srv = serve(idle_timeout_s=idle_timeout_s)
     c = client(srv)
     try:
@@ -220,5 +222,12 @@ def test_rdma_keys_reach_the_responder_options() -> None:
         rdma_service_level=5,
     )
     o = cfg.rdma_options()
-    assert (o.device, o.port, o.gid_index, o.hop_limit, o.traffic_class, o.service_level) == ("sim0", 2, 3, 8, 106, 5)
+    assert (o.device, o.port, o.gid_index, o.hop_limit, o.traffic_class, o.service_level) == (
+        "sim0",
+        2,
+        3,
+        8,
+        106,
+        5,
+    )
     assert NodeConfig(rdma_device="sim0").rdma_options().gid_index == -1  # auto

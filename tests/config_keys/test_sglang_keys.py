@@ -48,7 +48,9 @@ def test_the_dynamic_loader_keys_choose_what_sglang_builds(caplog: pytest.LogCap
         ({"class_name": "KeySpace"}, "must inherit from HiCacheStorage"),  # a class, not a backend
     ):
         with pytest.raises(Exception, match=needle):
-            StorageBackendFactory.create_backend("dynamic", make_storage_config({**small_extra(), **bad}), host)
+            StorageBackendFactory.create_backend(
+                "dynamic", make_storage_config({**small_extra(), **bad}), host
+            )
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,9 @@ def test_policy_options_reach_the_policy(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"tiers\.policy_options: .*small_ratio"):
         build_store(bad)
     for ratio in (0.1, 0.5):
-        cfg = small_config(tmp_path, ssd=False, tiers={"policy": "s3fifo", "policy_options": {"small_ratio": ratio}})
+        cfg = small_config(
+            tmp_path, ssd=False, tiers={"policy": "s3fifo", "policy_options": {"small_ratio": ratio}}
+        )
         store = build_store(cfg)
         try:
             assert all(put(store, ["a", "b"]))
@@ -121,7 +123,9 @@ def test_io_threads_is_the_ssd_io_depth(tmp_path: Path, io_threads: int) -> None
 
 
 @pytest.mark.parametrize("promote_min_hits", [0, 1, 2])
-def test_promote_min_hits_decides_when_an_ssd_hit_returns_to_dram(tmp_path: Path, promote_min_hits: int) -> None:
+def test_promote_min_hits_decides_when_an_ssd_hit_returns_to_dram(
+    tmp_path: Path, promote_min_hits: int
+) -> None:
     cfg = small_config(tmp_path, tiers={"ssd": {"promote_min_hits": promote_min_hits}})
     store = build_store(cfg)
     try:
@@ -162,7 +166,9 @@ def test_rewarm_keys_reach_the_rewarm(tmp_path: Path) -> None:
     fast = _restart_and_rewarm(tmp_path / "fast", {"interval_s": 0})
     assert fast["rewarmed_pages"] > 8 and fast["rewarm_stopped"] != "time budget"
     t0 = time.monotonic()
-    slow = _restart_and_rewarm(tmp_path / "slow", {"interval_s": 0, "rewarm_mbps": 0.05, "rewarm_budget_s": 1.0})
+    slow = _restart_and_rewarm(
+        tmp_path / "slow", {"interval_s": 0, "rewarm_mbps": 0.05, "rewarm_budget_s": 1.0}
+    )
     assert slow["rewarm_stopped"] == "time budget", slow
     assert slow["rewarmed_pages"] < fast["rewarmed_pages"]
     assert time.monotonic() - t0 < 60
