@@ -261,7 +261,7 @@ def build_node_store(cfg: NodeConfig, spec: ArenaSpec | None) -> ArenaStore:
     in shared memory when ``spec`` says so), placed by the ``node.eviction`` policy."""
     try:
         factory = policy_factory(cfg.eviction)
-    except (TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"node.eviction: {exc}") from None
     slab = min(cfg.slab_size, cfg.capacity // 4096 * 4096)  # one slab at least
     dram = DramTier(cfg.capacity, slab, prefault=False, shared=spec, object_headers=True)
