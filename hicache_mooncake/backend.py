@@ -82,6 +82,13 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         self.model_name = (
             self.config.namespace.model or config_field(storage_config, "model_name", "") or "model"
         )
+        tp_lcm = config_field(storage_config, "tp_lcm_size", None) or extra.get("tp_lcm_size")
+        if tp_lcm:
+            log.warning(
+                "tp_lcm_size=%s: hicache-mooncake does not split pages by heads, so instances of different "
+                "TP sizes do not share pages (keys carry the TP rank and size); each TP size keeps its own",
+                tp_lcm,
+            )
         self.io_path = "v1" if self.config.interface_v1 else "flat"
         self.mem_pool_host: Any = None
         self.pools = PoolSet(self.model_name, self.config.namespace.tenant, self.io_path, self.ranks)

@@ -85,6 +85,7 @@ def make_storage_config(
     is_mla: bool = False,
     model_name: str = "org/demo-model",
     layout: str = "page_first",
+    tp_lcm_size: int | None = None,
 ) -> Any:
     """SGLang's own ``HiCacheStorageConfig``, filled by keyword (its field order varies by release)."""
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
@@ -101,6 +102,7 @@ def make_storage_config(
         "is_page_first_layout": layout == "page_first",
         "model_name": model_name,
         "extra_config": extra_config,
+        "tp_lcm_size": tp_lcm_size,
     }
     params = inspect.signature(HiCacheStorageConfig).parameters
     return HiCacheStorageConfig(**{k: v for k, v in wanted.items() if k in params})

@@ -185,7 +185,8 @@ class BackendConfig(StrictModel):
     hicache_storage_pass_prefix_keys: bool | None = None
     """SGLang's own: pass each call's prefix page hashes (policies then see chain parents)."""
     tp_lcm_size: int | None = None
-    """SGLang's own (head splitting across TP sizes)."""
+    """SGLang's own: head splitting across TP sizes (page_head layout). hicache-mooncake does not
+    split heads: set, it is logged at attach that instances of different TP sizes do not share pages."""
 
     config_file: str | None = None
     """Inline (JSON) extra config may point at a YAML file; its keys are the base, inline keys win."""

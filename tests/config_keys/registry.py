@@ -28,7 +28,9 @@ KEY_TESTS: dict[str, list[str]] = {
     "hicache_storage_pass_prefix_keys": [
         "tests/sglang/test_policy_inputs.py::test_the_policy_receives_chain_parents_through_the_controller"
     ],
-    "tp_lcm_size": ["tests/unit/test_sglang_keys.py::test_the_scan_finds_what_sglang_0_5_23_does"],
+    "tp_lcm_size": [
+        "tests/config_keys/test_sglang_keys.py::test_tp_lcm_size_is_answered_with_what_we_do_instead"
+    ],
     "config_file": ["tests/unit/test_config.py::test_inline_json_pointing_at_yaml_merges_inline_over_file"],
     # ---- namespace ----------------------------------------------------------------------------
     "namespace.model": [
