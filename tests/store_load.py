@@ -11,6 +11,7 @@ import hashlib
 import random
 import threading
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ class LoadStats:
     counts: Counter[str] = field(default_factory=Counter)
     wrong: list[str] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
+    tracebacks: list[str] = field(default_factory=list)
 
 
 class StoreLoad:
@@ -115,6 +117,7 @@ class StoreLoad:
             except BaseException as exc:  # noqa: BLE001 - the test asserts there is none
                 with self._lock:
                     self.stats.errors.append(exc)
+                    self.stats.tracebacks.append(traceback.format_exc())
                 return
 
     def _request(self, keys: Sequence[str]) -> None:
@@ -145,7 +148,7 @@ class StoreLoad:
         )
 
     def assert_clean(self) -> None:
-        assert not self.stats.errors, f"the load raised: {self.stats.errors[:3]!r}"
+        assert not self.stats.errors, f"the load raised: {self.stats.tracebacks[0]}"
         assert not self.stats.wrong, (
             f"wrong bytes read for {len(self.stats.wrong)} pages: {self.stats.wrong[:5]}"
         )

@@ -246,7 +246,7 @@ class TieredStore:
         """Keys the SSD engine dropped: forgotten unless DRAM still holds them (under the lock)."""
         while self._reclaimed:
             key = self._reclaimed.popleft()
-            if key in placement and (self.dram is None or not self.dram.contains(key)):
+            if key in placement and ((dram := self.dram) is None or not dram.contains(key)):
                 placement.remove(key)
                 self.counts["forgotten"] += 1
 
@@ -256,7 +256,8 @@ class TieredStore:
         placement = self._placement
         if placement is None or key not in placement:
             return False
-        return placement.tier_of(key) == SSD or self.dram is None or not self.dram.contains(key)
+        dram = self.dram
+        return placement.tier_of(key) == SSD or dram is None or not dram.contains(key)
 
     def _deadline(self, deadline: float | None) -> float:
         return deadline if deadline is not None else time.monotonic() + self.options.timeout_s
@@ -268,8 +269,8 @@ class TieredStore:
         with self._lock:
             placement = self._placement
             gone = [k for k in keys if placement is None or placement.tier_of(k) != DRAM]
-            if self.dram is not None:
-                self.dram.remove_batch(gone)
+            if (dram := self.dram) is not None:
+                dram.remove_batch(gone)
 
     def lost(self, keys: Sequence[str]) -> None:
         """Demotions that found no SSD room: the pages leave the host (unless wanted in DRAM)."""
@@ -279,8 +280,8 @@ class TieredStore:
             for key in gone:
                 if placement is not None:
                     placement.remove(key)
-            if self.dram is not None:
-                self.dram.remove_batch(gone)
+            if (dram := self.dram) is not None:
+                dram.remove_batch(gone)
             self.counts["dropped_on_demotion"] += len(gone)
 
     # ------------------------------------------------------------------ tenants
@@ -355,7 +356,8 @@ class TieredStore:
             request_len = self._request_len.get(keys[0], 0)
         ctxs = get_contexts(keys, sizes, request_len, obj_type=obj_type)
         noted: Future[tuple[list[tuple[str, str]], list[str]]] | None = None
-        if self.dram is not None and len(keys) >= _OVERLAP_MIN and all(self.dram.contains_batch(keys)):
+        dram = self.dram
+        if dram is not None and len(keys) >= _OVERLAP_MIN and all(dram.contains_batch(keys)):
             # all in DRAM (the common hit): note the hits while the bytes are copied
             noted = self._worker.submit(self._note_dram_hits, keys, ctxs, sizes[0])
         done, level_of = self._read_through(keys, parts, ctxs, deadline)
@@ -367,8 +369,8 @@ class TieredStore:
             self._apply(drops, demote)
             return done
         promote = self._note_reads(keys, ctxs, done, level_of, sizes[0])
-        if promote and self.dram is not None:
-            landed = self.dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in promote], deadline)
+        if promote and (dram := self.dram) is not None:
+            landed = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in promote], deadline)
             failed = [keys[i] for i, ok in zip(promote, landed, strict=True) if not ok]
             self.counts["promotions"] += len(promote) - len(failed)
             if failed:
@@ -382,8 +384,9 @@ class TieredStore:
     def _reconcile(self, keys: Sequence[str]) -> None:
         """``keys`` are not in DRAM although the placement may place them there: they stay placed
         on SSD when it holds them, and are forgotten otherwise."""
-        on_ssd = self.ssd.contains_batch(keys) if self.ssd is not None else [False] * len(keys)
-        in_dram = self.dram.contains_batch(keys) if self.dram is not None else [False] * len(keys)
+        ssd_tier, dram_tier = self.ssd, self.dram
+        on_ssd = ssd_tier.contains_batch(keys) if ssd_tier is not None else [False] * len(keys)
+        in_dram = dram_tier.contains_batch(keys) if dram_tier is not None else [False] * len(keys)
         with self._lock:
             placement = self._placement
             if placement is None:
@@ -567,18 +570,19 @@ class TieredStore:
             if key in dropped:
                 kept[i] = None
         if to_dram and dram is not None:
-            failed.extend(self._copy_into_dram(keys, parts, ctxs, to_dram, landed, deadline))
-        if to_ssd and self.ssd is not None:
-            ok = self.ssd.put_batch([(keys[i], parts[i], ctxs[i]) for i in to_ssd], deadline=deadline)
+            failed.extend(self._copy_into_dram(dram, keys, parts, ctxs, to_dram, landed, deadline))
+        if to_ssd and (ssd := self.ssd) is not None:
+            ok = ssd.put_batch([(keys[i], parts[i], ctxs[i]) for i in to_ssd], deadline=deadline)
             failed.extend(i for i, good in zip(to_ssd, ok, strict=True) if not good)
         if failed:
             self._unplace(keys, outcomes, failed, kept)
-        if self.mover is not None and self.options.ssd_write_through:
-            self.mover.copy_later([keys[i] for i in sorted(landed) if outcomes[i] == SetOutcome.NEW_DRAM])
+        if (mover := self.mover) is not None and self.options.ssd_write_through:
+            mover.copy_later([keys[i] for i in sorted(landed) if outcomes[i] == SetOutcome.NEW_DRAM])
         return kept
 
     def _copy_into_dram(
         self,
+        dram: DramTier,
         keys: Sequence[str],
         parts: Sequence[Parts],
         ctxs: Sequence[AccessContext],
@@ -587,9 +591,8 @@ class TieredStore:
         deadline: float,
     ) -> list[int]:
         """Copy pages ``idx`` into free DRAM (adding them to ``landed``); returns those that found
-        no room in time (``_with_dram_room``)."""
-        assert self.dram is not None
-        dram = self.dram
+        no room in time (``_with_dram_room``). ``dram``: the tier the call started with (a runtime
+        detach may have published a new layout since; the tier stays usable until the call ends)."""
 
         def attempt(missing: list[int]) -> list[bool]:
             ok = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in missing], deadline)
@@ -610,18 +613,19 @@ class TieredStore:
         run in this thread (``wait_for_room``) and, if DRAM is still full, the placement frees room
         (demotes its least recent DRAM pages, or drops victims without an SSD)."""
         missing = idx
+        mover = self.mover  # one layout for the whole call (a runtime change publishes a new one)
         for step in range(3):
-            if step == 1 and self.mover is not None and self.options.wait_for_room:
+            if step == 1 and mover is not None and self.options.wait_for_room:
                 self.counts["waits_for_room"] += 1
-                self.mover.make_room(ctxs[missing[0]].size, len(missing), deadline)
+                mover.make_room(ctxs[missing[0]].size, len(missing), deadline)
             elif step == 2:
                 self._settle_deferred(deadline)
                 with self._lock:
                     placement = self._placement_for(ctxs[missing[0]].size)
                     drops, demote = placement.free_dram(sum(ctxs[i].size for i in missing))
                 self._apply(drops, demote)
-                if demote and self.mover is not None and self.options.wait_for_room:
-                    self.mover.make_room(ctxs[missing[0]].size, len(missing), deadline)
+                if demote and mover is not None and self.options.wait_for_room:
+                    mover.make_room(ctxs[missing[0]].size, len(missing), deadline)
             ok = attempt(missing)
             missing = [i for i, good in zip(missing, ok, strict=True) if not good]
             if not missing or time.monotonic() >= deadline:
@@ -669,19 +673,20 @@ class TieredStore:
         """Remove dropped pages from both local tiers; hand DRAM overflow to the mover."""
         if drops:
             keys = [key for key, _tier in drops]
-            if self.dram is not None:
-                self.dram.remove_batch(keys)
-            if self.ssd is not None:
+            if (dram := self.dram) is not None:
+                dram.remove_batch(keys)
+            if (ssd := self.ssd) is not None:
                 for key in keys:
-                    self.ssd.remove(key)
+                    ssd.remove(key)
             self.counts["dropped"] += len(drops)
             self.counts.update(f"dropped_{tier}" for _key, tier in drops)  # per tier: evictions (metrics)
         if demote:
             self.counts["demotions"] += len(demote)
-            if self.mover is not None:
-                self.mover.demote_later(demote)
-            elif self.dram is not None:  # no SSD: nothing to demote to (the placement never asks)
-                self.dram.remove_batch(list(demote))
+            mover, dram = self.mover, self.dram
+            if mover is not None:
+                mover.demote_later(demote)
+            elif dram is not None:  # no SSD: nothing to demote to (the placement never asks)
+                dram.remove_batch(list(demote))
 
     # ------------------------------------------------------------------ the rest of the contract
     @_gated
@@ -719,7 +724,8 @@ class TieredStore:
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until deferred bookkeeping and background moves are done (tests, replay)."""
         self._worker.submit(lambda: None).result(timeout_s)
-        return self.mover.flush(timeout_s) if self.mover is not None else True
+        mover = self.mover
+        return mover.flush(timeout_s) if mover is not None else True
 
     def close(self, flush_timeout_s: float = 0.0) -> None:
         """Stop background movement (it reads DRAM and writes SSD); with a flush timeout, copy the

@@ -30,6 +30,7 @@ def hot_store(tmp_path, **overrides):  # type: ignore[no-untyped-def]
 
 def test_a_restart_starts_warm_from_the_snapshot(tmp_path):
     config, store, load = hot_store(tmp_path)
+    assert store.flush(30)  # the load stopped; let the mover finish its demotions first
     hot = set(store.dram.keys())
     resident = store.stats()["placement"]["resident"]
     store.close(flush_timeout_s=10)
