@@ -665,8 +665,6 @@ class TieredStore:
                 if outcome == SetOutcome.REFUSED:
                     self.counts["not_admitted"] += 1
                 outcomes.append(outcome)
-            if supersedes and keys[-1] not in placement:  # the superseder was not kept
-                placement.superseded.gone(keys[-1])
             drops, demote = placement.settle()
         return outcomes, drops, demote
 

@@ -121,6 +121,7 @@ class TierPlacement:
             return SetOutcome.REFUSED
         before = self.tier_of(key)
         if not self.policy.on_set(key, ctx):
+            self.superseded.gone(key)  # a superseder that is not kept supersedes nothing
             return SetOutcome.REFUSED
         if before is None:
             size = ctx.size or 1
@@ -174,9 +175,10 @@ class TierPlacement:
         return key in self._size
 
     def supersede(self, keys: Iterable[str], by: str) -> None:
-        """``by``, a trailing object being stored, is for a later page of the chain than ``keys``
-        (trailing objects of the same pool): the resident ones among them go first from now on,
-        while ``by`` stays resident. A no-op when not ``type_aware``."""
+        """``by``, a trailing object about to be stored (``set`` next), is for a later page of the
+        chain than ``keys`` (trailing objects of the same pool): the resident ones among them go
+        first from now on (making room for ``by`` too), while ``by`` is resident. A no-op when not
+        ``type_aware``."""
         if self.type_aware:
             self.superseded.supersede(keys, by)
 

@@ -6,8 +6,11 @@ chain, it names the earlier ones of that chain (``TierPlacement.supersede``); th
 resident become superseded: the placement evicts (and demotes) them before asking the policy for
 a victim, whatever their recency, so no KV page and no end-of-chain state goes while one is left.
 
-A superseded object becomes a normal one again when it is read or stored again (a request ended
-there after all), or when its superseder leaves (it may be the end of the cached prefix again).
+A superseded object becomes a normal one again when it is read (a request ended there after all),
+or when its superseder leaves (it may be the end of the cached prefix again). An object read
+twice is never superseded again while resident: more than one request restored there, so it
+marks where requests branch off (a shared system prompt, a common document), which a later turn
+of one of them does not make stale (one read is the continuing request's own).
 
 Memory: one entry per resident trailing object and per superseded one; every entry is dropped
 when its key leaves the placement (``gone``), so nothing outlives residency. Not thread-safe
@@ -24,7 +27,8 @@ from .base import TRAILING_TYPES, ObjectType
 
 class SupersededSet:
     def __init__(self) -> None:
-        self._trailing: set[str] = set()  # resident trailing-type keys
+        self._trailing: set[str] = set()  # resident trailing-type keys not read since stored
+        self._reads: dict[str, int] = {}  # resident trailing-type keys read -> reads (1; 2 = shared)
         self._by: OrderedDict[str, str] = OrderedDict()  # superseded key -> superseder, oldest first
         self._of: dict[str, set[str]] = {}  # superseder -> the keys it superseded
 
@@ -36,12 +40,20 @@ class SupersededSet:
 
     def stored(self, key: str, obj_type: ObjectType) -> None:
         """``key`` was set (new or again): a trailing one is tracked and not superseded."""
-        if obj_type in TRAILING_TYPES:
+        if obj_type in TRAILING_TYPES and self._reads.get(key, 0) < 2:
             self._trailing.add(key)
-            self.used(key)
+            self._unmark(key)
 
     def used(self, key: str) -> None:
-        """``key`` was read or stored again: a request ends there, so it is not stale."""
+        """``key`` was read: a request ends there, so it is not stale (and never again once read
+        twice)."""
+        if key in self._trailing:
+            reads = self._reads[key] = self._reads.get(key, 0) + 1
+            if reads >= 2:
+                self._trailing.discard(key)
+            self._unmark(key)
+
+    def _unmark(self, key: str) -> None:
         by = self._by.pop(key, None)
         if by is not None:
             self._unlink(by, key)
@@ -60,7 +72,8 @@ class SupersededSet:
     def gone(self, key: str) -> None:
         """``key`` left the placement: forget it; what it superseded is no longer stale."""
         self._trailing.discard(key)
-        self.used(key)
+        self._reads.pop(key, None)
+        self._unmark(key)
         for stale in self._of.pop(key, ()):
             self._by.pop(stale, None)
 
@@ -75,6 +88,7 @@ class SupersededSet:
 
     def clear(self) -> None:
         self._trailing.clear()
+        self._reads.clear()
         self._by.clear()
         self._of.clear()
 
