@@ -31,6 +31,7 @@ from hicache_mooncake.metrics import BackendMetrics
 from hicache_mooncake.object_split import chunk_count, chunk_keys, split_parts
 from hicache_mooncake.pools import PoolSet, RegisteredPool
 from hicache_mooncake.pools.names import pool_name
+from hicache_mooncake.tiers.policy.base import TRAILING_TYPES
 from hicache_mooncake.tiers.policy.hints import session_of
 
 log = logging.getLogger(__name__)
@@ -155,7 +156,12 @@ class SidecarIO:
                 chain = (prefix or []) + page_hashes[:start]
                 prev = chunk_keys(pool.keys.key(chain[-1]), count)[-1] if chain else None
                 done = self.store.put_batch(
-                    keys, chunks, prev, len(chain) if prefix is not None else None, obj_type=pool.obj_type
+                    keys,
+                    chunks,
+                    prev,
+                    len(chain) if prefix is not None else None,
+                    obj_type=pool.obj_type,
+                    supersedes=self._superseded(pool, prefix, count) if start == 0 else (),
                 )
             else:
                 done = self.store.get_batch_into(keys, chunks, obj_type=pool.obj_type)
@@ -164,3 +170,13 @@ class SidecarIO:
                 ok.extend([False] * (len(page_hashes) - len(ok)))
                 break
         return ok
+
+    @staticmethod
+    def _superseded(pool: RegisteredPool, prefix: list[str] | None, count: int) -> list[str]:
+        """A trailing pool's objects for the pages before this transfer's (SGLang sends a
+        trailing transfer's window with ``prefix_keys`` up to it): stale once this one is stored.
+        Without prefix keys the chain is unknown and nothing is superseded."""
+        if pool.obj_type not in TRAILING_TYPES or not prefix:
+            return []
+        assert pool.keys is not None
+        return [k for h in prefix for k in chunk_keys(pool.keys.key(h), count)]

@@ -160,6 +160,7 @@ def build_store(
         dram_low=ssd.low_watermark,
         ssd_write_through=ssd.mode == "write_through",
         wait_for_room=ssd.foreground_demotion,
+        type_aware_eviction=tiers_cfg.type_aware_eviction,
         warm=WarmOptions(
             enabled=warm.enabled,
             interval_s=warm.interval_s,

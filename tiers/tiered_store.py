@@ -119,6 +119,9 @@ class StoreOptions:
     wait_for_room: bool = True
     """``tiers.ssd.foreground_demotion``: a set that finds no free DRAM runs queued demotions
     itself (up to its deadline) instead of refusing the pages at once."""
+    type_aware_eviction: bool = True
+    """``tiers.type_aware_eviction``: superseded trailing sidecar objects (Mamba states, SWA windows)
+    are evicted and demoted first (``policy.superseded``)."""
     warm: WarmOptions | None = None
     """``tiers.warm``: snapshot what is hot, start warm after a restart (``rewarm.py``); None: off."""
 
@@ -224,7 +227,13 @@ class TieredStore:
                 total, dram, low = self.capacities(self._layout, nbytes)
             self._unit = max(nbytes, 1)
             self._placement = TierPlacement(
-                self._new_policy(), total, dram, low, hints=self.hints, ledger=self._ledger
+                self._new_policy(),
+                total,
+                dram,
+                low,
+                hints=self.hints,
+                ledger=self._ledger,
+                type_aware=opts.type_aware_eviction,
             )
         return self._placement
 
@@ -495,9 +504,12 @@ class TieredStore:
         prefix_len: int | None = None,
         obj_type: ObjectType = ObjectType.KV_PAGE,
         deadline: float | None = None,
+        supersedes: Sequence[str] = (),
     ) -> list[bool]:
         """Store ``keys`` (module docstring). ``prefix_len``: pages of the request stored before
-        this call (SGLang's ``prefix_keys``), ``prev_key`` the last of them."""
+        this call (SGLang's ``prefix_keys``), ``prev_key`` the last of them. ``supersedes``: for
+        trailing sidecar objects, those of the same pool for earlier pages of the chain; the
+        resident ones are evicted first while the last of ``keys`` is resident (local tiers)."""
         if not keys:
             return []
         if self.frozen or (self.clearing and self.tenant_of(keys[0]) in self.clearing):
@@ -508,7 +520,11 @@ class TieredStore:
         deadline = self._deadline(deadline)
         sizes = [sum(p.nbytes for p in ps) for ps in parts]
         ctxs = set_contexts(keys, prefix_len or 0, prev_key, sizes, obj_type=obj_type)
-        kept = self._put_local(keys, parts, ctxs, sizes, deadline) if self.local else [None] * len(keys)
+        kept = (
+            self._put_local(keys, parts, ctxs, sizes, deadline, supersedes)
+            if self.local
+            else [None] * len(keys)
+        )
         # kept: True placed locally, None not placed by decision (refused, or no local tier),
         # False a copy that could not be made in time
         # a refusal is a decision (True) unless a pool was to take the page instead
@@ -539,6 +555,7 @@ class TieredStore:
         ctxs: Sequence[AccessContext],
         sizes: Sequence[int],
         deadline: float,
+        supersedes: Sequence[str] = (),
     ) -> list[bool | None]:
         """Local placement of a set; per key: True placed, None refused, False no room in time."""
         dram = self.dram
@@ -548,7 +565,7 @@ class TieredStore:
         if dram is not None and len(new) >= _OVERLAP_MIN:
             # decide while copying the new pages into free DRAM; copies the placement then does
             # not want there are removed again
-            decided = self._worker.submit(self._decide_sets, keys, ctxs, sizes[0])
+            decided = self._worker.submit(self._decide_sets, keys, ctxs, sizes[0], supersedes)
             ok = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in new], deadline)
             outcomes, drops, demote = decided.result()
             landed = {i for i, good in zip(new, ok, strict=True) if good}
@@ -557,7 +574,7 @@ class TieredStore:
             dram.remove_batch([keys[i] for i in unwanted])
             landed.difference_update(unwanted)
         else:
-            outcomes, drops, demote = self._decide_sets(keys, ctxs, sizes[0])
+            outcomes, drops, demote = self._decide_sets(keys, ctxs, sizes[0], supersedes)
         self._apply(drops, demote)
         dropped = {key for key, _tier in drops}
         to_dram = [
@@ -633,12 +650,19 @@ class TieredStore:
         return missing
 
     def _decide_sets(
-        self, keys: Sequence[str], ctxs: Sequence[AccessContext], nbytes: int
+        self,
+        keys: Sequence[str],
+        ctxs: Sequence[AccessContext],
+        nbytes: int,
+        supersedes: Sequence[str] = (),
     ) -> tuple[list[SetOutcome], list[tuple[str, str]], list[str]]:
-        """Placement bookkeeping of a set: one placement call per key, then what to drop/demote."""
+        """Placement bookkeeping of a set: one placement call per key, then what to drop/demote.
+        Superseded objects are marked first, so they are what makes room for the new ones."""
         with self._lock:
             placement = self._placement_for(nbytes)
             self._forget_reclaimed(placement)
+            if supersedes:
+                placement.supersede(supersedes, keys[-1])
             outcomes = []
             for key, ctx in zip(keys, ctxs, strict=True):
                 outcome = placement.set(key, ctx)

@@ -82,6 +82,24 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--hint-seed", type=int, default=0, help="seed of the hint errors (default 0)")
     parser.add_argument(
+        "--sidecars",
+        choices=("none", "mamba"),
+        default="none",
+        help="mamba: a hybrid model's state object at each request's end (sim mode); reports the "
+        "restorable prefix (KV hits up to the last page whose state is cached)",
+    )
+    parser.add_argument(
+        "--state-size",
+        type=float,
+        default=1.0,
+        help="with --sidecars: a state's size in blocks (default 1.0)",
+    )
+    parser.add_argument(
+        "--no-type-aware",
+        action="store_true",
+        help="with --sidecars: superseded states are not evicted first (tiers.type_aware_eviction: false)",
+    )
+    parser.add_argument(
         "--no-timing",
         action="store_true",
         help="skip policy_us_per_access / lru_us_per_access (the policy calls replayed alone)",
@@ -96,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         SWEEP_FRACTIONS,
         HintOptions,
         Replay,
+        SidecarOptions,
         configured_default_policy,
     )
     from hicache_mooncake.tiers.policy import policy_names
@@ -114,6 +133,11 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--hint-recall and --hint-fpr must be in [0, 1], --hint-horizon > 0")
         hints = HintOptions(args.hint_recall, args.hint_fpr, args.hint_horizon, args.hint_seed)
     prefix_keys = not args.no_prefix_keys
+    sidecars = None
+    if args.sidecars != "none":
+        if args.mode != "sim" or args.state_size <= 0:
+            raise UsageError("--sidecars needs --mode sim and --state-size > 0")
+        sidecars = SidecarOptions(args.sidecars, args.state_size, not args.no_type_aware)
     try:
         replay = Replay.load(args.trace)
     except (OSError, ValueError) as exc:
@@ -134,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
             prefix_keys=prefix_keys,
             hints=hints,
             timing=not args.no_timing,
+            sidecars=sidecars,
         )
     if fractions:
         result["sweep"] = replay.sweep(
@@ -159,6 +184,13 @@ def run(args: argparse.Namespace) -> int:
             else ""
         )
     )
+    if "sidecars" in result:
+        side = result["sidecars"]
+        print(
+            f"sidecars {side['kind']} ({side['state_fraction']:g} blocks each, type-aware "
+            f"{'on' if side['type_aware'] else 'off'}): restorable {side['restorable_rate']:.4f} "
+            f"of blocks, state hits {side['state_hits']}"
+        )
     if args.plot_out:
         from hicache_mooncake.replay.plot import plot_sweep
 

@@ -119,6 +119,10 @@ class TiersConfig(StrictModel):
     the most recently used of the rest (``reuse``, ``lru``, ``s3fifo``, ``chain``, ``tinylfu``)."""
     policy_options: dict[str, Any] = Field(default_factory=dict)
     """Keyword options of ``tiers.policy``."""
+    type_aware_eviction: bool = True
+    """Sidecar objects of hybrid models that are only useful at the end of a cached prefix (Mamba
+    states, sliding windows, compressor states) go first once a later one of the same chain is
+    stored (needs SGLang's ``hicache_storage_pass_prefix_keys``); ``false``: the policy alone."""
     host_cache: Literal["auto", "on", "off"] = "auto"
     """Where these tiers live. ``on``: in the host cache, one service per host shared by every SGLang
     process of the host (started by the first backend; see ``host_cache:``); ``off``: in this process;

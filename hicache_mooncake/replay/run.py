@@ -13,9 +13,10 @@ from hicache_mooncake.tiers.policy.hints import Hints
 
 from .hints import SimulatedHints, apply_hint, replay_hints, trace_hints, with_errors
 from .reference import capacity_blocks, lru_hit_rate, next_uses, opt_hit_rate, unique_blocks
+from .sidecars import SIDECAR_KINDS, MambaSidecars
 from .sim import ReplayStore, SimTieredStore, drive
 from .timing import CallRecorder, us_per_access
-from .trace import load_trace
+from .trace import BLOCK_TOKENS, load_trace
 
 #: The policy this project ships as the default (``policy:`` in configs/default.yaml).
 DEFAULT_POLICY = "reuse"
@@ -44,10 +45,14 @@ def make_store(
     block_bytes: int,
     hints: Hints | None = None,
     wrap: Callable[[EvictionPolicy], EvictionPolicy] | None = None,
+    type_aware: bool = True,
 ) -> ReplayStore:
-    """``hints``/``wrap`` (a ``CallRecorder``) are for ``sim``; ``store`` takes ``hints`` too."""
+    """``hints``/``wrap`` (a ``CallRecorder``) and ``type_aware`` are for ``sim``; ``store``
+    takes ``hints`` too."""
     if mode == "sim":
-        return SimTieredStore.build(policy, capacity, dram_fraction, block_bytes, hints=hints, wrap=wrap)
+        return SimTieredStore.build(
+            policy, capacity, dram_fraction, block_bytes, hints=hints, wrap=wrap, type_aware=type_aware
+        )
     if mode == "store":
         if _store_factory is not None:
             return _store_factory(policy, capacity, dram_fraction, block_bytes)
@@ -66,6 +71,23 @@ class HintOptions:
     horizon: float = 4.0
     """A request continues when a later one extends it within ``horizon`` x capacity accesses."""
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class SidecarOptions:
+    """``--sidecars mamba``: a state object at each request's end (``sidecars.py``), sim mode."""
+
+    kind: str = "mamba"
+    state_fraction: float = 1.0
+    """A state's size relative to a block's (``--state-size``)."""
+    type_aware: bool = True
+    """``tiers.type_aware_eviction`` (``--no-type-aware`` turns it off)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in SIDECAR_KINDS:
+            raise ValueError(f"unknown sidecar kind {self.kind!r}; known: {', '.join(SIDECAR_KINDS)}")
+        if self.state_fraction <= 0:
+            raise ValueError(f"state size must be > 0 blocks, got {self.state_fraction}")
 
 
 def configured_default_policy() -> str:
@@ -87,11 +109,15 @@ class Replay:
     blocks: list[tuple[int, ...]]
     unique: int
     _nxt: list[list[int]] | None = None
+    full_blocks: list[int] | None = None
+    """Per request, its full blocks (``input_length // BLOCK_TOKENS``); None: all."""
 
     @classmethod
     def load(cls, path: str | Path) -> Replay:
-        blocks = [r.hash_ids for r in load_trace(path)]
-        return cls(str(path), blocks, unique_blocks(blocks))
+        reqs = load_trace(path)
+        blocks = [r.hash_ids for r in reqs]
+        full = [r.input_length // BLOCK_TOKENS for r in reqs]
+        return cls(str(path), blocks, unique_blocks(blocks), full_blocks=full)
 
     @property
     def nxt(self) -> list[list[int]]:
@@ -113,10 +139,14 @@ class Replay:
         prefix_keys: bool = True,
         hints: HintOptions | None = None,
         timing: bool = False,
+        sidecars: SidecarOptions | None = None,
     ) -> dict[str, Any]:
         """One replay at ``fraction``. ``prefix_keys=False`` replays SGLang without
         ``hicache_storage_pass_prefix_keys``; ``hints`` adds simulated hints; ``timing`` measures
-        the policy's and LRU's cost per block access (the policy calls of a sim replay)."""
+        the policy's and LRU's cost per block access (the policy calls of a sim replay);
+        ``sidecars`` adds a state per request end and reports the restorable prefix (sim only)."""
+        if sidecars is not None and (mode != "sim" or block_bytes <= 0):
+            raise ValueError("sidecars are replayed in sim mode with a block size > 0")
         cap = self.capacity(fraction)
         hinter = self._hinter(hints, cap)
         recorder: list[CallRecorder] = []
@@ -126,9 +156,19 @@ class Replay:
             return recorder[0]
 
         wrap = record if timing and mode == "sim" else None
-        store = make_store(mode, policy, cap, dram_fraction, block_bytes, self._hints_for(hinter), wrap)
+        type_aware = sidecars.type_aware if sidecars is not None else True
+        store = make_store(
+            mode, policy, cap, dram_fraction, block_bytes, self._hints_for(hinter), wrap, type_aware
+        )
         before = self._before(hinter, store, recorder)
-        out = drive(self.blocks, store, progress=progress, prefix_keys=prefix_keys, before=before)
+        states = None
+        if sidecars is not None:
+            assert isinstance(store, SimTieredStore)
+            state_bytes = max(1, round(sidecars.state_fraction * block_bytes))
+            states = MambaSidecars(store, state_bytes, self.full_blocks)
+        out = drive(
+            self.blocks, store, progress=progress, prefix_keys=prefix_keys, before=before, sidecars=states
+        )
         lru = lru_hit_rate(self.blocks, cap)
         opt = opt_hit_rate(self.blocks, cap, self.nxt)
         stats = store.replay_stats()
@@ -167,6 +207,15 @@ class Replay:
             "prefix_keys": prefix_keys,
             "hints": None if hinter is None or hints is None else {**asdict(hints), **hinter.summary()},
         }
+        if states is not None and sidecars is not None:
+            result["sidecars"] = {
+                **asdict(sidecars),
+                "state_bytes": states.state_bytes,
+                "restorable": out.restorable,
+                "restorable_rate": out.restorable / out.blocks if out.blocks else 0.0,
+                "state_hits": states.state_hits,
+                "state_sets": states.state_sets,
+            }
         if timing:
             result.update(self._timing(policy, cap, dram_fraction, prefix_keys, hints, recorder))
         return result

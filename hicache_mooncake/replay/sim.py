@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from hicache_mooncake.tiers.policy import AccessContext, EvictionPolicy, make_policy
+from hicache_mooncake.tiers.policy import AccessContext, EvictionPolicy, ObjectType, make_policy
 from hicache_mooncake.tiers.policy.contexts import get_contexts as _get_contexts
 from hicache_mooncake.tiers.policy.contexts import miss_context
 from hicache_mooncake.tiers.policy.contexts import set_contexts as _set_contexts
@@ -64,17 +64,26 @@ TIER_COUNTERS = (
 
 
 def set_contexts(
-    keys: Sequence[str], prefix_keys: Sequence[str], now: float = 0.0, size: int = 0
+    keys: Sequence[str],
+    prefix_keys: Sequence[str],
+    now: float = 0.0,
+    size: int = 0,
+    obj_type: ObjectType = ObjectType.KV_PAGE,
 ) -> list[AccessContext]:
     """Contexts of a ``batch_set`` (``tiers.policy.contexts``, shared with TieredStore)."""
-    return _set_contexts(keys, len(prefix_keys), prefix_keys[-1] if prefix_keys else None, size, now)
+    prev = prefix_keys[-1] if prefix_keys else None
+    return _set_contexts(keys, len(prefix_keys), prev, size, now, obj_type)
 
 
 def get_contexts(
-    keys: Sequence[str], now: float = 0.0, size: int = 0, request_len: int = 0
+    keys: Sequence[str],
+    now: float = 0.0,
+    size: int = 0,
+    request_len: int = 0,
+    obj_type: ObjectType = ObjectType.KV_PAGE,
 ) -> list[AccessContext]:
     """Contexts of a ``batch_get`` of a hit run (``tiers.policy.contexts``)."""
-    return _get_contexts(keys, size, request_len, now)
+    return _get_contexts(keys, size, request_len, now, obj_type)
 
 
 @dataclass
@@ -97,10 +106,12 @@ class SimTieredStore:
         block_bytes: int = 0,
         hints: Hints | None = None,
         wrap: Callable[[EvictionPolicy], EvictionPolicy] | None = None,
+        type_aware: bool = True,
         **options: Any,
     ) -> SimTieredStore:
         """``hints``: the store's ``Hints`` (as ``TieredStore.hints``); ``wrap``: put something
-        between the placement and the policy (``timing.CallRecorder``)."""
+        between the placement and the policy (``timing.CallRecorder``); ``type_aware``: as
+        ``tiers.type_aware_eviction``."""
         if not 0.0 <= dram_fraction <= 1.0:
             raise ValueError(f"dram fraction must be in [0, 1], got {dram_fraction}")
         unit = block_bytes or 1  # the placement charges each page its size (1 without payloads)
@@ -108,7 +119,9 @@ class SimTieredStore:
         policy_obj = make_policy(policy, **options)
         if wrap is not None:
             policy_obj = wrap(policy_obj)
-        placement = TierPlacement(policy_obj, capacity_blocks * unit, dram * unit, hints=hints)
+        placement = TierPlacement(
+            policy_obj, capacity_blocks * unit, dram * unit, hints=hints, type_aware=type_aware
+        )
         return cls(placement=placement, block_bytes=block_bytes)
 
     @property
@@ -142,11 +155,15 @@ class SimTieredStore:
             pl.miss(keys[n], miss_context(n, len(keys), self._clock))
         return n
 
-    def batch_get(self, keys: Sequence[str]) -> list[bool]:
+    def batch_get(
+        self, keys: Sequence[str], obj_type: ObjectType = ObjectType.KV_PAGE, size: int | None = None
+    ) -> list[bool]:
+        """``obj_type``/``size`` (default: a KV page of ``block_bytes``) for sidecar objects."""
         out = []
         c = self.counters
+        nbytes = self.block_bytes if size is None else size
         for key, ctx in zip(
-            keys, get_contexts(keys, self._clock, self.block_bytes, self._request_len), strict=True
+            keys, get_contexts(keys, self._clock, nbytes, self._request_len, obj_type), strict=True
         ):
             tier = self.placement.hit(key, ctx)
             if tier == DRAM:
@@ -160,8 +177,19 @@ class SimTieredStore:
             self._settle()
         return out
 
-    def batch_set(self, keys: Sequence[str], prefix_keys: Sequence[str] = ()) -> list[bool]:
-        ctxs = set_contexts(keys, prefix_keys, self._clock, self.block_bytes)
+    def batch_set(
+        self,
+        keys: Sequence[str],
+        prefix_keys: Sequence[str] = (),
+        obj_type: ObjectType = ObjectType.KV_PAGE,
+        size: int | None = None,
+        supersedes: Sequence[str] = (),
+    ) -> list[bool]:
+        """``obj_type``/``size``/``supersedes`` as ``TieredStore.put_batch`` (sidecar objects)."""
+        nbytes = self.block_bytes if size is None else size
+        ctxs = set_contexts(keys, prefix_keys, self._clock, nbytes, obj_type)
+        if supersedes and keys:
+            self.placement.supersede(supersedes, keys[-1])
         out = []
         for key, ctx in zip(keys, ctxs, strict=True):
             outcome = self.placement.set(key, ctx)
@@ -205,11 +233,25 @@ class SimTieredStore:
         """Hook: ``key`` now lives in ``tier`` ("dram", "ssd") or nowhere (``None``)."""
 
 
+class SidecarHook(Protocol):
+    """Sidecar objects next to a request's KV pages (``sidecars.py``)."""
+
+    def restore(self, index: int, keys: list[str], hits: int) -> int:
+        """After the KV hit run of ``hits`` pages: how many leading pages can be restored."""
+        ...
+
+    def stored(self, index: int, keys: list[str]) -> None:
+        """After the request's KV pages were stored."""
+        ...
+
+
 @dataclass
 class ReplayOutcome:
     requests: int = 0
     blocks: int = 0
     hits: int = 0
+    restorable: int = 0
+    """With sidecars: leading pages whose end page's state was cached too (else 0)."""
 
     @property
     def hit_rate(self) -> float:
@@ -223,13 +265,15 @@ def drive(
     progress: Callable[[int], None] | None = None,
     prefix_keys: bool = True,
     before: Callable[[int, list[str]], None] | None = None,
+    sidecars: SidecarHook | None = None,
 ) -> ReplayOutcome:
     """Replay ``reqs`` (block-id lists) against ``store`` with SGLang's call sequence.
 
     Per request: ``before(index, keys)`` (hints), ``n = batch_exists(keys)``; ``batch_get(keys[:n])``,
     whose leading successes are the request's hits; ``batch_set(keys[hits:],
     prefix_keys=keys[:hits])`` (no prefix keys with ``prefix_keys=False``: SGLang's default
-    ``hicache_storage_pass_prefix_keys: false``).
+    ``hicache_storage_pass_prefix_keys: false``). ``sidecars``: ``restore`` after the get,
+    ``stored`` after the set.
     """
     out = ReplayOutcome()
     for i, req in enumerate(reqs):
@@ -243,8 +287,12 @@ def drive(
                 if not ok:
                     break
                 hits += 1
+        if sidecars is not None:
+            out.restorable += sidecars.restore(i, keys, hits)
         if hits < len(keys):
             store.batch_set(keys[hits:], prefix_keys=keys[:hits] if prefix_keys else ())
+        if sidecars is not None:
+            sidecars.stored(i, keys)
         out.requests += 1
         out.blocks += len(keys)
         out.hits += hits

@@ -58,6 +58,11 @@ class ObjectType(enum.IntEnum):
     """A speculative-decoding draft model's KV pages (``draft``)."""
 
 
+#: Types useful only at the END of the prefix they are loaded for (SGLang's ``TRAILING_PAGES``):
+#: one stored for a page of a chain that is cached further is superseded (``superseded.py``).
+TRAILING_TYPES = frozenset({ObjectType.MAMBA_STATE, ObjectType.SWA_WINDOW, ObjectType.COMPRESS_STATE})
+
+
 class AccessContext(NamedTuple):
     """What the backend knew about one key when it touched it (immutable; a named tuple because
     one is made per key of every call: it costs half of a frozen dataclass to build).

@@ -16,6 +16,11 @@ moves bytes as told. Every call is ONE policy call per key:
   tier they were placed in, and the DRAM pages to move to SSD (least recently used first). DRAM
   is demoted from ``dram_capacity`` (the high watermark) down to ``dram_low``.
 
+Object types (``superseded.py``): a trailing sidecar object (Mamba state, SWA window, compressor
+state) that a later one of its chain superseded (``supersede``) is dropped, and demoted, before
+the policy is asked for a victim; without sidecars nothing changes. ``type_aware=False`` turns
+this off (every object is the policy's alone).
+
 Sizes: a page is charged ``ctx.size`` (1 when 0, so a payload-free simulation counts pages), so
 pages of different sizes (KV pages, sidecar states) share one capacity.
 
@@ -30,10 +35,12 @@ from __future__ import annotations
 import enum
 import itertools
 from collections import OrderedDict
+from collections.abc import Iterable
 
 from .base import AccessContext, EvictionPolicy
 from .hints import Hints
 from .quotas import TenantLedger
+from .superseded import SupersededSet
 
 DRAM, SSD = "dram", "ssd"
 
@@ -64,9 +71,11 @@ class TierPlacement:
         dram_low: int | None = None,
         hints: Hints | None = None,
         ledger: TenantLedger | None = None,
+        type_aware: bool = True,
     ) -> None:
         """``hints``: the store's ``Hints``, handed to the policy (``use_hints``); ``ledger``:
-        per-tenant bytes and shares (``quotas.py``); by default one tenant, no shares."""
+        per-tenant bytes and shares (``quotas.py``); by default one tenant, no shares;
+        ``type_aware``: superseded trailing objects go first (module docstring)."""
         if capacity < 0 or not 0 <= dram_capacity <= capacity:
             raise ValueError(f"need 0 <= dram_capacity <= capacity, got {dram_capacity}, {capacity}")
         low = dram_capacity if dram_low is None else dram_low
@@ -86,6 +95,8 @@ class TierPlacement:
             policy.use_hints(hints)
         self.ledger = ledger if ledger is not None else TenantLedger()
         self.ledger.set_capacity(capacity, dram_capacity)
+        self.type_aware = type_aware
+        self.superseded = SupersededSet()
 
     # ------------------------------------------------------------------ queries
     def tier_of(self, key: str) -> str | None:
@@ -110,12 +121,15 @@ class TierPlacement:
             return SetOutcome.REFUSED
         before = self.tier_of(key)
         if not self.policy.on_set(key, ctx):
+            self.superseded.gone(key)  # a superseder that is not kept supersedes nothing
             return SetOutcome.REFUSED
         if before is None:
             size = ctx.size or 1
             self._size[key] = size
             self.used += size
             self.ledger.placed(key, size)
+        if self.type_aware:
+            self.superseded.stored(key, ctx.obj_type)
         if self.dram_capacity <= 0:
             self._make_room()
             if key not in self._size:
@@ -136,6 +150,8 @@ class TierPlacement:
         if tier is None:
             return None
         self.policy.on_hit(key, ctx)
+        if self.type_aware:
+            self.superseded.used(key)
         if tier == DRAM or (promote and self.dram_capacity > 0):
             self._to_dram(key)
         return tier
@@ -151,10 +167,20 @@ class TierPlacement:
         self._size[key] = size
         self.used += size
         self.ledger.placed(key, size)
+        if self.type_aware:
+            self.superseded.stored(key, ctx.obj_type)
         if tier == DRAM and self.dram_capacity > 0:
             self._to_dram(key)
         self._make_room()
         return key in self._size
+
+    def supersede(self, keys: Iterable[str], by: str) -> None:
+        """``by``, a trailing object about to be stored (``set`` next), is for a later page of the
+        chain than ``keys`` (trailing objects of the same pool): the resident ones among them go
+        first from now on (making room for ``by`` too), while ``by`` is resident. A no-op when not
+        ``type_aware``."""
+        if self.type_aware:
+            self.superseded.supersede(keys, by)
 
     def miss(self, key: str, ctx: AccessContext) -> None:
         """An exists call stopped at ``key`` (policies with ghosts learn from it)."""
@@ -176,6 +202,7 @@ class TierPlacement:
         self.used -= size
         self.leave_dram(key)
         self.ledger.gone(key, size)
+        self.superseded.gone(key)
         self.policy.on_remove(key)
 
     def settle(self) -> tuple[list[tuple[str, str]], list[str]]:
@@ -183,6 +210,7 @@ class TierPlacement:
         again since the last call is resident, so it is not among the drops."""
         demote: list[str] = self._demote_over_share()
         if self.dram_used > self.dram_capacity:
+            demote.extend(self._demote_superseded(self.dram_used - self.dram_low))
             while self._dram and self.dram_used > self.dram_low:
                 key, size = self._dram.popitem(last=False)
                 self.dram_used -= size
@@ -204,7 +232,8 @@ class TierPlacement:
         one the policy's victims are dropped. Returns ``(drops, demotions)`` like ``settle``."""
         freed = 0
         if self.dram_capacity < self.capacity:
-            demote = []
+            demote = self._demote_superseded(nbytes)
+            freed = sum(self._size[key] for key in demote)
             while self._dram and freed < nbytes:
                 key, size = self._dram.popitem(last=False)
                 self.dram_used -= size
@@ -213,7 +242,7 @@ class TierPlacement:
                 freed += size
             return self.settle()[0], demote
         while freed < nbytes:
-            victim = self.policy.pop_victim()
+            victim = self._next_victim()
             if victim is None:
                 break
             size = self._size.pop(victim, 0)
@@ -222,6 +251,7 @@ class TierPlacement:
             self.used -= size
             self.leave_dram(victim)
             self.ledger.gone(victim, size)
+            self.superseded.gone(victim)
             self._drops.append((victim, DRAM))
             freed += size
         return self.settle()
@@ -233,6 +263,7 @@ class TierPlacement:
         self.used = self.dram_used = 0
         self._drops.clear()
         self.ledger.clear()
+        self.superseded.clear()
 
     # ------------------------------------------------------------------ internals
     def _to_dram(self, key: str) -> None:
@@ -249,7 +280,7 @@ class TierPlacement:
     def _make_room(self) -> None:
         self._drop_over_share()
         while self.used > self.capacity:
-            victim = self.policy.pop_victim()
+            victim = self._next_victim()
             if victim is None:
                 break
             size = self._size.pop(victim, 0)
@@ -259,7 +290,31 @@ class TierPlacement:
             tier = DRAM if victim in self._dram else SSD
             self.leave_dram(victim)
             self.ledger.gone(victim, size)
+            self.superseded.gone(victim)
             self._drops.append((victim, tier))
+
+    def _next_victim(self) -> str | None:
+        """The longest superseded trailing object (taken from the policy too), else the policy's
+        victim (already forgotten by the policy)."""
+        stale = self.superseded.first()
+        if stale is not None:
+            self.superseded.gone(stale)
+            self.policy.on_remove(stale)
+            return stale
+        return self.policy.pop_victim()
+
+    def _demote_superseded(self, nbytes: int) -> list[str]:
+        """Superseded DRAM objects taken out of DRAM (to move to SSD), up to ``nbytes``."""
+        out: list[str] = []
+        freed = 0
+        for key in self.superseded.oldest():
+            if freed >= nbytes:
+                break
+            if key in self._dram:
+                freed += self._dram[key]
+                self.leave_dram(key)
+                out.append(key)
+        return out
 
     # ------------------------------------------------------------------ tenants' shares (quotas.py)
     def _drop_over_share(self) -> None:
@@ -271,6 +326,7 @@ class TierPlacement:
                 self.used -= size
                 self.leave_dram(key)
                 self.ledger.gone(key, size)
+                self.superseded.gone(key)
                 self.policy.on_remove(key)
                 self._drops.append((key, tier))
 
