@@ -12,24 +12,26 @@ CK = "tests/config_keys"
 
 KEY_TESTS: dict[str, list[str]] = {
     # ---- SGLang's dynamic loader and SGLang-owned keys ----------------------------------------
-    "backend_name": [f"{CK}/test_sglang_keys.py::test_the_dynamic_loader_keys_choose_what_sglang_builds"],
-    "module_path": [f"{CK}/test_sglang_keys.py::test_the_dynamic_loader_keys_choose_what_sglang_builds"],
-    "class_name": [f"{CK}/test_sglang_keys.py::test_the_dynamic_loader_keys_choose_what_sglang_builds"],
+    "backend_name": [
+        f"{CK}/test_sglang_side_keys.py::test_the_dynamic_loader_keys_choose_what_sglang_builds"
+    ],
+    "module_path": [f"{CK}/test_sglang_side_keys.py::test_the_dynamic_loader_keys_choose_what_sglang_builds"],
+    "class_name": [f"{CK}/test_sglang_side_keys.py::test_the_dynamic_loader_keys_choose_what_sglang_builds"],
     "interface_v1": ["tests/sglang/test_backend_v1.py::test_legacy_copy_path_round_trip"],
     "prefetch_threshold": [
-        f"{CK}/test_sglang_keys.py::test_sglang_consumes_its_own_keys_from_the_extra_config"
+        f"{CK}/test_sglang_side_keys.py::test_sglang_consumes_its_own_keys_from_the_extra_config"
     ],
     "prefetch_timeout_base": [
-        f"{CK}/test_sglang_keys.py::test_sglang_consumes_its_own_keys_from_the_extra_config"
+        f"{CK}/test_sglang_side_keys.py::test_sglang_consumes_its_own_keys_from_the_extra_config"
     ],
     "prefetch_timeout_per_ki_token": [
-        f"{CK}/test_sglang_keys.py::test_sglang_consumes_its_own_keys_from_the_extra_config"
+        f"{CK}/test_sglang_side_keys.py::test_sglang_consumes_its_own_keys_from_the_extra_config"
     ],
     "hicache_storage_pass_prefix_keys": [
         "tests/sglang/test_policy_inputs.py::test_the_policy_receives_chain_parents_through_the_controller"
     ],
     "tp_lcm_size": [
-        "tests/config_keys/test_sglang_keys.py::test_tp_lcm_size_is_answered_with_what_we_do_instead"
+        "tests/config_keys/test_sglang_side_keys.py::test_tp_lcm_size_is_answered_with_what_we_do_instead"
     ],
     "config_file": ["tests/unit/test_config.py::test_inline_json_pointing_at_yaml_merges_inline_over_file"],
     # ---- namespace ----------------------------------------------------------------------------
@@ -41,6 +43,9 @@ KEY_TESTS: dict[str, list[str]] = {
     ],
     # ---- tiers --------------------------------------------------------------------------------
     "tiers.policy": ["tests/unit/test_config.py::test_unknown_policy_is_refused_with_the_known_ones"],
+    "tiers.type_aware_eviction": [
+        f"{CK}/test_store_keys.py::test_type_aware_eviction_drops_a_superseded_state_before_the_oldest_page"
+    ],
     "tiers.policy_options": [f"{CK}/test_store_keys.py::test_policy_options_reach_the_policy"],
     "tiers.host_cache": [
         "tests/host_cache/test_service.py::test_auto_attaches_to_a_running_service_and_off_never_does"
@@ -195,7 +200,7 @@ KEY_TESTS: dict[str, list[str]] = {
     "tiers.warm.rewarm_budget_s": [f"{CK}/test_store_keys.py::test_rewarm_keys_reach_the_rewarm"],
     # ---- io -----------------------------------------------------------------------------------
     "io.timeout_s": ["tests/sglang/test_ssd_tier.py::test_a_stalled_disk_never_stalls_sglang"],
-    "io.max_batch_pages": [f"{CK}/test_sglang_keys.py::test_max_batch_pages_bounds_a_v1_call"],
+    "io.max_batch_pages": [f"{CK}/test_sglang_side_keys.py::test_max_batch_pages_bounds_a_v1_call"],
     # ---- metrics / admin / tenants / logs ------------------------------------------------------
     "metrics.port": ["tests/unit/test_metrics.py::test_every_rank_serves_on_its_own_port_from_one_base"],
     "metrics.host": ["tests/sglang/test_backend_v1.py::test_prometheus_endpoint_serves_tier_gauges"],
@@ -216,7 +221,7 @@ KEY_TESTS: dict[str, list[str]] = {
         "tests/ops/test_admin_endpoint.py::test_the_token_comes_from_the_environment_and_is_never_logged"
     ],
     "admin.operation_timeout_s": [
-        f"{CK}/test_sglang_keys.py::test_operation_timeout_s_is_the_admin_default_deadline"
+        f"{CK}/test_sglang_side_keys.py::test_operation_timeout_s_is_the_admin_default_deadline"
     ],
     "tenants.shares": [
         "tests/ops/test_tenant_shares_store.py::test_a_tenant_stays_within_its_dram_share_under_load"
@@ -336,16 +341,16 @@ KEY_TESTS: dict[str, list[str]] = {
         "tests/unit/test_launch_checks.py::test_layouts_sglang_would_rewrite_are_named"
     ],
     "sglang.hicache_write_policy": [
-        f"{CK}/test_sglang_keys.py::test_every_sglang_key_becomes_its_launch_flag"
+        f"{CK}/test_sglang_side_keys.py::test_every_sglang_key_becomes_its_launch_flag"
     ],
     "sglang.hicache_storage_prefetch_policy": [
-        f"{CK}/test_sglang_keys.py::test_every_sglang_key_becomes_its_launch_flag"
+        f"{CK}/test_sglang_side_keys.py::test_every_sglang_key_becomes_its_launch_flag"
     ],
     "sglang.hicache_storage_prefetch_retry_poll_interval": [
-        f"{CK}/test_sglang_keys.py::test_every_sglang_key_becomes_its_launch_flag"
+        f"{CK}/test_sglang_side_keys.py::test_every_sglang_key_becomes_its_launch_flag"
     ],
     "sglang.hicache_storage_prefetch_retry_max_attempts": [
-        f"{CK}/test_sglang_keys.py::test_every_sglang_key_becomes_its_launch_flag"
+        f"{CK}/test_sglang_side_keys.py::test_every_sglang_key_becomes_its_launch_flag"
     ],
     "sglang.page_size": ["tests/unit/test_launch_checks.py::test_small_or_unset_pages_are_pointed_out"],
 }

@@ -172,3 +172,36 @@ def test_rewarm_keys_reach_the_rewarm(tmp_path: Path) -> None:
     assert slow["rewarm_stopped"] == "time budget", slow
     assert slow["rewarmed_pages"] < fast["rewarmed_pages"]
     assert time.monotonic() - t0 < 60
+
+
+@pytest.mark.parametrize("type_aware_eviction", [True, False])
+def test_type_aware_eviction_drops_a_superseded_state_before_the_oldest_page(
+    tmp_path: Path, type_aware_eviction: bool
+) -> None:
+    """``tiers.type_aware_eviction``: a Mamba state in the middle of a chain that a later state of
+    the same chain superseded is the first page to go (on), or the policy's own LRU victim (off)."""
+    from hicache_mooncake.tiers.policy import ObjectType
+
+    cfg = small_config(tmp_path, ssd=False, tiers={"type_aware_eviction": type_aware_eviction})
+    store = build_store(cfg)
+    try:
+        kv = [f"k{i}" for i in range(60)]  # 60 of the 64 pages DRAM holds
+        for i in range(0, 60, 10):
+            got = store.put_batch(
+                kv[i : i + 10], [parts(page(k)) for k in kv[i : i + 10]], kv[i - 1] if i else None, i
+            )
+            assert all(got)
+        mamba = ObjectType.MAMBA_STATE
+        assert store.put_batch(["m29"], [parts(page("m29"))], kv[29], 30, obj_type=mamba) == [True]
+        assert store.put_batch(
+            ["m59"], [parts(page("m59"))], kv[59], 60, obj_type=mamba, supersedes=["m29"]
+        ) == [True]
+        assert all(put(store, [f"x{i}" for i in range(3)]))  # one page past the capacity
+        store.flush()
+        gone = [
+            k for k, held in zip(["m29", "k0"], store.contains_batch(["m29", "k0"]), strict=True) if not held
+        ]
+        assert gone == (["m29"] if type_aware_eviction else ["k0"])
+        assert store.contains_batch(["m59"]) == [True]
+    finally:
+        store.close()

@@ -232,3 +232,45 @@ def test_replay_default_is_the_policy_configs_default_yaml_ships() -> None:
     from hicache_mooncake.replay.run import configured_default_policy
 
     assert configured_default_policy() == load_preset("default")["tiers"]["policy"] == DEFAULT_POLICY
+
+
+def test_replay_with_sidecars_reports_the_restorable_prefix(tmp_path: Path) -> None:
+    """``replay --sidecars mamba``: one state per request end next to the KV blocks; the restorable
+    prefix (KV hit run whose end page has its state) is reported, with type awareness on and off,
+    and never above the KV hits; ``--sidecars`` outside sim mode is a usage error (exit 2)."""
+    import json
+    import subprocess
+    import sys
+
+    trace = tmp_path / "chat.jsonl"
+    write_trace(trace, generate_trace("chat", seed=2)[:1500])
+    found = {}
+    for flag in ([], ["--no-type-aware"]):
+        out = tmp_path / f"sc{len(flag)}.json"
+        cmd = [sys.executable, "-m", "hicache_mooncake", "replay", str(trace), "--sidecars", "mamba"]
+        proc = subprocess.run([*cmd, *flag, "--json", str(out)], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        data = json.loads(out.read_text())
+        side = data["sidecars"]
+        assert side["kind"] == "mamba" and side["type_aware"] is (not flag)
+        assert side["state_sets"] == 1500 and 0 < side["state_hits"] <= side["state_sets"]
+        assert 0 < side["restorable_rate"] < 1
+        found[bool(flag)] = side["restorable"]
+    assert found[True] > 0 and found[False] > 0  # both ran and restored something
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hicache_mooncake",
+            "replay",
+            str(trace),
+            "--sidecars",
+            "mamba",
+            "--mode",
+            "store",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and "--sidecars" in bad.stderr

@@ -273,9 +273,9 @@ def test_sidecar_objects_carry_their_type_and_are_scoped_per_pool_and_rank(sglan
     seen = []
     original = r1.store.put_batch
 
-    def spy(keys, parts, prev_key=None, prefix_len=None, obj_type=ObjectType.KV_PAGE):
+    def spy(keys, parts, prev_key=None, prefix_len=None, obj_type=ObjectType.KV_PAGE, **kw):
         seen.append(obj_type)
-        return original(keys, parts, prev_key, prefix_len, obj_type=obj_type)
+        return original(keys, parts, prev_key, prefix_len, obj_type=obj_type, **kw)
 
     r1.store.put_batch = spy
     assert r1.batch_set_v2([transfer(PoolName.MAMBA, ["g" * 64], slot)])[PoolName.MAMBA] == [True]
