@@ -97,10 +97,33 @@ def test_rank_index_is_unique_over_tp_pp_dp():
     assert seen == set(range(4 * 2 * 3))
 
 
-def test_every_rank_serves_on_its_own_port_from_one_base(rank):
-    base = free_port()
-    while base + 1 == free_port():  # base + 1 must be free too; retry on the unlikely collision
+def consecutive_free_ports(n: int) -> int:
+    """A base port such that ``base .. base + n - 1`` could all be bound just now (checked by
+    binding them; another process may still take one before the test does, so it is rare, not
+    impossible)."""
+    import socket
+
+    for _ in range(100):
         base = free_port()
+        if base + n > 65535:
+            continue
+        socks = []
+        try:
+            for port in range(base, base + n):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise AssertionError("no run of free ports found")
+
+
+def test_every_rank_serves_on_its_own_port_from_one_base(rank):
+    base = consecutive_free_ports(2)
     _s0, _m0, p0 = rank(0, base)
     _s1, _m1, p1 = rank(1, base)
     assert (p0, p1) == (base, base + 1)
