@@ -231,10 +231,14 @@ KEY_TESTS: dict[str, list[str]] = {
     ],
     "log_level": ["tests/unit/test_logs.py::test_level_follows_the_root_logger_unless_the_yaml_sets_one"],
     # ---- host_cache ---------------------------------------------------------------------------
-    "host_cache.dir": [f"{CK}/test_host_cache_keys.py::test_dir_name_and_shm_dir_place_the_services_files"],
-    "host_cache.name": [f"{CK}/test_host_cache_keys.py::test_dir_name_and_shm_dir_place_the_services_files"],
+    "host_cache.dir": [
+        f"{CK}/test_host_cache_services.py::test_name_dir_shm_dir_and_max_clients_shape_the_service"
+    ],
+    "host_cache.name": [
+        f"{CK}/test_host_cache_services.py::test_name_dir_shm_dir_and_max_clients_shape_the_service"
+    ],
     "host_cache.shm_dir": [
-        f"{CK}/test_host_cache_keys.py::test_dir_name_and_shm_dir_place_the_services_files"
+        f"{CK}/test_host_cache_services.py::test_name_dir_shm_dir_and_max_clients_shape_the_service"
     ],
     "host_cache.autostart": [
         "tests/host_cache/test_service.py::test_without_a_service_a_backend_serves_misses_at_once_and_attaches_when_one_appears"
@@ -252,7 +256,7 @@ KEY_TESTS: dict[str, list[str]] = {
         f"{CK}/test_host_cache_keys.py::test_service_node_keys_follow_the_host_cache_section"
     ],
     "host_cache.max_clients": [
-        f"{CK}/test_host_cache_keys.py::test_service_node_keys_follow_the_host_cache_section"
+        f"{CK}/test_host_cache_services.py::test_name_dir_shm_dir_and_max_clients_shape_the_service"
     ],
     "host_cache.metrics_port": [
         "tests/host_cache/test_service.py::test_per_client_accounting_is_in_the_stats_and_the_metrics"
