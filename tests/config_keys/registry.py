@@ -203,7 +203,9 @@ KEY_TESTS: dict[str, list[str]] = {
     "io.max_batch_pages": [f"{CK}/test_sglang_side_keys.py::test_max_batch_pages_bounds_a_v1_call"],
     # ---- metrics / admin / tenants / logs ------------------------------------------------------
     "metrics.port": ["tests/unit/test_metrics.py::test_every_rank_serves_on_its_own_port_from_one_base"],
-    "metrics.host": ["tests/sglang/test_backend_v1.py::test_prometheus_endpoint_serves_tier_gauges"],
+    "metrics.host": [
+        f"{CK}/test_metrics_host_keys.py::test_metrics_host_is_the_address_the_endpoint_listens_on"
+    ],
     "metrics.discovery_dir": ["tests/unit/test_metrics.py::test_node_exports_metrics_and_healthz"],
     "admin.port": [
         "tests/ops/test_admin_endpoint.py::test_off_loopback_without_a_token_the_endpoint_does_not_start"
@@ -326,7 +328,9 @@ KEY_TESTS: dict[str, list[str]] = {
     "node.rdma_service_level": [f"{CK}/test_node_keys.py::test_rdma_keys_reach_the_responder_options"],
     "node.ready_file": [f"{CK}/test_node_keys.py::test_ready_file_says_where_the_node_listens"],
     "node.metrics.port": ["tests/unit/test_metrics.py::test_node_exports_metrics_and_healthz"],
-    "node.metrics.host": ["tests/sglang/test_cli.py::test_stats_prints_the_tiers_of_a_running_backend"],
+    "node.metrics.host": [
+        f"{CK}/test_node_keys.py::test_node_metrics_host_is_the_address_the_endpoint_listens_on"
+    ],
     "node.metrics.discovery_dir": ["tests/unit/test_metrics.py::test_node_exports_metrics_and_healthz"],
     # ---- sglang (read by ``hicache-mooncake launch``) -------------------------------------------
     "sglang.hicache_ratio": [

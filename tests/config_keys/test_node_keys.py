@@ -231,3 +231,25 @@ def test_rdma_keys_reach_the_responder_options() -> None:
         5,
     )
     assert NodeConfig(rdma_device="sim0").rdma_options().gid_index == -1  # auto
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2"])
+def test_node_metrics_host_is_the_address_the_endpoint_listens_on(
+    serve: Callable[..., NodeServer], host: str, tmp_path: Path
+) -> None:
+    """``node.metrics.host``: the node's endpoint answers on that loopback address, not the other."""
+    from test_metrics_host_keys import LOOPBACKS, answers
+
+    from hicache_mooncake.config.cluster import NodeSection
+    from hicache_mooncake.metrics_node import serve_node_metrics
+
+    section = NodeSection.model_validate(
+        {"metrics": {"host": host, "port": 0, "discovery_dir": str(tmp_path)}}
+    )
+    exporter = serve_node_metrics(serve(), section.metrics)
+    assert exporter is not None and exporter.port is not None
+    try:
+        got = {other: answers(other, exporter.port) for other in LOOPBACKS}
+        assert got == {h: h == host for h in LOOPBACKS}
+    finally:
+        exporter.close()
