@@ -303,7 +303,7 @@ KEY_TESTS: dict[str, list[str]] = {
     ],
     "node.max_key_len": [f"{CK}/test_node_keys.py::test_request_limits_refuse_what_exceeds_them"],
     "node.max_batch": [f"{CK}/test_node_keys.py::test_request_limits_refuse_what_exceeds_them"],
-    "node.max_meta": [f"{CK}/test_node_keys.py::test_request_limits_refuse_what_exceeds_them"],
+    "node.max_meta": [f"{CK}/test_node_keys.py::test_max_meta_refuses_a_request_whose_metadata_exceeds_it"],
     "node.max_payload": [f"{CK}/test_node_keys.py::test_request_limits_refuse_what_exceeds_them"],
     "node.max_connections": [
         "tests/transport/test_flood.py::test_idle_authenticated_connections_do_not_starve_new_ones"

@@ -253,3 +253,20 @@ def test_node_metrics_host_is_the_address_the_endpoint_listens_on(
         assert got == {h: h == host for h in LOOPBACKS}
     finally:
         exporter.close()
+
+
+def test_max_meta_refuses_a_request_whose_metadata_exceeds_it(serve: Callable[..., NodeServer]) -> None:
+    """``node.max_meta``: 40 keys of 150 bytes (about 6 KiB of request metadata, every key and the
+    batch within their own limits) are served by a default node, refused (False) by one with
+    ``max_meta=4096``; a small batch is served by both."""
+    tight_srv = serve(max_meta=4096)
+    roomy, tight, fresh = client(serve()), client(tight_srv), client(tight_srv)
+    try:
+        many = [f"{i:03d}" + "m" * 147 for i in range(40)]
+        assert put(roomy, many, 64) == [True] * 40
+        assert put(tight, many, 64) == [False] * 40
+        assert put(fresh, many[:4], 64) == [True] * 4  # within the limit (a fresh client: the
+        # refused one may be backing off from the node that dropped it)
+    finally:
+        for c in (roomy, tight, fresh):
+            c.close()
