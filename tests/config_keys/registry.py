@@ -321,8 +321,12 @@ KEY_TESTS: dict[str, list[str]] = {
         "tests/transport/test_rdma_engine.py::test_8_node_closes_rdma_connections_and_drain_closes_the_responder"
     ],
     "node.rdma_device": ["tests/transport/test_rdma_engine.py::test_a_node_without_rdma_is_reached_over_tcp"],
-    "node.rdma_port": [f"{CK}/test_node_keys.py::test_rdma_keys_reach_the_responder_options"],
-    "node.rdma_gid_index": [f"{CK}/test_node_keys.py::test_rdma_keys_reach_the_responder_options"],
+    "node.rdma_port": [
+        "tests/transport/test_rdma_engine.py::test_7b_the_nodes_gid_index_and_port_choose_its_route_or_are_refused"
+    ],
+    "node.rdma_gid_index": [
+        "tests/transport/test_rdma_engine.py::test_7b_the_nodes_gid_index_and_port_choose_its_route_or_are_refused"
+    ],
     "node.rdma_hop_limit": [f"{CK}/test_node_keys.py::test_rdma_keys_reach_the_responder_options"],
     "node.rdma_traffic_class": [f"{CK}/test_node_keys.py::test_rdma_keys_reach_the_responder_options"],
     "node.rdma_service_level": [f"{CK}/test_node_keys.py::test_rdma_keys_reach_the_responder_options"],
