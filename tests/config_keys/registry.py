@@ -255,7 +255,7 @@ KEY_TESTS: dict[str, list[str]] = {
         "tests/host_cache/test_service.py::test_it_stops_when_idle_and_removes_its_socket_and_arena"
     ],
     "host_cache.connections": [
-        f"{CK}/test_host_cache_keys.py::test_service_node_keys_follow_the_host_cache_section"
+        f"{CK}/test_host_cache_services.py::test_connections_caps_the_connections_a_backend_opens_to_the_service"
     ],
     "host_cache.max_clients": [
         f"{CK}/test_host_cache_services.py::test_name_dir_shm_dir_and_max_clients_shape_the_service"

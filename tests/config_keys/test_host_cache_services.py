@@ -78,3 +78,42 @@ def test_name_dir_shm_dir_and_max_clients_shape_the_service(
     finally:
         for store in stores.values():
             store.close()
+
+
+def test_connections_caps_the_connections_a_backend_opens_to_the_service(
+    host_cache: PrivateHostCache, tmp_path: Path
+) -> None:
+    """``host_cache.connections``: eight threads hammering one backend open exactly one connection to
+    the service with ``connections: 1``, and more than one (never more than 4) with ``connections: 4``
+    (the service counts each client's connections; our stats request adds one)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    configs = {
+        "one": _config(host_cache, name="one", connections=1),
+        "four": _config(host_cache, tmp_path / "ssd-four", name="four", connections=4),
+    }
+    stores = {}
+    try:
+        for name, config in configs.items():
+            stores[name] = build_client_store(config, "rank0", True)
+            pid = holder_pid(str(host_cache.run_dir / f"{name}.lock"))
+            assert pid is not None, host_cache.log_tail()
+            host_cache.seen.add(pid)
+        page = np.arange(4096, dtype=np.uint8)
+        opened = {}
+        for name, store in stores.items():
+            assert store.put_batch(["c"], [[memoryview(page)]]) == [True]
+
+            def hammer(_: int, store: Any = store) -> None:
+                for _ in range(150):
+                    store.exists_prefix(["c"])
+
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(hammer, range(8)))
+            clients = _node_stats(host_cache.run_dir / f"{name}.sock")["clients"]
+            opened[name] = clients[f"pid:{os.getpid()}"]["connections"] - 1  # less our stats request
+        assert opened["one"] == 1
+        assert 2 <= opened["four"] <= 4, opened
+    finally:
+        for store in stores.values():
+            store.close()
