@@ -249,7 +249,7 @@ KEY_TESTS: dict[str, list[str]] = {
         "tests/host_cache/test_service.py::test_without_a_service_a_backend_serves_misses_at_once_and_attaches_when_one_appears"
     ],
     "host_cache.retry_interval_s": [
-        f"{CK}/test_host_cache_keys.py::test_service_node_keys_follow_the_host_cache_section"
+        f"{CK}/test_host_cache_services.py::test_retry_interval_s_is_how_soon_a_backend_restarts_a_killed_service"
     ],
     "host_cache.idle_timeout_s": [
         "tests/host_cache/test_service.py::test_it_stops_when_idle_and_removes_its_socket_and_arena"

@@ -117,3 +117,43 @@ def test_connections_caps_the_connections_a_backend_opens_to_the_service(
     finally:
         for store in stores.values():
             store.close()
+
+
+def test_retry_interval_s_is_how_soon_a_backend_restarts_a_killed_service(
+    host_cache: PrivateHostCache, tmp_path: Path
+) -> None:
+    """``host_cache.retry_interval_s``: both services are killed; the backend checking every 0.2 s
+    has started its service again within seconds, the one checking every 60 s has not."""
+    import signal
+    import time
+
+    configs = {
+        "fast": _config(host_cache, name="fast", retry_interval_s=0.2),
+        "slow": _config(host_cache, tmp_path / "ssd-slow", name="slow", retry_interval_s=60.0),
+    }
+    stores, first = {}, {}
+    try:
+        for name, config in configs.items():
+            stores[name] = build_client_store(config, "rank0", True)
+            pid = holder_pid(str(host_cache.run_dir / f"{name}.lock"))
+            assert pid is not None, host_cache.log_tail()
+            first[name] = pid
+            host_cache.seen.add(pid)
+        for pid in first.values():
+            host_cache.kill(pid, signal.SIGKILL)
+
+        def restarted(name: str) -> int | None:
+            pid = holder_pid(str(host_cache.run_dir / f"{name}.lock"))
+            if pid is not None:
+                host_cache.seen.add(pid)
+            return pid if pid not in (None, first[name]) else None
+
+        deadline = time.monotonic() + 20
+        while restarted("fast") is None:
+            assert time.monotonic() < deadline, "the 0.2 s backend never restarted its service"
+            time.sleep(0.05)
+        time.sleep(1.0)  # five more of the fast backend's checks
+        assert restarted("slow") is None
+    finally:
+        for store in stores.values():
+            store.close()
