@@ -86,7 +86,9 @@ KEY_TESTS: dict[str, list[str]] = {
     "tiers.remote.rdma.qps_per_node": [
         "tests/transport/test_rdma_engine.py::test_5_a_completion_error_replaces_the_qp_and_the_next_call_reconnects"
     ],
-    "tiers.remote.rdma.scratch_size": [f"{CK}/test_remote_keys.py::test_rdma_keys_reach_the_engine_options"],
+    "tiers.remote.rdma.scratch_size": [
+        "tests/transport/test_rdma_engine.py::test_7c_scratch_size_bounds_the_unregistered_bytes_one_call_can_bounce"
+    ],
     "tiers.remote.rdma.fallback": [
         "tests/transport/test_rdma_attach.py::test_fallback_none_refuses_the_attach_with_the_reason_and_leaks_nothing"
     ],

@@ -474,3 +474,22 @@ def test_7b_the_nodes_gid_index_and_port_choose_its_route_or_are_refused(sim: Si
         with pytest.raises(RuntimeError, match="did not start") as refused:
             sim.node(fab, f"refused-{next(iter(bad))}", rdma_device="sim1", **bad)
         assert "cannot serve RDMA: " in str(refused.value) and says in str(refused.value), str(refused.value)
+
+
+def test_7c_scratch_size_bounds_the_unregistered_bytes_one_call_can_bounce(sim: Sim) -> None:
+    """``tiers.remote.rdma.scratch_size``: bytes nobody registered are bounced through the scratch
+    pool; a 256 KiB private page is stored and read back with the default (8 MiB) and is a miss /
+    False with a 64 KiB pool (within the call's deadline, no hang)."""
+    fab = sim.fabric()
+    node = sim.node(fab)
+    parts = (256 << 10) // PAGE
+    for scratch, served in ((None, True), ("64KiB", False)):
+        keys = {} if scratch is None else {"scratch_size": scratch}
+        opts = RdmaClientConfig(device=fab.device, **keys).options()
+        c = NodeClient("127.0.0.1", node.port, OPTS, make_engine("rdma", options=opts))
+        try:
+            put, got, _ = put_get(c, [f"big-{scratch}"], parts)
+            assert (put == [True] and got == [True]) is served, (scratch, put, got)
+        finally:
+            c.close()
+            c.engine.close()
