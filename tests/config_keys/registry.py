@@ -86,7 +86,9 @@ KEY_TESTS: dict[str, list[str]] = {
     "tiers.remote.rdma.qps_per_node": [
         "tests/transport/test_rdma_engine.py::test_5_a_completion_error_replaces_the_qp_and_the_next_call_reconnects"
     ],
-    "tiers.remote.rdma.scratch_size": [f"{CK}/test_remote_keys.py::test_rdma_keys_reach_the_engine_options"],
+    "tiers.remote.rdma.scratch_size": [
+        "tests/transport/test_rdma_engine.py::test_7c_scratch_size_bounds_the_unregistered_bytes_one_call_can_bounce"
+    ],
     "tiers.remote.rdma.fallback": [
         "tests/transport/test_rdma_attach.py::test_fallback_none_refuses_the_attach_with_the_reason_and_leaks_nothing"
     ],
@@ -203,7 +205,9 @@ KEY_TESTS: dict[str, list[str]] = {
     "io.max_batch_pages": [f"{CK}/test_sglang_side_keys.py::test_max_batch_pages_bounds_a_v1_call"],
     # ---- metrics / admin / tenants / logs ------------------------------------------------------
     "metrics.port": ["tests/unit/test_metrics.py::test_every_rank_serves_on_its_own_port_from_one_base"],
-    "metrics.host": ["tests/sglang/test_backend_v1.py::test_prometheus_endpoint_serves_tier_gauges"],
+    "metrics.host": [
+        f"{CK}/test_metrics_host_keys.py::test_metrics_host_is_the_address_the_endpoint_listens_on"
+    ],
     "metrics.discovery_dir": ["tests/unit/test_metrics.py::test_node_exports_metrics_and_healthz"],
     "admin.port": [
         "tests/ops/test_admin_endpoint.py::test_off_loopback_without_a_token_the_endpoint_does_not_start"
@@ -231,10 +235,14 @@ KEY_TESTS: dict[str, list[str]] = {
     ],
     "log_level": ["tests/unit/test_logs.py::test_level_follows_the_root_logger_unless_the_yaml_sets_one"],
     # ---- host_cache ---------------------------------------------------------------------------
-    "host_cache.dir": [f"{CK}/test_host_cache_keys.py::test_dir_name_and_shm_dir_place_the_services_files"],
-    "host_cache.name": [f"{CK}/test_host_cache_keys.py::test_dir_name_and_shm_dir_place_the_services_files"],
+    "host_cache.dir": [
+        f"{CK}/test_host_cache_services.py::test_name_dir_shm_dir_and_max_clients_shape_the_service"
+    ],
+    "host_cache.name": [
+        f"{CK}/test_host_cache_services.py::test_name_dir_shm_dir_and_max_clients_shape_the_service"
+    ],
     "host_cache.shm_dir": [
-        f"{CK}/test_host_cache_keys.py::test_dir_name_and_shm_dir_place_the_services_files"
+        f"{CK}/test_host_cache_services.py::test_name_dir_shm_dir_and_max_clients_shape_the_service"
     ],
     "host_cache.autostart": [
         "tests/host_cache/test_service.py::test_without_a_service_a_backend_serves_misses_at_once_and_attaches_when_one_appears"
@@ -243,16 +251,16 @@ KEY_TESTS: dict[str, list[str]] = {
         "tests/host_cache/test_service.py::test_without_a_service_a_backend_serves_misses_at_once_and_attaches_when_one_appears"
     ],
     "host_cache.retry_interval_s": [
-        f"{CK}/test_host_cache_keys.py::test_service_node_keys_follow_the_host_cache_section"
+        f"{CK}/test_host_cache_services.py::test_retry_interval_s_is_how_soon_a_backend_restarts_a_killed_service"
     ],
     "host_cache.idle_timeout_s": [
         "tests/host_cache/test_service.py::test_it_stops_when_idle_and_removes_its_socket_and_arena"
     ],
     "host_cache.connections": [
-        f"{CK}/test_host_cache_keys.py::test_service_node_keys_follow_the_host_cache_section"
+        f"{CK}/test_host_cache_services.py::test_connections_caps_the_connections_a_backend_opens_to_the_service"
     ],
     "host_cache.max_clients": [
-        f"{CK}/test_host_cache_keys.py::test_service_node_keys_follow_the_host_cache_section"
+        f"{CK}/test_host_cache_services.py::test_name_dir_shm_dir_and_max_clients_shape_the_service"
     ],
     "host_cache.metrics_port": [
         "tests/host_cache/test_service.py::test_per_client_accounting_is_in_the_stats_and_the_metrics"
@@ -297,7 +305,7 @@ KEY_TESTS: dict[str, list[str]] = {
     ],
     "node.max_key_len": [f"{CK}/test_node_keys.py::test_request_limits_refuse_what_exceeds_them"],
     "node.max_batch": [f"{CK}/test_node_keys.py::test_request_limits_refuse_what_exceeds_them"],
-    "node.max_meta": [f"{CK}/test_node_keys.py::test_request_limits_refuse_what_exceeds_them"],
+    "node.max_meta": [f"{CK}/test_node_keys.py::test_max_meta_refuses_a_request_whose_metadata_exceeds_it"],
     "node.max_payload": [f"{CK}/test_node_keys.py::test_request_limits_refuse_what_exceeds_them"],
     "node.max_connections": [
         "tests/transport/test_flood.py::test_idle_authenticated_connections_do_not_starve_new_ones"
@@ -315,14 +323,20 @@ KEY_TESTS: dict[str, list[str]] = {
         "tests/transport/test_rdma_engine.py::test_8_node_closes_rdma_connections_and_drain_closes_the_responder"
     ],
     "node.rdma_device": ["tests/transport/test_rdma_engine.py::test_a_node_without_rdma_is_reached_over_tcp"],
-    "node.rdma_port": [f"{CK}/test_node_keys.py::test_rdma_keys_reach_the_responder_options"],
-    "node.rdma_gid_index": [f"{CK}/test_node_keys.py::test_rdma_keys_reach_the_responder_options"],
+    "node.rdma_port": [
+        "tests/transport/test_rdma_engine.py::test_7b_the_nodes_gid_index_and_port_choose_its_route_or_are_refused"
+    ],
+    "node.rdma_gid_index": [
+        "tests/transport/test_rdma_engine.py::test_7b_the_nodes_gid_index_and_port_choose_its_route_or_are_refused"
+    ],
     "node.rdma_hop_limit": [f"{CK}/test_node_keys.py::test_rdma_keys_reach_the_responder_options"],
     "node.rdma_traffic_class": [f"{CK}/test_node_keys.py::test_rdma_keys_reach_the_responder_options"],
     "node.rdma_service_level": [f"{CK}/test_node_keys.py::test_rdma_keys_reach_the_responder_options"],
     "node.ready_file": [f"{CK}/test_node_keys.py::test_ready_file_says_where_the_node_listens"],
     "node.metrics.port": ["tests/unit/test_metrics.py::test_node_exports_metrics_and_healthz"],
-    "node.metrics.host": ["tests/sglang/test_cli.py::test_stats_prints_the_tiers_of_a_running_backend"],
+    "node.metrics.host": [
+        f"{CK}/test_node_keys.py::test_node_metrics_host_is_the_address_the_endpoint_listens_on"
+    ],
     "node.metrics.discovery_dir": ["tests/unit/test_metrics.py::test_node_exports_metrics_and_healthz"],
     # ---- sglang (read by ``hicache-mooncake launch``) -------------------------------------------
     "sglang.hicache_ratio": [

@@ -19,13 +19,3 @@ def test_service_node_keys_follow_the_host_cache_section(tmp_path: Path) -> None
     assert (default.max_connections, custom.max_connections) == (1024, 7)  # max_clients
     assert (default.max_handshakes_per_peer, custom.max_handshakes_per_peer) == (32, 80)  # connections
     assert (default.idle_timeout_s, custom.idle_timeout_s) == (60.0, 300.0)  # retry_interval_s
-
-
-def test_dir_name_and_shm_dir_place_the_services_files(tmp_path: Path) -> None:
-    config = validate_config(
-        {"host_cache": {"dir": str(tmp_path / "run"), "name": "hc1", "shm_dir": str(tmp_path / "shm")}}
-    )
-    paths = HostCachePaths.of(config.host_cache)
-    node = node_config(config, paths)
-    assert node.unix_socket == str(tmp_path / "run" / "hc1.sock")
-    assert node.shm_dir == str(tmp_path / "shm")

@@ -231,3 +231,42 @@ def test_rdma_keys_reach_the_responder_options() -> None:
         5,
     )
     assert NodeConfig(rdma_device="sim0").rdma_options().gid_index == -1  # auto
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2"])
+def test_node_metrics_host_is_the_address_the_endpoint_listens_on(
+    serve: Callable[..., NodeServer], host: str, tmp_path: Path
+) -> None:
+    """``node.metrics.host``: the node's endpoint answers on that loopback address, not the other."""
+    from test_metrics_host_keys import LOOPBACKS, answers
+
+    from hicache_mooncake.config.cluster import NodeSection
+    from hicache_mooncake.metrics_node import serve_node_metrics
+
+    section = NodeSection.model_validate(
+        {"metrics": {"host": host, "port": 0, "discovery_dir": str(tmp_path)}}
+    )
+    exporter = serve_node_metrics(serve(), section.metrics)
+    assert exporter is not None and exporter.port is not None
+    try:
+        got = {other: answers(other, exporter.port) for other in LOOPBACKS}
+        assert got == {h: h == host for h in LOOPBACKS}
+    finally:
+        exporter.close()
+
+
+def test_max_meta_refuses_a_request_whose_metadata_exceeds_it(serve: Callable[..., NodeServer]) -> None:
+    """``node.max_meta``: 40 keys of 150 bytes (about 6 KiB of request metadata, every key and the
+    batch within their own limits) are served by a default node, refused (False) by one with
+    ``max_meta=4096``; a small batch is served by both."""
+    tight_srv = serve(max_meta=4096)
+    roomy, tight, fresh = client(serve()), client(tight_srv), client(tight_srv)
+    try:
+        many = [f"{i:03d}" + "m" * 147 for i in range(40)]
+        assert put(roomy, many, 64) == [True] * 40
+        assert put(tight, many, 64) == [False] * 40
+        assert put(fresh, many[:4], 64) == [True] * 4  # within the limit (a fresh client: the
+        # refused one may be backing off from the node that dropped it)
+    finally:
+        for c in (roomy, tight, fresh):
+            c.close()

@@ -48,8 +48,8 @@ class Sim:
     def node(self, fab: Fabric, name: str = "n1", capacity: str = "64MiB", **extra: Any) -> NodeProc:
         node_keys = {"rdma_device": fab.device, **extra}
         proc = NodeProc(self.tmp, name, None, "t", capacity, node=node_keys, env=fab.env())
-        self.nodes.append(proc.start())
-        return proc
+        self.nodes.append(proc)  # stopped at close even when its start fails
+        return proc.start()
 
     def close(self) -> None:
         for n in self.nodes:
@@ -445,3 +445,51 @@ def test_two_threads_10000_mixed_operations_every_page_checked(sim: Sim, error_r
         assert injected == 0 and eng.counters["qp_errors"] == 0
         assert sum(s["miss"] for s in out.values()) < sum(s["get"] for s in out.values())
     c.close()
+
+
+def test_7b_the_nodes_gid_index_and_port_choose_its_route_or_are_refused(sim: Sim) -> None:
+    """``node.rdma_gid_index`` and ``node.rdma_port`` on the node side (the client is test_7's good
+    one): behind a router a node on a link-local GID (index 1) is unreachable over RDMA (the
+    calls are misses) while the auto choice works; a GID index past the table or a port the device
+    lacks stops the node at start, saying which port or GID."""
+    sim1_gids = [
+        ["fe80:0000:0000:0000:0200:5eff:fe00:0002", 0],
+        ["fe80:0000:0000:0000:0200:5eff:fe00:0002", 1],
+        ["0000:0000:0000:0000:0000:ffff:0a00:0002", 0],
+        ["0000:0000:0000:0000:0000:ffff:0a00:0002", 1],
+    ]
+    devices = [{"name": "sim0"}, {"name": "sim1", "port": {"gids": sim1_gids}}]
+    fab = sim.fabric({"devices": devices, "routed": True, "time_scale": 0.05})
+    opts = RdmaClientConfig(device="sim1").options()
+    for node_keys, served in (({}, True), ({"rdma_gid_index": 1}, False)):
+        node = sim.node(fab, f"n{len(sim.nodes)}", rdma_device="sim1", **node_keys)
+        c = NodeClient("127.0.0.1", node.port, OPTS, make_engine("rdma", options=opts))
+        try:
+            got = put_get(c, [f"k{len(sim.nodes)}"])
+            assert (got[0] == [True] and got[1] == [True]) is served, (node_keys, got)
+        finally:
+            c.close()
+            c.engine.close()
+    for bad, says in (({"rdma_port": 2}, "port 2"), ({"rdma_gid_index": 9}, "GID index 9")):
+        with pytest.raises(RuntimeError, match="did not start") as refused:
+            sim.node(fab, f"refused-{next(iter(bad))}", rdma_device="sim1", **bad)
+        assert "cannot serve RDMA: " in str(refused.value) and says in str(refused.value), str(refused.value)
+
+
+def test_7c_scratch_size_bounds_the_unregistered_bytes_one_call_can_bounce(sim: Sim) -> None:
+    """``tiers.remote.rdma.scratch_size``: bytes nobody registered are bounced through the scratch
+    pool; a 256 KiB private page is stored and read back with the default (8 MiB) and is a miss /
+    False with a 64 KiB pool (within the call's deadline, no hang)."""
+    fab = sim.fabric()
+    node = sim.node(fab)
+    parts = (256 << 10) // PAGE
+    for scratch, served in ((None, True), ("64KiB", False)):
+        keys = {} if scratch is None else {"scratch_size": scratch}
+        opts = RdmaClientConfig(device=fab.device, **keys).options()
+        c = NodeClient("127.0.0.1", node.port, OPTS, make_engine("rdma", options=opts))
+        try:
+            put, got, _ = put_get(c, [f"big-{scratch}"], parts)
+            assert (put == [True] and got == [True]) is served, (scratch, put, got)
+        finally:
+            c.close()
+            c.engine.close()
