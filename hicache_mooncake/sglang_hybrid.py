@@ -15,6 +15,7 @@ Nothing here is a mock. ``pin_memory=False`` everywhere: pinning needs a CUDA dr
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,3 +215,27 @@ def register_group(backend: Any, group: Any) -> None:
     for entry in group.entries:
         backend.register_mem_host_pool_v2(entry.host_pool, entry.name)
     backend.on_host_pools_registered()
+
+
+def cache_controller(dev: Any, group: Any, shape: PoolShape) -> Any:
+    """SGLang's ``HybridCacheController`` over ``group`` (``host_group``) and a paged allocator of
+    ``dev``, as the scheduler builds it for a write-through HiCache (``shape``: a ``PoolShape``);
+    no storage backend attached yet (the process group must be initialized)."""
+    import torch.distributed as dist
+    from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
+
+    alloc = PagedTokenToKVPoolAllocator(
+        shape.device_tokens, shape.page_size, shape.dtype, "cpu", dev, need_sort=False
+    )
+    return HybridCacheController(
+        alloc,
+        group,
+        shape.page_size,
+        dist.group.WORLD,
+        load_cache_event=threading.Event(),
+        write_policy="write_through",
+        io_backend="direct",
+        storage_backend=None,
+        transfer_layer_id_max=shape.layers,
+    )

@@ -30,6 +30,7 @@ from hicache_mooncake.sglang_harness import (  # noqa: E402
     make_device_pool,
     page_snapshot,
 )
+from hicache_mooncake.sglang_hybrid import cache_controller, host_group  # noqa: E402
 
 PS = SMALL.page_size
 
@@ -53,16 +54,11 @@ def expected(host: Any, pages: int, seed: int) -> list[Any]:
 
 
 def mla_rank(spec: dict[str, Any]) -> dict[str, Any]:
-    import threading
 
     import torch
     import torch.distributed as dist
-    from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
     from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
     from sglang.srt.mem_cache.hicache_storage import PoolName
-    from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
-    from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import build_pool_entry
-    from sglang.srt.mem_cache.pool_host import HostPoolGroup
     from sglang.srt.runtime_context import SpawnRanks
     from sglang.srt.server_args import ServerArgs
     from sglang.test.parallel_groups import publish
@@ -84,31 +80,9 @@ def mla_rank(spec: dict[str, Any]) -> dict[str, Any]:
     dist.init_process_group("gloo", store=dist.FileStore(spec["world"], 2), rank=rank, world_size=2)
     s = SMALL
     dev = make_device_pool(True, s)
-    alloc = PagedTokenToKVPoolAllocator(s.device_tokens, PS, s.dtype, "cpu", dev, need_sort=False)
     host = host_pool_for(dev, "page_first_direct", True, s)
-    group = HostPoolGroup(
-        [
-            build_pool_entry(
-                name=PoolName.KV,
-                host_pool=host,
-                device_pool=dev,
-                layer_mapping={i: i for i in range(s.layers)},
-                transfer_layer_id_max=s.layers,
-                is_anchor=True,
-            )
-        ]
-    )
-    ctl = HybridCacheController(
-        alloc,
-        group,
-        PS,
-        dist.group.WORLD,
-        load_cache_event=threading.Event(),
-        write_policy="write_through",
-        io_backend="direct",
-        storage_backend=None,
-        transfer_layer_id_max=s.layers,
-    )
+    group = host_group([(PoolName.KV, host, dev)])
+    ctl = cache_controller(dev, group, s)
     ctl.attach_storage_backend(
         "dynamic",
         prefetch_threshold=PS,

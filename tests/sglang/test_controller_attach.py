@@ -12,6 +12,7 @@ import torch
 from sglang_helpers import SMALL, small_extra
 
 from hicache_mooncake.sglang_harness import fill_random_pages, host_pool_for, make_device_pool, page_snapshot
+from hicache_mooncake.sglang_hybrid import cache_controller, host_group
 
 pytestmark = [pytest.mark.sglang, pytest.mark.integration]
 PS = SMALL.page_size
@@ -19,41 +20,13 @@ PS = SMALL.page_size
 
 @pytest.fixture()
 def controller(sglang_runtime):
-    import torch.distributed as dist
-    from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
     from sglang.srt.mem_cache.hicache_storage import PoolName
-    from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
-    from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import build_pool_entry
-    from sglang.srt.mem_cache.pool_host import HostPoolGroup
 
     s = SMALL
     dev = make_device_pool(False, s)
-    alloc = PagedTokenToKVPoolAllocator(s.device_tokens, PS, s.dtype, "cpu", dev, need_sort=False)
     host = host_pool_for(dev, "page_first_direct", False, s)
-    layers = {i: i for i in range(s.layers)}
-    group = HostPoolGroup(
-        [
-            build_pool_entry(
-                name=PoolName.KV,
-                host_pool=host,
-                device_pool=dev,
-                layer_mapping=layers,
-                transfer_layer_id_max=s.layers,
-                is_anchor=True,
-            )
-        ]
-    )
-    ctl = HybridCacheController(
-        alloc,
-        group,
-        PS,
-        dist.group.WORLD,
-        load_cache_event=threading.Event(),
-        write_policy="write_through",
-        io_backend="direct",
-        storage_backend=None,
-        transfer_layer_id_max=s.layers,
-    )
+    group = host_group([(PoolName.KV, host, dev)])
+    ctl = cache_controller(dev, group, s)
     yield ctl, host, group
     ctl.detach_storage_backend()
 

@@ -15,6 +15,7 @@ from sglang_helpers import SMALL, small_extra
 
 from hicache_mooncake.sglang_harness import fill_random_pages, host_pool_for, make_device_pool, page_snapshot
 from hicache_mooncake.sglang_hybrid import (
+    cache_controller,
     host_group,
     make_mamba_device_pool,
     mamba_host_pool_for,
@@ -27,13 +28,9 @@ LAYOUT = "page_first_direct"
 
 @pytest.fixture()
 def controller(sglang_runtime):
-    import torch.distributed as dist
-    from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
     from sglang.srt.mem_cache.hicache_storage import PoolName
-    from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
 
     dev = make_device_pool(False, SMALL)
-    alloc = PagedTokenToKVPoolAllocator(SMALL.device_tokens, PS, SMALL.dtype, "cpu", dev, need_sort=False)
     mdev = make_mamba_device_pool()
     group = host_group(
         [
@@ -41,17 +38,7 @@ def controller(sglang_runtime):
             (PoolName.MAMBA, mamba_host_pool_for(mdev, LAYOUT), mdev),
         ]
     )
-    ctl = HybridCacheController(
-        alloc,
-        group,
-        PS,
-        dist.group.WORLD,
-        load_cache_event=threading.Event(),
-        write_policy="write_through",
-        io_backend="direct",
-        storage_backend=None,
-        transfer_layer_id_max=SMALL.layers,
-    )
+    ctl = cache_controller(dev, group, SMALL)
     yield ctl, group
     ctl.detach_storage_backend()
 
