@@ -170,6 +170,14 @@ class Master:
         if not wait_until(reached, timeout, 0.2):
             raise RuntimeError(f"{self.name} did not reach {state!r} within {timeout:.0f} s")
 
+    def segments(self) -> list[str]:
+        """The segments this master has mounted now (its HTTP ``/get_all_segments``, asked from
+        inside the namespace); empty while it does not answer."""
+        url = f"http://127.0.0.1:{self.port + 1000}/get_all_segments"
+        code = f"import urllib.request; print(urllib.request.urlopen({url!r}, timeout=2).read().decode())"
+        out = self.ns.run([sys.executable, "-c", code], timeout=10)
+        return out.stdout.split() if out.returncode == 0 else []
+
     def kill(self) -> None:
         if self.proc is not None:
             stop_pid(self.proc, signal.SIGKILL)

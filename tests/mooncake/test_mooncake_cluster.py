@@ -100,7 +100,11 @@ def test_master_restarted_and_the_clients_rejoin(cluster: dict[str, Any]) -> Non
 
 
 def test_replica_2_with_a_segment_holder_killed_still_serves_every_page(cluster: dict[str, Any]) -> None:
-    a, b, holders = cluster["a"], cluster["b"], cluster["holders"]
+    a, b, holders, master = cluster["a"], cluster["b"], cluster["holders"], cluster["master"]
+    # Mooncake places as many replicas as there are segments (up to replica_num): after the master
+    # restarts of the tests above, wait until both holders have mounted theirs again, or a page
+    # could have its only copy on the holder killed below.
+    assert wait_until(lambda: len(master.segments()) == 2, 30), master.segments()
     put = a.call({"op": "set", "tag": "rep", "n": 16, "seed": 4})
     assert put["ok"] == [True] * 16
     holders[0].kill()
@@ -115,7 +119,9 @@ def test_replica_2_with_a_segment_holder_killed_still_serves_every_page(cluster:
             outcomes.append(got)
             return got["ok"] == [True] * 16
 
-        assert wait_until(all_served, 20, interval=0.5)
+        served = wait_until(all_served, 20, interval=0.5)
+        remote = b.call({"op": "stats"})["tiers"]["remote"]
+        assert served, f"last get {outcomes[-1]['ok']}; segments {master.segments()}; b's pool {remote}"
         assert outcomes[-1]["digests"] == put["digests"]
         for got in outcomes:
             for ok, have, want in zip(got["ok"], got["digests"], put["digests"], strict=True):
