@@ -82,7 +82,16 @@ class KeySpace:
         return f"{self.prefix}{page_hash}{self.tag}{self.suffix}"
 
     def keys(self, page_hashes: list[str]) -> list[str]:
-        return [self.key(h) for h in page_hashes]
+        """``key`` of each hash; the checks run as C-level passes over the batch (this is on
+        every ``batch_exists``): one bad hash fails the whole batch, naming the first one."""
+        if not page_hashes:
+            return []
+        lengths = list(map(len, page_hashes)) if set(map(type, page_hashes)) == {str} else None
+        if lengths is None or min(lengths) == 0 or max(lengths) > MAX_PAGE_KEY_CHARS:
+            for h in page_hashes:
+                self.key(h)  # raises, naming the rule
+        head, tail = self.prefix, self.tag + self.suffix
+        return [head + h + tail for h in page_hashes]
 
 
 # Host-pool attributes that shape a page's bytes, across SGLang's pool classes: KV (MHA, MLA),

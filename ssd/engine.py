@@ -225,6 +225,19 @@ class SsdEngine:
         with c.lock:
             return key in c.index or self._writer.pending_slot(key) is not None
 
+    def contains_batch(self, keys: Sequence[str]) -> list[bool]:
+        """``contains`` of each key under one lock: index hits by one C-level pass, and only the
+        keys it misses are looked for among the writes in flight."""
+        c = self._core
+        if not c.usable():
+            return [False] * len(keys)
+        with c.lock:
+            found = c.index.contains_many(keys)
+            if not all(found):
+                pending = self._writer.pending_slot
+                found = [ok or pending(k) is not None for k, ok in zip(keys, found, strict=True)]
+            return found
+
     def object_size(self, key: str) -> int | None:
         c = self._core
         with c.lock:

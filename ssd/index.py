@@ -40,6 +40,9 @@ class Index:
     def __contains__(self, key: str) -> bool:
         return key in self._map
 
+    def contains_many(self, keys: Iterable[str]) -> list[bool]:
+        return list(map(self._map.__contains__, keys))
+
     def get(self, key: str) -> Location | None:
         return self._map.get(key)
 

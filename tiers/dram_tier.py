@@ -171,7 +171,7 @@ class DramTier(Tier):
 
     def contains_batch(self, keys: Sequence[str]) -> list[bool]:
         with self._lock:
-            return [k in self._index for k in keys]
+            return list(map(self._index.__contains__, keys))
 
     @property
     def capacity_bytes(self) -> int:

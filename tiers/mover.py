@@ -136,7 +136,8 @@ class Mover:
             if time.monotonic() >= deadline:
                 self.counts["flush_timed_out"] += 1
                 break
-            chunk = [k for k in keys[start : start + self.batch_items] if not self.ssd.contains(k)]
+            batch = keys[start : start + self.batch_items]
+            chunk = [k for k, on_ssd in zip(batch, self.ssd.contains_batch(batch), strict=True) if not on_ssd]
             pinned = [p for p in self.dram.pin_entries(chunk) if p is not None]
             try:
                 self._write(pinned, "flushed", deadline)
@@ -184,7 +185,7 @@ class Mover:
         return keys
 
     def _copy(self, keys: list[str], deadline: float) -> None:
-        todo = [k for k in keys if not self.ssd.contains(k)]
+        todo = [k for k, on_ssd in zip(keys, self.ssd.contains_batch(keys), strict=True) if not on_ssd]
         pinned = [p for p in self.dram.pin_entries(todo) if p is not None]
         try:
             self._write(pinned, "copied", deadline)

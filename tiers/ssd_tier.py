@@ -105,7 +105,7 @@ class SsdTier(Tier):
         return self.engine.contains(key)
 
     def contains_batch(self, keys: Sequence[str]) -> list[bool]:
-        return [self.engine.contains(k) for k in keys]
+        return self.engine.contains_batch(keys)
 
     def put(
         self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT, deadline: float | None = None

@@ -1,0 +1,48 @@
+"""``contains_batch`` (what ``batch_exists`` asks the SSD tier) answers exactly what ``contains``
+answers key by key: indexed entries, writes still in flight (staged, not yet indexed), misses,
+removed keys; and nothing at all while the tier is not usable (degraded, or a clear outstanding)."""
+
+from __future__ import annotations
+
+import threading
+
+from ssd_helpers import aligned_array, open_engine, stall_writes, value_for
+
+
+def _page(key: str) -> memoryview:
+    arr = aligned_array(64 << 10)
+    arr[:] = value_for(key, arr.size)
+    return memoryview(arr)
+
+
+def test_batch_answer_is_the_per_key_answer_with_a_write_in_flight(ssd_dir: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    e = open_engine(ssd_dir, capacity_bytes=8 << 20, region_size=1 << 20)
+    try:
+        assert all(e.put_batch([(f"k{i}", [_page(f"k{i}")]) for i in range(6)]))
+        assert e.remove("k2")
+        gate, entered = stall_writes(monkeypatch)
+        done: list[bool] = []
+        writer = threading.Thread(target=lambda: done.append(e.put("flying", [_page("flying")])))
+        writer.start()
+        assert entered.wait(10)  # "flying" is staged and its write is held: not indexed yet
+        keys = ["k0", "never", "flying", "k2", "k5", "k1", "other"]
+        assert e.contains_batch(keys) == [True, False, True, False, True, True, False]
+        assert e.contains_batch(keys) == [e.contains(k) for k in keys]
+        gate.set()
+        writer.join(10)
+        assert done == [True] and e.contains_batch(["flying"]) == [True]
+        assert e.contains_batch([]) == []
+    finally:
+        monkeypatch.undo()
+        e.close()
+
+
+def test_a_tier_that_is_not_usable_holds_nothing(ssd_dir: str) -> None:
+    e = open_engine(ssd_dir, capacity_bytes=8 << 20, region_size=1 << 20)
+    try:
+        assert e.put("a", [_page("a")])
+        assert e.contains_batch(["a", "b"]) == [True, False]
+        e._core.refusing = "clear outstanding"  # as while a clear runs, or the disk is degraded
+        assert e.contains_batch(["a", "b"]) == [False, False] == [e.contains("a"), e.contains("b")]
+    finally:
+        e.close()
