@@ -127,7 +127,7 @@ class ReadPath:
                 r = c.regions[loc.region]
                 r.readers += 1
                 if not internal:
-                    loc.hits += 1
+                    c.index.hit(key)
                 plan.append(ReadItem(i, key, loc, r, views))
         for i, wb, slot in mem:
             try:

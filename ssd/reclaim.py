@@ -48,7 +48,9 @@ def split_for_reinsertion(
         if loc is None or loc.region != victim.rid or loc.gen != victim.gen:
             continue
         size = entry_size(loc.length)
-        wanted = (reinsertion_hits > 0 and loc.hits >= reinsertion_hits) or (keep is not None and keep(key))
+        wanted = (reinsertion_hits > 0 and index.hits(key) >= reinsertion_hits) or (
+            keep is not None and keep(key)
+        )
         if wanted and used + size <= budget_bytes:
             hot.append((key, loc))
             used += size

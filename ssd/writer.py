@@ -21,6 +21,7 @@ Results are per item; nothing here raises for I/O or space problems (reasons are
 from __future__ import annotations
 
 import errno
+import logging
 import threading
 import time
 from collections import Counter
@@ -35,6 +36,8 @@ from .index import Location
 from .io import WRITE, IoBatch, byte_view, is_aligned, pwritev_full
 
 Parts = Sequence[Any]  # memoryview-compatible buffers
+
+log = logging.getLogger("hicache_mooncake.ssd")
 
 
 class Pending:
@@ -320,8 +323,14 @@ class WritePath:
                         continue
                     ok = g.error is None
                     if ok:
-                        self._commit(it, seq, g, state.reinsert_rid)
-                        c.counts["bytes_written"] += it.size
+                        try:  # a bug here must not leave the region pinned (close waits for it)
+                            self._commit(it, seq, g, state.reinsert_rid)
+                        except Exception:  # noqa: BLE001 - the entry is not indexed: a miss
+                            log.exception("ssd write: indexing %r failed", it.key)
+                            c.counts["index_failures"] += 1
+                            ok = False
+                        else:
+                            c.counts["bytes_written"] += it.size
                     state.results[it.idx] = ok
                     it.pending.ok = ok
                     if self.pending.get(it.key) is it.pending:

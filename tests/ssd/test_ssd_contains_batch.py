@@ -46,3 +46,29 @@ def test_a_tier_that_is_not_usable_holds_nothing(ssd_dir: str) -> None:
         assert e.contains_batch(["a", "b"]) == [False, False] == [e.contains("a"), e.contains("b")]
     finally:
         e.close()
+
+
+def test_an_entry_that_cannot_be_indexed_is_a_failed_put_and_close_does_not_wait(
+    ssd_dir: str, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Fault injection: indexing one written entry raises. That entry's put is False (a miss
+    later, never an exception), the rest of the batch is stored, and the region is unpinned, so
+    ``close`` returns instead of waiting forever for it."""
+    from hicache_mooncake.ssd.index import Index
+
+    e = open_engine(ssd_dir, capacity_bytes=8 << 20, region_size=1 << 20)
+    real_set = Index.set
+
+    def failing_set(self: Index, key: str, loc: object) -> object:
+        if key == "bad":
+            raise RuntimeError("injected")
+        return real_set(self, key, loc)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Index, "set", failing_set)
+    assert e.put_batch([(k, [_page(k)]) for k in ("a", "bad", "b")]) == [True, False, True]
+    assert e.contains_batch(["a", "bad", "b"]) == [True, False, True]
+    assert e.stats()["index_failures"] == 1
+    done = threading.Event()
+    closer = threading.Thread(target=lambda: (e.close(), done.set()), daemon=True)
+    closer.start()
+    assert done.wait(30)

@@ -98,9 +98,11 @@ def test_sglang_passes_no_cache_salt_or_extra_key_to_a_storage_backend() -> None
 def test_a_batch_of_page_hashes_is_keyed_like_each_alone_and_a_bad_one_fails_it() -> None:
     space = KeySpace(prefix="m/abc/", suffix="@tp0of2", tag=".mamba~d1")
     hashes = ["a" * 64, "b", "c" * MAX_PAGE_KEY_CHARS]
-    assert space.keys(hashes) == [space.key(h) for h in hashes] == [
-        "m/abc/" + h + ".mamba~d1@tp0of2" for h in hashes
-    ]
+    assert (
+        space.keys(hashes)
+        == [space.key(h) for h in hashes]
+        == ["m/abc/" + h + ".mamba~d1@tp0of2" for h in hashes]
+    )
     assert space.keys([]) == []
     for bad in ("", "x" * (MAX_PAGE_KEY_CHARS + 1), b"bytes", 7, None):
         with pytest.raises(ValueError, match="page key must be a non-empty string"):

@@ -42,6 +42,8 @@ from .hints import Hints
 from .quotas import TenantLedger
 from .superseded import SupersededSet
 
+_SHARED_SIZES = 64  # distinct page sizes given one shared int each (the rest keep their own)
+
 DRAM, SSD = "dram", "ssd"
 
 
@@ -86,6 +88,7 @@ class TierPlacement:
         self.dram_capacity = dram_capacity
         self.dram_low = low
         self._size: dict[str, int] = {}  # resident key -> charged size
+        self._sizes: dict[int, int] = {}  # see _shared_size
         self._dram: OrderedDict[str, int] = OrderedDict()  # DRAM keys in LRU order (MRU last) -> size
         self.used = 0
         self.dram_used = 0
@@ -97,6 +100,16 @@ class TierPlacement:
         self.ledger.set_capacity(capacity, dram_capacity)
         self.type_aware = type_aware
         self.superseded = SupersededSet()
+
+    def _shared_size(self, size: int) -> int:
+        """One int object per distinct page size (a model has a handful): every resident key
+        keeps its size, and a fresh 32-byte int per key is memory the index does not need."""
+        shared = self._sizes.get(size)
+        if shared is None:
+            if len(self._sizes) >= _SHARED_SIZES:
+                return size
+            shared = self._sizes[size] = size
+        return shared
 
     # ------------------------------------------------------------------ queries
     def tier_of(self, key: str) -> str | None:
@@ -124,7 +137,7 @@ class TierPlacement:
             self.superseded.gone(key)  # a superseder that is not kept supersedes nothing
             return SetOutcome.REFUSED
         if before is None:
-            size = ctx.size or 1
+            size = self._shared_size(ctx.size or 1)
             self._size[key] = size
             self.used += size
             self.ledger.placed(key, size)
@@ -163,7 +176,7 @@ class TierPlacement:
             return self.hit(key, ctx, promote=tier == DRAM) is not None
         if self.capacity <= 0 or not self.policy.on_set(key, ctx):
             return False
-        size = ctx.size or 1
+        size = self._shared_size(ctx.size or 1)
         self._size[key] = size
         self.used += size
         self.ledger.placed(key, size)
