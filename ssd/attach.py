@@ -20,7 +20,6 @@ import os
 import resource
 import time
 from collections.abc import Callable
-from itertools import repeat
 from typing import Any
 
 from . import io as ssd_io
@@ -181,7 +180,7 @@ def _load_summaries(core: EngineCore, summaries: list[tuple[Region, RegionSummar
         r.summarized = True
         r.keys = summ.keys
         r.live_bytes = sum(summ.lengths)
-        locs = map(Location, repeat(r.rid), repeat(r.gen), summ.offsets, summ.lengths, summ.seqs)
+        locs = Location.many(r.rid, r.gen, summ.offsets, summ.lengths, summ.seqs)
         core.index.load(summ.keys, locs)
         core.counts["recover_from_summaries"] += 1
 

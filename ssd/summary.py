@@ -130,10 +130,13 @@ def read_summary(region_path: str, rid: int, region_size: int, epoch: int) -> Re
     ):
         return None
     pos = _HDR.size
-    cols = []
+    arrays = []
     for _ in range(3):
-        cols.append(np.frombuffer(data, np.uint64, n, pos).tolist())
+        arrays.append(np.frombuffer(data, np.uint64, n, pos))
         pos += 8 * n
+    if n and (int(arrays[0].max()) >= end or int(arrays[1].max()) > end):
+        return None  # entries beyond what the region holds: not this region's index
+    cols = [a.tolist() for a in arrays]
     keys: list[str]
     if flags & _NUL_KEYS:
         keys = data[pos:-8].decode("utf-8", "surrogateescape").split("\0") if n else []

@@ -132,7 +132,8 @@ class WarmKeeper:
             self.last_restore = {"snapshot": why}
             return self.last_restore
         store = self.store
-        entries = [e for e in snap.entries if ssd.contains(e.key)]
+        held = ssd.contains_batch([e.key for e in snap.entries])
+        entries = [e for e, on_ssd in zip(snap.entries, held, strict=True) if on_ssd]
         adopted = 0
         if entries:
             with store._lock:

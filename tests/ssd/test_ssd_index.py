@@ -51,3 +51,25 @@ def test_read_counts_belong_to_the_entry() -> None:
     assert index.hits("k") == 0 and index.get("k") == Location(4, 1, 0, 10, 4)
     index.recount()
     assert index.bytes == 10 and len(index) == 1
+
+
+def test_a_region_of_locations_is_packed_as_one_at_a_time_and_checked_the_same() -> None:
+    offsets, lengths, seqs = (
+        [4096, 12288, 1 << 30],
+        [100, 8192, 4096],
+        [(2 << 40) | 5, (2 << 40) | 6, (2 << 40) | 9],
+    )
+    many = Location.many(7, (2 << 40) | 1, offsets, lengths, seqs)
+    one = [Location(7, (2 << 40) | 1, o, n, s) for o, n, s in zip(offsets, lengths, seqs, strict=True)]
+    assert many == one and all(type(loc) is Location for loc in many)
+    assert [(loc.region, loc.offset, loc.length, loc.seq) for loc in many] == [
+        (7, o, n, s) for o, n, s in zip(offsets, lengths, seqs, strict=True)
+    ]
+    assert Location.many(7, 1, [], [], []) == []
+    for bad in ([0, 1 << 48], [-4096, 0]):
+        with pytest.raises(ValueError, match="location out of range"):
+            Location.many(7, 1, bad, [1, 1], [1, 2])
+    with pytest.raises(ValueError, match="location out of range"):
+        Location.many(7, 1, [0, 4096], [1, 1 << 40], [1, 2])
+    with pytest.raises(ValueError, match="differ in length"):
+        Location.many(7, 1, [0], [1, 2], [1])

@@ -108,3 +108,28 @@ def test_a_store_of_the_previous_format_gets_summaries_after_one_scan(tmp_path) 
         assert e.stats()["recover_from_summaries"] >= 1 and e.stats()["entries"] == 10
         assert all(check_get(e, f"v1-{i}", 1 + 997 * i) for i in range(10))
     shutil.rmtree(store)
+
+
+def test_a_summary_that_lists_entries_beyond_its_region_is_not_used(ssd_dir: str) -> None:
+    """A summary with a valid checksum whose entry lies past the region's end (a bug, or a file
+    from elsewhere) is not this region's index: the region is scanned instead, nothing is lost."""
+    from hicache_mooncake.ssd.summary import read_summary, write_summary
+
+    keys = _fill(ssd_dir, 300)
+    regions = sorted(n for n in os.listdir(ssd_dir) if n.endswith(".bin"))
+    path = os.path.join(ssd_dir, regions[0])
+    rid = parse_region_file_name(regions[0])
+    assert rid is not None
+    with open_engine(ssd_dir, **OPTS) as e:
+        epoch = e._core.epoch
+    summ = read_summary(path, rid, OPTS["region_size"], epoch)
+    assert summ is not None and summ.keys
+    entries = list(zip(summ.keys, summ.offsets, summ.lengths, summ.seqs, strict=True))
+    entries[0] = (entries[0][0], summ.end_offset + 4096, entries[0][2], entries[0][3])
+    write_summary(path, rid, summ.header.gen, epoch, summ.end_offset, entries)
+    assert read_summary(path, rid, OPTS["region_size"], epoch) is None
+    with open_engine(ssd_dir, **OPTS) as e:
+        assert e.wait_recovered(60)
+        st = e.stats()
+        assert st["recover_from_summaries"] == len(regions) - 1 and st["entries"] == len(keys)
+        assert all(check_get(e, k, s) for k, s in keys.items())

@@ -141,6 +141,8 @@ class TenantLedger:
         """Pages to drop now: the oldest SSD pages of tenants over their SSD share, and (without an
         SSD) the least recently used DRAM pages of tenants over their DRAM share."""
         out: list[str] = []
+        if not self._ssd_limit and (has_ssd or not self._dram_limit):
+            return out  # no share limits (the default): nothing to check, on every placement
         for tenant, limit in self._ssd_limit.items():
             out.extend(
                 self._oldest(self._ssd_order[tenant], self.ssd_used[tenant] - limit, tenant, self.evicted)
