@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .tiered_store import TieredStore
 
 log = logging.getLogger(__name__)
-_CHUNK = 4096  # pages adopted per hold of the store lock
+_CHUNK = 1024  # pages adopted per hold of the store lock (a few ms: SGLang's calls wait that long)
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,8 @@ class WarmKeeper:
         self._lock = threading.Lock()  # one save at a time
         self._rewarmer: threading.Thread | None = None
         self._rewarm_stop = threading.Event()
+        self._adopted = threading.Event()  # set when no snapshot adoption is running
+        self._adopted.set()
         self._ticker: threading.Thread | None = None
         if options.interval_s > 0:
             self._ticker = threading.Thread(target=self._tick, name="hicache-warm-snapshot", daemon=True)
@@ -87,6 +89,9 @@ class WarmKeeper:
         store = self.store
         ssd = ssd if ssd is not None else store.ssd
         if ssd is None:
+            return 0
+        if not self._adopted.is_set():  # the placement knows part of the snapshot on disk: keep it
+            self.counts["snapshots_skipped_restoring"] += 1
             return 0
         with self._lock:
             with store._lock:
@@ -119,8 +124,12 @@ class WarmKeeper:
                 log.exception("warm restart: periodic snapshot failed")
 
     # ------------------------------------------------------------------ restore
-    def restore(self, ssd: SsdTier) -> dict[str, Any]:
-        """Start from ``ssd``'s snapshot (module docstring); returns what happened."""
+    def restore(self, ssd: SsdTier, background: bool = False) -> dict[str, Any]:
+        """Start from ``ssd``'s snapshot (module docstring); returns what happened so far. With
+        ``background`` (at start) the pages are adopted on the re-warm thread, so attach does
+        not wait for a million policy calls: meanwhile the store serves, a page SGLang touches
+        first is placed by that call (and skipped by the adoption), and no snapshot is written
+        (the one on disk is still the better one). ``restore_done`` waits for it."""
         snap, why = read_snapshot(ssd.engine.options.dirs[0], self._identity(ssd))
         if snap is None:
             if why != "no snapshot":
@@ -131,36 +140,79 @@ class WarmKeeper:
                 )
             self.last_restore = {"snapshot": why}
             return self.last_restore
-        store = self.store
         held = ssd.contains_batch([e.key for e in snap.entries])
         entries = [e for e, on_ssd in zip(snap.entries, held, strict=True) if on_ssd]
-        adopted = 0
-        if entries:
-            with store._lock:
-                store._placement_for(entries[0].size)
-            coldest_first = entries[::-1]
-            for start in range(0, len(coldest_first), _CHUNK):
-                with store._lock:
-                    placement = store._placement
-                    assert placement is not None
-                    for e in coldest_first[start : start + _CHUNK]:
-                        if placement.tier_of(e.key) is None:
-                            adopted += placement.adopt(e.key, AccessContext(size=e.size), SSD)
-                    drops, demote = placement.settle()
-                store._apply(drops, demote)
         hot = [e for e in entries if e.in_dram]
         self.last_restore = {
             "snapshot": "used",
             "snapshot_entries": len(snap.entries),
             "on_ssd": len(entries),
-            "adopted": adopted,
+            "adopted": 0,
             "rewarm_pages": len(hot),
         }
-        self.counts["restored_pages"] += adopted
-        if hot:
-            self._start_rewarm(hot)
-        log.info("warm restart: %d pages of the snapshot adopted, %d to re-warm into DRAM", adopted, len(hot))
+        if not entries:
+            return self.last_restore
+        if not background:
+            self._adopt(entries, self._rewarm_stop)
+            if hot:
+                self._start_rewarm(hot)
+            return self.last_restore
+        self.stop_rewarm()
+        self._adopted.clear()
+        self.last_restore["adopting"] = True
+        self._rewarm_stop = stop = threading.Event()
+        self._rewarmer = threading.Thread(
+            target=self._adopt_then_rewarm, args=(entries, hot, stop), name="hicache-rewarm", daemon=True
+        )
+        self._rewarmer.start()
         return self.last_restore
+
+    def restore_done(self, timeout_s: float | None = None) -> bool:
+        """Wait until the snapshot's pages are adopted (tests, benchmarks, operators)."""
+        return self._adopted.wait(timeout_s)
+
+    def _adopt_then_rewarm(
+        self, entries: list[SnapshotEntry], hot: list[SnapshotEntry], stop: threading.Event
+    ) -> None:
+        try:
+            self._adopt(entries, stop)
+        except Exception:
+            self.counts["restore_errors"] += 1
+            log.exception("warm restart: adopting the snapshot failed")
+            return
+        finally:
+            self.last_restore["adopting"] = False
+            self._adopted.set()
+        if hot and not stop.is_set():
+            self._rewarm(hot, stop)
+
+    def _adopt(self, entries: list[SnapshotEntry], stop: threading.Event) -> None:
+        """Give the placement the snapshot's pages, coldest first, in chunks of the store lock;
+        a page already placed (SGLang used it meanwhile) is left as it is."""
+        store = self.store
+        with store._lock:
+            store._placement_for(entries[0].size)
+        coldest_first = entries[::-1]
+        adopted = 0
+        for start in range(0, len(coldest_first), _CHUNK):
+            if stop.is_set() or self._stop.is_set():
+                break
+            with store._lock:
+                placement = store._placement
+                if placement is None:
+                    break
+                for e in coldest_first[start : start + _CHUNK]:
+                    if placement.tier_of(e.key) is None:
+                        adopted += placement.adopt(e.key, AccessContext(size=e.size), SSD)
+                drops, demote = placement.settle()
+            store._apply(drops, demote)
+        self.last_restore["adopted"] = adopted
+        self.counts["restored_pages"] += adopted
+        log.info(
+            "warm restart: %d pages of the snapshot adopted, %d to re-warm into DRAM",
+            adopted,
+            self.last_restore["rewarm_pages"],
+        )
 
     def _start_rewarm(self, hot: list[SnapshotEntry]) -> None:
         self.stop_rewarm()

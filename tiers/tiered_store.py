@@ -179,7 +179,7 @@ class TieredStore:
         warm = self.options.warm
         self.warm = WarmKeeper(self, warm) if warm is not None and warm.enabled else None
         if self.warm is not None and lay.ssd is not None:
-            self.warm.restore(lay.ssd)
+            self.warm.restore(lay.ssd, background=True)
 
     # ------------------------------------------------------------------ the tiers (TierLayout)
     @property

@@ -175,7 +175,7 @@ def _replay(
         if i == restart_at:
             if restart:
                 restart_s = run.restart()
-                warm_stats = dict(run.store.warm.last_restore) if run.store.warm is not None else {}
+                warm_stats = run.store.warm.last_restore if run.store.warm is not None else {}
             t_restart = req.timestamp
             wall0 = time.monotonic()
         if i >= restart_at:  # after the restart, requests come at their (sped up) trace times

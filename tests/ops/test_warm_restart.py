@@ -40,6 +40,7 @@ def test_a_restart_starts_warm_from_the_snapshot(tmp_path):
 
     again = build_store(config, "rank0")
     try:
+        assert again.warm.restore_done(30)  # adopted in the background (attach does not wait)
         restore = again.warm.last_restore
         assert restore["snapshot"] == "used" and restore["adopted"] >= resident * 0.9
         assert again.stats()["placement"]["resident"] == restore["adopted"]  # the policy knows them
@@ -56,6 +57,51 @@ def test_a_restart_starts_warm_from_the_snapshot(tmp_path):
         assert all(np.array_equal(b, load.content(k)) for k, b in zip(keys, bufs, strict=True))
         assert again.stats()["dram"]["hits"] - hits_before == len(keys)
     finally:
+        again.close()
+
+
+def test_attach_does_not_wait_for_the_adoption_and_serves_meanwhile(tmp_path, monkeypatch):
+    """The snapshot's pages are adopted on the re-warm thread: the store is built and serves
+    (byte-exact, from SSD) while the adoption is held; a page served meanwhile is placed by that
+    call and the adoption leaves it alone; no snapshot is written over the one being adopted."""
+    import threading
+
+    from hicache_mooncake.tiers import rewarm
+    from hicache_mooncake.tiers.tiered_store import TieredStore
+
+    config, store, load = hot_store(tmp_path)
+    assert store.flush(30)
+    keys = sorted(store.ssd.engine._core.index.keys_snapshot())[:8]
+    store.close(flush_timeout_s=10)
+    snap = tmp_path / "ssd" / "rank0" / SNAPSHOT_NAME
+    written = snap.read_bytes()
+
+    release, entered = threading.Event(), threading.Event()
+    real_apply = TieredStore._apply
+
+    def held_apply(self, drops, demote):  # type: ignore[no-untyped-def]
+        if threading.current_thread().name == "hicache-rewarm":  # after a chunk, lock released
+            entered.set()
+            assert release.wait(60)
+        return real_apply(self, drops, demote)
+
+    monkeypatch.setattr(rewarm, "_CHUNK", 4)
+    monkeypatch.setattr(TieredStore, "_apply", held_apply)
+    again = build_store(config, "rank0")  # returns although the adoption is held
+    try:
+        assert entered.wait(30) and not again.warm.restore_done(0)
+        assert again.warm.stats()["adopting"] is True
+        bufs = [np.zeros(load.size, np.uint8) for _ in keys]
+        assert all(again.get_batch_into(keys, [parts(b) for b in bufs]))  # served meanwhile
+        assert all(np.array_equal(b, load.content(k)) for k, b in zip(keys, bufs, strict=True))
+        assert again.warm.save() == 0 and snap.read_bytes() == written  # the snapshot is kept
+        release.set()
+        assert again.warm.restore_done(30)
+        assert again.warm.last_restore["adopted"] > 0 and again.warm.stats()["adopting"] is False
+        assert again.stats()["placement"]["resident"] >= again.warm.last_restore["adopted"]
+        assert all(again._placement is not None and k in again._placement for k in keys)
+    finally:
+        release.set()
         again.close()
 
 
