@@ -126,11 +126,47 @@ class WarmKeeper:
     # ------------------------------------------------------------------ restore
     def restore(self, ssd: SsdTier, background: bool = False) -> dict[str, Any]:
         """Start from ``ssd``'s snapshot (module docstring); returns what happened so far. With
-        ``background`` (at start) the pages are adopted on the re-warm thread, so attach does
-        not wait for a million policy calls: meanwhile the store serves, a page SGLang touches
-        first is placed by that call (and skipped by the adoption), and no snapshot is written
-        (the one on disk is still the better one). ``restore_done`` waits for it."""
+        ``background`` (at start) the snapshot is read and its pages adopted on the re-warm
+        thread, so attach waits neither for reading it nor for a million policy calls: meanwhile
+        the store serves, a page SGLang touches first is placed by that call (and skipped by the
+        adoption), and no snapshot is written (the one on disk is still the better one).
+        ``restore_done`` waits for it."""
+        if not background:
+            hot = self._read_and_adopt(ssd, threading.Event())
+            if hot:
+                self._start_rewarm(hot)
+            return self.last_restore
+        self.stop_rewarm()
+        self._adopted.clear()
+        self.last_restore = {"snapshot": "reading", "adopting": True}
+        self._rewarm_stop = stop = threading.Event()
+        self._rewarmer = threading.Thread(
+            target=self._restore_then_rewarm, args=(ssd, stop), name="hicache-rewarm", daemon=True
+        )
+        self._rewarmer.start()
+        return self.last_restore
+
+    def restore_done(self, timeout_s: float | None = None) -> bool:
+        """Wait until the snapshot is read and its pages adopted (tests, benchmarks, operators)."""
+        return self._adopted.wait(timeout_s)
+
+    def _restore_then_rewarm(self, ssd: SsdTier, stop: threading.Event) -> None:
+        hot: list[SnapshotEntry] = []
+        try:
+            hot = self._read_and_adopt(ssd, stop)
+        except Exception:
+            self.counts["restore_errors"] += 1
+            log.exception("warm restart: restoring the snapshot failed")
+        finally:
+            self.last_restore["adopting"] = False
+            self._adopted.set()
+        if hot and not stop.is_set():
+            self._rewarm(hot, stop)
+
+    def _read_and_adopt(self, ssd: SsdTier, stop: threading.Event) -> list[SnapshotEntry]:
+        """Read ``ssd``'s snapshot and adopt the pages the SSD holds; returns those to re-warm."""
         snap, why = read_snapshot(ssd.engine.options.dirs[0], self._identity(ssd))
+        adopting = not self._adopted.is_set()
         if snap is None:
             if why != "no snapshot":
                 log.warning(
@@ -138,8 +174,8 @@ class WarmKeeper:
                     ssd.engine.options.dirs[0],
                     why,
                 )
-            self.last_restore = {"snapshot": why}
-            return self.last_restore
+            self.last_restore = {"snapshot": why, "adopting": adopting}
+            return []
         held = ssd.contains_batch([e.key for e in snap.entries])
         entries = [e for e, on_ssd in zip(snap.entries, held, strict=True) if on_ssd]
         hot = [e for e in entries if e.in_dram]
@@ -149,42 +185,11 @@ class WarmKeeper:
             "on_ssd": len(entries),
             "adopted": 0,
             "rewarm_pages": len(hot),
+            "adopting": adopting,
         }
-        if not entries:
-            return self.last_restore
-        if not background:
-            self._adopt(entries, self._rewarm_stop)
-            if hot:
-                self._start_rewarm(hot)
-            return self.last_restore
-        self.stop_rewarm()
-        self._adopted.clear()
-        self.last_restore["adopting"] = True
-        self._rewarm_stop = stop = threading.Event()
-        self._rewarmer = threading.Thread(
-            target=self._adopt_then_rewarm, args=(entries, hot, stop), name="hicache-rewarm", daemon=True
-        )
-        self._rewarmer.start()
-        return self.last_restore
-
-    def restore_done(self, timeout_s: float | None = None) -> bool:
-        """Wait until the snapshot's pages are adopted (tests, benchmarks, operators)."""
-        return self._adopted.wait(timeout_s)
-
-    def _adopt_then_rewarm(
-        self, entries: list[SnapshotEntry], hot: list[SnapshotEntry], stop: threading.Event
-    ) -> None:
-        try:
+        if entries:
             self._adopt(entries, stop)
-        except Exception:
-            self.counts["restore_errors"] += 1
-            log.exception("warm restart: adopting the snapshot failed")
-            return
-        finally:
-            self.last_restore["adopting"] = False
-            self._adopted.set()
-        if hot and not stop.is_set():
-            self._rewarm(hot, stop)
+        return hot
 
     def _adopt(self, entries: list[SnapshotEntry], stop: threading.Event) -> None:
         """Give the placement the snapshot's pages, coldest first, in chunks of the store lock;

@@ -170,12 +170,12 @@ def _replay(
     restart_s = 0.0
     t_restart = 0.0
     wall0 = 0.0
-    warm_stats: dict[str, Any] = {}
+    restarted = False  # what the restore did is read at the end: it runs in the background
     for i, req in enumerate(reqs[: restart_at + after]):
         if i == restart_at:
             if restart:
                 restart_s = run.restart()
-                warm_stats = run.store.warm.last_restore if run.store.warm is not None else {}
+                restarted = True
             t_restart = req.timestamp
             wall0 = time.monotonic()
         if i >= restart_at:  # after the restart, requests come at their (sped up) trace times
@@ -196,7 +196,7 @@ def _replay(
         "pre_restart_dram_hit_rate": sum(pre_dram) / max(sum(pre_pages), 1),
         "restart_s": round(restart_s, 3),
         "replay_wall_s": round(time.monotonic() - wall0, 3),
-        "restore": warm_stats,
+        "restore": dict(warm.last_restore) if restarted and warm is not None else {},
         "rewarmed_pages": int(warm.counts["rewarmed_pages"]) if warm is not None else 0,
         "wrong_bytes": run.wrong,
         "_pages": pages,

@@ -124,6 +124,7 @@ def test_a_snapshot_of_another_epoch_is_refused_and_the_store_starts_cold(tmp_pa
     cleared.close()
     again = build_store(config, "rank0")
     try:
+        assert again.warm.restore_done(30)
         why = again.warm.last_restore["snapshot"]
         assert why.startswith("written for epoch")
         assert again.stats()["placement"]["resident"] == 0 and again.dram.keys() == []
@@ -141,6 +142,7 @@ def test_a_corrupt_snapshot_is_refused(tmp_path):
     snap.write_bytes(bytes(raw))
     again = build_store(config, "rank0")
     try:
+        assert again.warm.restore_done(30)
         assert again.warm.last_restore["snapshot"] == "checksum mismatch (torn or corrupt file)"
         assert again.dram.keys() == []
     finally:

@@ -4,6 +4,7 @@ check of which memory is on huge pages."""
 
 from __future__ import annotations
 
+import mmap
 import threading
 import time
 from pathlib import Path
@@ -170,8 +171,11 @@ def test_huge_fraction_reads_the_mappings_of_the_range(tmp_path: Path) -> None:
 
 def test_huge_ranges_cover_only_registered_huge_memory() -> None:
     ranges = HugeRanges()
-    plain = aligned_array(4 * MiB)
-    plain[::4096] = 1
+    # plain memory that cannot be huge: numpy madvises large arrays MADV_HUGEPAGE, and under THP
+    # "always" any anonymous mapping may be, so the mapping opts out itself
+    plain = mmap.mmap(-1, 4 * MiB)
+    plain.madvise(mmap.MADV_NOHUGEPAGE)
+    np.frombuffer(plain, dtype=np.uint8)[::4096] = 1
     assert ranges.register(memoryview(plain)) < 0.9
     assert not ranges.covers(memoryview(plain))
     huge = huge_buffer(8 * MiB)
