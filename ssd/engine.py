@@ -312,6 +312,11 @@ class SsdEngine:
         finally:
             c.exit()
 
+    def usable(self) -> bool:
+        """Whether calls go to the disk now: not degraded (a deadline was missed and no health
+        probe has passed since) and no clear outstanding."""
+        return self._core.usable()
+
     def stats(self) -> dict[str, Any]:
         c = self._core
         o = self.options

@@ -74,6 +74,7 @@ class WarmKeeper:
         self._adopted = threading.Event()  # set when no snapshot adoption is running
         self._adopted.set()
         self._ticker: threading.Thread | None = None
+        self._writing: threading.Thread | None = None  # the last snapshot write (bounded wait)
         if options.interval_s > 0:
             self._ticker = threading.Thread(target=self._tick, name="hicache-warm-snapshot", daemon=True)
             self._ticker.start()
@@ -85,7 +86,9 @@ class WarmKeeper:
 
     def save(self, ssd: SsdTier | None = None) -> int:
         """Write the snapshot of the placement's hottest pages into ``ssd``'s directory (default:
-        the store's SSD tier); returns the entries written (0: nothing to write, or it failed)."""
+        the store's SSD tier); returns the entries written. 0 when there is nothing to write, the
+        write failed or did not finish within ``io.timeout_s``, or it was skipped: the tier is
+        degraded, an earlier write is still stuck, or the snapshot on disk is being adopted."""
         store = self.store
         ssd = ssd if ssd is not None else store.ssd
         if ssd is None:
@@ -93,7 +96,13 @@ class WarmKeeper:
         if not self._adopted.is_set():  # the placement knows part of the snapshot on disk: keep it
             self.counts["snapshots_skipped_restoring"] += 1
             return 0
+        if not ssd.engine.usable():  # degraded: the disk missed a deadline, the write would too
+            self.counts["snapshots_skipped_degraded"] += 1
+            return 0
         with self._lock:
+            if self._writing is not None and self._writing.is_alive():  # an earlier write is stuck
+                self.counts["snapshots_skipped_busy"] += 1
+                return 0
             with store._lock:
                 placement = store._placement
                 if placement is None or not len(placement):
@@ -102,16 +111,41 @@ class WarmKeeper:
                 policy = type(placement.policy).__name__
             entries = [SnapshotEntry(k, size, in_dram) for k, size, in_dram in hot]
             header = {**self._identity(ssd), "policy": policy, "created": time.time()}
+            return self._write(ssd.engine.options.dirs[0], header, entries)
+
+    def _write(self, directory: str, header: dict[str, Any], entries: list[SnapshotEntry]) -> int:
+        """Write the snapshot on its own thread and wait for it at most ``io.timeout_s``: a disk
+        that stalls costs this snapshot (the previous one stays, the write replaces it atomically
+        if it ever finishes), never the caller's deadline (``close`` and detach included)."""
+        outcome: dict[str, Any] = {}
+        done = threading.Event()
+
+        def write() -> None:
             try:
-                nbytes = write_snapshot(ssd.engine.options.dirs[0], header, entries)
+                outcome["bytes"] = write_snapshot(directory, header, entries)
             except OSError as exc:
-                self.counts["snapshot_errors"] += 1
-                log.warning(
-                    "warm restart: cannot write the snapshot in %s: %s", ssd.engine.options.dirs[0], exc
-                )
-                return 0
+                outcome["error"] = exc
+            finally:
+                done.set()
+
+        self._writing = threading.Thread(target=write, name="hicache-warm-write", daemon=True)
+        self._writing.start()
+        timeout_s = self.store.options.timeout_s
+        if not done.wait(timeout_s):
+            self.counts["snapshot_timeouts"] += 1
+            log.warning(
+                "warm restart: the snapshot in %s was not written within io.timeout_s (%.1f s); "
+                "the previous one stays",
+                directory,
+                timeout_s,
+            )
+            return 0
+        if "error" in outcome:
+            self.counts["snapshot_errors"] += 1
+            log.warning("warm restart: cannot write the snapshot in %s: %s", directory, outcome["error"])
+            return 0
         self.counts["snapshots"] += 1
-        self.counts["snapshot_bytes"] = nbytes
+        self.counts["snapshot_bytes"] = outcome["bytes"]
         self.counts["snapshot_entries"] = len(entries)
         return len(entries)
 

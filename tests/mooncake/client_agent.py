@@ -14,6 +14,10 @@ one JSON command per stdin line with one JSON line on stdout:
 - ``{"op": "exists_as", "tenant": u, "tag": t, "n": n}``: ``batch_exists`` through a second
   backend of this process whose namespace has tenant u;
 - ``{"op": "legacy_set" | "legacy_get", ...}``: the same through SGLang's legacy (non-v1) path;
+- ``{"op": "hybrid_set" | "hybrid_get", "tag": t, "n": n[, "seed": s]}``: a KV + Mamba model (SGLang's
+  ``HostPoolGroup``, a second backend of this process registered through the v2 calls): n KV pages
+  with ``batch_set_v1`` and the Mamba state of the last one with ``batch_set_v2``; the get answers
+  ``batch_exists_v2`` (``kv_hit_pages``, ``restorable``) and the bytes of both that landed;
 - ``{"op": "stats"}``: ``tier_stats()``; ``{"op": "quit"}``.
 """
 
@@ -62,6 +66,7 @@ class Agent:
         self.backend = self._backend(extra)
         self.ps = SHAPE.page_size
         self.tenants: dict[str, Any] = {}
+        self.hybrid: tuple[Any, Any] | None = None
 
     def _backend(self, extra: dict[str, Any]) -> Any:
         from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
@@ -124,6 +129,85 @@ class Agent:
             }
         finally:
             self.host.free(idx)
+
+    def _hybrid(self) -> tuple[Any, Any]:
+        """A KV + Mamba model's host pools and a backend over them (built once, as SGLang's
+        ``HybridCacheController`` attaches one: factory with the anchor, then the v2 registrations)."""
+        if self.hybrid is None:
+            from sglang.srt.mem_cache.hicache_storage import PoolName
+            from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
+
+            from hicache_mooncake.sglang_harness import host_pool_for, make_device_pool, make_storage_config
+            from hicache_mooncake.sglang_hybrid import (
+                host_group,
+                make_mamba_device_pool,
+                mamba_host_pool_for,
+                register_group,
+            )
+
+            dev, mdev = make_device_pool(False, SHAPE), make_mamba_device_pool()
+            group = host_group(
+                [
+                    (PoolName.KV, host_pool_for(dev, "page_first", False, SHAPE), dev),
+                    (PoolName.MAMBA, mamba_host_pool_for(mdev, "page_first"), mdev),
+                ]
+            )
+            cfg = make_storage_config(self.extra, layout="page_first")
+            backend = StorageBackendFactory.create_backend("dynamic", cfg, group.anchor_entry.host_pool)
+            register_group(backend, group)
+            self.hybrid = (group, backend)
+        return self.hybrid
+
+    @staticmethod
+    def _state_transfer(keys: list[str], slot: Any = None) -> Any:
+        from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+
+        return PoolTransfer(
+            name=PoolName.MAMBA, host_indices=slot, keys=keys, hit_policy=PoolHitPolicy("trailing_pages")
+        )
+
+    def hybrid_set(self, tag: str, n: int, seed: int) -> dict[str, Any]:
+        from sglang.srt.mem_cache.hicache_storage import PoolName
+
+        from hicache_mooncake.sglang_harness import fill_random_pages, page_snapshot
+
+        group, backend = self._hybrid()
+        kv, mamba = group.get_pool(PoolName.KV), group.get_pool(PoolName.MAMBA)
+        keys = self.keys(tag, n)
+        src, slot = kv.alloc(n * self.ps), mamba.alloc(1)
+        fill_random_pages(kv, src, seed)
+        fill_random_pages(mamba, slot, seed + 1)
+        ok = backend.batch_set_v1(keys, src)
+        state = backend.batch_set_v2([self._state_transfer(keys[-1:], slot)])
+        return {
+            "ok": ok,
+            "state_ok": state[PoolName.MAMBA],
+            "digests": [hashlib.sha256(t.numpy().tobytes()).hexdigest() for t in page_snapshot(kv, src)],
+            "state_digest": hashlib.sha256(page_snapshot(mamba, slot)[0].numpy().tobytes()).hexdigest(),
+        }
+
+    def hybrid_get(self, tag: str, n: int) -> dict[str, Any]:
+        from sglang.srt.mem_cache.hicache_storage import PoolName
+
+        from hicache_mooncake.sglang_harness import fill_random_pages, page_snapshot
+
+        group, backend = self._hybrid()
+        kv, mamba = group.get_pool(PoolName.KV), group.get_pool(PoolName.MAMBA)
+        keys = self.keys(tag, n)
+        hit = backend.batch_exists_v2(keys, [self._state_transfer(["x"])])
+        dst, slot = kv.alloc(n * self.ps), mamba.alloc(1)
+        fill_random_pages(kv, dst, 999)  # what a hit leaves there came from the pool
+        fill_random_pages(mamba, slot, 998)
+        ok = backend.batch_get_v1(keys, dst)
+        state = backend.batch_get_v2([self._state_transfer(keys[-1:], slot)])
+        return {
+            "kv_hit_pages": hit.kv_hit_pages,
+            "restorable": list(hit.restorable_prefix_pages),
+            "ok": ok,
+            "state_ok": state[PoolName.MAMBA],
+            "digests": [hashlib.sha256(t.numpy().tobytes()).hexdigest() for t in page_snapshot(kv, dst)],
+            "state_digest": hashlib.sha256(page_snapshot(mamba, slot)[0].numpy().tobytes()).hexdigest(),
+        }
 
     def legacy_set(self, tag: str, n: int, seed: int) -> dict[str, Any]:
         """SGLang's legacy copy path: ``batch_set`` of fresh flat page tensors (not in the
@@ -192,7 +276,8 @@ def main() -> int:
         op = cmd.pop("op")
         try:
             if op == "quit":
-                for backend in [agent.backend, *agent.tenants.values()]:
+                hybrid = [agent.hybrid[1]] if agent.hybrid is not None else []
+                for backend in [agent.backend, *agent.tenants.values(), *hybrid]:
                     backend.close()
                 print(json.dumps({"ok": True}), flush=True)
                 return 0

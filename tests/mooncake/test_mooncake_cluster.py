@@ -34,6 +34,21 @@ def test_a_page_set_by_one_client_is_found_and_byte_checked_by_the_other(cluster
     assert stats["dram"]["entries"] == N  # the pool hits were promoted into b's local DRAM
 
 
+def test_a_hybrid_models_kv_and_mamba_state_are_shared_through_mooncake(cluster: dict[str, Any]) -> None:
+    """SGLang's v2 interface on the Mooncake provider: KV pages and the Mamba state of a hybrid
+    model set by one process are found by the other (restorable prefix: the whole chain, since the
+    state of its last page is there) and land byte-exact in its host pools."""
+    a, b = cluster["a"], cluster["b"]
+    put = a.call({"op": "hybrid_set", "tag": "hy", "n": 4, "seed": 31})
+    assert put["ok"] == [True] * 4 and put["state_ok"] == [True], put
+    got = b.call({"op": "hybrid_get", "tag": "hy", "n": 4})
+    assert got["kv_hit_pages"] == 4 and got["restorable"] == [4], got
+    assert got["ok"] == [True] * 4 and got["state_ok"] == [True]
+    assert got["digests"] == put["digests"] and got["state_digest"] == put["state_digest"]
+    missing = b.call({"op": "hybrid_get", "tag": "never", "n": 4})
+    assert missing["kv_hit_pages"] == 0 and missing["ok"] == [False] * 4
+
+
 def test_pages_outside_the_registered_host_pool_are_staged_and_still_correct(cluster: dict[str, Any]) -> None:
     """SGLang's legacy path hands over fresh tensors: they go through Mooncake's own staging buffer
     (``put_parts`` / ``get_buffer``), not the zero-copy calls, and still round-trip byte-exact."""

@@ -235,3 +235,35 @@ def test_closing_the_store_ends_an_operation_in_progress(tmp_path, stores, admin
     assert op["state"] != "running"
     with pytest.raises(Exception, match="closing"):
         store.resize_tier("dram", 2 * MiB)
+
+
+def test_an_operation_that_runs_into_its_timeout_says_what_it_left_and_leaves_the_store_consistent(
+    tmp_path, stores, admin_for
+):
+    """``admin detach --timeout``: a DRAM drain that cannot finish (the mover is held) stops at its
+    deadline; the operation is done but not complete, its progress names the pages it left (those
+    without an SSD copy are dropped and forgotten by the placement), and the store keeps serving exact bytes."""
+    config = small_config(tmp_path)
+    store = stores(config)
+    admin = admin_for(store, config)
+    with StoreLoad(store, threads=2) as load:
+        load.wait_ops(600)
+    load.assert_clean()
+    store.freeze(True)  # the mover holds its queue: the drain cannot move a page down
+    in_dram = store.stats()["dram"]["entries"]
+    assert in_dram > 0
+    begin = time.monotonic()
+    op = finished(admin, admin.detach("dram", "drain", timeout_s=2))
+    assert time.monotonic() - begin < 2 + 15  # the deadline, plus quiescing and forgetting
+    assert not op["complete"], op
+    progress = op["progress"]
+    assert progress["dram_pages_left"] > 0  # named as left, not silently lost
+    # of what was left, the pages without an SSD copy are dropped; those with one stay found
+    assert 0 < progress["pages_dropped"] <= progress["dram_pages_left"]
+    assert progress["tiers"] == ["ssd"] and store.dram is None
+    placement = store.stats()["placement"]
+    assert placement["in_dram"] == 0  # nothing is believed to be in a tier that is gone
+    store.freeze(False)
+    with StoreLoad(store, threads=2) as load:
+        load.wait_ops(600)
+    load.assert_clean()

@@ -171,3 +171,37 @@ def test_snapshots_are_taken_at_intervals(tmp_path):
         assert store.warm.counts["snapshots"] > before
     finally:
         store.close()
+
+
+def test_a_snapshot_write_on_a_stalled_disk_gives_up_at_the_io_deadline(tmp_path):
+    """The snapshot is written at close and detach: on a disk that stalls, the write is given up
+    at io.timeout_s (the previous snapshot stays), a second one is not started while the first is
+    stuck (never two writers on one file), and snapshots are written again once the disk is back."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ssd"))
+    from stall import SyscallStall  # tests/ssd/stall.py
+
+    _config, store, _load = hot_store(tmp_path, io={"timeout_s": 0.5})
+    assert store.flush(30)
+    stall = SyscallStall(str(tmp_path / "ssd"))
+    stall.install()
+    try:
+        stall.freeze()
+        t0 = time.monotonic()
+        assert store.warm.save() == 0
+        assert time.monotonic() - t0 < 0.5 + 1.5
+        assert store.warm.counts["snapshot_timeouts"] == 1
+        assert store.warm.save() == 0 and store.warm.counts["snapshots_skipped_busy"] == 1
+        stall.thaw()
+        end = time.monotonic() + 20
+        while (written := store.warm.save()) == 0 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert written > 0
+        snap = tmp_path / "ssd" / "rank0" / SNAPSHOT_NAME
+        assert len(decode(snap.read_bytes()).entries) == written
+    finally:
+        stall.thaw()
+        stall.uninstall()
+        store.close()

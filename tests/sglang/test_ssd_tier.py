@@ -247,3 +247,66 @@ def test_a_stalled_disk_never_stalls_sglang(tmp_path):
             stall.destroy()
         else:
             stall.uninstall()
+
+
+def test_a_stalled_disk_under_a_full_dram_tier_never_stalls_sglang(tmp_path, caplog):
+    """The default config's back-pressure path: once DRAM is full a set waits for the mover, and
+    the mover waits for the disk. With the disk frozen every set still returns by io.timeout_s
+    (once the tier is degraded the store runs on DRAM alone, False for a page it cannot place), DRAM hits are still served byte-exact, the tier says
+    "degraded" in one log line, detach returns by its flush deadline, and what reached the disk
+    before the freeze is served after the thaw."""
+    import time
+
+    stall = _stalling_disk(tmp_path)
+    try:
+        extra = ssd_extra(stall.path, flush_on_detach_s=1.0)
+        extra.setdefault("io", {})["timeout_s"] = 1.0
+        backend, host = make_backend(extra=extra)
+        before = write_pages(backend, host, 64, tag="b", seed=1)  # 1.5 MiB: the coldest went to SSD
+        on_ssd = backend.tier_stats()["tiers"]["ssd"]["entries"]
+        assert on_ssd >= 8
+        with caplog.at_level("WARNING", logger="hicache_mooncake"):
+            stall.freeze()
+            try:
+                placed: dict[str, torch.Tensor] = {}
+                for b in range(0, 96, 8):  # 2.3 MiB into a 1 MiB DRAM tier
+                    idx = host.alloc(8 * PS)
+                    fill_random_pages(host, idx, seed=100 + b)
+                    ks = keys(8, 100 + b, tag="f")
+                    t0 = time.monotonic()
+                    ok = backend.batch_set_v1(ks, idx)
+                    assert time.monotonic() - t0 < 1.0 + 2.5, f"set of batch {b // 8} took too long"
+                    placed.update(
+                        (k, p) for k, p, good in zip(ks, page_snapshot(host, idx), ok, strict=True) if good
+                    )
+                    host.free(idx)
+                assert placed  # the degraded SSD is skipped: DRAM takes new pages (its coldest drop out)
+                t0 = time.monotonic()
+                served = read_back(
+                    backend, host, placed
+                )  # byte-checked; a demotion lost to the stall is a miss
+                assert time.monotonic() - t0 < 1.0 + 2.5
+                assert served > 0  # DRAM hits stay hits while the disk is frozen
+                assert backend.tier_stats()["tiers"]["ssd"]["degraded"]
+                t0 = time.monotonic()
+                backend.close()  # detach: the flush to the frozen disk gives up at its deadline
+                assert time.monotonic() - t0 < 1.0 + 1.0 + 2.5
+            finally:
+                stall.thaw()
+        said = [r for r in caplog.records if "degraded (" in r.getMessage()]
+        assert len(said) == 1, [r.getMessage() for r in said]
+        for _ in range(200):  # the old engine's files are released once its stuck I/O ends
+            try:
+                again, host2 = make_backend(extra=extra)
+                break
+            except Exception:  # noqa: BLE001 - still in use
+                time.sleep(0.1)
+        else:
+            raise AssertionError("could not attach again after the thaw")
+        assert read_back(again, host2, before) >= on_ssd  # byte-checked
+        again.close()
+    finally:
+        if hasattr(stall, "destroy"):
+            stall.destroy()
+        else:
+            stall.uninstall()

@@ -1,4 +1,4 @@
-"""Unit tests that start no process: wire format, rendezvous, embedded metadata, leader lease, and
+"""Unit tests that start no process: wire format, rendezvous, embedded metadata, and
 the device-free parts of the RDMA backend. (The store a node serves: tests/unit/test_arena_store.py.)"""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ class MetadataConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     backend: Literal["embedded", "redis"] = "embedded"
-    """embedded: one host, static ``nodes``; redis: membership, heartbeats and leader lease in Redis."""
+    """embedded: one host, static ``nodes``; redis: node membership and heartbeats in Redis."""
     url: str = "redis://127.0.0.1:6379/0"
     """Redis URL (redis backend)."""
     namespace: str = Field(default="hicache", min_length=1)
