@@ -8,7 +8,8 @@ DRAM tier's arena, a host pool on huge pages); other memory is staged into the e
 huge-page buffers first (``SsdOptions.stage_writes``).
 
 The check reads ``/proc/self/smaps`` once per registration (Linux; elsewhere nothing is
-huge-backed). Registered ranges are immutable snapshots: :meth:`HugeRanges.covers` takes no lock.
+huge-backed); the engine runs it on a thread at attach (``SsdEngine.register_memory_later``), and
+until it is done puts from that memory are staged (one copy more, never wrong). Registered ranges are immutable snapshots: :meth:`HugeRanges.covers` takes no lock.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import bisect
 import re
 import threading
+from collections.abc import Sequence
 
 from .io import address_of
 
@@ -29,22 +31,30 @@ _FIELD = re.compile(rb"^(Size|" + b"|".join(f.encode() for f in _HUGE_FIELDS) + 
 
 def huge_fraction(start: int, nbytes: int, smaps: str = "/proc/self/smaps") -> float:
     """Share of ``[start, start + nbytes)`` on huge pages (per mapping: its huge bytes times the
-    share of the mapping the range covers); 0.0 when unknown. The file is scanned with regular
-    expressions, and only the mappings that overlap the range are read field by field: a
-    process with torch loaded has thousands of mappings (a line-by-line parse took 0.5 s)."""
-    if nbytes <= 0:
-        return 0.0
-    end = start + nbytes
+    share of the mapping the range covers); 0.0 when unknown."""
+    return huge_fractions([(start, nbytes)], smaps)[0]
+
+
+def huge_fractions(ranges: Sequence[tuple[int, int]], smaps: str = "/proc/self/smaps") -> list[float]:
+    """``huge_fraction`` of each ``(start, nbytes)``, from one read of ``smaps``. The kernel walks
+    every mapping's page tables to write that file: about 0.5 s for a process with a few GB
+    resident, longer with a large host pool, so callers on the attach path run this on a thread
+    (``SsdEngine.register_memory_later``). The text is scanned with regular expressions and only
+    the mappings that overlap a range are read field by field."""
+    wanted = [(start, start + n) for start, n in ranges if n > 0]
+    if not wanted:
+        return [0.0] * len(ranges)
     try:
         with open(smaps, "rb") as f:
             text = f.read()
     except OSError:
-        return 0.0
+        return [0.0] * len(ranges)
     heads = list(_MAPPING.finditer(text))
-    huge = 0.0
+    huge = [0.0] * len(ranges)
     for i, m in enumerate(heads):
         lo, hi = int(m[1], 16), int(m[2], 16)
-        if not (lo < end and hi > start):
+        overlaps = [k for k, (start, n) in enumerate(ranges) if n > 0 and lo < start + n and hi > start]
+        if not overlaps:
             continue
         block_end = heads[i + 1].start() if i + 1 < len(heads) else len(text)
         size_kb = huge_kb = 0
@@ -53,9 +63,12 @@ def huge_fraction(start: int, nbytes: int, smaps: str = "/proc/self/smaps") -> f
                 size_kb = int(field[2])
             else:
                 huge_kb += int(field[2])
-        if size_kb > 0:
-            huge += huge_kb * 1024 * (min(hi, end) - max(lo, start)) / (size_kb * 1024)
-    return min(1.0, huge / nbytes)
+        if size_kb <= 0:
+            continue
+        for k in overlaps:
+            start, n = ranges[k]
+            huge[k] += huge_kb * (min(hi, start + n) - max(lo, start)) / size_kb
+    return [min(1.0, h / n) if n > 0 else 0.0 for h, (_, n) in zip(huge, ranges, strict=True)]
 
 
 class HugeRanges:
@@ -68,14 +81,23 @@ class HugeRanges:
     def register(self, view: memoryview) -> float:
         """Check ``view``'s memory; remember it when at least ``MIN_HUGE_FRACTION`` of it is on huge
         pages. Returns the fraction found."""
-        start, n = address_of(view), view.nbytes
-        frac = huge_fraction(start, n)
-        if frac >= MIN_HUGE_FRACTION:
+        return self.register_many([view])[0]
+
+    def register_many(self, views: Sequence[memoryview]) -> list[float]:
+        """``register`` of each view, with one read of ``/proc/self/smaps``."""
+        ranges = [(address_of(v), v.nbytes) for v in views]
+        fractions = huge_fractions(ranges)
+        found = [
+            (start, start + n)
+            for (start, n), f in zip(ranges, fractions, strict=True)
+            if f >= MIN_HUGE_FRACTION
+        ]
+        if found:
             with self._lock:
                 starts, ends = self._spans
-                spans = sorted({*zip(starts, ends, strict=True), (start, start + n)})
+                spans = sorted({*zip(starts, ends, strict=True), *found})
                 self._spans = (tuple(s for s, _ in spans), tuple(e for _, e in spans))
-        return frac
+        return fractions
 
     def covers(self, view: memoryview) -> bool:
         starts, ends = self._spans

@@ -235,7 +235,8 @@ class IoBatch:
         if deadline is None:
             self._done.wait()
             return True
-        return self._done.wait(max(0.0, deadline - time.monotonic()))
+        # a far deadline (a caller's 'no limit') is capped where the platform's wait can take it
+        return self._done.wait(min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX))
 
     @property
     def done(self) -> bool:

@@ -57,9 +57,13 @@ class SsdTier(Tier):
 
     def register_memory(self, regions: Sequence[memoryview]) -> None:
         """Memory pages will be written from (SGLang's host pool, the DRAM tier's arena): what is
-        on huge pages is then written in place, the rest staged (``SsdEngine.register_memory``)."""
-        for region in regions:
-            self.engine.register_memory(region)
+        on huge pages is then written in place, the rest staged (``SsdEngine.register_memory``).
+        The check runs on a thread (``SsdEngine.register_memory_later``): attach does not wait."""
+        self.engine.register_memory_later(regions)
+
+    def memory_checked(self, timeout_s: float | None = None) -> bool:
+        """Wait until the memory given to ``register_memory`` is checked (benchmarks, tests)."""
+        return self.engine.memory_checked(timeout_s)
 
     def _forget(self, key: str) -> None:
         """The engine dropped ``key`` (region reclaim): forget it here and tell listeners."""

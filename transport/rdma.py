@@ -380,7 +380,7 @@ class RdmaEngine:
 
     @staticmethod
     def _wait(w: Window, deadline: float) -> int:
-        if not w.done.wait(max(0.0, deadline - time.monotonic())):
+        if not w.done.wait(min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)):
             return TIMED_OUT
         return w.status
 

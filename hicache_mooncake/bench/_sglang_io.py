@@ -7,14 +7,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def create_backend(name: str, extra: dict[str, Any], host: Any) -> Any:
-    """A storage backend made by SGLang's own factory, registered with the host pool."""
+def create_backend(name: str, extra: dict[str, Any], host: Any, settle: bool = True) -> Any:
+    """A storage backend made by SGLang's own factory, registered with the host pool. With
+    ``settle`` (throughput benchmarks), ours also waits for the background huge-page check of the
+    host pool, so the timed puts take the path they keep; ``bench scale`` times attach without it."""
     from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
     from hicache_mooncake.sglang_harness import make_storage_config
 
     backend = StorageBackendFactory.create_backend(name, make_storage_config(extra), host)
     backend.register_mem_pool_host(host)
+    ssd = getattr(getattr(backend, "store", None), "ssd", None)
+    if settle and ssd is not None:
+        ssd.memory_checked(60)
     return backend
 
 

@@ -214,7 +214,7 @@ def _child_reopen(args: argparse.Namespace) -> int:
     for label in ("after_kill", "clean"):
         drop_caches(args.drop_caches)
         c0, t0 = time.process_time(), time.perf_counter()
-        be = create_backend("dynamic", cfg, host)
+        be = create_backend("dynamic", cfg, host, settle=False)  # attach as SGLang waits for it
         attach_s = time.perf_counter() - t0
         engine = be.store.ssd.engine
         engine.wait_recovered(600)

@@ -16,7 +16,7 @@ from ssd_helpers import aligned_array, open_engine, value_for
 from hicache_mooncake.ssd import SsdOptions
 from hicache_mooncake.ssd.allocator import RegionAllocator
 from hicache_mooncake.ssd.format import parse_region_file_name
-from hicache_mooncake.ssd.hugemem import HugeRanges, huge_fraction
+from hicache_mooncake.ssd.hugemem import HugeRanges, huge_fraction, huge_fractions
 from hicache_mooncake.ssd.io import READ, URGENT, WRITE, IoPool, address_of, huge_buffer
 from hicache_mooncake.ssd.state import StateFile, load_dir
 
@@ -201,3 +201,59 @@ def _check(e: object, vals: dict[str, np.ndarray], deadline: bool) -> None:
     assert all(res)
     for k, o in zip(keys, outs, strict=True):
         assert np.array_equal(o, vals[k]), k
+
+
+def test_huge_fractions_reads_several_ranges_at_once(tmp_path: Path) -> None:
+    smaps = tmp_path / "smaps"
+    smaps.write_text(
+        "7f0000000000-7f0000400000 rw-p 00000000 00:00 0\n"
+        "Size:               4096 kB\nAnonHugePages:      4096 kB\n"
+        "7f0000400000-7f0000600000 rw-p 00000000 00:00 0\n"
+        "Size:               2048 kB\nAnonHugePages:         0 kB\n"
+    )
+    base = 0x7F0000000000
+    ranges = [(base, 4 * MiB), (base + 4 * MiB, 2 * MiB), (base + 3 * MiB, 2 * MiB), (base, 0)]
+    assert huge_fractions(ranges, str(smaps)) == pytest.approx([1.0, 0.0, 0.5, 0.0])
+    assert [huge_fraction(s, n, str(smaps)) for s, n in ranges] == huge_fractions(ranges, str(smaps))
+
+
+def test_memory_registered_later_is_staged_until_its_check_is_done(
+    ssd_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attach does not wait for the page-table walk behind the huge-page check: the check runs on
+    a thread, puts from that memory are staged meanwhile, and written in place once it is done."""
+    from hicache_mooncake.ssd import hugemem
+
+    checking, release = threading.Event(), threading.Event()
+
+    def slow_check(ranges: list[tuple[int, int]], smaps: str = "") -> list[float]:
+        checking.set()
+        assert release.wait(30)
+        return [1.0] * len(ranges)  # as the kernel reports memory on huge pages
+
+    monkeypatch.setattr(hugemem, "huge_fractions", slow_check)
+    buf = huge_buffer(4 * MiB)
+    with open_engine(ssd_dir, stage_writes="auto") as e:
+        t0 = time.monotonic()
+        e.register_memory_later([buf])
+        assert time.monotonic() - t0 < 1.0 and checking.wait(10)
+        assert not e.memory_checked(0.05)
+        assert not e._core.huge_memory.covers(buf[:MiB])  # staged meanwhile
+        release.set()
+        assert e.memory_checked(10)
+        assert e._core.huge_memory.covers(buf[:MiB]) and e._core.huge_memory.covers(buf)
+
+
+def test_a_far_deadline_means_no_limit_not_an_overflow(ssd_dir: str) -> None:
+    """Callers pass a far deadline for 'no limit' (1e18): the wait is capped where the platform
+    can take it instead of raising OverflowError out of every put that has to wait."""
+    pool = IoPool(1)
+    try:
+        batch = pool.submit([lambda: time.sleep(0.2)], priority=WRITE)
+        assert batch.wait(1e18) and batch.done
+    finally:
+        pool.shutdown(timeout_s=5)
+    with open_engine(ssd_dir, stage_writes="always") as e:
+        vals = {f"far{i}": value_for(f"far{i}", 768 << 10) for i in range(12)}
+        assert all(e.put_batch([(k, [memoryview(v)]) for k, v in vals.items()], 1e18))
+        _check(e, vals, deadline=True)
