@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -63,7 +62,6 @@ class SsdEngine:
         self._core = core = EngineCore(options)
         self._lock_fds: list[int] = []
         self._rescan: BackgroundScan | None = None
-        self._memory_checks: list[threading.Thread] = []  # register_memory_later
         self._alloc = RegionAllocator(core)
         self._writer = WritePath(core, self._alloc)
         self._reader = ReadPath(core, self._alloc, self._writer)
@@ -187,27 +185,16 @@ class SsdEngine:
         return self._core.huge_memory.register(byte_view(view))
 
     def register_memory_later(self, views: Sequence[Any]) -> None:
-        """``register_memory`` of ``views`` on a thread, so attach does not wait for the kernel's
-        page-table walk (``hugemem.huge_fractions``); until it is done, puts from that memory are
-        staged. ``memory_checked`` waits for it."""
+        """``register_memory`` of ``views`` on a thread (``HugeRanges.register_later``): attach
+        does not wait for the kernel's page-table walk; puts from that memory are staged until
+        the check is done. ``memory_checked`` waits for it."""
         from .io import byte_view
 
-        ranges = [byte_view(v) for v in views]
-        check = threading.Thread(
-            target=self._core.huge_memory.register_many,
-            args=(ranges,),
-            name="hicache-ssd-hugepages",
-            daemon=True,
-        )
-        self._memory_checks = [t for t in self._memory_checks if t.is_alive()] + [check]
-        check.start()
+        self._core.huge_memory.register_later([byte_view(v) for v in views])
 
     def memory_checked(self, timeout_s: float | None = None) -> bool:
         """Wait until the ``register_memory_later`` checks are done; False if one still runs."""
-        end = None if timeout_s is None else time.monotonic() + timeout_s
-        for check in list(self._memory_checks):
-            check.join(None if end is None else max(0.0, end - time.monotonic()))
-        return not any(t.is_alive() for t in self._memory_checks)
+        return self._core.huge_memory.checked(timeout_s)
 
     def get_into(self, key: str, parts: Parts, deadline: float | None = None) -> bool:
         """Read one object into ``parts`` (their sizes must add up to the object's size)."""

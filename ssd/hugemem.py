@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import re
 import threading
+import time
 from collections.abc import Sequence
 
 from .io import address_of
@@ -77,6 +78,7 @@ class HugeRanges:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._spans: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())  # (starts, ends), replaced whole
+        self._checks: list[threading.Thread] = []  # register_later
 
     def register(self, view: memoryview) -> float:
         """Check ``view``'s memory; remember it when at least ``MIN_HUGE_FRACTION`` of it is on huge
@@ -98,6 +100,24 @@ class HugeRanges:
                 spans = sorted({*zip(starts, ends, strict=True), *found})
                 self._spans = (tuple(s for s, _ in spans), tuple(e for _, e in spans))
         return fractions
+
+    def register_later(self, views: Sequence[memoryview]) -> None:
+        """``register_many`` on a thread (the views are kept alive by it until it is done)."""
+        check = threading.Thread(
+            target=self.register_many, args=(views,), name="hicache-ssd-hugepages", daemon=True
+        )
+        with self._lock:
+            self._checks = [t for t in self._checks if t.is_alive()] + [check]
+        check.start()
+
+    def checked(self, timeout_s: float | None = None) -> bool:
+        """Wait until the ``register_later`` checks are done; False if one still runs."""
+        end = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._lock:
+            checks = list(self._checks)
+        for check in checks:
+            check.join(None if end is None else max(0.0, end - time.monotonic()))
+        return not any(t.is_alive() for t in checks)
 
     def covers(self, view: memoryview) -> bool:
         starts, ends = self._spans
