@@ -174,6 +174,64 @@ def test_per_tier_figures_say_where_pages_are_served_and_how_fast(rank):
     assert value(found, "hicache_mooncake:call_seconds_count", op="get", **t) == 1
 
 
+def test_refusals_checksum_errors_and_recovery_reach_the_exporter(rank, tmp_path):
+    """The series an operator alerts on, scraped over HTTP with values that moved: a page larger
+    than any tier can hold is refused by cause (``too_large``), a payload corrupted on disk is a
+    counted checksum error (and a miss, never wrong bytes), and a store reopened over the SSD
+    directory says how many entries it recovered and how long that took."""
+    from hicache_mooncake.ssd.format import BLOCK
+
+    store, _metrics, port = rank(0, 0)
+    keys = [f"c{i:03d}" for i in range(48)]  # 3 MiB through 2 MiB of DRAM: the oldest go to SSD
+    arrays = {k: page(k) for k in keys}
+    for i in range(0, len(keys), 8):
+        assert all(store.put_batch(keys[i : i + 8], [parts(arrays[k]) for k in keys[i : i + 8]]))
+    assert store.flush(30)
+    huge = np.zeros(MiB + MiB // 2, np.uint8)  # larger than a DRAM slab and an SSD region (1 MiB)
+    assert store.put_batch(["big"], [[memoryview(huge)]]) == [False]
+    assert store.flush(30)
+    assert store.ssd is not None and store.dram is not None
+    victim = next(k for k in keys if store.ssd.contains(k) and not store.dram.contains(k))
+    engine = store.ssd.engine
+    loc = engine._core.index.get(victim)
+    assert loc is not None
+    with open(engine._core.regions[loc.region].path, "r+b") as f:  # one payload byte flipped on disk
+        f.seek(loc.offset + BLOCK + loc.length // 2)
+        b = f.read(1)[0]
+        f.seek(loc.offset + BLOCK + loc.length // 2)
+        f.write(bytes([b ^ 0x10]))
+    dst = np.zeros(PAGE, np.uint8)
+    assert store.get_batch_into([victim], [parts(dst)]) == [False]  # a miss, not corrupt bytes
+
+    found = samples(f"http://127.0.0.1:{port}/metrics")
+    t = {"model": "org/m", "rank": "0"}
+    too_large = [
+        value(found, "hicache_mooncake:tier_refusals_total", tier=tier, cause="too_large", **t)
+        for tier in ("dram", "ssd")
+    ]
+    assert sum(v or 0 for v in too_large) >= 1, too_large
+    assert value(found, "hicache_mooncake:tier_checksum_errors_total", tier="ssd", **t) == 1
+
+    store.close(flush_timeout_s=10)
+    engine2 = SsdEngine(
+        SsdOptions(dirs=(engine.options.dirs[0],), capacity_bytes=32 * MiB, region_size=MiB, direct_io="off")
+    )
+    reopened = TieredStore([SsdTier(engine2)], lambda: make_policy("lru"), StoreOptions())
+    metrics = BackendMetrics(reopened.stats, RankLabels("org/m", 2))
+    try:
+        port3 = metrics.serve(
+            MetricsConfig(port=0, discovery_dir=str(tmp_path / "disc3")), lambda: (True, {})
+        )
+        found = samples(f"http://127.0.0.1:{port3}/metrics")
+        t2 = {"model": "org/m", "rank": "2"}
+        recovered = value(found, "hicache_mooncake:tier_recovered_entries", tier="ssd", **t2)
+        assert recovered is not None and recovered >= 1
+        assert value(found, "hicache_mooncake:tier_recovery_seconds", tier="ssd", **t2) is not None
+    finally:
+        metrics.close()
+        reopened.close()
+
+
 def test_no_series_that_can_never_move(rank):
     store, _metrics, port = rank(0, 0)
     key = "only"
