@@ -157,8 +157,14 @@ def _memory(config: BackendConfig, s: SglangSection, ranks: int, mem: HostMemory
             Finding(
                 "error",
                 f"tiers.dram.capacity: {format_size(dram)}{per} = {format_size(dram_total)} is more than this "
-                f"host's memory ({format_size(mem.limit)}); every rank allocates its own: at most "
-                f"{format_size(mem.limit // ranks)} per rank, less what SGLang's host pool needs",
+                f"host's memory ({format_size(mem.limit)}); "
+                + (
+                    "the host cache holds one arena for the host: at most "
+                    f"{format_size(mem.limit)}, less what SGLang's host pools need"
+                    if shared
+                    else f"every rank allocates its own: at most {format_size(mem.limit // ranks)} per rank, "
+                    "less what SGLang's host pool needs"
+                ),
             )
         )
         return out

@@ -67,6 +67,22 @@ def test_dram_tiers_of_every_rank_must_fit_in_the_host():
     assert errors(dram="40GiB", ranks=4) == []
 
 
+def test_the_host_cache_arena_is_counted_once_per_host():
+    """With ``tiers.host_cache: on`` every rank of the host uses the service's one arena: 40 GiB
+    for 8 ranks is 40 GiB, not 320; past the host it is refused without the per-rank wording."""
+
+    def host_cache_errors(dram: str) -> list[str]:
+        config = load_backend_config(
+            {"tiers": {"dram": {"capacity": dram}, "host_cache": "on"}, "sglang": {"page_size": 64}},
+            environ={},
+        )
+        return [f.message for f in check(config, 8, HOST) if f.level == "error"]
+
+    assert host_cache_errors("40GiB") == []
+    [message] = host_cache_errors("300GiB")
+    assert "= 300.0GiB" in message and "x 8 ranks" not in message and "one arena for the host" in message
+
+
 def test_a_fixed_host_pool_is_split_exactly_with_the_dram_tiers():
     ok = {"page_size": 64, "hicache_size": "20GB"}
     assert errors(sglang=ok, dram="8GiB", ranks=8) == []  # 8 x (20GB + 8GiB) + 10GiB < 256GiB
