@@ -9,7 +9,8 @@ huge-page buffers first (``SsdOptions.stage_writes``).
 
 The check reads ``/proc/self/smaps`` once per registration (Linux; elsewhere nothing is
 huge-backed); the engine runs it on a thread at attach (``SsdEngine.register_memory_later``), and
-until it is done puts from that memory are staged (one copy more, never wrong). Registered ranges are immutable snapshots: :meth:`HugeRanges.covers` takes no lock.
+until it is done puts from that memory are staged (one copy more, never wrong). Registered ranges
+are immutable snapshots: :meth:`HugeRanges.covers` takes no lock.
 """
 
 from __future__ import annotations
@@ -42,8 +43,7 @@ def huge_fractions(ranges: Sequence[tuple[int, int]], smaps: str = "/proc/self/s
     resident, longer with a large host pool, so callers on the attach path run this on a thread
     (``SsdEngine.register_memory_later``). The text is scanned with regular expressions and only
     the mappings that overlap a range are read field by field."""
-    wanted = [(start, start + n) for start, n in ranges if n > 0]
-    if not wanted:
+    if not any(n > 0 for _, n in ranges):
         return [0.0] * len(ranges)
     try:
         with open(smaps, "rb") as f:
