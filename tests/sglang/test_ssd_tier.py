@@ -3,6 +3,9 @@ re-attach finding SSD data, write-through, write budget, durable clear. Real fil
 
 from __future__ import annotations
 
+import contextlib
+import time
+
 import pytest
 import torch
 from sglang_helpers import SMALL, make_backend, small_extra
@@ -186,29 +189,45 @@ def test_detach_without_flush_drops_dram_pages(tmp_path):
     again.close()
 
 
+@contextlib.contextmanager
 def _stalling_disk(tmp_path):
-    """A real frozen ext4 loop mount where the machine allows (root: CI), else a syscall stall."""
+    """A real frozen ext4 loop mount where the machine allows (root: CI), else a syscall stall;
+    removed (or uninstalled) at the end."""
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ssd"))
     from stall import LoopStall, SyscallStall  # tests/ssd/stall.py
 
-    why_not = LoopStall.available()
-    if not why_not:
-        return LoopStall(str(tmp_path))
-    stall = SyscallStall(str(tmp_path / "stalled"))
-    stall.install()
-    return stall
+    if not LoopStall.available():
+        stall = LoopStall(str(tmp_path))
+    else:
+        stall = SyscallStall(str(tmp_path / "stalled"))
+        stall.install()
+    try:
+        yield stall
+    finally:
+        if hasattr(stall, "destroy"):
+            stall.destroy()
+        else:
+            stall.uninstall()
+
+
+def _attach_after_thaw(extra):
+    """A backend over the thawed directory: the old engine's files are released once its stuck
+    I/O ends, so attach is retried until then."""
+    for _ in range(200):
+        try:
+            return make_backend(extra=extra)
+        except Exception:  # noqa: BLE001 - still in use
+            time.sleep(0.1)
+    raise AssertionError("could not attach again after the thaw")
 
 
 def test_a_stalled_disk_never_stalls_sglang(tmp_path):
     """Sets, gets, exists and detach return within io.timeout_s while the SSD is frozen; the
     tier is skipped while degraded and serves again (same bytes) after the thaw."""
-    import time
-
-    stall = _stalling_disk(tmp_path)
-    try:
+    with _stalling_disk(tmp_path) as stall:
         extra = ssd_extra(stall.path)
         extra["tiers"]["dram"]["enabled"] = False
         extra.setdefault("io", {})["timeout_s"] = 1.0
@@ -232,33 +251,19 @@ def test_a_stalled_disk_never_stalls_sglang(tmp_path):
             assert time.monotonic() - t0 < 1.0 + 2.5
         finally:
             stall.thaw()
-        for _ in range(200):  # the old engine's files are released once its stuck I/O ends
-            try:
-                again, host2 = make_backend(extra=extra)
-                break
-            except Exception:  # noqa: BLE001 - still in use
-                time.sleep(0.1)
-        else:
-            raise AssertionError("could not attach again after the thaw")
+        again, host2 = _attach_after_thaw(extra)
         assert read_back(again, host2, want) == 4
         again.close()
-    finally:
-        if hasattr(stall, "destroy"):
-            stall.destroy()
-        else:
-            stall.uninstall()
 
 
 def test_a_stalled_disk_under_a_full_dram_tier_never_stalls_sglang(tmp_path, caplog):
     """The default config's back-pressure path: once DRAM is full a set waits for the mover, and
     the mover waits for the disk. With the disk frozen every set still returns by io.timeout_s
-    (once the tier is degraded the store runs on DRAM alone, False for a page it cannot place), DRAM hits are still served byte-exact, the tier says
-    "degraded" in one log line, detach returns by its flush deadline, and what reached the disk
-    before the freeze is served after the thaw."""
-    import time
-
-    stall = _stalling_disk(tmp_path)
-    try:
+    (once the tier is degraded the store runs on DRAM alone, False for a page it cannot place),
+    DRAM hits are still served byte-exact, the tier says "degraded" in one log line, detach
+    returns by its flush deadline, and what reached the disk before the freeze is served after
+    the thaw."""
+    with _stalling_disk(tmp_path) as stall:
         extra = ssd_extra(stall.path, flush_on_detach_s=1.0)
         extra.setdefault("io", {})["timeout_s"] = 1.0
         backend, host = make_backend(extra=extra)
@@ -282,9 +287,7 @@ def test_a_stalled_disk_under_a_full_dram_tier_never_stalls_sglang(tmp_path, cap
                     host.free(idx)
                 assert placed  # the degraded SSD is skipped: DRAM takes new pages (its coldest drop out)
                 t0 = time.monotonic()
-                served = read_back(
-                    backend, host, placed
-                )  # byte-checked; a demotion lost to the stall is a miss
+                served = read_back(backend, host, placed)  # byte-checked; a lost demotion is a miss
                 assert time.monotonic() - t0 < 1.0 + 2.5
                 assert served > 0  # DRAM hits stay hits while the disk is frozen
                 assert backend.tier_stats()["tiers"]["ssd"]["degraded"]
@@ -295,18 +298,6 @@ def test_a_stalled_disk_under_a_full_dram_tier_never_stalls_sglang(tmp_path, cap
                 stall.thaw()
         said = [r for r in caplog.records if "degraded (" in r.getMessage()]
         assert len(said) == 1, [r.getMessage() for r in said]
-        for _ in range(200):  # the old engine's files are released once its stuck I/O ends
-            try:
-                again, host2 = make_backend(extra=extra)
-                break
-            except Exception:  # noqa: BLE001 - still in use
-                time.sleep(0.1)
-        else:
-            raise AssertionError("could not attach again after the thaw")
+        again, host2 = _attach_after_thaw(extra)
         assert read_back(again, host2, before) >= on_ssd  # byte-checked
         again.close()
-    finally:
-        if hasattr(stall, "destroy"):
-            stall.destroy()
-        else:
-            stall.uninstall()
