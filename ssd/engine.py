@@ -136,6 +136,7 @@ class SsdEngine:
                 while c.ops > 0 and time.monotonic() < end:
                     c.idle.wait(timeout=min(0.1, max(0.0, end - time.monotonic())))
             c.health.stop()
+            c.huge_memory.checked(max(0.0, end - time.monotonic()))  # reads /proc only: ends soon
             release(
                 c, self._lock_fds, deadline, on_released=self._epochs.close,
                 before_close=self._alloc.summaries.summarize_all_now,

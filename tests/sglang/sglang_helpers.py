@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +57,15 @@ def make_backend(
     backend = StorageBackendFactory.create_backend("dynamic", cfg, host)
     backend.register_mem_pool_host(host)
     return backend, host
+
+
+def threads_started_since(before: set[threading.Thread], settle_s: float = 5.0) -> list[str]:
+    """Names of the threads alive now that were not in ``before``: what a detach leaked. A thread
+    in the middle of ending gets ``settle_s`` (a leaked one never ends); threads of earlier tests
+    that end meanwhile do not count either way (a count of live threads would)."""
+    end = time.monotonic() + settle_s
+    while True:
+        new = [t for t in threading.enumerate() if t not in before]
+        if not new or time.monotonic() >= end:
+            return [t.name for t in new]
+        time.sleep(0.05)

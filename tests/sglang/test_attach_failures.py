@@ -7,7 +7,7 @@ import os
 import threading
 
 import pytest
-from sglang_helpers import make_backend, small_extra
+from sglang_helpers import make_backend, small_extra, threads_started_since
 
 pytestmark = [pytest.mark.sglang, pytest.mark.integration]
 
@@ -29,19 +29,19 @@ def test_bad_policy_options_fail_the_attach_with_the_key_and_leak_nothing(tmp_pa
     )
     extra["tiers"].update(tiers)
     make_backend(extra=small_extra())[0].close()  # SGLang's one-time imports and threads happen here
-    threads, fds = threading.active_count(), open_fd_count()
+    threads, fds = set(threading.enumerate()), open_fd_count()
     with pytest.raises(Exception, match=key):
         make_backend(extra=extra)
-    assert threading.active_count() == threads
+    assert threads_started_since(threads) == []
     assert open_fd_count() == fds
 
 
 def test_a_dram_tier_larger_than_the_host_is_refused_with_the_key_before_anything_is_allocated():
     make_backend(extra=small_extra())[0].close()
-    threads, fds = threading.active_count(), open_fd_count()
+    threads, fds = set(threading.enumerate()), open_fd_count()
     with pytest.raises(Exception, match=r"tiers.dram.capacity: 1024.0TiB is more than this host lets"):
         make_backend(extra=small_extra(dram={"capacity": "1024TiB"}))
-    assert threading.active_count() == threads and open_fd_count() == fds
+    assert threads_started_since(threads) == [] and open_fd_count() == fds
 
 
 def test_an_unreachable_redis_at_attach_is_logged_with_its_key_and_local_tiers_keep_serving(caplog):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from sglang_helpers import SMALL, small_extra
+from sglang_helpers import SMALL, small_extra, threads_started_since
 
 from hicache_mooncake.sglang_harness import fill_random_pages, host_pool_for, make_device_pool, page_snapshot
 from hicache_mooncake.sglang_hybrid import cache_controller, host_group
@@ -91,7 +91,7 @@ def test_attach_detach_repeated_leaks_no_threads_or_fds(controller):
     ctl, host, group = controller
     attach(ctl, group)  # warm-up: lazy imports, first gloo use
     ctl.detach_storage_backend()
-    threads_before = threading.active_count()
+    threads_before = set(threading.enumerate())
     fds_before = len(os.listdir("/proc/self/fd"))
     for _ in range(5):
         attach(ctl, group)
@@ -104,7 +104,7 @@ def test_attach_detach_repeated_leaks_no_threads_or_fds(controller):
         assert backend._closed and ctl.storage_backend is None
         assert not any(t.is_alive() for t in storage_threads(ctl))
     ctl.detach_storage_backend()  # idempotent
-    assert threading.active_count() == threads_before
+    assert threads_started_since(threads_before) == []
     assert len(os.listdir("/proc/self/fd")) == fds_before
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from sglang_helpers import SMALL, small_extra
+from sglang_helpers import SMALL, small_extra, threads_started_since
 
 from hicache_mooncake.sglang_harness import fill_random_pages, host_pool_for, make_device_pool, page_snapshot
 from hicache_mooncake.sglang_hybrid import (
@@ -189,7 +189,7 @@ def test_repeated_attach_detach_of_a_hybrid_model_leaks_no_threads_or_fds(contro
     ctl, group = controller
     attach(ctl, group)  # warm-up: lazy imports, first gloo use
     ctl.detach_storage_backend()
-    threads_before = threading.active_count()
+    threads_before = set(threading.enumerate())
     fds_before = len(os.listdir("/proc/self/fd"))
     mamba = group.get_pool(PoolName.MAMBA)
     for i in range(3):
@@ -199,7 +199,7 @@ def test_repeated_attach_detach_of_a_hybrid_model_leaks_no_threads_or_fds(contro
         assert ok == {PoolName.MAMBA: [True]}
         mamba.free(slot)
         ctl.detach_storage_backend()
-    assert threading.active_count() == threads_before
+    assert threads_started_since(threads_before) == []
     assert len(os.listdir("/proc/self/fd")) == fds_before
 
 

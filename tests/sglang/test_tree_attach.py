@@ -14,7 +14,7 @@ import threading
 
 import pytest
 import yaml
-from sglang_helpers import SMALL, small_extra
+from sglang_helpers import SMALL, small_extra, threads_started_since
 
 from hicache_mooncake.sglang_harness import make_device_pool
 
@@ -58,7 +58,7 @@ def tree(sglang_runtime, monkeypatch):
 def test_runtime_attach_detach_cycle_through_the_tree(tree, tmp_path):
     conf = tmp_path / "hicache.yaml"
     conf.write_text(yaml.safe_dump(small_extra()))
-    threads_before = threading.active_count()
+    threads_before = set(threading.enumerate())
     for i in range(3):
         # the HTTP body carries the extra config as a JSON string or as "@file.yaml"
         extra = json.dumps(small_extra()) if i % 2 else f"@{conf}"
@@ -74,7 +74,7 @@ def test_runtime_attach_detach_cycle_through_the_tree(tree, tmp_path):
         assert ok and tree.cache_controller.storage_backend is None and backend._closed
     ok, _ = tree.detach_storage_backend()
     assert ok  # idempotent
-    assert threading.active_count() == threads_before
+    assert threads_started_since(threads_before) == []
 
 
 def test_bad_yaml_attach_is_refused_with_the_key_and_nothing_attached(tree):
