@@ -48,9 +48,10 @@ list operations, one shadow move, and a heap operation per run (not per page).
 
 Invariants:
 - ``pop_victim`` returns a resident key and forgets it; ``len`` counts resident keys only.
-- Observations hold at most ``horizon * peak + 1024`` keys, the shadow at most ``peak`` keys
-  (``peak``: the largest resident count seen); run lists hold at most ``2 * resident + 4096``
-  entries (stale ones are compacted away).
+- Observations hold at most ``max(horizon, 1) * peak + 1024`` keys, the shadow at most ``peak``
+  keys (``peak``: the largest resident count seen), both in one ``RecencyLog`` by the keys'
+  fingerprints (about 130 bytes per observed key, none of them the key's string); run lists hold
+  at most ``2 * resident + 4096`` entries (stale ones are compacted away).
 - A page pinned in ``Hints`` is put back, not evicted, while the pin holds (at most 64 in a row
   per eviction, so pins cannot stall the store).
 - Deterministic (same calls, same victims); no I/O; not thread-safe (callers lock). Hints are
@@ -61,11 +62,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import OrderedDict
 from typing import ClassVar
 
 from .base import DEFAULT_CONTEXT, AccessContext, EvictionPolicy
 from .hints import Hints, HintState
+from .recency_log import RecencyLog
 from .registry import register_policy
 
 _NEW, _REWRITE, _HIT = range(3)
@@ -163,8 +164,9 @@ class ReusePolicy(EvictionPolicy):
         self._slots = 0
         self._epoch = 0
         self._peak = 0
-        # observations: key -> (open tick << _CLS_BITS) | class, least recently observed first
-        self._obs: OrderedDict[str, int] = OrderedDict()
+        # observations (key -> (open tick << _CLS_BITS) | class) and the guard's LRU shadow: one
+        # access order (recency_log)
+        self._log = RecencyLog(_CLS_BITS)
         self._tick = 0
         self._next_refresh = 1024
         self._obs_limit = 1024
@@ -180,8 +182,7 @@ class ReusePolicy(EvictionPolicy):
         self._far_base = 0.0  # reuses (decayed) observed during the warm-up
         self._warm = True  # the share is not counted yet (see _choose_alpha)
         self._hint_ratio = 0.0
-        # the guard: LRU shadow, per-request hits of it and of the real cache, decayed paired sums
-        self._shadow: OrderedDict[str, None] = OrderedDict()
+        # the guard: per-request hits of the LRU shadow and of the real cache, decayed paired sums
         self._sh_hits = 0
         self._sh_broken = False
         self._real_hits = 0
@@ -382,10 +383,11 @@ class ReusePolicy(EvictionPolicy):
                 self._end_request()
 
         # Observation: close the key's previous one (a reuse), open a new one. Per class: decayed
-        # reuses and exposure of closed observations; count and tick sum of the open ones.
+        # reuses and exposure of closed observations; count and tick sum of the open ones. The
+        # same step moves the key to the front of the LRU shadow.
         expo, open_n, open_sum = self._expo, self._open_n, self._open_sum
-        obs = self._obs
-        old = obs.pop(key, None)
+        log = self._log
+        old, in_shadow, expired = log.touch(hash(key), tick, cls, self._peak, self._obs_limit)
         if old is not None:
             oc = old & _CLS_MASK
             ot = old >> _CLS_BITS
@@ -395,32 +397,24 @@ class ReusePolicy(EvictionPolicy):
             expo[oc] += tick - ot
             if tick - ot > self._peak:
                 self._far += 1.0
-        obs[key] = (tick << _CLS_BITS) | cls
         open_n[cls] += 1
         open_sum[cls] += tick
-        if len(obs) > self._obs_limit:
-            old = obs.popitem(last=False)[1]
-            oc = old & _CLS_MASK
-            ot = old >> _CLS_BITS
+        if expired is not None:
+            oc = expired & _CLS_MASK
+            ot = expired >> _CLS_BITS
             open_n[oc] -= 1
             open_sum[oc] -= ot
             expo[oc] += tick - ot
         if tick >= self._next_refresh:
             self._refresh()
 
-        if self.guard:  # the LRU shadow
+        if self.guard:  # the LRU shadow's hit run of this request
             if read:
                 self._real_hits += 1
-            sh = self._shadow
-            if key in sh:
-                sh.move_to_end(key)
-                if not self._sh_broken:
-                    self._sh_hits += 1
-            else:
+            if not in_shadow:
                 self._sh_broken = True
-                sh[key] = None
-                if len(sh) > self._peak:
-                    sh.popitem(last=False)
+            elif not self._sh_broken:
+                self._sh_hits += 1
 
         # GreedyDual push, chain-monotone, into the current run when the priority is capped
         where = self._where
@@ -452,7 +446,8 @@ class ReusePolicy(EvictionPolicy):
 
     def _grow(self, resident: int) -> None:
         self._peak = resident
-        self._obs_limit = int(self.horizon * resident) + 1024
+        # at least the shadow's size: the shadow is the newest part of the observations
+        self._obs_limit = int(max(self.horizon, 1.0) * resident) + 1024
 
     def _compact(self) -> None:
         where = self._where
@@ -472,7 +467,7 @@ class ReusePolicy(EvictionPolicy):
     def on_set(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
         if key in self._where or ctx.promoted:
             kind = _HIT
-        elif key in self._obs:
+        elif hash(key) in self._log:
             kind = _REWRITE
         else:
             kind = _NEW

@@ -1,0 +1,114 @@
+"""RecencyLog against the two ordered dicts it replaces, on random and adversarial access streams."""
+
+from __future__ import annotations
+
+import random
+import tracemalloc
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from hicache_mooncake.tiers.policy.recency_log import RecencyLog
+
+BITS = 10
+
+
+class _Reference:
+    """The reuse policy's former bookkeeping: observations and the LRU shadow as OrderedDicts."""
+
+    def __init__(self) -> None:
+        self.obs: OrderedDict[Any, int] = OrderedDict()
+        self.shadow: OrderedDict[Any, None] = OrderedDict()
+
+    def touch(
+        self, fp: Any, tick: int, payload: int, shadow_size: int, limit: int
+    ) -> tuple[int | None, bool, int | None]:
+        old = self.obs.pop(fp, None)
+        self.obs[fp] = (tick << BITS) | payload
+        expired = self.obs.popitem(last=False)[1] if len(self.obs) > limit else None
+        was = fp in self.shadow
+        if was:
+            self.shadow.move_to_end(fp)
+        else:
+            self.shadow[fp] = None
+            if len(self.shadow) > shadow_size:
+                self.shadow.popitem(last=False)
+        return old, was, expired
+
+
+def _stream(rng: random.Random, n: int, keys: int, hot: int) -> list[int]:
+    """Mostly a few hot keys (stale log entries pile up: compaction), then scans of new keys
+    (expiry and the shadow's boundary move), mixed."""
+    out: list[int] = []
+    fresh = keys
+    while len(out) < n:
+        mode = rng.random()
+        if mode < 0.4:
+            out.extend(rng.randrange(hot) for _ in range(rng.randrange(1, 400)))
+        elif mode < 0.7:
+            out.extend(range(fresh, fresh + rng.randrange(1, 300)))
+            fresh += 300
+        else:
+            out.extend(rng.randrange(keys) for _ in range(rng.randrange(1, 300)))
+    return out[:n]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_log_answers_exactly_as_the_two_ordered_dicts(seed: int) -> None:
+    rng = random.Random(seed)
+    log, ref = RecencyLog(BITS), _Reference()
+    shadow_size = rng.randrange(1, 50)
+    universe = 1500 if seed % 2 else 10**9  # few distinct keys: stale entries pile up
+    stream = _stream(rng, 40_000, keys=3000, hot=rng.randrange(1, 40))
+    for tick, fp in enumerate((fp % universe for fp in stream), start=1):
+        if rng.random() < 0.0005:
+            shadow_size += rng.randrange(0, 100)  # the shadow grows with the peak, never shrinks
+        # the policy keeps limit >= shadow size; a large one lets stale entries pile up (compaction)
+        limit = shadow_size + (10**6 if seed % 2 else rng.choice((0, 5, 1024)))
+        payload = rng.randrange(1 << BITS)
+        assert log.touch(fp, tick, payload, shadow_size, limit) == ref.touch(
+            fp, tick, payload, shadow_size, limit
+        ), f"tick {tick} key {fp}"
+        assert len(log) == len(ref.obs) and log.shadow_len == len(ref.shadow)
+    assert all(fp in log for fp in ref.obs)
+    assert not any(fp in log for fp in range(10**9, 10**9 + 100))
+
+
+def test_hot_keys_do_not_grow_the_log_without_bound() -> None:
+    log = RecencyLog(BITS)
+    for tick in range(1, 200_000):
+        log.touch(tick % 7, tick, 0, shadow_size=5, limit=10_000)
+    assert len(log) == 7 and log.shadow_len == 5
+    assert len(log._fps) < 2 * 7 + 4096 + 2  # compacted as it went
+
+
+def test_an_observed_key_costs_well_under_the_two_ordered_dicts() -> None:
+    """The point of the structure: ~215 bytes per key as two OrderedDicts keyed by the key's
+    string, under 150 here (the fingerprint's int included)."""
+    n = 100_000
+    keys = [f"model/abcd/{i:064x}@tp0of1" for i in range(n)]
+
+    def cost(structure: Any, key_of: Callable[[str], Any]) -> float:
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for tick, key in enumerate(keys, start=1):
+                structure.touch(key_of(key), tick, 1, n, 4 * n)
+            return (tracemalloc.get_traced_memory()[0] - before) / n
+        finally:
+            tracemalloc.stop()
+
+    ours = cost(RecencyLog(BITS), hash)
+    theirs = cost(_Reference(), lambda key: key)
+    assert ours < 150 < theirs, (ours, theirs)
+
+
+def test_a_limit_below_the_shadow_size_cuts_the_shadow_to_the_observations() -> None:
+    log = RecencyLog(BITS)
+    for tick in range(1, 101):
+        log.touch(tick, tick, 0, shadow_size=50, limit=10)
+    assert len(log) == 10 and log.shadow_len == 10
+    assert log.touch(90, 101, 0, shadow_size=50, limit=10)[:2] == (None, False)  # expired: gone from both
+    assert log.touch(100, 102, 0, shadow_size=50, limit=10)[1] is True

@@ -1,0 +1,141 @@
+"""One access order, two windows: the reuse policy's open observations and its LRU shadow.
+
+Both follow every access of a key to the end of one recency order: the *observations* are the
+``limit`` most recently accessed distinct keys (each with the value of its latest access), the
+*shadow* the ``shadow_size`` most recent ones (what an LRU cache of that many keys holds after the
+same accesses). Kept as two ``OrderedDict``s they cost two linked nodes and two dict slots per
+key (~215 bytes); here one plain dict maps a key's fingerprint to ``(tick << payload_bits) |
+payload`` and one append-only log (fingerprints in a list, ticks in an ``array``) holds the order.
+
+- A log entry is *live* while the dict still holds that tick for its fingerprint; a later access
+  of the key leaves a stale entry behind. The log is compacted (stale entries dropped) once it
+  is more than twice the live keys plus 4096, so it stays O(live keys) whatever the traffic.
+- The shadow is a suffix of the order: a key is in it iff its tick is at or after the shadow's
+  boundary entry. Admitting a key that was outside moves the boundary past the oldest live entry
+  when the shadow is over size; the boundary only moves forward (a key that left the shadow is
+  back only when accessed again), as an LRU cache's contents do.
+- Expiring the oldest observation moves the head; the shadow never reaches behind it. Callers
+  keep ``limit`` above ``shadow_size`` (the shadow is then exactly the LRU cache's contents);
+  with a smaller ``limit`` the shadow is cut to the observations.
+
+Keys are stored as their fingerprint (``hash(key)``: cached in the string, 64 bits), so a key
+that is no longer resident anywhere does not keep its string alive here. Two keys with one
+fingerprint share an observation (a reuse estimate's noise, at odds of about n^2 / 2^64).
+Ticks must strictly increase from one ``touch`` to the next. Not thread-safe (callers lock).
+"""
+
+from __future__ import annotations
+
+from array import array
+from itertools import compress
+
+_COMPACT_SLACK = 4096
+_PAST_THE_END = 1 << 63  # the boundary's tick when no entry lies at or after it
+
+
+class RecencyLog:
+    """Open observations and an LRU shadow over one access order (module docstring)."""
+
+    def __init__(self, payload_bits: int) -> None:
+        self._bits = payload_bits
+        self._last: dict[int, int] = {}  # fingerprint -> (tick << bits) | payload of its latest access
+        self._fps: list[int] = []  # fingerprint of each logged access, oldest first
+        self._ticks = array("q")  # its tick
+        self._head = 0  # entries before it are expired or stale
+        self._bound = 0  # the shadow: live entries at or after this index ...
+        self._bound_tick = _PAST_THE_END  # ... are those whose tick is at least this one's
+        self._shadow = 0  # live entries at or after ``_bound``
+        self._compact_at = _COMPACT_SLACK  # log length at which ``_compact`` is considered
+
+    def __len__(self) -> int:
+        """Open observations."""
+        return len(self._last)
+
+    def __contains__(self, fp: int) -> bool:
+        return fp in self._last
+
+    @property
+    def shadow_len(self) -> int:
+        return self._shadow
+
+    def touch(
+        self, fp: int, tick: int, payload: int, shadow_size: int, limit: int
+    ) -> tuple[int | None, bool, int | None]:
+        """Record an access of ``fp`` at ``tick`` (>= 0, larger than the previous one's).
+
+        Returns the value of its previous access (None if it was not observed), whether it was
+        in the shadow before this access, and the value of the oldest observation if this one
+        took the open observations over ``limit`` (it is closed: expired), else None. The key
+        is in the shadow afterwards; the shadow is then cut to ``shadow_size`` keys (its oldest
+        go)."""
+        last = self._last
+        old = last.get(fp)
+        in_shadow = old is not None and old >> self._bits >= self._bound_tick
+        last[fp] = (tick << self._bits) | payload
+        fps = self._fps
+        fps.append(fp)
+        self._ticks.append(tick)
+        if self._bound_tick == _PAST_THE_END:  # the boundary was at the end: it is this entry now
+            self._bound_tick = tick
+        if not in_shadow:
+            self._shadow += 1
+            if self._shadow > shadow_size:
+                self._move_bound(self._next_live(self._bound) + 1)
+                self._shadow -= 1
+        expired = self._expire_oldest() if len(last) > limit else None
+        if len(fps) >= self._compact_at:
+            if len(fps) - self._head > 2 * len(last) + _COMPACT_SLACK:
+                self._compact()
+            self._compact_at = len(self._fps) + len(last) + _COMPACT_SLACK
+        return old, in_shadow, expired
+
+    def clear(self) -> None:
+        self.__init__(self._bits)  # type: ignore[misc]
+
+    def _expire_oldest(self) -> int:
+        i = self._next_live(self._head)
+        value = self._last.pop(self._fps[i])
+        self._head = i + 1
+        if self._bound <= i:  # the shadow never reaches behind the observations
+            self._move_bound(i + 1)
+            self._shadow -= 1
+        if self._head > _COMPACT_SLACK and 2 * self._head > len(self._fps):
+            self._drop_head()
+        return value
+
+    def _move_bound(self, i: int) -> None:
+        self._bound = i
+        self._bound_tick = self._ticks[i] if i < len(self._ticks) else _PAST_THE_END
+
+    def _next_live(self, i: int) -> int:
+        """Index of the first live entry at or after ``i`` (one exists: callers only ask while a
+        live entry lies there)."""
+        fps, ticks, last, bits = self._fps, self._ticks, self._last, self._bits
+        while True:
+            value = last.get(fps[i])
+            if value is not None and value >> bits == ticks[i]:
+                return i
+            i += 1
+
+    def _drop_head(self) -> None:
+        """Forget the entries before the head (one memmove; what steady expiry needs)."""
+        head = self._head
+        del self._fps[:head]
+        del self._ticks[:head]
+        self._head = 0
+        self._bound -= head
+        self._compact_at -= head
+
+    def _compact(self) -> None:
+        """Drop expired and stale entries (live ones: the dict holds their tick); the boundary
+        keeps its place among the live ones. One pass at C speed where it can (a log of 3M entries
+        takes about 0.3 s), after at least ``live + 4096`` accesses since the last one."""
+        fps, ticks, bits = self._fps, self._ticks, self._bits
+        head, bound = self._head, self._bound
+        get = self._last.get
+        live = [get(fp, -1) >> bits == t for fp, t in zip(fps[head:], ticks[head:], strict=True)]
+        before = live[: bound - head].count(True)
+        self._fps = list(compress(fps[head:], live))
+        self._ticks = array("q", compress(ticks[head:], live))
+        self._head = 0
+        self._move_bound(before)
