@@ -91,7 +91,7 @@ class KeySpace:
             for h in page_hashes:
                 self.key(h)  # raises, naming the rule
         head, tail = self.prefix, self.tag + self.suffix
-        return [head + h + tail for h in page_hashes]
+        return [f"{head}{h}{tail}" for h in page_hashes]  # one allocation per key
 
 
 # Host-pool attributes that shape a page's bytes, across SGLang's pool classes: KV (MHA, MLA),

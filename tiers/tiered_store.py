@@ -63,6 +63,8 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from itertools import compress
+from operator import not_
 from typing import Any, TypeVar, cast
 
 from .dram_tier import DramTier
@@ -312,40 +314,51 @@ class TieredStore:
     @_gated
     def exists_prefix(self, keys: Sequence[str]) -> int:
         """How many leading ``keys`` some tier holds."""
-        flags = self.exists_batch(keys)
-        return next((i for i, ok in enumerate(flags) if not ok), len(flags))
+        return self._exists(keys)[1]
 
+    @_gated
     def exists_batch(self, keys: Sequence[str]) -> list[bool]:
         """Per key: does some tier hold it? The first missing key is told to the policy."""
+        return self._exists(keys)[0]
+
+    def _exists(self, keys: Sequence[str]) -> tuple[list[bool], int]:
+        """``exists_batch``'s flags and the length of their leading run of hits."""
         if not keys:
-            return []
-        with self._lock:
-            self._request_len[keys[0]] = len(keys)
-            self._request_len.move_to_end(keys[0])
-            if len(self._request_len) > _REQUEST_MEMORY:
-                self._request_len.popitem(last=False)
+            return [], 0
         n = len(keys)
-        present = self.contains_batch(keys)
+        present = self._contains(keys)
         hit = present.index(False) if False in present else n
         with self._lock:
+            request_len = self._request_len
+            request_len[keys[0]] = n
+            request_len.move_to_end(keys[0])
+            if len(request_len) > _REQUEST_MEMORY:
+                request_len.popitem(last=False)
             self._tenant_count_locked(keys[0], exists_pages=n, exists_hit_pages=hit)
             if hit < n and self.local and self._placement is not None:
                 self._placement.miss(keys[hit], miss_context(hit, n))
-        return present
+        return present, hit
 
     @_gated
     def contains_batch(self, keys: Sequence[str]) -> list[bool]:
         """Per key, whether some tier holds it (no prefix cut: a hybrid model's sidecar objects
         have holes that matter). Tells the policy nothing."""
-        present = [False] * len(keys)
-        pending = list(range(len(keys)))
-        for tier in self.tiers:
-            if not pending:
+        return self._contains(keys)
+
+    def _contains(self, keys: Sequence[str]) -> list[bool]:
+        """``contains_batch`` inside a gated call: each tier is asked once, for the keys the
+        tiers before it lack (the index work runs in C-level passes, not per key in Python)."""
+        tiers = self.tiers
+        if not tiers or not keys:
+            return [False] * len(keys)
+        present = list(tiers[0].contains_batch(keys))
+        for tier in tiers[1:]:
+            if all(present):
                 break
-            found = tier.contains_batch([keys[i] for i in pending])
-            for i, ok in zip(pending, found, strict=True):
-                present[i] = ok
-            pending = [i for i in pending if not present[i]]
+            pending = list(compress(range(len(keys)), map(not_, present)))
+            found = tier.contains_batch(list(map(keys.__getitem__, pending)))
+            for i in compress(pending, found):
+                present[i] = True
         return present
 
     # ------------------------------------------------------------------ reads
