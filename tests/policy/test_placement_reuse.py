@@ -156,3 +156,18 @@ def test_reuse_read_contexts_carry_the_request_length() -> None:
     ctxs = get_contexts(["1", "2", "3"], request_len=5)
     assert all(c.request_len == 5 and c.batch_len == 3 for c in ctxs)
     assert set_contexts(["4", "5"], ["1", "2", "3"])[0].request_len == 5
+
+
+def test_hottest_is_dram_most_recent_first_then_ssd_latest_placed_first() -> None:
+    """What the warm snapshot writes; ``hottest_cut`` is taken under the store lock, ``pages``
+    after it, and the two together give the same answer at every limit."""
+    pl = TierPlacement(make_policy("lru"), capacity=6, dram_capacity=2)
+    _set(pl, ["a", "b", "c", "d", "e"])
+    pl.settle()  # DRAM: d, e (e most recent); SSD: a, b, c
+    assert pl.hit("b", get_contexts(["b"])[0]) == SSD  # b moves up, d is demoted
+    pl.settle()
+    full = [("b", 1, True), ("e", 1, True), ("d", 1, False), ("c", 1, False), ("a", 1, False)]
+    assert pl.hottest(10) == full
+    for limit in range(6):
+        assert pl.hottest(limit) == full[:limit]
+        assert pl.hottest_cut(limit).pages() == full[:limit]

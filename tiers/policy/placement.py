@@ -36,6 +36,7 @@ import enum
 import itertools
 from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from .base import AccessContext, EvictionPolicy
 from .hints import Hints
@@ -60,6 +61,24 @@ class SetOutcome(enum.IntEnum):
     """A new page placed on SSD (no DRAM tier): copy the call's bytes to SSD."""
     UP = 4
     """A page that was only on SSD moves to DRAM: copy the call's bytes into DRAM."""
+
+
+@dataclass(frozen=True)
+class HottestCut:
+    """A copy of the placement's recency orders (``TierPlacement.hottest_cut``)."""
+
+    dram: list[tuple[str, int]]
+    placed: list[tuple[str, int]]
+    limit: int
+
+    def pages(self) -> list[tuple[str, int, bool]]:
+        """``(key, size, in_dram)``, hottest first: DRAM, then the pages placed on SSD only."""
+        out = [(key, size, True) for key, size in self.dram]
+        if len(out) < self.limit:
+            in_dram = {key for key, _ in self.dram}
+            ssd = ((key, size, False) for key, size in self.placed if key not in in_dram)
+            out.extend(itertools.islice(ssd, self.limit - len(out)))
+        return out
 
 
 class TierPlacement:
@@ -370,14 +389,18 @@ class TierPlacement:
         """Every resident key (a copy), oldest placement first."""
         return list(self._size)
 
+    def hottest_cut(self, limit: int) -> HottestCut:
+        """What ``hottest`` needs, copied by C-level passes (a few ms at 256k pages: callers take it
+        under the store lock and run ``HottestCut.pages`` after releasing it)."""
+        dram = list(itertools.islice(reversed(self._dram.items()), limit))
+        # the first ``limit`` placed pages hold at most len(dram) DRAM ones: enough SSD ones follow
+        placed = list(itertools.islice(reversed(self._size.items()), limit))
+        return HottestCut(dram, placed, limit)
+
     def hottest(self, limit: int) -> list[tuple[str, int, bool]]:
         """Up to ``limit`` resident pages, hottest first: DRAM (most recent first), then the pages
         placed on SSD (latest placed first). ``(key, size, in_dram)``."""
-        out = [(key, self._dram[key], True) for key in itertools.islice(reversed(self._dram), limit)]
-        if len(out) < limit:
-            ssd = (key for key in reversed(self._size) if key not in self._dram)
-            out.extend((key, self._size[key], False) for key in itertools.islice(ssd, limit - len(out)))
-        return out
+        return self.hottest_cut(limit).pages()
 
     def warm(self, key: str) -> bool:
         """A page placed on SSD was copied into DRAM by the re-warmer: place it in DRAM as the least
