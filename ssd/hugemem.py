@@ -7,16 +7,22 @@ when it lies in a range registered here and found huge-backed (``SsdEngine.regis
 DRAM tier's arena, a host pool on huge pages); other memory is staged into the engine's own
 huge-page buffers first (``SsdOptions.stage_writes``).
 
-The check reads ``/proc/self/smaps`` once per registration (Linux; elsewhere nothing is
-huge-backed); the engine runs it on a thread at attach (``SsdEngine.register_memory_later``), and
-until it is done puts from that memory are staged (one copy more, never wrong). Registered ranges
+The check asks the kernel about the registered ranges alone (``PAGEMAP_SCAN``, Linux 6.7 and
+later: milliseconds), else reads ``/proc/self/smaps`` once per registration (a walk of every
+mapping; elsewhere than Linux nothing is huge-backed); the engine runs it on a thread at attach
+(``SsdEngine.register_memory_later``), and until it is done puts from that memory are staged (one
+copy more, never wrong). Registered ranges
 are immutable snapshots: :meth:`HugeRanges.covers` takes no lock.
 """
 
 from __future__ import annotations
 
 import bisect
+import fcntl
+import mmap
+import os
 import re
+import struct
 import threading
 import time
 from collections.abc import Sequence
@@ -27,24 +33,84 @@ _HUGE_FIELDS = ("AnonHugePages", "ShmemPmdMapped", "FilePmdMapped", "Shared_Huge
 MIN_HUGE_FRACTION = 0.9
 
 
+SMAPS = "/proc/self/smaps"
+# PAGEMAP_SCAN (Linux >= 6.7): struct pm_scan_arg is 12 u64s, struct page_region 3 u64s
+_PM_SCAN_ARG = struct.Struct("<12Q")
+_PAGE_REGION = struct.Struct("<3Q")
+_PAGEMAP_SCAN = (3 << 30) | (_PM_SCAN_ARG.size << 16) | (ord("f") << 8) | 16  # _IOWR('f', 16, ...)
+_PAGE_IS_HUGE = 1 << 6
+_SCAN_REGIONS = 512
+_PAGE = mmap.PAGESIZE
+
+
+def scanned_huge_fractions(ranges: Sequence[tuple[int, int]]) -> list[float] | None:
+    """``huge_fractions`` of this process's memory from the kernel's ``PAGEMAP_SCAN`` (Linux 6.7
+    and later): it walks the page tables of the ranges asked about and nothing else, a few
+    milliseconds per GB at most. None where the kernel has no such call (then ``smaps`` is read).
+    A range counts as huge where a PMD-mapped transparent huge page or a hugetlb page backs it
+    (what ``AnonHugePages`` and the hugetlb fields of ``smaps`` count)."""
+    try:
+        fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        out = []
+        vec = bytearray(_PAGE_REGION.size * _SCAN_REGIONS)
+        vec_addr = address_of(memoryview(vec))
+        for start, nbytes in ranges:
+            if nbytes <= 0:
+                out.append(0.0)
+                continue
+            lo = start - start % _PAGE
+            end = start + nbytes
+            hi = -(-end // _PAGE) * _PAGE
+            huge = 0
+            while lo < hi:
+                # size, flags, start, end, walk_end, vec, vec_len, max_pages, category_inverted,
+                # category_mask (pages must be huge), category_anyof_mask, return_mask
+                fields = (_PM_SCAN_ARG.size, 0, lo, hi, 0, vec_addr, _SCAN_REGIONS, 0, 0)
+                arg = bytearray(_PM_SCAN_ARG.pack(*fields, _PAGE_IS_HUGE, 0, _PAGE_IS_HUGE))
+                found = fcntl.ioctl(fd, _PAGEMAP_SCAN, arg)
+                for i in range(found):
+                    r_lo, r_hi, _ = _PAGE_REGION.unpack_from(vec, i * _PAGE_REGION.size)
+                    huge += max(0, min(r_hi, end) - max(r_lo, start))
+                walk_end = _PM_SCAN_ARG.unpack(arg)[4]
+                if walk_end <= lo:
+                    break
+                lo = walk_end
+            out.append(min(1.0, huge / nbytes))
+        return out
+    except OSError:
+        return None  # ENOTTY / EINVAL: a kernel without PAGEMAP_SCAN
+    finally:
+        os.close(fd)
+
+
 _MAPPING = re.compile(rb"^([0-9a-f]+)-([0-9a-f]+) ", re.M)
 _FIELD = re.compile(rb"^(Size|" + b"|".join(f.encode() for f in _HUGE_FIELDS) + rb"):\s+(\d+) kB", re.M)
 
 
-def huge_fraction(start: int, nbytes: int, smaps: str = "/proc/self/smaps") -> float:
+def huge_fraction(start: int, nbytes: int, smaps: str = SMAPS) -> float:
     """Share of ``[start, start + nbytes)`` on huge pages (per mapping: its huge bytes times the
     share of the mapping the range covers); 0.0 when unknown."""
     return huge_fractions([(start, nbytes)], smaps)[0]
 
 
-def huge_fractions(ranges: Sequence[tuple[int, int]], smaps: str = "/proc/self/smaps") -> list[float]:
-    """``huge_fraction`` of each ``(start, nbytes)``, from one read of ``smaps``. The kernel walks
-    every mapping's page tables to write that file: about 0.5 s for a process with a few GB
-    resident, longer with a large host pool, so callers on the attach path run this on a thread
-    (``SsdEngine.register_memory_later``). The text is scanned with regular expressions and only
-    the mappings that overlap a range are read field by field."""
+def huge_fractions(ranges: Sequence[tuple[int, int]], smaps: str = SMAPS) -> list[float]:
+    """``huge_fraction`` of each ``(start, nbytes)``. For this process the kernel is asked about the
+    ranges alone where it can (``scanned_huge_fractions``); otherwise, or for another ``smaps``
+    file, from one read of it. To write that file the kernel walks every mapping's page tables,
+    holding the process's mmap lock while it walks one (so other threads' mmap and munmap wait):
+    about 0.5 s for a process with a few GB resident, longer with a large host pool, so callers on
+    the attach path run this on a thread (``SsdEngine.register_memory_later``). The text is
+    scanned with regular expressions and only the mappings that overlap a range are read field by
+    field."""
     if not any(n > 0 for _, n in ranges):
         return [0.0] * len(ranges)
+    if smaps == SMAPS:
+        scanned = scanned_huge_fractions(ranges)
+        if scanned is not None:
+            return scanned
     try:
         with open(smaps, "rb") as f:
             text = f.read()

@@ -16,7 +16,7 @@ from ssd_helpers import aligned_array, open_engine, value_for
 from hicache_mooncake.ssd import SsdOptions
 from hicache_mooncake.ssd.allocator import RegionAllocator
 from hicache_mooncake.ssd.format import parse_region_file_name
-from hicache_mooncake.ssd.hugemem import HugeRanges, huge_fraction, huge_fractions
+from hicache_mooncake.ssd.hugemem import HugeRanges, huge_fraction, huge_fractions, scanned_huge_fractions
 from hicache_mooncake.ssd.io import READ, URGENT, WRITE, IoPool, address_of, huge_buffer
 from hicache_mooncake.ssd.state import StateFile, load_dir
 
@@ -182,6 +182,37 @@ def test_huge_ranges_cover_only_registered_huge_memory() -> None:
     if ranges.register(huge) >= 0.9:  # THP gave huge pages (the kernel may refuse under pressure)
         assert ranges.covers(huge[MiB : 2 * MiB]) and ranges.covers(huge)
     assert address_of(huge) % (2 * MiB) == 0
+
+
+def test_the_kernel_scan_of_the_ranges_agrees_with_smaps() -> None:
+    """Where the kernel has PAGEMAP_SCAN (Linux >= 6.7, CI's included) the huge-page check walks
+    only the registered ranges (not every mapping of the process, as reading smaps does) and
+    finds what smaps says; elsewhere it says it cannot and smaps is read."""
+    import os
+    import platform
+
+    plain = mmap.mmap(-1, 4 * MiB)
+    plain.madvise(mmap.MADV_NOHUGEPAGE)
+    np.frombuffer(plain, dtype=np.uint8)[::4096] = 1
+    huge = huge_buffer(16 * MiB)
+    np.frombuffer(huge, dtype=np.uint8)[::4096] = 1
+    ranges = [
+        (address_of(memoryview(plain)), len(plain)),
+        (address_of(huge), huge.nbytes),
+        (address_of(huge) + 12345, 3 * MiB),  # unaligned, inside
+        (address_of(huge) + 15 * MiB, 4 * MiB),  # past the end of the buffer
+        (address_of(huge), 0),
+    ]
+    kernel = tuple(int(x) for x in platform.release().split(".")[:2] if x.isdigit())
+    scanned = scanned_huge_fractions(ranges)
+    if os.uname().sysname == "Linux" and kernel >= (6, 7):
+        assert scanned is not None
+        from_smaps = huge_fractions(ranges, "/proc/self/../self/smaps")  # the same file, parsed
+        assert scanned == pytest.approx(from_smaps, abs=0.02)
+        assert scanned[0] == 0.0 and scanned[4] == 0.0
+        assert huge_fractions(ranges) == scanned  # this process: the scan answers
+    else:
+        assert scanned is None
 
 
 def _aligned(v: np.ndarray) -> np.ndarray:
