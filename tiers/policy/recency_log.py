@@ -128,8 +128,8 @@ class RecencyLog:
 
     def _compact(self) -> None:
         """Drop expired and stale entries (live ones: the dict holds their tick); the boundary
-        keeps its place among the live ones. One pass at C speed where it can (a log of 3M entries
-        takes about 0.3 s), after at least ``live + 4096`` accesses since the last one."""
+        keeps its place among the live ones. One comprehension over the log and two C-level
+        ``compress`` passes, after at least ``live + 4096`` accesses since the last one."""
         fps, ticks, bits = self._fps, self._ticks, self._bits
         head, bound = self._head, self._bound
         get = self._last.get
