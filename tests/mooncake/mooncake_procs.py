@@ -32,6 +32,7 @@ _PR_SET_PDEATHSIG = 1
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 MASTER_PORT = 50051
+RESERVED_PORTS = "50050-50070,51050-51070"  # masters (+1000: metrics) and holders
 
 
 def _libc() -> Any:
@@ -63,8 +64,12 @@ class Netns:
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
+        # the fixed ports the tests bind (masters, their metrics ports, holders) lie in the kernel's
+        # ephemeral range: reserved in this namespace, no outgoing connection can take one first
+        # (a standby master once failed with "Address already in use" on its metrics port)
         code = (
             "import subprocess, sys; subprocess.run(['ip', 'link', 'set', 'lo', 'up'], check=True); "
+            f"open('/proc/sys/net/ipv4/ip_local_reserved_ports', 'w').write({RESERVED_PORTS!r}); "
             "print('up', flush=True); sys.stdin.read()"
         )
         self.anchor = subprocess.Popen(
