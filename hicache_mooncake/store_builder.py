@@ -173,10 +173,15 @@ def build_store(
     config = _fitted(config)
     tiers: list[Tier] = []
     try:
-        for _order, name, builder in _BUILDERS:
+        order: dict[int, int] = {}  # id(tier) -> its place among the tiers
+        # DRAM is built last: its arena's background prefault then does not compete with the
+        # other tiers' attach (the SSD index load) for the CPU and the memory bus
+        for place, name, builder in sorted(_BUILDERS, key=lambda item: item[1] == "dram"):
             tier = dram() if name == "dram" and dram is not None else builder(config, rank_tag)
             if tier is not None:
                 tiers.append(tier)
+                order[id(tier)] = place
+        tiers.sort(key=lambda tier: order[id(tier)])
         if not tiers:
             raise ValueError("the configuration enables no tier (tiers.*.enabled are all false)")
         return TieredStore(tiers, factory, options, tenant_of=tenant_of_key, tenant_shares=shares)

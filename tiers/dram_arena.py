@@ -38,11 +38,12 @@ import numpy as np
 from hicache_mooncake.transport.arena_files import ArenaFile, ArenaSpec
 from hicache_mooncake.transport.arena_header import ARENA_HEADER_SIZE
 
+from .arena_prefault import ArenaPrefault, populate_range
+
 log = logging.getLogger(__name__)
 PAGE = mmap.PAGESIZE
 HUGE_PAGE = 2 << 20
 _MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux value; Python 3.11 does not export it
-_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux >= 5.14
 
 
 class DramArena:
@@ -64,6 +65,7 @@ class DramArena:
         self.capacity = capacity
         self.max_capacity = size
         self.file: ArenaFile | None = None
+        self._prefault: ArenaPrefault | None = None
         if shared is not None:
             populate = mmap.MAP_POPULATE if prefault and hasattr(mmap, "MAP_POPULATE") else 0
             self.base = ARENA_HEADER_SIZE
@@ -85,8 +87,6 @@ class DramArena:
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
         if size > capacity:
             flags |= _MAP_NORESERVE
-        elif prefault and not huge and hasattr(mmap, "MAP_POPULATE"):
-            flags |= mmap.MAP_POPULATE
         self._map = mmap.mmap(-1, size + (HUGE_PAGE if huge else 0), flags=flags)
         raw = np.frombuffer(self._map, dtype=np.uint8)
         self.base = (-raw.ctypes.data) % HUGE_PAGE if huge else 0
@@ -94,8 +94,8 @@ class DramArena:
             self._advise(mmap.MADV_HUGEPAGE, self.base, size)
         self.mapping = raw[: self.base + size]
         self.bytes = raw[self.base : self.base + size]
-        if prefault and (huge or size > capacity):
-            self.populate(0, capacity)
+        if prefault:
+            self._prefault = ArenaPrefault(self.bytes[:capacity])
 
     @property
     def shm_path(self) -> str:
@@ -115,12 +115,15 @@ class DramArena:
         return self.bytes.data
 
     def populate(self, offset: int, nbytes: int) -> None:
-        """Fault slot bytes ``[offset, offset + nbytes)`` in now (at attach, or a tier that grows),
-        so sets do not pay for it."""
+        """Fault slot bytes ``[offset, offset + nbytes)`` in now, the GIL released (a tier that
+        grows), so sets do not pay for it."""
         if self._map is None or nbytes <= 0:
             return
-        if not self._advise(_MADV_POPULATE_WRITE, self.base + offset, nbytes):  # an older kernel
-            self.bytes[offset : offset + nbytes : PAGE] = self.bytes[offset : offset + nbytes : PAGE]
+        populate_range(self.bytes[offset : offset + nbytes])
+
+    def wait_prefaulted(self, timeout: float) -> bool:
+        """True once the attach-time prefault has finished (or there is none), within ``timeout``."""
+        return self._prefault is None or self._prefault.wait(timeout)
 
     def release(self, offset: int, nbytes: int) -> None:
         """Give the memory of slot bytes ``[offset, offset + nbytes)`` back (no slot in it is in use;
@@ -141,6 +144,8 @@ class DramArena:
     def close(self) -> None:
         if self._map is None:
             return
+        if self._prefault is not None:
+            self._prefault.stop()  # it touches the mapping: it ends before the mapping does
         mapping, self._map = self._map, None
         self.bytes = self.mapping = np.empty(0, dtype=np.uint8)
         try:

@@ -148,6 +148,10 @@ class DramTier(Tier):
     def shm_path(self) -> str:
         return self._arena.shm_path
 
+    def wait_prefaulted(self, timeout: float) -> bool:
+        """True once the arena's background prefault (``prefault``) has ended, within ``timeout``."""
+        return self._arena.wait_prefaulted(timeout)
+
     def wire_offset(self, offset: int) -> int:
         return self._arena.base + offset
 

@@ -10,16 +10,20 @@ from typing import Any
 def create_backend(name: str, extra: dict[str, Any], host: Any, settle: bool = True) -> Any:
     """A storage backend made by SGLang's own factory, registered with the host pool. With
     ``settle`` (throughput benchmarks), ours also waits for the background huge-page check of the
-    host pool, so the timed puts take the path they keep; ``bench scale`` times attach without it."""
+    host pool and for the DRAM arena's background prefault, so the timed puts take the path they
+    keep; ``bench scale`` times attach without them."""
     from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
     from hicache_mooncake.sglang_harness import make_storage_config
 
     backend = StorageBackendFactory.create_backend(name, make_storage_config(extra), host)
     backend.register_mem_pool_host(host)
-    ssd = getattr(getattr(backend, "store", None), "ssd", None)
+    store = getattr(backend, "store", None)
+    ssd, dram = getattr(store, "ssd", None), getattr(store, "dram", None)
     if settle and ssd is not None:
         ssd.memory_checked(60)
+    if settle and dram is not None and hasattr(dram, "wait_prefaulted"):
+        dram.wait_prefaulted(600)
     return backend
 
 

@@ -351,6 +351,7 @@ def _memcpy_baseline(
 
     out = _MemcpyRun()
     arena = DramArena(-(-sum(len(b) for b in batches) * page_bytes // 4096) * 4096)
+    arena.wait_prefaulted(600)
     try:
         slots = arena.bytes
         for b, keys in enumerate(batches):

@@ -90,7 +90,8 @@ class DramTierConfig(StrictModel):
     slab_size: ByteSize = parse_size("64MiB")
     """Arena granule given to one size class; the largest storable object. Multiple of 4096."""
     prefault: bool = True
-    """Fault the whole arena in at attach (MAP_POPULATE), so the first sets do not pay for it."""
+    """Fault the whole arena in from attach on, in a background thread, so the first sets do not
+    pay for it; attach does not wait for it."""
     max_capacity: ByteSize | None = None
     """The most ``hicache-mooncake admin resize dram`` may grow the arena to (address space reserved
     at attach, memory used only when grown); None: ``capacity``."""

@@ -97,6 +97,7 @@ def test_prefault_touches_the_arena_at_attach(tmp_path: Path, prefault: bool) ->
     before = _rss()
     store = build_store(small_config(tmp_path, ssd=False, tiers=tiers))
     try:
+        assert store.dram is not None and store.dram.wait_prefaulted(30)
         grown = _rss() - before
         if prefault:
             assert grown >= 48 * MiB, grown
