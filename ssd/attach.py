@@ -179,9 +179,8 @@ def _load_summaries(core: EngineCore, summaries: list[tuple[Region, RegionSummar
         r.write_off = summ.end_offset
         r.summarized = True
         r.keys = summ.keys
-        r.live_bytes = sum(summ.lengths)
-        locs = Location.many(r.rid, r.gen, summ.offsets, summ.lengths, summ.seqs)
-        core.index.load(summ.keys, locs)
+        r.live_bytes = int(summ.lengths.sum())
+        core.index.load(summ.keys, Location.pack_many(r.rid, r.gen, summ.offsets, summ.lengths, summ.seqs))
         core.counts["recover_from_summaries"] += 1
 
 

@@ -173,7 +173,7 @@ class ReadPath:
                     self.alloc.maybe_free(it.region)
                     if isinstance(out, list) and not out[j]:
                         bad += 1
-                        if c.index.get(it.key) is it.loc:
+                        if c.index.get(it.key) == it.loc:  # still this entry (seq and gen are in it)
                             c.index.pop(it.key)
             c.counts["reads"] += sum(len(run.items) for run in runs)
             c.counts["read_checksum_errors"] += bad

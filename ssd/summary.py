@@ -52,9 +52,9 @@ class RegionSummary:
     file_size: int
     end_offset: int
     keys: list[str]
-    offsets: list[int]
-    lengths: list[int]
-    seqs: list[int]
+    offsets: np.ndarray  # uint64, one per key (views of the file's bytes)
+    lengths: np.ndarray
+    seqs: np.ndarray
 
 
 def write_summary(
@@ -136,7 +136,6 @@ def read_summary(region_path: str, rid: int, region_size: int, epoch: int) -> Re
         pos += 8 * n
     if n and (int(arrays[0].max()) >= end or int(arrays[1].max()) > end):
         return None  # entries beyond what the region holds: not this region's index
-    cols = [a.tolist() for a in arrays]
     keys: list[str]
     if flags & _NUL_KEYS:
         keys = data[pos:-8].decode("utf-8", "surrogateescape").split("\0") if n else []
@@ -151,4 +150,4 @@ def read_summary(region_path: str, rid: int, region_size: int, epoch: int) -> Re
             pos += kl
         if pos != len(data) - 8:
             return None
-    return RegionSummary(header, size, end, keys, cols[0], cols[1], cols[2])
+    return RegionSummary(header, size, end, keys, arrays[0], arrays[1], arrays[2])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from hicache_mooncake.ssd.index import Index, Location
@@ -59,17 +60,30 @@ def test_a_region_of_locations_is_packed_as_one_at_a_time_and_checked_the_same()
         [100, 8192, 4096],
         [(2 << 40) | 5, (2 << 40) | 6, (2 << 40) | 9],
     )
-    many = Location.many(7, (2 << 40) | 1, offsets, lengths, seqs)
+
+    def u64(values: list[int]) -> np.ndarray:
+        return np.array(values, dtype=np.uint64)
+
+    packed = Location.pack_many(7, (2 << 40) | 1, u64(offsets), u64(lengths), u64(seqs))
     one = [Location(7, (2 << 40) | 1, o, n, s) for o, n, s in zip(offsets, lengths, seqs, strict=True)]
-    assert many == one and all(type(loc) is Location for loc in many)
-    assert [(loc.region, loc.offset, loc.length, loc.seq) for loc in many] == [
+    assert packed == one
+    index = Index()
+    index.load(["a", "b", "c"], packed)
+    index.recount()
+    got = [index.get(k) for k in "abc"]
+    assert got == one and all(type(loc) is Location for loc in got)  # handed out as Locations
+    assert [(loc.region, loc.offset, loc.length, loc.seq) for loc in got if loc] == [
         (7, o, n, s) for o, n, s in zip(offsets, lengths, seqs, strict=True)
     ]
-    assert Location.many(7, 1, [], [], []) == []
-    for bad in ([0, 1 << 48], [-4096, 0]):
-        with pytest.raises(ValueError, match="location out of range"):
-            Location.many(7, 1, bad, [1, 1], [1, 2])
+    assert index.bytes == sum(lengths) and dict(index.items()) == dict(zip("abc", one, strict=True))
+    assert index.pop_if("a", 7, (2 << 40) | 1) == one[0] and index.pop("b") == one[1]
+    assert index.set("c", one[0]) == one[2] and index.bytes == lengths[0]
+    assert Location.pack_many(7, 1, u64([]), u64([]), u64([])) == []
     with pytest.raises(ValueError, match="location out of range"):
-        Location.many(7, 1, [0, 4096], [1, 1 << 40], [1, 2])
+        Location.pack_many(7, 1, u64([0, 1 << 48]), u64([1, 1]), u64([1, 2]))
+    with pytest.raises(ValueError, match="location out of range"):
+        Location.pack_many(7, 1, u64([0, 4096]), u64([1, 1 << 40]), u64([1, 2]))
+    with pytest.raises(ValueError, match="location out of range"):
+        Location.pack_many(1 << 32, 1, u64([0]), u64([1]), u64([1]))
     with pytest.raises(ValueError, match="differ in length"):
-        Location.many(7, 1, [0], [1, 2], [1])
+        Location.pack_many(7, 1, u64([0]), u64([1, 2]), u64([1]))
