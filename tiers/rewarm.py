@@ -25,6 +25,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from itertools import compress
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,7 +34,7 @@ from .policy import AccessContext
 from .policy.placement import DRAM, SSD
 from .rate_budget import RateBudget
 from .ssd_tier import SsdTier
-from .warm_snapshot import SnapshotEntry, read_snapshot, write_snapshot
+from .warm_snapshot import Page, read_snapshot, write_snapshot
 
 if TYPE_CHECKING:
     from .tiered_store import TieredStore
@@ -109,11 +110,10 @@ class WarmKeeper:
                     return 0
                 cut = placement.hottest_cut(self.options.max_entries)  # C-level copies only
                 policy = type(placement.policy).__name__
-            entries = [SnapshotEntry(k, size, in_dram) for k, size, in_dram in cut.pages()]
             header = {**self._identity(ssd), "policy": policy, "created": time.time()}
-            return self._write(ssd.engine.options.dirs[0], header, entries)
+            return self._write(ssd.engine.options.dirs[0], header, cut.pages())
 
-    def _write(self, directory: str, header: dict[str, Any], entries: list[SnapshotEntry]) -> int:
+    def _write(self, directory: str, header: dict[str, Any], pages: list[Page]) -> int:
         """Write the snapshot on its own thread and wait for it at most ``io.timeout_s``: a disk
         that stalls costs this snapshot (the previous one stays, the write replaces it atomically
         if it ever finishes), never the caller's deadline (``close`` and detach included)."""
@@ -122,7 +122,7 @@ class WarmKeeper:
 
         def write() -> None:
             try:
-                outcome["bytes"] = write_snapshot(directory, header, entries)
+                outcome["bytes"] = write_snapshot(directory, header, pages)
             except OSError as exc:
                 outcome["error"] = exc
             finally:
@@ -146,8 +146,8 @@ class WarmKeeper:
             return 0
         self.counts["snapshots"] += 1
         self.counts["snapshot_bytes"] = outcome["bytes"]
-        self.counts["snapshot_entries"] = len(entries)
-        return len(entries)
+        self.counts["snapshot_entries"] = len(pages)
+        return len(pages)
 
     def _tick(self) -> None:
         while not self._stop.wait(self.options.interval_s):
@@ -185,7 +185,7 @@ class WarmKeeper:
         return self._adopted.wait(timeout_s)
 
     def _restore_then_rewarm(self, ssd: SsdTier, stop: threading.Event) -> None:
-        hot: list[SnapshotEntry] = []
+        hot: list[tuple[str, int]] = []
         try:
             hot = self._read_and_adopt(ssd, stop)
         except Exception:
@@ -197,8 +197,9 @@ class WarmKeeper:
         if hot and not stop.is_set():
             self._rewarm(hot, stop)
 
-    def _read_and_adopt(self, ssd: SsdTier, stop: threading.Event) -> list[SnapshotEntry]:
-        """Read ``ssd``'s snapshot and adopt the pages the SSD holds; returns those to re-warm."""
+    def _read_and_adopt(self, ssd: SsdTier, stop: threading.Event) -> list[tuple[str, int]]:
+        """Read ``ssd``'s snapshot and adopt the pages the SSD holds; returns those to re-warm,
+        ``(key, size)`` hottest first (C-level passes over the snapshot's columns)."""
         snap, why = read_snapshot(ssd.engine.options.dirs[0], self._identity(ssd))
         adopting = not self._adopted.is_set()
         if snap is None:
@@ -210,12 +211,13 @@ class WarmKeeper:
                 )
             self.last_restore = {"snapshot": why, "adopting": adopting}
             return []
-        held = ssd.contains_batch([e.key for e in snap.entries])
-        entries = [e for e, on_ssd in zip(snap.entries, held, strict=True) if on_ssd]
-        hot = [e for e in entries if e.in_dram]
+        held = ssd.contains_batch(snap.keys)
+        keys, sizes = list(compress(snap.keys, held)), list(compress(snap.sizes, held))
+        entries = list(zip(keys, sizes, strict=True))
+        hot = list(compress(entries, compress(snap.in_dram, held)))
         self.last_restore = {
             "snapshot": "used",
-            "snapshot_entries": len(snap.entries),
+            "snapshot_entries": len(snap),
             "on_ssd": len(entries),
             "adopted": 0,
             "rewarm_pages": len(hot),
@@ -225,12 +227,12 @@ class WarmKeeper:
             self._adopt(entries, stop)
         return hot
 
-    def _adopt(self, entries: list[SnapshotEntry], stop: threading.Event) -> None:
+    def _adopt(self, entries: list[tuple[str, int]], stop: threading.Event) -> None:
         """Give the placement the snapshot's pages, coldest first, in chunks of the store lock;
         a page already placed (SGLang used it meanwhile) is left as it is."""
         store = self.store
         with store._lock:
-            store._placement_for(entries[0].size)
+            store._placement_for(entries[0][1])
         coldest_first = entries[::-1]
         adopted = 0
         for start in range(0, len(coldest_first), _CHUNK):
@@ -240,9 +242,9 @@ class WarmKeeper:
                 placement = store._placement
                 if placement is None:
                     break
-                for e in coldest_first[start : start + _CHUNK]:
-                    if placement.tier_of(e.key) is None:
-                        adopted += placement.adopt(e.key, AccessContext(size=e.size), SSD)
+                for key, size in coldest_first[start : start + _CHUNK]:
+                    if placement.tier_of(key) is None:
+                        adopted += placement.adopt(key, AccessContext(size=size), SSD)
                 drops, demote = placement.settle()
             store._apply(drops, demote)
             time.sleep(0)  # hand the GIL over: a call waiting for the store lock gets it first
@@ -254,7 +256,7 @@ class WarmKeeper:
             self.last_restore["rewarm_pages"],
         )
 
-    def _start_rewarm(self, hot: list[SnapshotEntry]) -> None:
+    def _start_rewarm(self, hot: list[tuple[str, int]]) -> None:
         self.stop_rewarm()
         self._rewarm_stop = threading.Event()
         self._rewarmer = threading.Thread(
@@ -276,7 +278,7 @@ class WarmKeeper:
             return not t.is_alive()
         return True
 
-    def _rewarm(self, hot: list[SnapshotEntry], stop: threading.Event) -> None:
+    def _rewarm(self, hot: list[tuple[str, int]], stop: threading.Event) -> None:
         opts = self.options
         started = time.monotonic()
         budget = RateBudget(opts.rate_mbps * 1e6 if opts.rate_mbps else None)
@@ -313,7 +315,7 @@ class WarmKeeper:
             time.sleep(0.001)
 
     def _rewarm_batch(
-        self, batch: list[SnapshotEntry], budget: RateBudget, stop: threading.Event
+        self, batch: list[tuple[str, int]], budget: RateBudget, stop: threading.Event
     ) -> bool | None:
         """Copy ``batch`` SSD -> DRAM; True when DRAM is at its low watermark (stop), None when the
         store has no DRAM or no SSD tier any more."""
@@ -326,27 +328,27 @@ class WarmKeeper:
             placement = store._placement
             if placement is None:
                 return None
-            todo = [e for e in batch if placement.tier_of(e.key) == SSD]
-            if todo and placement.dram_used + sum(e.size for e in todo) > placement.dram_capacity:
+            todo = [(key, size) for key, size in batch if placement.tier_of(key) == SSD]
+            if todo and placement.dram_used + sum(size for _, size in todo) > placement.dram_capacity:
                 return True
         if not todo:
             return False
-        left = sum(e.size for e in todo)
+        left = sum(size for _, size in todo)
         while left > 0:  # in pieces no larger than the bucket, so a large batch still passes
             piece = min(left, int(budget.capacity)) if budget.rate is not None else left
             while not budget.try_take(piece):
                 if stop.wait(0.01):
                     return False
             left -= piece
-        bufs = [np.empty(e.size, dtype=np.uint8) for e in todo]
+        bufs = [np.empty(size, dtype=np.uint8) for _, size in todo]
         deadline = time.monotonic() + store.options.timeout_s
         got = ssd.engine.get_batch_into(
-            [(e.key, [b.data]) for e, b in zip(todo, bufs, strict=True)], deadline
+            [(key, [b.data]) for (key, _), b in zip(todo, bufs, strict=True)], deadline
         )
         ctx = AccessContext(promoted=True)
         items = [
-            (e.key, [b.data], ctx._replace(size=e.size))
-            for e, b, ok in zip(todo, bufs, got, strict=True)
+            (key, [b.data], ctx._replace(size=size))
+            for (key, size), b, ok in zip(todo, bufs, got, strict=True)
             if ok
         ]
         landed = dram.put_batch(items, deadline) if items else []

@@ -35,8 +35,8 @@ def test_a_restart_starts_warm_from_the_snapshot(tmp_path):
     resident = store.stats()["placement"]["resident"]
     store.close(flush_timeout_s=10)
     snap = tmp_path / "ssd" / "rank0" / SNAPSHOT_NAME
-    entries = decode(snap.read_bytes()).entries
-    assert len(entries) >= resident * 0.9 and sum(e.in_dram for e in entries) >= len(hot) * 0.9
+    written = decode(snap.read_bytes())
+    assert len(written) >= resident * 0.9 and sum(written.in_dram) >= len(hot) * 0.9
 
     again = build_store(config, "rank0")
     try:
@@ -153,7 +153,7 @@ def test_the_snapshot_is_bounded_and_replaced_atomically(tmp_path):
     config, store, _load = hot_store(tmp_path, tiers={"warm": {"max_entries": 50}})
     assert store.warm.save() == 50
     directory = tmp_path / "ssd" / "rank0"
-    assert len(decode((directory / SNAPSHOT_NAME).read_bytes()).entries) == 50
+    assert len(decode((directory / SNAPSHOT_NAME).read_bytes())) == 50
     assert not [n for n in os.listdir(directory) if n.endswith(".tmp")]
     store.close()
 
@@ -200,7 +200,7 @@ def test_a_snapshot_write_on_a_stalled_disk_gives_up_at_the_io_deadline(tmp_path
             time.sleep(0.05)
         assert written > 0
         snap = tmp_path / "ssd" / "rank0" / SNAPSHOT_NAME
-        assert len(decode(snap.read_bytes()).entries) == written
+        assert len(decode(snap.read_bytes())) == written
     finally:
         stall.thaw()
         stall.uninstall()
