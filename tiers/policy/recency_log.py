@@ -89,9 +89,6 @@ class RecencyLog:
             self._compact_at = len(self._fps) + len(last) + _COMPACT_SLACK
         return old, in_shadow, expired
 
-    def clear(self) -> None:
-        self.__init__(self._bits)  # type: ignore[misc]
-
     def _expire_oldest(self) -> int:
         i = self._next_live(self._head)
         value = self._last.pop(self._fps[i])
