@@ -35,7 +35,6 @@ from .format import (
     region_files_in,
 )
 from .health import prepare_probe
-from .index import Location
 from .io import run_with_deadline
 from .recover import EntryRecord, recover, region_loss
 from .region import Region, RegionState, open_region_fd
@@ -180,7 +179,7 @@ def _load_summaries(core: EngineCore, summaries: list[tuple[Region, RegionSummar
         r.summarized = True
         r.keys = summ.keys
         r.live_bytes = int(summ.lengths.sum())
-        core.index.load(summ.keys, Location.pack_many(r.rid, r.gen, summ.offsets, summ.lengths, summ.seqs))
+        core.index.load_region(summ.keys, r.rid, r.gen, summ.offsets, summ.lengths, summ.seqs)
         core.counts["recover_from_summaries"] += 1
 
 

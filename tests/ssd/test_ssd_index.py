@@ -54,36 +54,82 @@ def test_read_counts_belong_to_the_entry() -> None:
     assert index.bytes == 10 and len(index) == 1
 
 
-def test_a_region_of_locations_is_packed_as_one_at_a_time_and_checked_the_same() -> None:
+def u64(values: list[int]) -> np.ndarray:
+    return np.array(values, dtype=np.uint64)
+
+
+def test_a_region_loaded_from_its_summary_is_read_as_its_locations_and_checked_the_same() -> None:
     offsets, lengths, seqs = (
         [4096, 12288, 1 << 30],
         [100, 8192, 4096],
         [(2 << 40) | 5, (2 << 40) | 6, (2 << 40) | 9],
     )
-
-    def u64(values: list[int]) -> np.ndarray:
-        return np.array(values, dtype=np.uint64)
-
-    packed = Location.pack_many(7, (2 << 40) | 1, u64(offsets), u64(lengths), u64(seqs))
-    one = [Location(7, (2 << 40) | 1, o, n, s) for o, n, s in zip(offsets, lengths, seqs, strict=True)]
-    assert packed == one
+    gen = (2 << 40) | 1
+    one = [Location(7, gen, o, n, s) for o, n, s in zip(offsets, lengths, seqs, strict=True)]
     index = Index()
-    index.load(["a", "b", "c"], packed)
+    index.hit("a")
+    index.load_region(["a", "b", "c"], 7, gen, u64(offsets), u64(lengths), u64(seqs))
     index.recount()
     got = [index.get(k) for k in "abc"]
     assert got == one and all(type(loc) is Location for loc in got)  # handed out as Locations
-    assert [(loc.region, loc.offset, loc.length, loc.seq) for loc in got if loc] == [
-        (7, o, n, s) for o, n, s in zip(offsets, lengths, seqs, strict=True)
-    ]
-    assert index.bytes == sum(lengths) and dict(index.items()) == dict(zip("abc", one, strict=True))
-    assert index.pop_if("a", 7, (2 << 40) | 1) == one[0] and index.pop("b") == one[1]
+    assert index.hits("a") == 0 and index.bytes == sum(lengths)
+    assert dict(index.items()) == dict(zip("abc", one, strict=True))
+    assert index.pop_if("a", 7, gen + 1) is None and index.pop_if("a", 8, gen) is None
+    assert index.pop_if("a", 7, gen) == one[0] and index.pop("b") == one[1]
     assert index.set("c", one[0]) == one[2] and index.bytes == lengths[0]
-    assert Location.pack_many(7, 1, u64([]), u64([]), u64([])) == []
+    assert index._loads == [None]  # no entry refers to the region's columns: they are dropped
+    index.load_region([], 7, gen, u64([]), u64([]), u64([]))
+    for bad in (
+        (u64([0, 1 << 48]), u64([1, 1]), u64([1, 2])),
+        (u64([0, 4096]), u64([1, 1 << 40]), u64([1, 2])),
+    ):
+        with pytest.raises(ValueError, match="location out of range"):
+            index.load_region(["x", "y"], 7, 1, *bad)
     with pytest.raises(ValueError, match="location out of range"):
-        Location.pack_many(7, 1, u64([0, 1 << 48]), u64([1, 1]), u64([1, 2]))
-    with pytest.raises(ValueError, match="location out of range"):
-        Location.pack_many(7, 1, u64([0, 4096]), u64([1, 1 << 40]), u64([1, 2]))
-    with pytest.raises(ValueError, match="location out of range"):
-        Location.pack_many(1 << 32, 1, u64([0]), u64([1]), u64([1]))
+        index.load_region(["x"], 1 << 32, 1, u64([0]), u64([1]), u64([1]))
     with pytest.raises(ValueError, match="differ in length"):
-        Location.pack_many(7, 1, u64([0]), u64([1, 2]), u64([1]))
+        index.load_region(["x"], 7, 1, u64([0]), u64([1, 2]), u64([1]))
+    assert "x" not in index and "y" not in index  # a refused region adds nothing
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_loaded_written_and_removed_entries_answer_as_a_plain_dict_of_locations(seed: int) -> None:
+    """Regions loaded at open (keys shared between regions included), then writes, pops and
+    reclaims in any order: every answer equals a dict of Locations, and a region's columns are
+    dropped only once nothing refers to them (a lookup through a dropped load would fail)."""
+    rng = random.Random(seed)
+    index, model = Index(), {}
+    keys = [f"k{i}" for i in range(400)]
+    for region in range(12):
+        chosen = rng.sample(keys, rng.randrange(0, 80))
+        cols = (
+            [rng.randrange(1 << 30) for _ in chosen],
+            [rng.randrange(1, 1 << 20) for _ in chosen],
+            [rng.randrange(1 << 50) for _ in chosen],
+        )
+        index.load_region(chosen, region, 100 + region, *map(u64, cols))
+        model.update(
+            {k: Location(region, 100 + region, o, n, s) for k, o, n, s in zip(chosen, *cols, strict=True)}
+        )
+    for step in range(3000):
+        key, op = rng.choice(keys), rng.random()
+        if op < 0.3:
+            loc = Location(50 + step % 7, 1, rng.randrange(1 << 30), rng.randrange(1, 1 << 20), step)
+            assert index.set(key, loc) == model.get(key)
+            model[key] = loc
+        elif op < 0.5:
+            assert index.pop(key) == model.pop(key, None)
+        elif op < 0.7 and key in model:
+            cur = model[key]
+            region, gen = (cur.region, cur.gen) if rng.random() < 0.7 else (cur.region, cur.gen + 1)
+            got = index.pop_if(key, region, gen)
+            assert got == (model.pop(key) if gen == cur.gen else None)
+        else:
+            assert index.get(key) == model.get(key) and (key in index) == (key in model)
+    assert dict(index.items()) == model
+    index.recount()
+    assert index.bytes == sum(loc.length for loc in model.values()) and len(index) == len(model)
+    live = {v >> 32 for v in index._map.values() if type(v) is not Location}
+    assert all(index._loads[slot] is not None for slot in live)
+    index.clear()
+    assert not len(index) and index._loads == []
