@@ -51,7 +51,7 @@ class WarmOptions:
     interval_s: float = 60.0
     """Seconds between snapshots while the store runs (0: only at close and detach)."""
     max_entries: int = 1 << 18
-    """Pages per snapshot (the hottest); about 100 bytes each on disk."""
+    """Pages per snapshot (the hottest); about 75 bytes each on disk (70-character keys)."""
     rate_mbps: float = 1000.0
     """Re-warm read budget (MB/s) from SSD into DRAM."""
     budget_s: float = 600.0

@@ -15,7 +15,7 @@ class WarmConfig(BaseModel):
     interval_s: float = Field(default=60.0, ge=0)
     """Seconds between snapshots while attached (0: only at detach)."""
     max_entries: int = Field(default=262144, ge=1)
-    """Pages per snapshot (the hottest); about 100 bytes each on disk."""
+    """Pages per snapshot (the hottest); about 75 bytes each on disk (70-character keys)."""
     rewarm_mbps: float = Field(default=1000.0, gt=0)
     """Re-warm read budget from SSD into DRAM (MB/s); it also waits for moments with no call in flight."""
     rewarm_budget_s: float = Field(default=600.0, gt=0)
