@@ -219,7 +219,16 @@ class Index:
         self._map.update(zip(keys, range(base, base + n), strict=True))
 
     def recount(self) -> None:
-        self.bytes = sum(loc.length for _, loc in self.items())
+        """``bytes`` from scratch (at open, when a key is in two summaries): references are summed
+        from their columns in numpy, without making a Location each (~1 s per 1M entries)."""
+        values = self._map.values()
+        total = sum(v.length for v in values if type(v) is Location)
+        refs = np.fromiter((v for v in values if type(v) is not Location), np.int64)
+        if len(refs):
+            columns = [load.lengths if load is not None else np.empty(0, np.uint64) for load in self._loads]
+            starts = np.cumsum([0, *map(len, columns)])[:-1]
+            total += int(np.concatenate(columns)[starts[refs >> _REF_BITS] + (refs & _REF_MASK)].sum())
+        self.bytes = total
 
     def clear(self) -> None:
         self._map.clear()
