@@ -55,6 +55,7 @@ from hicache_mooncake.object_split import max_object_bytes  # noqa: E402
 from hicache_mooncake.pools import PoolSet, RegisteredPool  # noqa: E402
 from hicache_mooncake.pools.names import KV, pool_name  # noqa: E402
 from hicache_mooncake.store_builder import build_client_store  # noqa: E402
+from hicache_mooncake.tiers.parts import pages_nbytes  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +315,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         if session is not None:
             self.store.hints.attach(session, store_keys)
         result = self.store.put_batch(store_keys, parts, self._prev_key(space, extra_info), prefix_len)
-        nbytes = sum(p.nbytes for ok, ps in zip(result, parts, strict=True) if ok for p in ps)
+        nbytes = pages_nbytes(parts, result)
         self.metrics.record(
             "set", sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start
         )
@@ -325,7 +326,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     ) -> list[bool]:
         start = time.perf_counter()
         result = self.store.get_batch_into(space.keys(list(keys)), parts)
-        nbytes = sum(p.nbytes for ok, ps in zip(result, parts, strict=True) if ok for p in ps)
+        nbytes = pages_nbytes(parts, result)
         self.metrics.record(
             "get", sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start
         )

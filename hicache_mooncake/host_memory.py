@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import ctypes
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -69,9 +70,23 @@ class HostMemoryMap:
         if len(ptrs) != len(sizes) or len(ptrs) % pages:
             raise HostRangeError("runs do not split into pages", f"{len(ptrs)} runs for {pages} pages")
         per = len(ptrs) // pages
-        view = self.view
-        views = [view(p, s) for p, s in zip(ptrs, sizes, strict=True)]
-        return [views[i * per : (i + 1) * per] for i in range(pages)]
+        if len(self._bases) == 1 and ptrs:
+            views = self._views_in_one_region(ptrs, sizes)
+        else:
+            view = self.view
+            views = [view(p, s) for p, s in zip(ptrs, sizes, strict=True)]
+        if per == 1:
+            return [[v] for v in views]
+        return [views[i : i + per] for i in range(0, len(views), per)]
+
+    def _views_in_one_region(self, ptrs: Sequence[int], sizes: Sequence[int]) -> list[memoryview]:
+        """``view`` for every run of a pool with one buffer: the bounds are checked once for the
+        whole batch (lowest start, highest end, no negative size), then each run is a slice."""
+        base, end, whole = self._bases[0], self._ends[0], self._views[0]
+        if min(ptrs) < base or min(sizes) < 0 or max(map(operator.add, ptrs, sizes)) > end:
+            for p, s in zip(ptrs, sizes, strict=True):
+                self.view(p, s)  # raises for the first run outside the buffer
+        return [whole[p - base : p - base + s] for p, s in zip(ptrs, sizes, strict=True)]
 
     def close(self) -> None:
         self._views.clear()

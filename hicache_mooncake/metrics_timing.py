@@ -32,6 +32,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from hicache_mooncake.tiers.parts import pages_nbytes
 from hicache_mooncake.tiers.tier import Tier
 
 PREFIX = "hicache_mooncake:"
@@ -147,11 +148,6 @@ class TierTiming:
 
 
 def _payload(items: Sequence[tuple[str, Any, Any]], result: Sequence[bool]) -> tuple[int, int]:
-    """(keys done, their payload bytes), in one pass."""
-    done = nbytes = 0
-    for item, ok in zip(items, result, strict=False):
-        if ok:
-            done += 1
-            for part in item[1]:
-                nbytes += part.nbytes
-    return done, nbytes
+    """(keys done, their payload bytes)."""
+    done = [item[1] for item, ok in zip(items, result, strict=False) if ok]
+    return len(done), pages_nbytes(done)

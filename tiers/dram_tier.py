@@ -250,27 +250,43 @@ class DramTier(Tier):
         free slot of its class is False. Memory copies finish quickly, so ``deadline`` is only
         part of the contract."""
         results = [False] * len(items)
-        reserved: list[tuple[int, int, int]] = []  # (item index, offset, nbytes)
         with self._lock:
             if self._closed:
                 return results
-            for i, (key, parts, _ctx) in enumerate(items):
-                nbytes = parts_nbytes(parts)
-                if key in self._index:
-                    results[i] = True
-                    continue
-                offset = self._alloc_locked(nbytes)
-                if offset is not None:
-                    reserved.append((i, offset, nbytes))
+            index = self._index
+            fresh = [i for i, item in enumerate(items) if item[0] not in index]
+            if len(fresh) < len(items):
+                for i, item in enumerate(items):
+                    results[i] = item[0] in index
+            sizes = [parts_nbytes(items[i][1]) for i in fresh]
+            offsets = self._alloc_batch_locked(sizes)
+        reserved = [
+            (i, offset, nbytes)
+            for i, offset, nbytes in zip(fresh, offsets, sizes, strict=True)
+            if offset is not None
+        ]
+        view = self._arena.view
         for i, offset, nbytes in reserved:
-            gather(self._arena.view(offset, nbytes), items[i][1])
+            gather(view(offset, nbytes), items[i][1])
         with self._lock:
+            if self._closed:
+                return results
+            versions, published, stored = self._versions, 0, 0
             for i, offset, nbytes in reserved:
                 key, _parts, ctx = items[i]
-                if self._closed:
-                    break
-                self._publish_locked(key, offset, nbytes, next(self._versions), int(ctx.obj_type))
                 results[i] = True
+                if key in index:  # another writer stored the same (immutable) value first
+                    self._invalidate(offset, nbytes)
+                    self._allocator.free(offset, self._slot_bytes(nbytes))
+                    continue
+                version = next(versions)
+                if self.headers:
+                    self._write_header(offset, nbytes, STATE_VALID, version, key, int(ctx.obj_type))
+                index[key] = (offset, nbytes, version, int(ctx.obj_type))
+                published += 1
+                stored += nbytes
+            self._counts["puts"] += published
+            self._counts["put_bytes"] += stored
         return results
 
     def reserve(self, items: Sequence[tuple[str, int, int]]) -> list[Reservation | None]:
@@ -362,29 +378,36 @@ class DramTier(Tier):
         with self._lock:
             if self._closed:
                 return results
+            index, hits, pins = self._index, self._hits, self._pins
+            misses = mismatched = 0
             for i, (key, parts, _ctx) in enumerate(items):
-                entry = self._index.get(key)
+                entry = index.get(key)
                 if entry is None:
-                    self._counts["misses"] += 1
+                    misses += 1
                     continue
                 offset, nbytes = entry[0], entry[1]
                 if parts_nbytes(parts) != nbytes:
-                    self._counts["size_mismatch"] += 1
+                    mismatched += 1
                     continue
-                self._hits[key] = self._hits.get(key, 0) + 1
-                self._pins[offset] = self._pins.get(offset, 0) + 1
+                hits[key] = hits.get(key, 0) + 1
+                pins[offset] = pins.get(offset, 0) + 1
                 pinned.append((i, offset, nbytes))
+            self._counts["misses"] += misses
+            self._counts["size_mismatch"] += mismatched
+        copied = 0
         try:
+            view = self._arena.view
             for i, offset, nbytes in pinned:
-                scatter(self._arena.view(offset, nbytes), items[i][1])
+                scatter(view(offset, nbytes), items[i][1])
                 results[i] = True
+                copied += nbytes
         finally:
             with self._lock:
-                for i, offset, nbytes in pinned:
-                    self._unpin_locked(offset)
-                    if results[i]:
-                        self._counts["hits"] += 1
-                        self._counts["hit_bytes"] += nbytes
+                unpin = self._unpin_locked
+                for _i, offset, _nbytes in pinned:
+                    unpin(offset)
+                self._counts["hits"] += sum(results)
+                self._counts["hit_bytes"] += copied
         return results
 
     # ------------------------------------------------------------------ pinned access (the mover)
@@ -512,6 +535,28 @@ class DramTier(Tier):
         if offset is None:
             self._counts["rejected_no_space"] += 1
         return offset
+
+    def _alloc_batch_locked(self, sizes: Sequence[int]) -> list[int | None]:
+        """``_alloc_locked`` for each of ``sizes`` (in order), a run of equal sizes at a time."""
+        out: list[int | None] = []
+        start = 0
+        while start < len(sizes):
+            nbytes, end = sizes[start], start + 1
+            while end < len(sizes) and sizes[end] == nbytes:
+                end += 1
+            need = self._slot_bytes(nbytes)
+            if not self._allocator.fits(need):
+                self._counts["rejected_too_large"] += end - start
+                out.extend([None] * (end - start))
+            else:
+                got: list[int | None] = list(self._allocator.alloc_many(need, end - start))
+                missing = end - start - len(got)
+                if missing:
+                    self._counts["rejected_no_space"] += missing
+                    got.extend([None] * missing)
+                out.extend(got)
+            start = end
+        return out
 
     def _publish_locked(self, key: str, offset: int, nbytes: int, version: int, otype: int) -> None:
         if key in self._index:  # another writer stored the same (immutable) value first

@@ -10,6 +10,8 @@ it is handled as raw bytes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import compress
+from operator import attrgetter
 
 import numpy as np
 
@@ -19,8 +21,17 @@ SMALL_PART = 128 << 10
 """Parts up to this many bytes are copied with the GIL held (a few microseconds at memory speed)."""
 
 
+_NBYTES = attrgetter("nbytes")
+
+
 def parts_nbytes(parts: Parts) -> int:
-    return sum(p.nbytes for p in parts)
+    return sum(map(_NBYTES, parts))
+
+
+def pages_nbytes(pages: Sequence[Parts], done: Sequence[bool] | None = None) -> int:
+    """Bytes of all ``pages`` (of those whose ``done`` is true, when given)."""
+    chosen = pages if done is None else compress(pages, done)
+    return sum(sum(map(_NBYTES, parts)) for parts in chosen)
 
 
 def _bytes(part: memoryview) -> memoryview:

@@ -86,6 +86,34 @@ class SlabAllocator:
         self.used_bytes += size
         return offset
 
+    def alloc_many(self, nbytes: int, count: int) -> list[int]:
+        """Up to ``count`` offsets of ``nbytes``' class, the ones ``count`` calls of ``alloc`` would
+        hand out in the same order; fewer (possibly none) when the arena runs out."""
+        size = slot_size_for(nbytes)
+        if size > self.slab_size or count <= 0:
+            return []
+        cls = self.classes.get(size)
+        if cls is None:
+            cls = self.classes[size] = SizeClass(size, self.slab_size // size)
+        out: list[int] = []
+        while len(out) < count:
+            if not cls.free_by_slab:
+                if not self._free_slabs:
+                    break
+                slab = self._free_slabs.pop()
+                base = slab * self.slab_size
+                cls.free_by_slab[slab] = [base + i * size for i in range(cls.slots_per_slab - 1, -1, -1)]
+                cls.used_by_slab[slab] = 0
+            slab, free = next(iter(cls.free_by_slab.items()))
+            take = min(count - len(out), len(free))
+            out.extend(reversed(free[len(free) - take :]))
+            del free[len(free) - take :]
+            if not free:
+                del cls.free_by_slab[slab]
+            cls.used_by_slab[slab] += take
+        self.used_bytes += size * len(out)
+        return out
+
     def free(self, offset: int, nbytes: int) -> None:
         size = slot_size_for(nbytes)
         cls = self.classes[size]

@@ -70,7 +70,7 @@ from typing import Any, TypeVar, cast
 from .dram_tier import DramTier
 from .layout import CallGate, TierLayout
 from .mover import Mover
-from .parts import Parts
+from .parts import Parts, parts_nbytes
 from .policy import AccessContext, EvictionPolicy, ObjectType
 from .policy.contexts import get_contexts, miss_context, set_contexts
 from .policy.hints import Hints
@@ -373,7 +373,7 @@ class TieredStore:
         if not keys:
             return []
         deadline = self._deadline(deadline)
-        sizes = [sum(p.nbytes for p in ps) for ps in parts]
+        sizes = list(map(parts_nbytes, parts))
         with self._lock:
             request_len = self._request_len.get(keys[0], 0)
         ctxs = get_contexts(keys, sizes, request_len, obj_type=obj_type)
@@ -531,7 +531,7 @@ class TieredStore:
             self._tenant_count(keys[0], set_pages=len(keys), set_refused_frozen=len(keys))
             return [False] * len(keys)
         deadline = self._deadline(deadline)
-        sizes = [sum(p.nbytes for p in ps) for ps in parts]
+        sizes = list(map(parts_nbytes, parts))
         ctxs = set_contexts(keys, prefix_len or 0, prev_key, sizes, obj_type=obj_type)
         kept = (
             self._put_local(keys, parts, ctxs, sizes, deadline, supersedes)

@@ -50,6 +50,7 @@ class PoolSet:
                 obj_type=object_type_for(key),
                 rank_sharded=rank_sharded(key, pool),
             )
+            _ = entry.affine_runs  # probed now, not in the first data call
             if known is not None:
                 known.close()
             if self._final:

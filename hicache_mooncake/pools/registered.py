@@ -18,6 +18,7 @@ import torch
 
 from hicache_mooncake.host_memory import HostMemoryMap, HostRangeError
 from hicache_mooncake.keys import KeySpace
+from hicache_mooncake.pools.affine import AffineRuns
 from hicache_mooncake.pools.provider import PoolProvider
 from hicache_mooncake.tiers.policy import ObjectType
 
@@ -91,8 +92,20 @@ class RegisteredPool:
         self.check_indices(host_indices, pages)
         if pages == 0 or not self.holds_bytes:
             return [[] for _ in range(pages)]
-        ptrs, sizes = self.provider.page_runs(self.pool, host_indices)
+        affine = self.affine_runs
+        if affine is not None:
+            ptrs, sizes = affine.runs(host_indices, pages)
+        else:
+            ptrs, sizes = self.provider.page_runs(self.pool, host_indices)
         return self.memory.page_parts(ptrs, sizes, pages)
+
+    @cached_property
+    def affine_runs(self) -> AffineRuns | None:
+        """The runs as one numpy expression where SGLang's are known to be affine (``affine.py``);
+        None: the provider's ``page_runs`` (SGLang's method) is the path."""
+        if not self.holds_bytes:
+            return None
+        return AffineRuns.detect(self.provider, self.pool, self.page_size, self.index_limit)
 
     def close(self) -> None:
         self.memory.close()

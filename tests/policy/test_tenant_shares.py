@@ -99,3 +99,17 @@ def test_unlisted_tenants_beyond_the_bound_are_counted_together() -> None:
         p.set(f"{t}:1", CTX)
     assert set(ledger.dram_used) == {"x", "y", "(other)"}
     assert ledger.dram_used["(other)"] == 2
+
+
+def test_placing_straight_into_dram_books_what_placed_then_to_dram_books() -> None:
+    """The placement's one-step booking of a new DRAM page leaves the ledger exactly as the two
+    events did: byte counts, the tenants listed, and the share-enforcement order."""
+    shares = {"a": TenantShare(dram=0.5, ssd=0.5)}
+    one, two = TenantLedger(tenant, shares), TenantLedger(tenant, shares)
+    for i, key in enumerate(["a:1", "b:1", "a:2", "c:1"]):
+        one.placed_in_dram(key, 10 + i)
+        two.placed(key, 10 + i)
+        two.to_dram(key, 10 + i)
+    assert one.dram_used == two.dram_used and one.ssd_used == two.ssd_used
+    assert dict(one.ssd_used) == {"a": 0, "b": 0, "c": 0}
+    assert one._dram_order == two._dram_order and one._ssd_order == two._ssd_order

@@ -54,3 +54,28 @@ def test_bad_geometry_is_refused():
         SlabAllocator(1 << 20, 1000)
     with pytest.raises(ValueError, match="holds no slab"):
         SlabAllocator(4096, 8192)
+
+
+def test_alloc_many_hands_out_what_one_by_one_allocs_would():
+    """Fuzz: two allocators, one allocating in batches, one slot at a time, with the same frees
+    in between, stay identical (offsets, order, accounting), through slab exhaustion."""
+    rng = random.Random(11)
+    batched = SlabAllocator(capacity=4 << 20, slab_size=256 << 10)
+    single = SlabAllocator(capacity=4 << 20, slab_size=256 << 10)
+    live: list[tuple[int, int]] = []
+    for _ in range(400):
+        if live and rng.random() < 0.4:
+            for _ in range(rng.randint(1, len(live))):
+                off, size = live.pop(rng.randrange(len(live)))
+                batched.free(off, size)
+                single.free(off, size)
+            continue
+        size = rng.choice([4096, 5000, 65536, 200_000])
+        count = rng.randint(0, 40)
+        got = batched.alloc_many(size, count)
+        want = [o for o in (single.alloc(size) for _ in range(count)) if o is not None]
+        assert got == want
+        live.extend((o, size) for o in got)
+        assert batched.used_bytes == single.used_bytes
+        assert batched.free_slab_count == single.free_slab_count
+    assert batched.alloc_many((256 << 10) + 1, 3) == []  # larger than a slab: none

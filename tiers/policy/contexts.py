@@ -22,6 +22,9 @@ def _sizes(sizes: Sequence[int] | int, n: int) -> Sequence[int]:
     return [sizes] * n if isinstance(sizes, int) else sizes
 
 
+_make = tuple.__new__  # AccessContext's fields positionally: a third of keyword construction
+
+
 def set_contexts(
     keys: Sequence[str],
     prefix_len: int,
@@ -31,24 +34,14 @@ def set_contexts(
     obj_type: ObjectType = ObjectType.KV_PAGE,
 ) -> list[AccessContext]:
     n = len(keys)
-    size_of = _sizes(sizes, n)
-    out = []
-    prev = prev_key
-    for i, key in enumerate(keys):
-        out.append(
-            AccessContext(
-                now=now,
-                position=i,
-                batch_len=n,
-                prefix_hits=prefix_len,
-                size=size_of[i],
-                prev_key=prev,
-                request_len=prefix_len + n,
-                obj_type=obj_type,
-            )
-        )
-        prev = key
-    return out
+    prevs = [prev_key, *keys[: n - 1]] if n else []
+    request_len = prefix_len + n
+    # field order: now, position, batch_len, prefix_hits, size, prev_key, obj_type, demoted,
+    # promoted, request_len (checked by a test)
+    return [
+        _make(AccessContext, (now, i, n, prefix_len, size, prev, obj_type, False, False, request_len))
+        for i, (size, prev) in enumerate(zip(_sizes(sizes, n), prevs, strict=True))
+    ]
 
 
 def get_contexts(
@@ -59,24 +52,11 @@ def get_contexts(
     obj_type: ObjectType = ObjectType.KV_PAGE,
 ) -> list[AccessContext]:
     n = len(keys)
-    size_of = _sizes(sizes, n)
-    out = []
-    prev: str | None = None
-    for i, key in enumerate(keys):
-        out.append(
-            AccessContext(
-                now=now,
-                position=i,
-                batch_len=n,
-                prefix_hits=n,
-                size=size_of[i],
-                prev_key=prev,
-                request_len=request_len,
-                obj_type=obj_type,
-            )
-        )
-        prev = key
-    return out
+    prevs = [None, *keys[: n - 1]] if n else []
+    return [
+        _make(AccessContext, (now, i, n, n, size, prev, obj_type, False, False, request_len))
+        for i, (size, prev) in enumerate(zip(_sizes(sizes, n), prevs, strict=True))
+    ]
 
 
 def miss_context(found: int, batch_len: int, now: float = 0.0) -> AccessContext:

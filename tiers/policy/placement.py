@@ -155,19 +155,26 @@ class TierPlacement:
         if not self.policy.on_set(key, ctx):
             self.superseded.gone(key)  # a superseder that is not kept supersedes nothing
             return SetOutcome.REFUSED
+        to_dram = self.dram_capacity > 0
         if before is None:
             size = self._shared_size(ctx.size or 1)
             self._size[key] = size
             self.used += size
-            self.ledger.placed(key, size)
+            if to_dram:  # a new page goes straight to DRAM: one ledger event, not two
+                self._dram[key] = size
+                self.dram_used += size
+                self.ledger.placed_in_dram(key, size)
+            else:
+                self.ledger.placed(key, size)
+        elif to_dram:
+            self._to_dram(key)
         if self.type_aware:
             self.superseded.stored(key, ctx.obj_type)
-        if self.dram_capacity <= 0:
+        if not to_dram:
             self._make_room()
             if key not in self._size:
                 return SetOutcome.REFUSED
             return SetOutcome.NEW_SSD if before is None else SetOutcome.HELD
-        self._to_dram(key)
         self._make_room()
         if key not in self._size:
             return SetOutcome.REFUSED

@@ -96,6 +96,16 @@ class TenantLedger:
         if order is not None:
             order[key] = size
 
+    def placed_in_dram(self, key: str, size: int) -> None:
+        """``placed`` then ``to_dram`` in one step (a new page that goes straight to DRAM)."""
+        tenant = self._name(key)
+        if tenant not in self.ssd_used:
+            self.ssd_used[tenant] = 0  # as placed + to_dram leave it
+        self.dram_used[tenant] += size
+        order = self._dram_order.get(tenant)
+        if order is not None:
+            order[key] = size
+
     def to_dram(self, key: str, size: int) -> None:
         """A resident page entered DRAM."""
         tenant = self._name(key)

@@ -1,0 +1,95 @@
+"""Page runs computed from each page's first index (``pools/affine.py``) against SGLang's own
+``get_page_buffer_meta``, on SGLang's real host pools in every layout: the same pointers and
+sizes for every page and for shuffled batches; pools it cannot prove affine keep SGLang's path."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import torch
+from sglang_helpers import SMALL
+
+from hicache_mooncake.pools.affine import AffineRuns
+from hicache_mooncake.pools.provider import provider_for
+from hicache_mooncake.sglang_harness import make_host_pool
+
+CASES = [
+    *((layout, False) for layout in ("layer_first", "page_first", "page_first_direct", "page_head")),
+    *((layout, True) for layout in ("layer_first", "page_first", "page_first_direct")),
+]
+
+
+def _pages(first_pages: list[int], page_size: int) -> torch.Tensor:
+    return torch.cat(
+        [torch.arange(p * page_size, (p + 1) * page_size, dtype=torch.int64) for p in first_pages]
+    )
+
+
+@pytest.mark.parametrize(("layout", "mla"), CASES, ids=[f"{'mla' if m else 'mha'}-{x}" for x, m in CASES])
+def test_affine_runs_are_sglangs_runs_for_every_page(sglang_runtime: Any, layout: str, mla: bool) -> None:
+    pool = make_host_pool(layout, mla, SMALL)
+    provider = provider_for(pool)
+    form = AffineRuns.detect(provider, pool, pool.page_size, pool.size)
+    assert form is not None, f"{type(pool).__name__} {layout} is affine in SGLang's code"
+    pages = pool.size // pool.page_size
+    every = list(range(pages))
+    want = provider.page_runs(pool, _pages(every, pool.page_size))
+    assert form.runs(_pages(every, pool.page_size), pages) == want
+    rng = random.Random(layout)
+    for _ in range(20):
+        batch = rng.sample(every, rng.randint(1, min(64, pages)))
+        indices = _pages(batch, pool.page_size)
+        assert form.runs(indices, len(batch)) == provider.page_runs(pool, indices)
+    # an int32 index tensor (what some SGLang paths hand over) gives the same runs
+    small = _pages([3, 1, 2], pool.page_size)
+    assert form.runs(small.to(torch.int32), 3) == provider.page_runs(pool, small)
+
+
+def test_a_pool_class_that_overrides_the_method_keeps_sglangs_path(sglang_runtime: Any) -> None:
+    pool = make_host_pool("page_first", False, SMALL)
+
+    class Overriding(type(pool)):  # type: ignore[misc]
+        def get_page_buffer_meta(self, indices: Any) -> Any:
+            return super().get_page_buffer_meta(indices)
+
+    pool.__class__ = Overriding
+    assert AffineRuns.detect(provider_for(pool), pool, pool.page_size, pool.size) is None
+
+
+def test_a_layout_sglangs_method_refuses_is_not_affine(sglang_runtime: Any) -> None:
+    pool = make_host_pool("page_unified", True, SMALL)  # MLA's page_unified: no zero-copy meta
+    with pytest.raises(ValueError):
+        pool.get_page_buffer_meta(torch.arange(pool.page_size))
+    assert AffineRuns.detect(provider_for(pool), pool, pool.page_size, pool.size) is None
+
+
+class MHATokenToKVPoolHost:
+    """Named like SGLang's class, but its runs are not affine in the first index: the probes
+    must catch it."""
+
+    page_size = 4
+    size = 64
+
+    def get_page_buffer_meta(self, indices: torch.Tensor) -> tuple[list[int], list[int]]:
+        firsts = indices.tolist()[:: self.page_size]
+        return [4096 + f * f for f in firsts], [16] * len(firsts)
+
+
+def test_runs_that_are_not_affine_are_detected_by_the_probes() -> None:
+    pool = MHATokenToKVPoolHost()
+    assert AffineRuns.detect(provider_for(pool), pool, pool.page_size, pool.size) is None
+    # the same class with an unknown size is not probed at all
+    assert AffineRuns.detect(provider_for(pool), pool, pool.page_size, None) is None
+
+
+def test_the_backend_moves_pages_through_the_affine_form(sglang_runtime: Any) -> None:
+    from sglang_helpers import make_backend
+
+    backend, host = make_backend("layer_first")
+    try:
+        kv = backend.pools.kv
+        assert kv is not None and kv.affine_runs is not None
+    finally:
+        backend.close()
