@@ -31,6 +31,7 @@ from hicache_mooncake.metrics import BackendMetrics
 from hicache_mooncake.object_split import chunk_count, chunk_keys, split_parts
 from hicache_mooncake.pools import PoolSet, RegisteredPool
 from hicache_mooncake.pools.names import pool_name
+from hicache_mooncake.tiers.parts import pages_nbytes
 from hicache_mooncake.tiers.policy.base import TRAILING_TYPES
 from hicache_mooncake.tiers.policy.hints import session_of
 
@@ -128,7 +129,7 @@ class SidecarIO:
             self.failures.record(f"batch_{op}_v2 of pool {name!r} failed", exc)
             self.metrics.failures.labels(f"sidecar_{op}").inc()
             return [False] * len(page_hashes)
-        nbytes = sum(p.nbytes for good, ps in zip(ok, parts, strict=True) if good for p in ps)
+        nbytes = pages_nbytes(parts, ok)
         self.metrics.record(f"sidecar_{op}", sum(ok), len(ok) - sum(ok), nbytes, time.perf_counter() - start)
         return ok
 

@@ -249,15 +249,12 @@ class DramTier(Tier):
         under one hold. A key already present is True (values are immutable); an item with no
         free slot of its class is False. Memory copies finish quickly, so ``deadline`` is only
         part of the contract."""
-        results = [False] * len(items)
         with self._lock:
             if self._closed:
-                return results
+                return [False] * len(items)
             index = self._index
-            fresh = [i for i, item in enumerate(items) if item[0] not in index]
-            if len(fresh) < len(items):
-                for i, item in enumerate(items):
-                    results[i] = item[0] in index
+            results = [item[0] in index for item in items]
+            fresh = [i for i, present in enumerate(results) if not present]
             sizes = [parts_nbytes(items[i][1]) for i in fresh]
             offsets = self._alloc_batch_locked(sizes)
         reserved = [
@@ -271,22 +268,10 @@ class DramTier(Tier):
         with self._lock:
             if self._closed:
                 return results
-            versions, published, stored = self._versions, 0, 0
             for i, offset, nbytes in reserved:
                 key, _parts, ctx = items[i]
+                self._publish_locked(key, offset, nbytes, next(self._versions), int(ctx.obj_type))
                 results[i] = True
-                if key in index:  # another writer stored the same (immutable) value first
-                    self._invalidate(offset, nbytes)
-                    self._allocator.free(offset, self._slot_bytes(nbytes))
-                    continue
-                version = next(versions)
-                if self.headers:
-                    self._write_header(offset, nbytes, STATE_VALID, version, key, int(ctx.obj_type))
-                index[key] = (offset, nbytes, version, int(ctx.obj_type))
-                published += 1
-                stored += nbytes
-            self._counts["puts"] += published
-            self._counts["put_bytes"] += stored
         return results
 
     def reserve(self, items: Sequence[tuple[str, int, int]]) -> list[Reservation | None]:
@@ -295,8 +280,10 @@ class DramTier(Tier):
         them until ``publish``."""
         out: list[Reservation | None] = []
         with self._lock:
-            for key, nbytes, obj_type in items:
-                offset = None if self._closed else self._alloc_locked(nbytes)
+            if self._closed:
+                return [None] * len(items)
+            offsets = self._alloc_batch_locked([nbytes for _key, nbytes, _otype in items])
+            for (key, nbytes, obj_type), offset in zip(items, offsets, strict=True):
                 if offset is None:
                     out.append(None)
                     continue
@@ -526,18 +513,9 @@ class DramTier(Tier):
         return len(slabs)
 
     # ------------------------------------------------------------------ internals
-    def _alloc_locked(self, nbytes: int) -> int | None:
-        need = self._slot_bytes(nbytes)
-        if not self._allocator.fits(need):
-            self._counts["rejected_too_large"] += 1
-            return None
-        offset = self._allocator.alloc(need)
-        if offset is None:
-            self._counts["rejected_no_space"] += 1
-        return offset
-
     def _alloc_batch_locked(self, sizes: Sequence[int]) -> list[int | None]:
-        """``_alloc_locked`` for each of ``sizes`` (in order), a run of equal sizes at a time."""
+        """A slot offset for each of ``sizes`` (in order; None: larger than a slab, or no free slot
+        of its class, each counted), one allocator call per run of equal sizes."""
         out: list[int | None] = []
         start = 0
         while start < len(sizes):

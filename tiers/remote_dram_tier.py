@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from .call_guard import CallGuard
-from .parts import Parts
+from .parts import Parts, pages_nbytes
 from .policy import DEFAULT_CONTEXT, AccessContext
 from .pool_providers.base import Item, PoolProvider, PoolUnavailable
 from .tier import Tier
@@ -139,10 +139,7 @@ class RemoteDramTier(Tier):
         ok = self._call("put", lambda: self.provider.put_batch(plain, obj_type), len(plain), False)
         self._count("put_keys", len(plain))
         self._count("put_stored", sum(ok))
-        self._count(
-            "put_bytes",
-            sum(p.nbytes for stored, (_, ps) in zip(ok, plain, strict=True) if stored for p in ps),
-        )
+        self._count("put_bytes", pages_nbytes([ps for _, ps in plain], ok))
         return ok
 
     def get_into(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
@@ -157,9 +154,7 @@ class RemoteDramTier(Tier):
         ok = self._call("get", lambda: self.provider.get_batch_into(plain), len(plain), False)
         self._count("get_keys", len(plain))
         self._count("get_hits", sum(ok))
-        self._count(
-            "get_bytes", sum(p.nbytes for hit, (_, ps) in zip(ok, plain, strict=True) if hit for p in ps)
-        )
+        self._count("get_bytes", pages_nbytes([ps for _, ps in plain], ok))
         return ok
 
     def remove(self, key: str) -> bool:
