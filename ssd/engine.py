@@ -282,19 +282,20 @@ class SsdEngine:
         return self._epochs.clear(deadline)
 
     def sync(self, deadline: float | None = None) -> bool:
-        """fdatasync every region written since open (power-loss durability; not needed for
-        crashes); False if not done by ``deadline`` (it finishes in the background)."""
+        """fdatasync every region written since open and the region map (power-loss durability;
+        not needed for crashes); False if not done by ``deadline`` (it finishes in the
+        background)."""
         c = self._core
         with c.lock:
             fds = [r.fd for r in c.regions if r.fd is not None and r.dirty]
         pool = c.pool
-        if not fds or pool is None:
+        if pool is None:
             return not fds
 
         def sync_one(fd: int) -> Callable[[], None]:
             return lambda: os.fdatasync(fd)
 
-        batch = pool.submit([sync_one(fd) for fd in fds])
+        batch = pool.submit([sync_one(fd) for fd in fds] + [self._epochs.sync])
         if not batch.wait(deadline):
             batch.abandon()
             c.timed_out("sync", deadline or 0.0)

@@ -7,9 +7,11 @@ effective epoch is the highest found. The boot counter makes sequence numbers un
 restarts (``boot << SEQ_BOOT_SHIFT``). The region map (which region files the engine made and did
 not remove) lets recovery and fsck tell a deleted region file from one never made. A change of
 the map (a region file made or removed) is written in the background on the I/O pool (coalesced,
-state file only), never while a put waits for its region: a map update lost in a crash only means
-that file's loss is not detected (an unmapped file's entries are still recovered, and it is
-mapped again when the engine next opens it).
+state file only), never while a put waits for its region, and without a device flush (a flush
+stalls every write in flight; the engine's ``sync`` and close make the map durable). A map update
+lost in a crash or a power loss only means that file's loss is not detected (an unmapped file's
+entries are still recovered, and it is mapped again when the engine next opens it); epoch and
+boot records are always flushed before they count.
 
 ``clear`` is fail closed: under the lock it bumps the epoch in memory, drops the index and frees
 the regions, and refuses every data call (``core.refusing``) until the new epoch is on disk in
@@ -135,10 +137,21 @@ class EpochKeeper:
             if f is None:
                 return
             try:
-                f.write(rec)
+                f.write(rec, durable=False)
             except OSError:
                 with c.lock:
                     c.counts["state_file_errors"] += 1
+
+    def sync(self) -> None:
+        """Make every directory's last map update durable; errors are counted."""
+        for f in self.files:
+            if f is None:
+                continue
+            try:
+                f.sync()
+            except OSError:
+                with self.core.lock:
+                    self.core.counts["state_file_errors"] += 1
 
     def clear(self, deadline: float | None = None) -> bool:
         """Drop everything (see the module docstring); True once the new epoch is durable."""

@@ -140,7 +140,7 @@ def test_a_failed_epoch_write_fails_closed_and_loud(
     for i in range(8):
         assert e.put(f"o{i}", [memoryview(value_for(f"o{i}", 100_000))])
 
-    def dying(self, state):  # type: ignore[no-untyped-def]
+    def dying(self, state, durable=True):  # type: ignore[no-untyped-def]
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(StateFile, "write", dying)
