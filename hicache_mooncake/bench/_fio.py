@@ -211,13 +211,17 @@ class Fio:
     def best(
         self, path: str, bs: int, size: int, before_read: Any, configs: tuple[FioConfig, ...] = CONFIGS
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Every configuration writes a fresh ``path``, then every configuration reads the last
-        file (``before_read()`` first: the page cache drop). Returns the best write and the best
+        """Every configuration writes a fresh ``path`` (on an idle disk: the previous file's trims
+        done), then every configuration reads the last file (``before_read()`` first: the page
+        cache drop). Returns the best write and the best
         read, each with ``config`` (its label) and ``all`` (GB/s per configuration)."""
+        from hicache_mooncake.bench._disk import wait_disk_idle
+
         writes: list[dict[str, Any]] = []
         for cfg in configs:
             if os.path.exists(path):
                 os.unlink(path)
+                wait_disk_idle(os.path.dirname(path) or ".")  # its trims land before the next run
             writes.append(self.run(path, "write", bs, size, cfg))
         reads: list[dict[str, Any]] = []
         for cfg in configs:

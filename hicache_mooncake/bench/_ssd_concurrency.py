@@ -124,7 +124,7 @@ def fio_mixed(fio: Fio, work: str, bs: int, size: int, drop: Any) -> dict[str, A
 
 
 def concurrency_case(fio: Fio, base: str, w: PageWorkload, drop: bool) -> dict[str, Any]:
-    from hicache_mooncake.bench._disk import drop_caches
+    from hicache_mooncake.bench._disk import drop_caches, wait_disk_idle
     from hicache_mooncake.bench.ssd import _capacity, ssd_only_config
 
     host, batch, pages = w.host, w.batch, w.pages
@@ -151,6 +151,7 @@ def concurrency_case(fio: Fio, base: str, w: PageWorkload, drop: bool) -> dict[s
             a[:] = b
     try:
         out["fio_mixed"] = fio_mixed(fio, work, page_bytes, total, lambda: drop_caches(drop))
+        wait_disk_idle(work)  # fio's files are trimmed before ours are timed
         be = create_backend(
             "dynamic", ssd_only_config(os.path.join(work, "ours"), _capacity(3 * total)), host
         )

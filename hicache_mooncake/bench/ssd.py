@@ -51,6 +51,7 @@ from hicache_mooncake.bench._disk import (
     default_work_dir,
     drop_caches,
     fs_type,
+    wait_disk_idle,
 )
 from hicache_mooncake.bench._fio import Fio, HugePages, max_buffer_bytes
 from hicache_mooncake.bench._sglang_io import (
@@ -117,11 +118,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # ---------------------------------------------------------------------------------------- helpers
 
 
-def settle() -> None:
-    """After deleting files: ``sync`` so the filesystem's discards (``-o discard``) and journal
-    commit land now, not inside the next measurement."""
-    os.sync()
-    time.sleep(0.2)
+def settle(path: str) -> None:
+    """After deleting files: wait until the disk is idle (:func:`~._disk.wait_disk_idle`), so the
+    filesystem's discards (``-o discard``) and journal commit land now, not inside the next
+    measurement."""
+    wait_disk_idle(path)
 
 
 def _figures(nbytes: int, t: Timed) -> dict[str, float]:
@@ -191,11 +192,12 @@ def _bench_round(
         return (rnd << 48) | (b * batch + j)
 
     try:
+        settle(base)  # the previous round's files are trimmed before anything is timed
         # fio: raw sequential O_DIRECT write + read of the same directory, best configuration
         fpath = os.path.join(work, "fio.dat")
         out["fio_write"], out["fio_read"] = fio.best(fpath, page_bytes, total, drop_now)
         os.unlink(fpath)
-        settle()
+        settle(base)
 
         # ours: SSD-only backend created by SGLang's factory, zero-copy v1 interface
         keys = [f"{rnd:04d}{i:060x}" for i in range(pages)]
@@ -240,7 +242,7 @@ def _bench_round(
             finally:
                 be.close()
         shutil.rmtree(os.path.join(work, "ours"), ignore_errors=True)
-        settle()
+        settle(base)
 
         # SGLang's file backend, driven the way its cache controller drives it
         if with_file:
@@ -258,7 +260,7 @@ def _bench_round(
     finally:
         stamps.close()
         shutil.rmtree(work, ignore_errors=True)
-        settle()
+        settle(base)
     out["cache_dropped"] = dropped[0]
     return out
 
