@@ -13,9 +13,9 @@ write a job (:meth:`WriteBuffer.fill_job`):
 * **borrowed** (zero copy): the header blocks live in this buffer's aligned memory and the
   payload iovecs are the caller's own memoryviews (SGLang's host pool), written in place.
 
-Each job fills its entries (copy, payload hash) itself, so the copies and hashes of one job
-overlap the writes of the others; the writer lets a fill run only while the put still waits for
-it (its ``FillGate``): the checksum is taken from the caller's bytes as they were during the call.
+The put's own thread fills the jobs (copy, payload hash) in order while the I/O threads write
+the jobs filled before, so copies overlap writes; no fill runs after the put returned: the
+checksum is taken from the caller's bytes as they were during the call.
 So a write that completes after its put gave up (deadline), while the caller already reuses its
 memory, leaves an entry whose checksum does not match (borrowed) or that holds the bytes of the
 call (staged): never indexed in this life, and never served with other bytes after a restart.

@@ -8,10 +8,12 @@
 3. under the lock (:meth:`RegionAllocator.reserve`): reserve contiguous space in the directory's
    active region and pin it; from here a get of a pending key is served from the write buffer
    (a staged entry once it is filled);
-4. no lock: jobs of whole entries (about ``write_chunk_bytes`` each) run in parallel on the I/O
-   pool; each fills its entries (copy when staged, payload hash) while the put still waits
-   (:class:`FillGate`), writes their headers and ``pwritev``s them, so the copies and hashes of one
-   job overlap the writes of the others; every sub-batch of a put is in flight at once;
+4. no lock: jobs of whole entries (about ``write_chunk_bytes`` each): the put's own thread fills
+   them in order (copy when staged, payload hash, headers), at most ``io_threads + 2`` jobs ahead
+   of the writes, while the I/O pool ``pwritev``s the jobs filled before, so the device always
+   has writes in flight (when each I/O thread filled its own job first, the device sat idle
+   while all of them copied, about half the time); no fill runs after the put returned; every
+   sub-batch of a put is in flight at once;
 5. under the lock: index the entries, unpin. Only now does the put report True: the bytes are in
    the region file (page cache or device), so a SIGKILL after it loses nothing.
 
@@ -29,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .allocator import RegionAllocator, Reservation
-from .buffer import Slot, WriteBuffer
+from .buffer import Buffer, Slot, WriteBuffer
 from .core import EngineCore
 from .format import BLOCK, entry_size
 from .index import Location
@@ -79,41 +81,34 @@ class _Group:
         self.error: OSError | None = None
 
 
-class FillGate:
-    """Fills (reads of the caller's memory to copy or hash it) run only while the put waits:
-    ``close`` (the put gives up at its deadline) waits for fills in progress, which are memory
-    work, short whatever the disk does, and refuses later ones."""
+class _Job:
+    """One write job: entries back to back on disk, filled by the put's thread (``iov``,
+    ``staged``), then written by an I/O thread once ``filled`` is set. ``cancelled``: the put
+    gave up (deadline) or the fill failed before it was filled; nothing is written."""
 
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._open = True
-        self._active = 0
+    __slots__ = ("group", "off", "slots", "filled", "iov", "staged", "cancelled", "holds_window")
 
-    def enter(self) -> bool:
-        with self._cond:
-            if not self._open:
-                return False
-            self._active += 1
-            return True
-
-    def exit(self) -> None:
-        with self._cond:
-            self._active -= 1
-            if self._active == 0:
-                self._cond.notify_all()
-
-    def close(self) -> None:
-        with self._cond:
-            self._open = False
-            while self._active:
-                self._cond.wait()
+    def __init__(self, group: _Group, off: int, slots: list[tuple[Slot, int]]) -> None:
+        self.group = group
+        self.off = off  # offset in the group
+        self.slots = slots
+        self.filled = threading.Event()
+        self.iov: list[memoryview] = []
+        self.staged: Buffer | None = None
+        self.cancelled = False
+        self.holds_window = False  # took a place of the put's fill window (freed after the write)
 
 
 class _BatchWrite:
     """One sub-batch in flight: shared by the caller and the I/O completion (``_finish``)."""
 
     def __init__(
-        self, batch: list[_New], results: list[bool], reinsert_rid: int | None, buf: WriteBuffer
+        self,
+        batch: list[_New],
+        results: list[bool],
+        reinsert_rid: int | None,
+        buf: WriteBuffer,
+        window: threading.Semaphore,
     ) -> None:
         self.batch = batch
         self.results = results
@@ -124,7 +119,8 @@ class _BatchWrite:
         self.failed_reason = ""
         self.finished = False  # _finish ran (lock held to read/write)
         self.abandoned = False  # the caller returned before _finish (lock held)
-        self.gate = FillGate()
+        self.jobs: list[_Job] = []  # in submission order, filled in that order by the caller
+        self.window = window  # jobs filled and not yet written, shared by the put's sub-batches
         self.iob: IoBatch | None = None
 
 
@@ -203,9 +199,14 @@ class WritePath:
         if batch:
             subs.append((batch, nbytes))
         started: list[_BatchWrite] = []
+        window = threading.Semaphore(o.io_threads + 2)
         try:
             for sub, n in subs:
-                started.append(self._start_batch(di, sub, n, results, reinsert_rid, deadline, open_regions))
+                state = self._start_batch(di, sub, n, results, reinsert_rid, deadline, window, open_regions)
+                started.append(state)
+                # filled before the next sub-batch reserves: a region open it may need runs on
+                # the I/O pool, whose threads must not all be waiting for fills of this put
+                self._fill(state, deadline)
         finally:
             for state in started:
                 self._wait_batch(state, deadline)
@@ -234,13 +235,15 @@ class WritePath:
         results: list[bool],
         reinsert_rid: int | None,
         deadline: float | None,
+        window: threading.Semaphore,
         open_regions: bool = False,
     ) -> _BatchWrite:
-        """Lay out, reserve and submit one sub-batch; :meth:`_wait_batch` waits for it."""
+        """Lay out, reserve and submit one sub-batch (its jobs wait to be filled by
+        :meth:`_fill`); :meth:`_wait_batch` waits for it."""
         c = self.core
         borrow = self._borrow(batch)
         buf = WriteBuffer(c.buffers, len(batch), borrow)
-        state = _BatchWrite(batch, results, reinsert_rid, buf)
+        state = _BatchWrite(batch, results, reinsert_rid, buf, window)
         try:
             for it in batch:
                 it.slot = buf.add(it.kb, it.views)
@@ -255,7 +258,7 @@ class WritePath:
             state.groups = [_Group(res, batch[res.first : res.first + res.count]) for res in reservations]
             jobs: list[Callable[[], None]] = []
             for g in state.groups:
-                for job in self.write_jobs(g, buf, state.gate):
+                for job in self.write_jobs(g, buf, state):
                     jobs.append(job)
                     state.job_groups.append(g)
             assert c.pool is not None
@@ -281,8 +284,7 @@ class WritePath:
         if iob is None:
             return
         try:
-            if not iob.wait(deadline):
-                state.gate.close()  # no fill reads the caller's memory after this returns
+            if not iob.wait(deadline):  # (no fill runs any more: the caller did them)
                 with c.lock:
                     if not state.finished:
                         state.abandoned = True
@@ -369,45 +371,68 @@ class WritePath:
         r.keys.append(it.key)
         r.live_bytes += it.size
 
-    def write_jobs(self, g: _Group, buf: WriteBuffer, gate: FillGate) -> list[Callable[[], None]]:
+    def write_jobs(self, g: _Group, buf: WriteBuffer, state: _BatchWrite) -> list[Callable[[], None]]:
         """Jobs of whole entries, about ``write_chunk_bytes`` each (an entry larger than that is a
-        job of its own): fill the entries (while ``gate`` lets them), write their headers, then
-        ``pwritev`` them."""
+        job of its own), appended to ``state.jobs``; each returned callable (run on the I/O pool)
+        waits until :meth:`_fill` filled its job, then ``pwritev``s it."""
         fd = g.res.region.fd
         assert fd is not None
         chunk = self.core.options.write_chunk_bytes
-        pieces: list[tuple[int, list[tuple[Slot, int]]]] = []  # (offset in the group, [(entry, seq)])
+        pieces: list[_Job] = []
         cur: list[tuple[Slot, int]] = []
         cur_bytes = 0
         for it, seq in zip(g.items, g.res.seqs, strict=True):
             assert it.slot is not None
             if cur and cur_bytes + it.slot.size > chunk:
-                pieces.append((cur[0][0].offset - g.start, cur))
+                pieces.append(_Job(g, cur[0][0].offset - g.start, cur))
                 cur, cur_bytes = [], 0
             cur.append((it.slot, seq))
             cur_bytes += it.slot.size
         if cur:
-            pieces.append((cur[0][0].offset - g.start, cur))
+            pieces.append(_Job(g, cur[0][0].offset - g.start, cur))
+        state.jobs.extend(pieces)
 
-        def job(off: int, slots: list[tuple[Slot, int]]) -> Callable[[], None]:
+        def write(job: _Job) -> Callable[[], None]:
             def run() -> None:
-                if not gate.enter():
-                    g.error = g.error or OSError(errno.ECANCELED, "put gave up before the copy")
-                    return
+                job.filled.wait()  # set by _fill on every path (filled or cancelled)
                 try:
-                    iov, staged = buf.fill_job(slots, g.res.gen)
-                finally:
-                    gate.exit()
-                try:
-                    pwritev_full(fd, iov, g.res.file_off + off)
+                    if job.cancelled:
+                        g.error = g.error or OSError(errno.ECANCELED, "put gave up before the copy")
+                        return
+                    pwritev_full(fd, job.iov, g.res.file_off + job.off)
                 except OSError as e:
                     g.error = e
                 finally:
-                    buf.give_back(staged)
+                    buf.give_back(job.staged)
+                    job.staged, job.iov = None, []
+                    if job.holds_window:
+                        state.window.release()
 
             return run
 
-        return [job(off, slots) for off, slots in pieces]
+        return [write(job) for job in pieces]
+
+    def _fill(self, state: _BatchWrite, deadline: float | None) -> None:
+        """Fill the jobs of ``state`` in submission order, each once a place in the put's window
+        is free (a job's place is freed when its write is over), until ``deadline``. Every job
+        leaves here filled or cancelled, whatever happens: an I/O thread waits for it."""
+        try:
+            for job in state.jobs:
+                left = None if deadline is None else deadline - time.monotonic()
+                if (left is not None and left <= 0) or not state.window.acquire(timeout=left):
+                    break  # past the deadline: the rest are cancelled
+                job.holds_window = True
+                try:
+                    job.iov, job.staged = state.buf.fill_job(job.slots, job.group.res.gen)
+                except Exception:  # noqa: BLE001 - a bug in one job's fill fails that job only
+                    log.exception("ssd write: filling a write job failed")
+                    job.cancelled = True
+                job.filled.set()
+        finally:
+            for job in state.jobs:
+                if not job.filled.is_set():
+                    job.cancelled = True
+                    job.filled.set()
 
     # ------------------------------------------------------------------ pending entries (lock held)
 
