@@ -3,24 +3,30 @@ buffer of a pending put) into the caller's memory.
 
 Look up and pin the regions under the lock; read without it, coalescing adjacent entries of a
 region into large ``preadv`` calls (:mod:`.readplan`) that fill the caller's memoryviews directly
-when alignment allows (a bounce buffer otherwise); verify key, generation, sequence, length and
-the xxh3 checksum of every entry; unpin. A failed check is a miss (counted, entry dropped from the
-index). On a miss the caller's memory for that item may hold garbage. Pins are released and bad
-entries dropped when the I/O is over (``_finish``), which may be after a caller that gave up at
-its deadline returned.
+when alignment allows (a bounce buffer otherwise). The I/O threads only read, at most
+``io_threads + 2`` runs ahead; the caller's own thread verifies each run as it lands, in order
+(key, generation, sequence, length, xxh3 checksum of every entry) and copies bounced payloads
+into its views, while the next runs are being read: the device does not wait for the checks and
+copies (when each I/O thread verified and copied its own run, all of them did so at once while the
+device sat idle), and nothing is copied into the caller's memory after it stopped waiting. A
+failed check is a miss (counted, entry dropped from the index). On a miss the caller's memory for
+that item may hold garbage. A run's pins are released when its read is over (``_finish``), which
+may be after a caller that gave up at its deadline returned; such a read gives its engine memory
+back itself.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import xxhash
 
 from .allocator import RegionAllocator
-from .buffer import Slot, WriteBuffer
+from .buffer import Buffer, BufferPool, Slot, WriteBuffer
 from .core import EngineCore
 from .format import BLOCK, FLAG_DEAD, parse_entry_header
 from .io import READ, IoBatch, byte_view, copy_into, preadv_full
@@ -48,38 +54,60 @@ def copy_views(dst: Sequence[memoryview], src: Sequence[memoryview]) -> None:
                 si, so = si + 1, 0
 
 
-class _Delivery:
-    """Where a read batch's jobs put their results, until the caller stops waiting.
+class _Landed:
+    """One run's read: engine memory (``scratch``: header blocks, padding, bounced entries),
+    where each entry's header and payload are (``where``), bytes read (``got``) or the error."""
 
-    ``deliver`` copies a verified entry into the caller's views (when it was read into engine
-    memory) and sets its result, only while the caller still waits; ``close`` (caller past its
-    deadline) waits for copies in progress (memory copies: short) and refuses later ones."""
+    __slots__ = ("pool", "scratch", "where", "got", "error")
 
-    def __init__(self, results: list[bool]) -> None:
-        self._results = results
+    def __init__(self, pool: BufferPool, scratch: Buffer) -> None:
+        self.pool = pool
+        self.scratch: Buffer | None = scratch
+        self.where: list[tuple[memoryview, list[memoryview]]] = []
+        self.got = 0
+        self.error: BaseException | None = None
+
+    def release(self) -> None:
+        if self.scratch is not None:
+            self.pool.give(self.scratch)
+            self.scratch = None
+
+
+class _Landing:
+    """Where the I/O threads hand each run's read to the caller (by run index). After
+    :meth:`close` (the caller stopped waiting) a read gives its memory back itself."""
+
+    def __init__(self, n: int) -> None:
         self._cond = threading.Condition()
+        self._landed: list[_Landed | None] = [None] * n
         self._open = True
-        self._copying = 0
 
-    def deliver(self, it: ReadItem, payload: Sequence[memoryview] | None) -> None:
+    def put(self, i: int, landed: _Landed) -> None:
         with self._cond:
-            if not self._open:
-                return
-            self._copying += 1
-        try:
-            if payload is not None:
-                copy_views(it.views, payload)
-        finally:
-            with self._cond:
-                self._results[it.idx] = True
-                self._copying -= 1
+            if self._open:
+                self._landed[i] = landed
                 self._cond.notify_all()
+                return
+        landed.release()
+
+    def take(self, i: int, deadline: float | None) -> _Landed | None:
+        """Run ``i``'s read once it landed; None if ``deadline`` passed first."""
+        with self._cond:
+            while (landed := self._landed[i]) is None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self._cond.wait(None if left is None else min(left, threading.TIMEOUT_MAX))
+            self._landed[i] = None
+            return landed
 
     def close(self) -> None:
         with self._cond:
             self._open = False
-            while self._copying:
-                self._cond.wait()
+            left = [x for x in self._landed if x is not None]
+            self._landed = [None] * len(self._landed)
+        for x in left:
+            x.release()
 
 
 class ReadPath:
@@ -136,21 +164,10 @@ class ReadPath:
             finally:
                 wb.release()
         if plan:
-            guard = _Delivery(results)
             bounce_all = deadline is not None
             o = c.options
             run_bytes = o.staged_read_run_bytes if bounce_all else o.max_read_run_bytes
-            runs = plan_runs(plan, c.direct, run_bytes, staged=bounce_all)
-            assert c.pool is not None
-            iob = c.pool.submit(
-                [self._run_job(run, guard) for run in runs],
-                on_done=lambda b: self._finish(runs, b),
-                priority=READ,
-            )
-            if not iob.wait(deadline):
-                guard.close()
-                iob.abandon()
-                c.timed_out("read", deadline or 0.0)
+            self._read_runs(plan_runs(plan, c.direct, run_bytes, staged=bounce_all), results, deadline)
         if not internal:
             with c.lock:
                 c.counts["gets"] += len(items)
@@ -160,71 +177,135 @@ class ReadPath:
                 c.counts["hits_from_write_buffer"] += len(mem)
                 c.counts["bytes_read"] += sum(it.loc.length for it in plan if results[it.idx])
 
-    def _finish(self, runs: Sequence[Run], iob: IoBatch) -> None:
-        """Every read job of a batch has finished (maybe after the caller gave up): unpin the
-        regions, drop entries that failed verification from the index."""
+    def _read_runs(self, runs: Sequence[Run], results: list[bool], deadline: float | None) -> None:
+        """Read ``runs`` on the I/O pool (at most ``io_threads + 2`` submitted and not yet taken)
+        and verify and deliver each here as it lands, in order, until ``deadline``. Entries that
+        fail verification are dropped from the index. Every run is unpinned once: by its read's
+        ``_finish``, or here if it was never submitted."""
+        c = self.core
+        pool = c.pool
+        assert pool is not None
+        landing = _Landing(len(runs))
+        window = c.options.io_threads + 2
+        iobs: list[IoBatch] = []
+        bad: list[ReadItem] = []
+        try:
+            for i, run in enumerate(runs):
+                while len(iobs) < min(len(runs), i + window):
+                    nxt = runs[len(iobs)]
+                    job = self._read_job(nxt, len(iobs), landing)
+                    iobs.append(pool.submit([job], on_done=self._finisher(nxt), priority=READ))
+                landed = landing.take(i, deadline)
+                if landed is None:
+                    c.timed_out("read", deadline or 0.0)
+                    break
+                try:
+                    bad.extend(self._deliver(run, landed, results))
+                finally:
+                    landed.release()
+        finally:
+            landing.close()
+            for iob in iobs:
+                iob.abandon()  # reads not started are skipped (their runs unpinned by _finish)
+            never = runs[len(iobs) :]
+            if never:
+                with c.lock:
+                    for run in never:
+                        self._unpin(run)
+        if bad:
+            with c.lock:
+                for it in bad:
+                    if c.index.get(it.key) == it.loc:  # still this entry (seq and gen are in it)
+                        c.index.pop(it.key)
+                c.counts["read_checksum_errors"] += len(bad)
+
+    def _unpin(self, run: Run) -> None:
+        for it in run.items:
+            it.region.readers -= 1
+            self.alloc.maybe_free(it.region)
+
+    def _finisher(self, run: Run) -> Callable[[IoBatch], None]:
+        return lambda iob: self._finish(run, iob)
+
+    def _finish(self, run: Run, iob: IoBatch) -> None:
+        """A run's read is over (maybe after the caller gave up): unpin its regions."""
         c = self.core
         err = next((r for r in iob.results if isinstance(r, OSError)), None)
         with c.lock:
-            bad = 0
-            for run, out in zip(runs, iob.results, strict=True):
-                for j, it in enumerate(run.items):
-                    it.region.readers -= 1
-                    self.alloc.maybe_free(it.region)
-                    if isinstance(out, list) and not out[j]:
-                        bad += 1
-                        if c.index.get(it.key) == it.loc:  # still this entry (seq and gen are in it)
-                            c.index.pop(it.key)
-            c.counts["reads"] += sum(len(run.items) for run in runs)
-            c.counts["read_checksum_errors"] += bad
+            self._unpin(run)
+            c.counts["reads"] += len(run.items)
             if err is not None:
                 c.counts["read_io_errors"] += 1
         if err is not None:
             c.io_failed("read", err)
 
-    def _run_job(self, run: Run, guard: _Delivery) -> Callable[[], list[bool]]:
-        return lambda: self.read_run(run, guard)
+    def _read_job(self, run: Run, i: int, landing: _Landing) -> Callable[[], int]:
+        """One vectored read of a run of adjacent entries into the caller's views (or engine
+        memory), handed to ``landing`` as run ``i`` whatever happens."""
 
-    def read_run(self, run: Run, guard: _Delivery) -> list[bool]:
-        """One vectored read for a run of adjacent entries, then per-entry verification; returns
-        whether each entry verified, and delivers the good ones through ``guard``."""
-        fd = run.region.fd
+        def job() -> int:
+            buffers = self.core.buffers
+            landed = _Landed(buffers, buffers.take(BLOCK * (len(run.items) + 1) + run.bounce_bytes))
+            try:
+                fd = run.region.fd
+                if fd is None:
+                    return 0  # nothing read: every entry fails its check
+                landed.got = preadv_full(fd, self._layout(run, landed), run.offset)
+                return landed.got
+            except BaseException as e:
+                landed.error = e
+                raise
+            finally:
+                landing.put(i, landed)
+
+        return job
+
+    @staticmethod
+    def _layout(run: Run, landed: _Landed) -> list[memoryview]:
+        """The iovecs of ``run``'s read; records each entry's header and payload in
+        ``landed.where``."""
+        assert landed.scratch is not None
         n = len(run.items)
-        if fd is None:
-            return [False] * n
-        scratch = self.core.buffers.take(BLOCK * (n + 1) + run.bounce_bytes)
-        try:
-            sv = memoryview(scratch)
-            pad = sv[BLOCK * n : BLOCK * (n + 1)]
-            bounce_at = BLOCK * (n + 1)
-            iov: list[memoryview] = []
-            where: list[tuple[memoryview, list[memoryview]]] = []  # (header view, payload views)
-            for j, it in enumerate(run.items):
+        sv = memoryview(landed.scratch)
+        pad = sv[BLOCK * n : BLOCK * (n + 1)]
+        bounce_at = BLOCK * (n + 1)
+        iov: list[memoryview] = []
+        for j, it in enumerate(run.items):
+            if it.bounce:
+                ent = sv[bounce_at : bounce_at + it.size]
+                bounce_at += it.size
+                iov.append(ent)
+                landed.where.append((ent[:BLOCK], [ent[BLOCK : BLOCK + it.loc.length]]))
+            else:
+                hdr = sv[BLOCK * j : BLOCK * (j + 1)]
+                iov.append(hdr)
+                iov.extend(it.views)
+                tail = it.size - BLOCK - it.loc.length
+                if tail:
+                    iov.append(pad[:tail])
+                landed.where.append((hdr, it.views))
+        return iov
+
+    def _deliver(self, run: Run, landed: _Landed, results: list[bool]) -> list[ReadItem]:
+        """Verify ``run``'s entries, copy the bounced ones into the caller's views and set their
+        results; returns the entries that failed verification (an I/O error fails none: they
+        are misses, and the entries stay indexed)."""
+        if landed.error is not None:
+            return []
+        if len(landed.where) != len(run.items):  # the region's file was closed: nothing read
+            return list(run.items)
+        bad: list[ReadItem] = []
+        pos = 0
+        for it, (hdr, payload) in zip(run.items, landed.where, strict=True):
+            pos += it.size
+            whole = landed.got >= pos - (it.size - BLOCK - it.loc.length)
+            if whole and self._verify(it, hdr, payload):
                 if it.bounce:
-                    ent = sv[bounce_at : bounce_at + it.size]
-                    bounce_at += it.size
-                    iov.append(ent)
-                    where.append((ent[:BLOCK], [ent[BLOCK : BLOCK + it.loc.length]]))
-                else:
-                    hdr = sv[BLOCK * j : BLOCK * (j + 1)]
-                    iov.append(hdr)
-                    iov.extend(it.views)
-                    tail = it.size - BLOCK - it.loc.length
-                    if tail:
-                        iov.append(pad[:tail])
-                    where.append((hdr, it.views))
-            got = preadv_full(fd, iov, run.offset)
-            out: list[bool] = []
-            pos = 0
-            for it, (hdr, payload) in zip(run.items, where, strict=True):
-                pos += it.size
-                ok = got >= pos - (it.size - BLOCK - it.loc.length) and self._verify(it, hdr, payload)
-                out.append(ok)
-                if ok:
-                    guard.deliver(it, payload if it.bounce else None)
-            return out
-        finally:
-            self.core.buffers.give(scratch)
+                    copy_views(it.views, payload)
+                results[it.idx] = True
+            else:
+                bad.append(it)
+        return bad
 
     def _verify(self, it: ReadItem, hdr: memoryview, payload: Sequence[memoryview]) -> bool:
         h, why = parse_entry_header(hdr, self.core.options.max_key_bytes)

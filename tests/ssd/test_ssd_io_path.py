@@ -231,6 +231,70 @@ def test_staged_reads_in_runs_smaller_than_an_entry(ssd_dir: str) -> None:
         _check(e, vals, deadline=True)
 
 
+def test_a_get_verifies_runs_as_they_land_while_the_next_ones_are_read(
+    ssd_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The I/O threads only read; the caller's thread checks each run (header, checksum) and
+    copies it out as it lands, in order. While the caller is held in its first check, at most
+    ``io_threads + 2`` runs are being read or waiting (engine memory stays bounded); released,
+    every entry is served byte-exact, and a corrupt one in the middle is a miss dropped from the
+    index while the others are served."""
+    from hicache_mooncake.ssd import reader as reader_mod
+
+    reads: list[str] = []
+    checks: list[str] = []
+    hold = threading.Event()
+    real_read, real_verify = reader_mod.preadv_full, reader_mod.ReadPath._verify
+
+    def counting_read(fd: int, iov: list[memoryview], offset: int) -> int:
+        reads.append(threading.current_thread().name)
+        return real_read(fd, iov, offset)
+
+    def held_verify(self: object, it: object, hdr: memoryview, payload: list[memoryview]) -> bool:
+        checks.append(threading.current_thread().name)
+        hold.wait(10)
+        ok = real_verify(self, it, hdr, payload)  # type: ignore[arg-type]
+        return ok and getattr(it, "key", "") != "r5"  # r5 fails its check, as if corrupt
+
+    e = open_engine(ssd_dir, capacity_bytes=32 * MiB, region_size=8 * MiB, io_threads=2)
+    try:
+        size = 300 << 10
+        vals = {f"r{i}": value_for(f"r{i}", size) for i in range(12)}
+        assert all(e.put_batch([(k, [memoryview(v)]) for k, v in vals.items()]))
+        e.close()
+        e = open_engine(  # runs of one entry each
+            ssd_dir,
+            capacity_bytes=32 * MiB,
+            region_size=8 * MiB,
+            io_threads=2,
+            staged_read_run_bytes=64 << 10,
+        )
+        monkeypatch.setattr(reader_mod, "preadv_full", counting_read)
+        monkeypatch.setattr(reader_mod.ReadPath, "_verify", held_verify)
+        outs = {k: np.zeros(size, np.uint8) for k in vals}
+        got: list[list[bool]] = []
+        getter = threading.Thread(
+            target=lambda: got.append(
+                e.get_batch_into([(k, [memoryview(o)]) for k, o in outs.items()], time.monotonic() + 30)
+            )
+        )
+        getter.start()
+        deadline = time.monotonic() + 10
+        while not checks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # the reads would go on now if the window did not hold them
+        assert checks and len(reads) == 2 + 2
+        hold.set()
+        getter.join(30)
+        assert got and got[0] == [k != "r5" for k in vals]
+        assert set(checks) == {getter.name} and len(reads) == 12
+        assert all(np.array_equal(outs[k], v) for k, v in vals.items() if k != "r5")
+        assert not e.contains("r5") and e.contains("r4") and e.stats()["read_checksum_errors"] == 1
+    finally:
+        hold.set()
+        e.close()
+
+
 def test_stage_writes_must_be_a_known_mode() -> None:
     with pytest.raises(ValueError, match="stage_writes"):
         SsdOptions(dirs=("/nonexistent",), capacity_bytes=4 * MiB, region_size=MiB, stage_writes="sometimes")
