@@ -11,7 +11,12 @@ For each page size (1 MiB and 8 MiB by default) and each of ``--repeats`` rounds
    the directory; ``batch_set_v1`` / ``batch_get_v1`` in batches of up to 128 pages. Every page of
    every batch is stamped uniquely before its set and every page of every get is compared with
    what was set (both outside the timed calls); then the backend is closed and constructed again on
-   the full tier (the reopen time);
+   the full tier (the reopen time). These sets go into fresh region files (a cold fill);
+   **steady state**: the tier then gets ``--total`` more pages untimed (every region has now been
+   written once, reclaim runs), and ``--total`` more timed, into reused regions, against fio
+   writing over its laid-out file at its best configuration (``steady_set_ratio_vs_fio``). A
+   cold fill makes the filesystem allocate blocks and convert extents, journal work whose commit
+   flushes the device (on this project's VM, stalls of seconds); a tier in use does none;
 3. **file**: SGLang's ``file`` backend (``HiCacheFile``) on the same directory, driven the way
    its cache controller drives it (flat pages out, dummy pages in), stamped and checked the same way.
 
@@ -22,7 +27,8 @@ alone and then all at once, next to fio's mixed ceiling (one writing and one rea
 With ``--drop-caches`` (root) the page cache of the whole host is dropped before every read;
 without it nothing is dropped, and SGLang's ``file`` backend (buffered) may read from memory;
 the output, the JSON (``cache_drop_requested``) and the plot say which. The default directory is
-the system temp dir (``/var/tmp`` when that is tmpfs); everything written is removed.
+the system temp dir (``/var/tmp`` when that is tmpfs); everything written is removed, and every
+timed step starts on an idle disk (``_disk.wait_disk_idle``: the trims of deleted files done).
 
 GB/s are bytes over the time spent inside the calls. CPU seconds per GB are the process's CPU
 during those calls (ours, file: all threads) or the fio children's. Ratios per page size are the
@@ -196,6 +202,8 @@ def _bench_round(
         # fio: raw sequential O_DIRECT write + read of the same directory, best configuration
         fpath = os.path.join(work, "fio.dat")
         out["fio_write"], out["fio_read"] = fio.best(fpath, page_bytes, total, drop_now)
+        settle(base)
+        out["fio_overwrite"] = fio.best_overwrite(fpath, page_bytes, total)
         os.unlink(fpath)
         settle(base)
 
@@ -241,6 +249,32 @@ def _bench_round(
                 }
             finally:
                 be.close()
+        # steady state: once every region has been written (the tier full, reclaim running),
+        # sets go into reused regions: no block allocation, no extent conversion, no journal
+        # flush of the filesystem's own (on this VM's ext4 those stall a cold fill for seconds)
+        settle(base)
+        be = create_backend("dynamic", cfg, host)
+        try:
+            fill = [[f"{k}w" for k in b] for b in batches]
+            timed_v1_set(
+                be.batch_set_v1, fill, src, stamps, lambda b, j: (rnd << 48) | 1 << 47 | (b * batch + j), 64
+            )
+            settle(base)
+            steady = [[f"{k}s" for k in b] for b in batches]
+            out["ours_steady_set"] = _figures(
+                total,
+                timed_v1_set(
+                    be.batch_set_v1,
+                    steady,
+                    src,
+                    stamps,
+                    lambda b, j: (rnd << 48) | 1 << 46 | (b * batch + j),
+                    64,
+                ),
+            )
+        finally:
+            be.close()
+
         shutil.rmtree(os.path.join(work, "ours"), ignore_errors=True)
         settle(base)
 
@@ -312,13 +346,15 @@ def _bench_size(
         ("fio_read", "fio", "get"),
         ("ours_set", "ours", "set"),
         ("ours_get", "ours", "get"),
+        ("fio_overwrite", "fio", "overwrite"),
+        ("ours_steady_set", "ours", "steady_set"),
     ]
     if with_file:
         legs += [("file_set", "file", "set"), ("file_get", "file", "get")]
     for leg, who, op in legs:
         row[f"{who}_{op}_gbps"] = med(leg, "gbps")
         row[f"{who}_{op}_cpu_s_per_gb"] = med(leg, "cpu_s_per_gb")
-    for leg, op in (("fio_write", "set"), ("fio_read", "get")):
+    for leg, op in (("fio_write", "set"), ("fio_read", "get"), ("fio_overwrite", "overwrite")):
         # the configuration that won the median round, and every configuration's median
         legs_of_rounds = sorted((r[leg] for r in rounds), key=lambda x: float(x["gbps"]))
         row[f"fio_{op}_config"] = legs_of_rounds[len(legs_of_rounds) // 2]["config"]
@@ -329,6 +365,7 @@ def _bench_size(
     row["fio_config"] = {
         "set": row["fio_set_config"],
         "get": row["fio_get_config"],
+        "overwrite": row["fio_overwrite_config"],
         "iomem": row["fio_iomem"],
     }
 
@@ -337,6 +374,8 @@ def _bench_size(
 
     row["set_ratio_vs_fio"] = ratio("ours_set", "fio_write")
     row["get_ratio_vs_fio"] = ratio("ours_get", "fio_read")
+    # a tier in use (every region written once) against fio writing over its laid-out file
+    row["steady_set_ratio_vs_fio"] = ratio("ours_steady_set", "fio_overwrite")
     if with_file:
         row["get_ratio_vs_sglang_file"] = ratio("ours_get", "file_get")
         row["set_ratio_vs_sglang_file"] = ratio("ours_set", "file_set")
@@ -347,6 +386,7 @@ def _bench_size(
             r[label]["entries_recovered"] == r[label]["entries_before"] for r in rounds
         )
     row["ours_set_failed_pages"] = max(pages - int(r["ours_set"]["ok_pages"]) for r in rounds)
+    row["ours_steady_set_failed_pages"] = max(pages - int(r["ours_steady_set"]["ok_pages"]) for r in rounds)
     row["ours_get_missed_pages"] = max(pages - int(r["ours_get"]["ok_pages"]) for r in rounds)
     row["ours_bad_pages"] = max(int(r["ours_get"]["bad_pages"]) for r in rounds)
     row["ours_bytes_ok"] = row["ours_bad_pages"] == 0 and row["ours_get_missed_pages"] == 0
@@ -484,6 +524,10 @@ def _print_row(row: dict[str, Any], no_file: bool) -> None:
             f" (CPU {row['file_set_cpu_s_per_gb']:.2f}/{row['file_get_cpu_s_per_gb']:.2f})"
         )
     line += f" | set/fio {row['set_ratio_vs_fio']:.2f} get/fio {row['get_ratio_vs_fio']:.2f}"
+    line += (
+        f" | steady set {row['ours_steady_set_gbps']:.2f} vs fio overwrite {row['fio_overwrite_gbps']:.2f}"
+        f" ({row['steady_set_ratio_vs_fio']:.2f})"
+    )
     if not no_file:
         line += f" get/file x{row['get_ratio_vs_sglang_file']:.1f}"
     line += f" | reopen {row['reopen_verify_s']:.2f}s (headers {row['reopen_headers_only_s']:.2f}s)"

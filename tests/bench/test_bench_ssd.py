@@ -46,6 +46,7 @@ def test_bench_ssd_end_to_end(tmp_path: Path) -> None:
             "file_get_cpu_s_per_gb", "fio_set_cpu_s_per_gb", "fio_get_cpu_s_per_gb", "io_mode",
             "fio_engine", "cache_drop_ok", "reopen_verify_s", "reopen_headers_only_s",
             "fio_config", "fio_set_config", "fio_get_config", "fio_set_gbps_by_config",
+            "steady_set_ratio_vs_fio", "ours_steady_set_gbps", "fio_overwrite_gbps", "fio_overwrite_config",
         ):  # fmt: skip
             assert key in row, key
         assert set(row["fio_set_gbps_by_config"]) == set(data["fio_configs_tried"])
@@ -59,6 +60,7 @@ def test_bench_ssd_end_to_end(tmp_path: Path) -> None:
         for key in ("backup_alone_gbps", "prefetch_alone_gbps", "together_gbps", "fio_mixed_gbps"):
             assert conc[key] > 0, key
         assert row["ours_set_failed_pages"] == 0 and row["ours_get_missed_pages"] == 0
+        assert row["ours_steady_set_failed_pages"] == 0 and row["steady_set_ratio_vs_fio"] > 0
         assert row["reopen_verify_all_recovered"] is True
         assert row["io_mode"] in ("direct", "buffered")
         assert all(row[k] > 0 for k in ("set_ratio_vs_fio", "get_ratio_vs_fio", "get_ratio_vs_sglang_file"))
