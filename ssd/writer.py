@@ -419,8 +419,13 @@ class WritePath:
         try:
             for job in state.jobs:
                 left = None if deadline is None else deadline - time.monotonic()
-                if (left is not None and left <= 0) or not state.window.acquire(timeout=left):
+                if left is not None and left <= 0:
                     break  # past the deadline: the rest are cancelled
+                # (a far deadline, a caller's 'no limit', is capped where the platform can wait)
+                if not state.window.acquire(
+                    timeout=None if left is None else min(left, threading.TIMEOUT_MAX)
+                ):
+                    break
                 job.holds_window = True
                 try:
                     job.iov, job.staged = state.buf.fill_job(job.slots, job.group.res.gen)
