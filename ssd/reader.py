@@ -207,6 +207,9 @@ class ReadPath:
             landing.close()
             for iob in iobs:
                 iob.abandon()  # reads not started are skipped (their runs unpinned by _finish)
+            if deadline is None:  # zero-copy reads land in the caller's memory: never return under
+                for iob in iobs:  # one (only an exception here leaves before they all landed)
+                    iob.wait(None)
             never = runs[len(iobs) :]
             if never:
                 with c.lock:

@@ -296,6 +296,39 @@ def test_a_get_verifies_runs_as_they_land_while_the_next_ones_are_read(
         e.close()
 
 
+def test_a_get_without_deadline_never_returns_under_a_read_into_the_callers_memory(
+    ssd_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a deadline, reads go straight into the caller's memory. If the caller's checks
+    fail (a bug: here the first run's), the call still waits for every read in flight before it
+    returns (the engine answers False), so no read lands in memory the caller has reused."""
+    from hicache_mooncake.ssd import reader as reader_mod
+
+    landed_at: list[float] = []
+    real_read = reader_mod.preadv_full
+
+    def slow_read(fd: int, iov: list[memoryview], offset: int) -> int:
+        time.sleep(0.3)
+        n = real_read(fd, iov, offset)
+        landed_at.append(time.monotonic())
+        return n
+
+    def broken_deliver(self: object, run: object, landed: object, results: list[bool]) -> list[object]:
+        raise RuntimeError("a bug in the checks")
+
+    size = 256 << 10
+    with open_engine(ssd_dir, capacity_bytes=32 * MiB, region_size=8 * MiB, max_read_run_bytes=64 << 10) as e:
+        vals = {f"z{i}": _aligned(value_for(f"z{i}", size)) for i in range(6)}
+        assert all(e.put_batch([(k, [memoryview(v)]) for k, v in vals.items()]))
+        monkeypatch.setattr(reader_mod, "preadv_full", slow_read)
+        monkeypatch.setattr(reader_mod.ReadPath, "_deliver", broken_deliver)
+        outs = [_aligned(np.zeros(size, np.uint8)) for _ in vals]
+        got = e.get_batch_into([(k, [memoryview(o)]) for k, o in zip(vals, outs, strict=True)])
+        returned = time.monotonic()
+        assert got == [False] * len(vals)
+        assert len(landed_at) == len(vals) and max(landed_at) <= returned
+
+
 def test_stage_writes_must_be_a_known_mode() -> None:
     with pytest.raises(ValueError, match="stage_writes"):
         SsdOptions(dirs=("/nonexistent",), capacity_bytes=4 * MiB, region_size=MiB, stage_writes="sometimes")
