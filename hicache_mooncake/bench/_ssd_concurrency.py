@@ -5,13 +5,20 @@ SGLang's cache controller calls a storage backend from a backup thread (``batch_
 leaving the GPU) and from prefetch threads (``batch_get_v1`` of pages a request will need), at
 the same time. Here, on one SSD-only backend (made by SGLang's factory):
 
+0. **steady state first** (untimed): throwaway pages are set until the tier has reclaimed a
+   region, so every region has been written once; then the ``total`` bytes the prefetch threads
+   will read. Every timed set below goes into a reused region, as in a tier in use: a cold fill
+   makes the filesystem allocate and convert extents, whose journal commits stall every write for
+   seconds on this project's VM, landing in the solo or the together leg at random. The tier is
+   sized so that the reclaim of the timed sets takes only throwaway pages (region reclaim is
+   oldest first, and they are older than the stored pages);
 1. **alone**: one backup thread sets ``total`` bytes of new pages; one prefetch thread gets
    ``total`` bytes of stored pages (page cache dropped first);
 2. **together**: one backup thread and two prefetch threads start at once and run until the
    first of them has done its share; each thread's rate is its bytes over the time inside its own
    calls; the aggregate is their sum;
-3. **fio mixed**: one fio job writing and one reading at once (huge-page buffers when available),
-   the device's own ceiling for mixed traffic.
+3. **fio mixed**: one fio job writing over a laid-out file and one reading another at once
+   (huge-page buffers when available), the device's own ceiling for the same mixed traffic.
 
 Every page is stamped before its set and every page read back is compared, outside the timed
 calls (a prefetch thread checks its batch after each call, a backup thread stamps before each).
@@ -96,13 +103,36 @@ def _rate(w: _Worker, page_bytes: int) -> float:
     return w.pages * page_bytes / w.seconds / 1e9 if w.seconds else 0.0
 
 
+def _fill_until_reclaim(be: Any, region: Any, batch: int, page_bytes: int, capacity: int) -> dict[str, Any]:
+    """Set throwaway pages (never read back, so not stamped) until the tier has reclaimed a
+    region, at most twice ``capacity``: ``steady_into_reused_regions`` says whether it did."""
+    from hicache_mooncake.bench.ssd import _ssd_stats
+
+    limit = 2 * capacity // page_bytes + batch
+    pages = failed = 0
+
+    def reclaimed() -> bool:
+        return int(_ssd_stats(be).get("reclaimed_regions", 0)) > 0
+
+    while pages < limit and not reclaimed():
+        keys = [f"w{pages + j:063x}" for j in range(batch)]
+        res = be.batch_set_v1(keys, region[: batch * 64])
+        failed += sum(not r for r in res)
+        pages += batch
+    return {"steady_into_reused_regions": reclaimed(), "warmup_pages": pages, "warmup_failed_sets": failed}
+
+
 def fio_mixed(fio: Fio, work: str, bs: int, size: int, drop: Any) -> dict[str, Any]:
-    """One fio job writing a fresh file and one reading another, at once (O_DIRECT, depth 16)."""
+    """One fio job writing over a laid-out file and one reading another, at once (O_DIRECT,
+    depth 16): the steady-state counterpart of the tier's threads."""
     rfile, wfile = os.path.join(work, "fio-r.dat"), os.path.join(work, "fio-w.dat")
+    from hicache_mooncake.bench._disk import wait_disk_idle
     from hicache_mooncake.bench._fio import CONFIGS
 
     fio.run(rfile, "write", bs, size, CONFIGS[0])
+    fio.run(wfile, "write", bs, size, CONFIGS[0])
     drop()
+    wait_disk_idle(work)
     cmd = [
         "fio", "--output-format=json", "--direct=1", f"--ioengine={fio.engine or 'psync'}",
         f"--iomem={fio.iomem}", f"--bs={bs}", "--iodepth=16", f"--size={size}", "--fallocate=none",
@@ -152,16 +182,17 @@ def concurrency_case(fio: Fio, base: str, w: PageWorkload, drop: bool) -> dict[s
     try:
         out["fio_mixed"] = fio_mixed(fio, work, page_bytes, total, lambda: drop_caches(drop))
         wait_disk_idle(work)  # fio's files are trimmed before ours are timed
-        be = create_backend(
-            "dynamic", ssd_only_config(os.path.join(work, "ours"), _capacity(3 * total)), host
-        )
+        capacity = _capacity(3 * total)  # stored + both timed sets, beside the throwaway pages
+        be = create_backend("dynamic", ssd_only_config(os.path.join(work, "ours"), capacity), host)
         try:
 
             def worker(kind: str, batches: list[list[str]], region: Any, stop: threading.Event) -> _Worker:
                 return _Worker(kind, be, batches, region, w.dst, stamps, tags, stop, lock)
 
-            # the pages the prefetch threads read (untimed), then each kind alone
+            # steady state, then the pages the prefetch threads read (untimed), then each kind alone
+            out.update(_fill_until_reclaim(be, b1, batch, page_bytes, capacity))
             _run_threads([worker("backup", stored, b1, threading.Event())])
+            wait_disk_idle(work)
             solo_b = worker("backup", alone_b, b1, threading.Event())
             _run_threads([solo_b])
             drop_caches(drop)
@@ -196,7 +227,7 @@ def concurrency_case(fio: Fio, base: str, w: PageWorkload, drop: bool) -> dict[s
             else 0.0,
             "bad_pages": solo_p.bad + sum(t.bad for t in tp),
             "missed_pages": solo_p.missed + sum(t.missed for t in tp),
-            "failed_sets": solo_b.missed + tb.missed,
+            "failed_sets": solo_b.missed + tb.missed + out["warmup_failed_sets"],
             "targets": {"aggregate_vs_one_thread": TARGET_AGGREGATE, "backup_share": TARGET_BACKUP_SHARE},
         }
     )

@@ -20,9 +20,10 @@ For each page size (1 MiB and 8 MiB by default) and each of ``--repeats`` rounds
 3. **file**: SGLang's ``file`` backend (``HiCacheFile``) on the same directory, driven the way
    its cache controller drives it (flat pages out, dummy pages in), stamped and checked the same way.
 
-Then (``--concurrency``, default on) SGLang's threads together on the SSD tier: one backup thread
-(``batch_set_v1`` of new pages) and two prefetch threads (``batch_get_v1`` of stored pages), each
-alone and then all at once, next to fio's mixed ceiling (one writing and one reading job at once).
+Then (``--concurrency``, default on) SGLang's threads together on the SSD tier in its steady
+state (every region written once): one backup thread (``batch_set_v1`` of new pages) and two
+prefetch threads (``batch_get_v1`` of stored pages), each alone and then all at once, next to fio's
+mixed ceiling (one job writing over a laid-out file and one reading, at once).
 
 With ``--drop-caches`` (root) the page cache of the whole host is dropped before every read;
 without it nothing is dropped, and SGLang's ``file`` backend (buffered) may read from memory;
@@ -135,11 +136,13 @@ def _figures(nbytes: int, t: Timed) -> dict[str, float]:
     }
 
 
+REGION_BYTES = 64 << 20  # the SSD tier's region size in every configuration this bench makes
+
+
 def _capacity(total: int) -> int:
     """Region bytes for ``total`` payload bytes: the placement keeps the SSD at most ``ssd_fill``
     full (whole-region reclaim), and every entry carries a 4 KiB header."""
-    region = 64 << 20
-    return (-(-total * 3 // 2) // region + 4) * region
+    return (-(-total * 3 // 2) // REGION_BYTES + 4) * REGION_BYTES
 
 
 # ---------------------------------------------------------------------------------------- ours / file
@@ -155,6 +158,7 @@ def ssd_only_config(path: str, capacity: int, verify_on_recover: bool = True) ->
         "enabled": True,
         "path": path,
         "capacity": capacity,
+        "region_size": REGION_BYTES,
         "min_free": "64MiB",
         "verify_on_recover": verify_on_recover,
     }
@@ -535,7 +539,8 @@ def _print_row(row: dict[str, Any], no_file: bool) -> None:
             f"{row['page_size']:>6}: threads: backup alone {conc['backup_alone_gbps']:.2f}, prefetch alone "
             f"{conc['prefetch_alone_gbps']:.2f}, together {conc['together_gbps']:.2f} GB/s "
             f"(x{conc['aggregate_ratio_vs_one_thread']:.2f} one thread; backups at "
-            f"{conc['backup_share_of_solo']:.0%} of alone) | fio mixed {conc['fio_mixed_gbps']:.2f}",
+            f"{conc['backup_share_of_solo']:.0%} of alone) | fio mixed {conc['fio_mixed_gbps']:.2f}"
+            f" | {'steady state' if conc['steady_into_reused_regions'] else 'cold fill (tier never full)'}",
             flush=True,
         )
 

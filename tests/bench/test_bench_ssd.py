@@ -57,6 +57,8 @@ def test_bench_ssd_end_to_end(tmp_path: Path) -> None:
         assert row["pages_verified"] == row["pages"]  # every page of every get was compared
         conc = row["concurrency"]
         assert conc["bad_pages"] == 0 and conc["missed_pages"] == 0 and conc["failed_sets"] == 0
+        # the threads run on a tier in its steady state, the stored pages untouched by its reclaim
+        assert conc["steady_into_reused_regions"] is True and conc["warmup_pages"] > 0
         for key in ("backup_alone_gbps", "prefetch_alone_gbps", "together_gbps", "fio_mixed_gbps"):
             assert conc[key] > 0, key
         assert row["ours_set_failed_pages"] == 0 and row["ours_get_missed_pages"] == 0
