@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Reproduce every figure in benchmarks/results/ (JSON + PNG). Run after `scripts/dev.sh setup`,
-# as root: bench ssd drops the whole host's page cache (--drop-caches); bench remote installs
+# as root: bench ssd drops the whole host's page cache (--drop-caches) and lets the kernel
+# allocate huge pages for fio's buffers (--hugepages, restored after); bench remote installs
 # Mooncake Store and libibverbs1 when missing (--pip-install-mooncake --apt-install-ibverbs) and
 # runs it in a private network namespace. Takes about 30-40 minutes on a 2-core machine; run
 # nothing else meanwhile.
@@ -11,7 +12,7 @@ OUT=benchmarks/results
 TRACE=${TRACE:-../shared/traces/conversation_trace.jsonl}
 mkdir -p "$OUT"
 "$HM" bench sglang --json "$OUT/bench_sglang.json" --plot "$OUT/bench_sglang.png"
-"$HM" bench ssd --drop-caches --json "$OUT/bench_ssd.json" --plot "$OUT/bench_ssd.png"
+"$HM" bench ssd --drop-caches --hugepages --json "$OUT/bench_ssd.json" --plot "$OUT/bench_ssd.png"
 "$HM" bench remote --pip-install-mooncake --apt-install-ibverbs --json "$OUT/bench_remote.json" --plot "$OUT/bench_remote.png"
 "$HM" bench scale --drop-caches --json "$OUT/bench_scale.json" --plot "$OUT/bench_scale.png"
 if [[ -f "$TRACE" ]]; then

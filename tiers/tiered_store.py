@@ -7,7 +7,9 @@ once per key (``set`` / ``hit``). This class moves bytes as told:
 
 - set: new pages are copied into free DRAM from the caller's buffers (with no DRAM tier: written
   to SSD within the call's deadline); pages the policy refuses are a decision, not a failure (True,
-  counted ``not_admitted``); pages that find no DRAM room in time are False (SGLang keeps them);
+  counted ``not_admitted``); pages that find no DRAM room in time are False (SGLang keeps them),
+  and so are pages larger than a local tier can hold (``refused_too_large``; the policy is not
+  asked, so nothing is demoted or dropped to make room for them);
   ``ssd_write_through`` also queues every new page for an SSD copy; pool tiers with
   ``write_through`` receive every page they lack.
 - get: DRAM, then SSD, then the pool; results after the first miss are False (SGLang uses only the
@@ -163,6 +165,7 @@ class TieredStore:
         self.tenant_counts: dict[str, Counter[str]] = {}
         self._lock = threading.Lock()
         self.counts: Counter[str] = Counter()
+        self._too_large_logged: set[int] = set()  # page sizes already warned about
         self._reclaimed: deque[str] = deque()
         self._request_len: OrderedDict[str, int] = OrderedDict()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hicache-placement")
@@ -570,7 +573,20 @@ class TieredStore:
         deadline: float,
         supersedes: Sequence[str] = (),
     ) -> list[bool | None]:
-        """Local placement of a set; per key: True placed, None refused, False no room in time."""
+        """Local placement of a set; per key: True placed, None refused, False no room in time
+        or too large for a local tier (then the policy is not asked and nothing moves for it)."""
+        unfit = self._too_large(sizes)
+        if unfit:
+            fit = [i for i in range(len(keys)) if i not in unfit]
+            kept: list[bool | None] = [False] * len(keys)
+            if fit:
+                placed = self._put_local(
+                    [keys[i] for i in fit], [parts[i] for i in fit], [ctxs[i] for i in fit],
+                    [sizes[i] for i in fit], deadline, supersedes,
+                )  # fmt: skip
+                for i, k in zip(fit, placed, strict=True):
+                    kept[i] = k
+            return kept
         dram = self.dram
         in_dram = dram.contains_batch(keys) if dram is not None else [False] * len(keys)
         new = [i for i, held in enumerate(in_dram) if not held]
@@ -595,7 +611,7 @@ class TieredStore:
         ]
         to_ssd = [i for i, o in enumerate(outcomes) if o == SetOutcome.NEW_SSD and keys[i] not in dropped]
         failed: list[int] = []
-        kept: list[bool | None] = [None if o == SetOutcome.REFUSED else True for o in outcomes]
+        kept = [None if o == SetOutcome.REFUSED else True for o in outcomes]
         for i, key in enumerate(keys):
             if key in dropped:
                 kept[i] = None
@@ -609,6 +625,31 @@ class TieredStore:
         if (mover := self.mover) is not None and self.options.ssd_write_through:
             mover.copy_later([keys[i] for i in sorted(landed) if outcomes[i] == SetOutcome.NEW_DRAM])
         return kept
+
+    def _too_large(self, sizes: Sequence[int]) -> set[int]:
+        """Indices of pages some local tier cannot hold at all (larger than DRAM's slab, than an
+        SSD region): counted ``refused_too_large``, logged once per size with the limits."""
+        lay = self._layout
+        local = [t for t in (lay.dram, lay.ssd) if t is not None]
+        if not local:
+            return set()
+        unfit = set()
+        for size in set(sizes):
+            short = [t for t in local if t.capacity_objects(max(size, 1)) == 0]
+            if not short:
+                continue
+            unfit.update(i for i, s in enumerate(sizes) if s == size)
+            if size not in self._too_large_logged:
+                self._too_large_logged.add(size)
+                log.warning(
+                    "pages of %d bytes are not stored locally: larger than the %s tier can hold "
+                    "(DRAM: its slab size; SSD: a region minus its headers)",
+                    size, " and ".join(t.name for t in short),
+                )  # fmt: skip
+        if unfit:
+            with self._lock:
+                self.counts["refused_too_large"] += len(unfit)
+        return unfit
 
     def _copy_into_dram(
         self,

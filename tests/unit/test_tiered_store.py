@@ -204,3 +204,27 @@ def test_pages_recovered_from_ssd_are_adopted_by_the_placement(make_store: Any, 
         assert all(again.dram.contains(k) for k in keys)  # promoted on the SSD hit
     finally:
         again.close()
+
+
+@pytest.mark.parametrize("ssd", [True, False])
+def test_a_page_no_local_tier_can_hold_is_refused_without_moving_the_others(
+    make_store: Any, ssd: bool
+) -> None:
+    """A page larger than DRAM's slab (1 MiB here) and than an SSD region: refused up front
+    (False, SGLang keeps it), and no stored page is demoted or dropped to make room for it."""
+    store = make_store("lru", dram_mib=1, ssd=ssd, dram_high=1.0, dram_low=0.9)
+    keys = [f"h{i:03d}" for i in range(15)]  # 15 of DRAM's 16 page slots
+    assert all(put(store, keys)) and store.flush()
+    before = store.stats()
+    big = np.zeros(2 * MiB, np.uint8)
+    assert store.put_batch(["huge"], [parts_of(big)]) == [False]
+    assert store.flush()
+    assert store.exists_prefix(["huge"]) == 0
+    assert store.dram.contains_batch(keys) == [True] * len(keys)  # nobody left DRAM for it
+    after = store.stats()
+    assert after["placement"]["resident"] == before["placement"]["resident"] == len(keys)
+    assert after["placement"].get("dropped", 0) == before["placement"].get("dropped", 0)
+    assert after["placement"]["refused_too_large"] == 1
+    if ssd:
+        assert after["ssd"]["background"].get("demoted", 0) == before["ssd"]["background"].get("demoted", 0)
+    assert all(get(store, keys))
