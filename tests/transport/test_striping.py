@@ -67,3 +67,14 @@ def test_a_failed_stripe_misses_only_its_own_objects(make_node: Callable[..., No
         assert all(outs[k] == vals[k] for k in stored)
     finally:
         client.close()
+
+
+@pytest.mark.parametrize(("cpus", "stripes"), [({0}, 1), ({0, 1}, 2), ({2, 5, 7}, 3), (set(range(16)), 4)])
+def test_default_stripes_follow_the_cpus_this_process_may_use(
+    monkeypatch: pytest.MonkeyPatch, cpus: set[int], stripes: int
+) -> None:
+    """One stripe thread per usable core (a container's cpuset, not the host's count), at most 4."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: cpus)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert ClientOptions().max_stripes == stripes
+    assert ClientOptions(max_stripes=3).max_stripes == 3  # an explicit setting stands
