@@ -20,7 +20,7 @@ Families (``hicache_mooncake:`` prefix; counters end in ``_total``):
 - ``promotions_total`` (pages copied into DRAM from SSD or the pool), ``promotions_skipped_total``
   (no DRAM room), ``demotions_total`` (pages the policy moved out of DRAM), ``placement_refused_total``
   (pages the policy did not admit), ``set_no_room_total`` (pages a set could not place in time),
-  ``set_too_large_total`` (pages larger than a local tier holds), ``set_waits_for_room_total`` (sets that ran queued demotions themselves);
+  ``set_waits_for_room_total`` (sets that ran queued demotions themselves);
 - ``mover_queue_depth``, ``mover_pages_total{kind,result}`` (``demoted``/``copied``/``flushed`` x
   ``written``/``refused``/``failed``), ``mover_lost_total``, ``mover_errors_total``;
 - per tenant (``tenant`` label, ``(default)`` for the unnamed one; at most ``tenants.max_tenants``,
@@ -182,7 +182,6 @@ def _placement(out: _Families, placement: Mapping[str, Any]) -> None:
         ("demotions", "demotions", "Pages the policy moved out of DRAM (to SSD)"),
         ("not_admitted", "placement_refused", "Pages the policy did not admit to this host"),
         ("local_put_failed", "set_no_room", "Pages a set could not place in time"),
-        ("refused_too_large", "set_too_large", "Pages larger than a local tier can hold (not stored)"),
         ("waits_for_room", "set_waits_for_room", "Sets that ran queued demotions themselves"),
     ):
         if (value := _num(placement, key)) is not None:

@@ -230,6 +230,15 @@ class SsdEngine:
 
     # ------------------------------------------------------------------ metadata ops
 
+    def count_rejected(self, reason: str, n: int) -> None:
+        """Count ``n`` puts refused for ``reason`` (one of the ``rejected`` causes of
+        :meth:`stats`) by a caller that checked before calling (a store that knows an object is
+        larger than ``max_object_bytes``)."""
+        if reason not in _REJECT_REASONS:
+            raise ValueError(f"unknown rejection reason {reason!r}; one of {_REJECT_REASONS}")
+        with self._core.lock:
+            self._core.counts[f"rejected_{reason}"] += n
+
     def contains(self, key: str) -> bool:
         """Whether ``key`` is stored (memory only, never waits for the disk); False while degraded."""
         c = self._core

@@ -185,6 +185,12 @@ class DramTier(Tier):
         """The arena's memory (what demotions to the SSD tier are written from)."""
         return [self._arena.memory()]
 
+    def count_too_large(self, n: int) -> None:
+        """``n`` pages larger than a slot were refused before reaching this tier (by the store,
+        which asks ``capacity_objects`` first): counted as if refused here."""
+        with self._lock:
+            self._counts["rejected_too_large"] += n
+
     def capacity_objects(self, nbytes: int) -> int:
         """How many objects of ``nbytes`` the arena holds when all slabs serve that size."""
         slot = slot_size_for(self._slot_bytes(nbytes))

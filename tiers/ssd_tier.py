@@ -72,6 +72,11 @@ class SsdTier(Tier):
         for listener in self.evict_listeners:
             listener(key)
 
+    def count_too_large(self, n: int) -> None:
+        """``n`` pages larger than an entry can be were refused before reaching this tier (by the
+        store): counted by the engine as if refused here."""
+        self.engine.count_rejected("too_large", n)
+
     def capacity_objects(self, nbytes: int) -> int:
         """How many objects of ``nbytes`` the region files hold (entry = 4 KiB header + payload)."""
         opts = self.engine.options

@@ -8,8 +8,8 @@ once per key (``set`` / ``hit``). This class moves bytes as told:
 - set: new pages are copied into free DRAM from the caller's buffers (with no DRAM tier: written
   to SSD within the call's deadline); pages the policy refuses are a decision, not a failure (True,
   counted ``not_admitted``); pages that find no DRAM room in time are False (SGLang keeps them),
-  and so are pages larger than a local tier can hold (``refused_too_large``; the policy is not
-  asked, so nothing is demoted or dropped to make room for them);
+  and so are pages larger than a local tier can hold (counted as that tier's ``too_large``
+  refusal; the policy is not asked, so nothing is demoted or dropped to make room for them);
   ``ssd_write_through`` also queues every new page for an SSD copy; pool tiers with
   ``write_through`` receive every page they lack.
 - get: DRAM, then SSD, then the pool; results after the first miss are False (SGLang uses only the
@@ -628,7 +628,8 @@ class TieredStore:
 
     def _too_large(self, sizes: Sequence[int]) -> set[int]:
         """Indices of pages some local tier cannot hold at all (larger than DRAM's slab, than an
-        SSD region): counted ``refused_too_large``, logged once per size with the limits."""
+        SSD region): counted by each such tier as its own ``too_large`` refusal, logged once per
+        size with the limits."""
         lay = self._layout
         local = [t for t in (lay.dram, lay.ssd) if t is not None]
         if not local:
@@ -638,7 +639,10 @@ class TieredStore:
             short = [t for t in local if t.capacity_objects(max(size, 1)) == 0]
             if not short:
                 continue
-            unfit.update(i for i, s in enumerate(sizes) if s == size)
+            idx = [i for i, s in enumerate(sizes) if s == size]
+            unfit.update(idx)
+            for tier in short:
+                tier.count_too_large(len(idx))
             if size not in self._too_large_logged:
                 self._too_large_logged.add(size)
                 log.warning(
@@ -646,9 +650,6 @@ class TieredStore:
                     "(DRAM: its slab size; SSD: a region minus its headers)",
                     size, " and ".join(t.name for t in short),
                 )  # fmt: skip
-        if unfit:
-            with self._lock:
-                self.counts["refused_too_large"] += len(unfit)
         return unfit
 
     def _copy_into_dram(
