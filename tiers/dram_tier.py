@@ -185,6 +185,11 @@ class DramTier(Tier):
         """The arena's memory (what demotions to the SSD tier are written from)."""
         return [self._arena.memory()]
 
+    def fits(self, nbytes: int) -> bool:
+        """Whether an object of ``nbytes`` can be stored at all (its slot fits in a slab); room
+        is another matter."""
+        return self._allocator.fits(self._slot_bytes(nbytes))
+
     def count_too_large(self, n: int) -> None:
         """``n`` pages larger than a slot were refused before reaching this tier (by the store,
         which asks ``capacity_objects`` first): counted as if refused here."""

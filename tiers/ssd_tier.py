@@ -72,6 +72,11 @@ class SsdTier(Tier):
         for listener in self.evict_listeners:
             listener(key)
 
+    def fits(self, nbytes: int) -> bool:
+        """Whether an object of ``nbytes`` can be stored at all (one entry within a region, the
+        engine's own limit); room is another matter."""
+        return nbytes <= self.engine.options.max_object_bytes
+
     def count_too_large(self, n: int) -> None:
         """``n`` pages larger than an entry can be were refused before reaching this tier (by the
         store): counted by the engine as if refused here."""

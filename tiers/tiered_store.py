@@ -636,7 +636,7 @@ class TieredStore:
             return set()
         unfit = set()
         for size in set(sizes):
-            short = [t for t in local if t.capacity_objects(max(size, 1)) == 0]
+            short = [t for t in local if not t.fits(size)]
             if not short:
                 continue
             idx = [i for i, s in enumerate(sizes) if s == size]

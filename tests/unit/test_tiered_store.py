@@ -13,7 +13,7 @@ import pytest
 
 from hicache_mooncake.ssd import SsdEngine, SsdOptions
 from hicache_mooncake.tiers.dram_tier import DramTier
-from hicache_mooncake.tiers.policy import make_policy, policy_names
+from hicache_mooncake.tiers.policy import DEFAULT_CONTEXT, make_policy, policy_names
 from hicache_mooncake.tiers.ssd_tier import SsdTier
 from hicache_mooncake.tiers.tiered_store import StoreOptions, TieredStore
 
@@ -230,3 +230,20 @@ def test_a_page_no_local_tier_can_hold_is_refused_without_moving_the_others(
     if ssd:
         assert after["ssd"]["background"].get("demoted", 0) == before["ssd"]["background"].get("demoted", 0)
     assert all(get(store, keys))
+
+
+def test_fits_is_what_each_tier_accepts_at_its_size_limit(make_store: Any) -> None:
+    """The store refuses up front by ``fits``; each tier's own put draws the line at the same byte."""
+    store = make_store("lru", dram_mib=4)
+    dram, ssd = store.dram, store.ssd
+    assert dram is not None and ssd is not None
+    limit = ssd.engine.options.max_object_bytes
+    for n in (limit - 1, limit, limit + 1, limit + 4096):
+        obj = np.ones(n, np.uint8)
+        assert ssd.put_batch([(f"s{n}", [memoryview(obj)], DEFAULT_CONTEXT)]) == [ssd.fits(n)], n
+    edge = next(n for n in range(MiB, MiB // 2, -64) if dram.fits(n))  # the largest DRAM object
+    for n in (edge - 64, edge, edge + 1, edge + 64):
+        obj = np.ones(n, np.uint8)
+        assert dram.put_batch([(f"d{n}", [memoryview(obj)], DEFAULT_CONTEXT)]) == [dram.fits(n)], n
+    assert dram.fits(edge) and not dram.fits(edge + 1)
+    assert ssd.fits(limit) and not ssd.fits(limit + 1)
