@@ -76,9 +76,13 @@ def test_dram_capacity_and_slab_size_shape_the_arena(tmp_path: Path) -> None:
         small.close()
         big.close()
     coarse, fine = dram_only("4MiB", "1MiB"), dram_only("4MiB", "256KiB")
-    try:  # a 512 KiB object is one entry in a 1 MiB slab, split in chunks with 256 KiB slabs
+    try:  # a 512 KiB object is one entry in a 1 MiB slab; 256 KiB slabs cannot hold it
         assert (coarse.dram.stats()["free_slabs"], fine.dram.stats()["free_slabs"]) == (4, 16)
-        assert put(coarse, ["large"], 512 << 10) == put(fine, ["large"], 512 << 10) == [True]
+        assert put(coarse, ["large"], 512 << 10) == [True]
+        assert coarse.exists_prefix(["large"]) == 1
+        assert put(fine, ["large"], 512 << 10) == [False]  # not stored, so not claimed (SGLang keeps it)
+        assert fine.exists_prefix(["large"]) == 0
+        assert (coarse.dram.stats()["rejected_too_large"], fine.dram.stats()["rejected_too_large"]) == (0, 1)
     finally:
         coarse.close()
         fine.close()
