@@ -13,15 +13,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from hicache_mooncake.transport.object_header import HEADER_SIZE
+
 SSD_ENTRY_OVERHEAD = 2 * 4096  # a region's header and one entry header (ssd.options.max_object_bytes)
 
 
 def max_object_bytes(config: Any) -> int:
-    """The largest object every enabled local tier of ``config`` accepts."""
+    """The largest object every enabled local tier of ``config`` accepts. A DRAM slot served to
+    other processes (the host cache) carries an object header after the payload, so a DRAM
+    object is one header short of a slab whether or not this process serves its arena."""
     tiers = config.tiers
     limits = []
     if tiers.dram.enabled:
-        limits.append(int(tiers.dram.slab_size))
+        limits.append(int(tiers.dram.slab_size) - HEADER_SIZE)
     if tiers.ssd.enabled:
         limits.append(int(tiers.ssd.region_size) - SSD_ENTRY_OVERHEAD)
     return min(limits) if limits else 1 << 62

@@ -1,0 +1,39 @@
+"""Sidecar objects (Mamba states, ...) larger than a local tier holds are cut into chunks of at most
+``max_object_bytes(config)``: every such chunk must fit every local tier the store builds from that
+config, a served arena's (host cache: every slot carries an object header) included, or the state
+is never stored at all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ops_helpers import small_config
+
+from hicache_mooncake.object_split import chunk_count, max_object_bytes, split_parts
+from hicache_mooncake.store_builder import build_store
+from hicache_mooncake.tiers.dram_tier import DramTier
+
+
+@pytest.mark.parametrize("ssd", [True, False])
+def test_a_chunk_of_max_object_bytes_fits_every_local_tier_served_or_not(tmp_path: Path, ssd: bool) -> None:
+    cfg = small_config(tmp_path, ssd=ssd)  # 1 MiB slabs (and 1 MiB regions)
+    limit = max_object_bytes(cfg)
+    store = build_store(cfg)
+    served = DramTier(cfg.tiers.dram.capacity, cfg.tiers.dram.slab_size, prefault=False, object_headers=True)
+    try:
+        assert store.dram is not None and (store.ssd is not None) == ssd
+        for tier in (store.dram, store.ssd, served):
+            assert tier is None or tier.fits(limit), tier.name
+        # a state of exactly one slab (power-of-two shapes make such sizes) is cut, and each
+        # chunk lands in the served arena
+        state = np.arange(int(cfg.tiers.dram.slab_size), dtype=np.uint64).view(np.uint8)[
+            : cfg.tiers.dram.slab_size
+        ]
+        n = chunk_count(state.nbytes, limit)
+        chunks = split_parts([memoryview(state)], n)
+        assert n == 2 and all(served.fits(sum(p.nbytes for p in c)) for c in chunks)
+    finally:
+        store.close()
+        served.close()
