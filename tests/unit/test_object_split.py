@@ -28,9 +28,7 @@ def test_a_chunk_of_max_object_bytes_fits_every_local_tier_served_or_not(tmp_pat
             assert tier is None or tier.fits(limit), tier.name
         # a state of exactly one slab (power-of-two shapes make such sizes) is cut, and each
         # chunk lands in the served arena
-        state = np.arange(int(cfg.tiers.dram.slab_size), dtype=np.uint64).view(np.uint8)[
-            : cfg.tiers.dram.slab_size
-        ]
+        state = np.ones(int(cfg.tiers.dram.slab_size), np.uint8)
         n = chunk_count(state.nbytes, limit)
         chunks = split_parts([memoryview(state)], n)
         assert n == 2 and all(served.fits(sum(p.nbytes for p in c)) for c in chunks)

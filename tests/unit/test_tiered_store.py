@@ -227,7 +227,6 @@ def test_a_page_no_local_tier_can_hold_is_refused_without_moving_the_others(
     assert after["dram"]["rejected_too_large"] == 1  # each tier that cannot hold it says so
     if ssd:
         assert after["ssd"]["rejected"]["too_large"] == 1
-    if ssd:
         assert after["ssd"]["background"].get("demoted", 0) == before["ssd"]["background"].get("demoted", 0)
     assert all(get(store, keys))
 
