@@ -103,25 +103,6 @@ def _rate(w: _Worker, page_bytes: int) -> float:
     return w.pages * page_bytes / w.seconds / 1e9 if w.seconds else 0.0
 
 
-def _fill_until_reclaim(be: Any, region: Any, batch: int, page_bytes: int, capacity: int) -> dict[str, Any]:
-    """Set throwaway pages (never read back, so not stamped) until the tier has reclaimed a
-    region, at most twice ``capacity``: ``steady_into_reused_regions`` says whether it did."""
-    from hicache_mooncake.bench.ssd import _ssd_stats
-
-    limit = 2 * capacity // page_bytes + batch
-    pages = failed = 0
-
-    def reclaimed() -> bool:
-        return int(_ssd_stats(be).get("reclaimed_regions", 0)) > 0
-
-    while pages < limit and not reclaimed():
-        keys = [f"w{pages + j:063x}" for j in range(batch)]
-        res = be.batch_set_v1(keys, region[: batch * 64])
-        failed += sum(not r for r in res)
-        pages += batch
-    return {"steady_into_reused_regions": reclaimed(), "warmup_pages": pages, "warmup_failed_sets": failed}
-
-
 def fio_mixed(fio: Fio, work: str, bs: int, size: int, drop: Any) -> dict[str, Any]:
     """One fio job writing over a laid-out file and one reading another, at once (O_DIRECT,
     depth 16): the steady-state counterpart of the tier's threads."""
@@ -155,7 +136,7 @@ def fio_mixed(fio: Fio, work: str, bs: int, size: int, drop: Any) -> dict[str, A
 
 def concurrency_case(fio: Fio, base: str, w: PageWorkload, drop: bool) -> dict[str, Any]:
     from hicache_mooncake.bench._disk import drop_caches, wait_disk_idle
-    from hicache_mooncake.bench.ssd import _capacity, ssd_only_config
+    from hicache_mooncake.bench.ssd import _capacity, fill_until_reclaim, ssd_only_config
 
     host, batch, pages = w.host, w.batch, w.pages
     page_bytes = sum(int(s) for s in host.get_page_buffer_meta(w.src[:64])[1])
@@ -190,7 +171,7 @@ def concurrency_case(fio: Fio, base: str, w: PageWorkload, drop: bool) -> dict[s
                 return _Worker(kind, be, batches, region, w.dst, stamps, tags, stop, lock)
 
             # steady state, then the pages the prefetch threads read (untimed), then each kind alone
-            out.update(_fill_until_reclaim(be, b1, batch, page_bytes, capacity))
+            out.update(fill_until_reclaim(be, b1, batch, page_bytes, capacity))
             _run_threads([worker("backup", stored, b1, threading.Event())])
             wait_disk_idle(work)
             solo_b = worker("backup", alone_b, b1, threading.Event())
