@@ -51,7 +51,14 @@ from hicache_mooncake.host_memory import HostRangeError  # noqa: E402
 from hicache_mooncake.hybrid import SidecarIO  # noqa: E402
 from hicache_mooncake.keys import KeySpace, RankInfo, request_tenant  # noqa: E402
 from hicache_mooncake.metrics import BackendMetrics, backend_labels  # noqa: E402
-from hicache_mooncake.object_split import max_object_bytes  # noqa: E402
+from hicache_mooncake.object_split import (  # noqa: E402
+    chunk_count,
+    chunk_keys,
+    chunked,
+    max_object_bytes,
+    split_pages,
+    whole,
+)
 from hicache_mooncake.pools import PoolSet, RegisteredPool  # noqa: E402
 from hicache_mooncake.pools.names import KV, pool_name  # noqa: E402
 from hicache_mooncake.store_builder import build_client_store  # noqa: E402
@@ -105,6 +112,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             self.store.stats, backend_labels(self.model_name, r, dp_rank, SGLANG_VERSION)
         )
         self.metrics.instrument(self.store.tiers)
+        self._max_object_bytes = max_object_bytes(self.config)
         self.sidecars = SidecarIO(
             self.store,
             self.pools,
@@ -112,7 +120,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             self.metrics,
             is_storage_writer=self.is_storage_writer,
             max_batch_pages=self.config.io.max_batch_pages,
-            max_object_bytes=max_object_bytes(self.config),
+            max_object_bytes=self._max_object_bytes,
         )
         self.admin: Any = None
         self.metrics_port: int | None = None
@@ -180,9 +188,8 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         space = kv.keys if kv is not None and self.pools.final else None
         if space is None:
             raise ValueError("SGLang has not registered its host pools yet: no key space")
-        return (space.for_tenant(check_tenant_name(tenant)) if tenant is not None else space).keys(
-            page_hashes
-        )
+        owner = space.for_tenant(check_tenant_name(tenant)) if tenant is not None else space
+        return chunked(owner.keys(page_hashes), self._kv_chunks())
 
     def _space_for(self, space: KeySpace, extra_info: Any) -> KeySpace:
         """The key space of a call: the tenant it names (``request_tenant``), else the backend's."""
@@ -258,6 +265,12 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         assert kv is not None
         return kv
 
+    def _kv_chunks(self) -> int:
+        """Objects per KV page: 1, unless a page is larger than some local tier accepts; then it
+        is stored in chunks (``object_split``), as a sidecar page is."""
+        kv = self.pools.kv
+        return chunk_count(kv.page_nbytes, self._max_object_bytes) if kv is not None else 1
+
     def _v1_parts(self, keys: Sequence[str], host_indices: Any) -> list[list[memoryview]]:
         return self._kv_pool().page_parts(host_indices, len(keys))
 
@@ -307,14 +320,26 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     def _put(
         self, space: KeySpace, keys: Sequence[str], parts: list[list[memoryview]], extra_info: Any
     ) -> list[bool]:
+        """Store whole pages, or each page's chunks (``_kv_chunks``) at most
+        ``io.max_batch_pages`` objects per store call; a page is stored when all its chunks are."""
         start = time.perf_counter()
         prefix = getattr(extra_info, "prefix_keys", None)
         prefix_len = len(prefix) if isinstance(prefix, list) else None
-        store_keys = space.keys(list(keys))
+        count = self._kv_chunks()
+        store_keys = chunked(space.keys(list(keys)), count)
         session = session_of(extra_info)  # SGLang's per-request session id, where it passes one
         if session is not None:
             self.store.hints.attach(session, store_keys)
-        result = self.store.put_batch(store_keys, parts, self._prev_key(space, extra_info), prefix_len)
+        prev = self._prev_key(space, extra_info)
+        prev = chunk_keys(prev, count)[-1] if prev is not None else None
+        result: list[bool] = []
+        step = self._chunked_step(count)
+        for first in range(0, len(keys), step):
+            flat = store_keys[first * count : (first + step) * count]
+            at = prefix_len + first if prefix_len is not None else None
+            done = self.store.put_batch(flat, split_pages(parts[first : first + step], count), prev, at)
+            result.extend(whole(done, count))
+            prev = flat[-1]
         nbytes = pages_nbytes(parts, result)
         self.metrics.record(
             "set", sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start
@@ -324,13 +349,31 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     def _get(
         self, space: KeySpace, keys: Sequence[str], parts: list[list[memoryview]], extra_info: Any
     ) -> list[bool]:
+        """Read whole pages, or each page's chunks, as ``_put`` stored them; a page is read when
+        all its chunks are, and reading stops at the first page that is not (SGLang uses the
+        leading run)."""
         start = time.perf_counter()
-        result = self.store.get_batch_into(space.keys(list(keys)), parts)
+        count = self._kv_chunks()
+        store_keys = chunked(space.keys(list(keys)), count)
+        result: list[bool] = []
+        step = self._chunked_step(count)
+        for first in range(0, len(keys), step):
+            flat = store_keys[first * count : (first + step) * count]
+            done = self.store.get_batch_into(flat, split_pages(parts[first : first + step], count))
+            result.extend(whole(done, count))
+            if not result[-1] and len(result) < len(keys):
+                result.extend([False] * (len(keys) - len(result)))
+                break
         nbytes = pages_nbytes(parts, result)
         self.metrics.record(
             "get", sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start
         )
         return result
+
+    def _chunked_step(self, count: int) -> int:
+        """Pages per store call when each page is ``count`` objects: at most
+        ``io.max_batch_pages`` objects per call (one call for a batch of whole pages)."""
+        return max(1, self.config.io.max_batch_pages // count)
 
     # ------------------------------------------------------------------ existence
     def batch_exists(self, keys: list[str], extra_info: Any = None) -> int:
@@ -348,11 +391,12 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     def _kv_prefix(self, space: KeySpace, keys: list[str]) -> int:
         """Leading stored KV pages, asked ``io.max_batch_pages`` at a time: SGLang 0.5.23's
         HybridCacheController asks for a whole request at once (thousands of pages)."""
-        step = self.config.io.max_batch_pages
+        count = self._kv_chunks()
+        step = self._chunked_step(count)
         found = 0
         for start in range(0, len(keys), step):
             chunk = keys[start : start + step]
-            hit = self.store.exists_prefix(space.keys(chunk))
+            hit = self.store.exists_prefix(chunked(space.keys(chunk), count)) // count
             found += hit
             if hit < len(chunk):
                 break

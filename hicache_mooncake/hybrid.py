@@ -28,7 +28,7 @@ from hicache_mooncake.failures import FailureLog
 from hicache_mooncake.hit_policy import BLOCK_GROUPS, HitResult, PoolQuery, evaluate
 from hicache_mooncake.host_memory import HostRangeError
 from hicache_mooncake.metrics import BackendMetrics
-from hicache_mooncake.object_split import chunk_count, chunk_keys, split_parts
+from hicache_mooncake.object_split import chunk_count, chunk_keys, chunked, split_pages, whole
 from hicache_mooncake.pools import PoolSet, RegisteredPool
 from hicache_mooncake.pools.names import pool_name
 from hicache_mooncake.tiers.parts import pages_nbytes
@@ -88,12 +88,12 @@ class SidecarIO:
         if not pool.holds_bytes or not page_hashes:
             return [True] * len(page_hashes)
         count = chunk_count(pool.page_nbytes, self.max_object_bytes)
-        flat = [k for h in page_hashes for k in chunk_keys(pool.keys.key(h), count)]
+        flat = chunked(pool.keys.keys(page_hashes), count)
         step = self.max_batch_pages
         found = [
             ok for i in range(0, len(flat), step) for ok in self.store.contains_batch(flat[i : i + step])
         ]
-        return [all(found[i * count : (i + 1) * count]) for i in range(len(page_hashes))]
+        return whole(found, count)
 
     # ------------------------------------------------------------------ data
     def get(self, transfers: Sequence[Any], extra_info: Any) -> dict[Any, list[bool]]:
@@ -149,8 +149,8 @@ class SidecarIO:
         step = max(1, self.max_batch_pages // count)
         for start in range(0, len(page_hashes), step):
             hashes = page_hashes[start : start + step]
-            keys = [k for h in hashes for k in chunk_keys(pool.keys.key(h), count)]
-            chunks = [c for ps in parts[start : start + step] for c in split_parts(ps, count)]
+            keys = chunked(pool.keys.keys(hashes), count)
+            chunks = split_pages(parts[start : start + step], count)
             if op == "set":
                 if session is not None:
                     self.store.hints.attach(session, keys)
@@ -166,7 +166,7 @@ class SidecarIO:
                 )
             else:
                 done = self.store.get_batch_into(keys, chunks, obj_type=pool.obj_type)
-            ok.extend(all(done[i * count : (i + 1) * count]) for i in range(len(hashes)))
+            ok.extend(whole(done, count))
             if op == "get" and not ok[-1]:  # SGLang uses the leading run only
                 ok.extend([False] * (len(page_hashes) - len(ok)))
                 break
@@ -180,4 +180,4 @@ class SidecarIO:
         if pool.obj_type not in TRAILING_TYPES or not prefix:
             return []
         assert pool.keys is not None
-        return [k for h in prefix for k in chunk_keys(pool.keys.key(h), count)]
+        return chunked(pool.keys.keys(prefix), count)

@@ -2,7 +2,9 @@
 
 A Mamba state can outgrow a DRAM slab or an SSD region: Qwen3-Next's is about 72 MiB per slot at
 TP1 (36 linear-attention layers of a 32 x 128 x 128 fp32 state), more than the default 64 MiB
-slab. Such a page is cut into ``n`` chunks of at most ``max_object_bytes`` (zero-copy: slices of
+slab. So can a KV page: 256 tokens x 80 layers x 8 KV heads x 128 x (K, V) in bf16 is 84 MB
+(a 70B model at TP1 with 256-token pages). KV pages (``backend.py``) and sidecar pages
+(``hybrid.py``) are cut the same way, here. Such a page is cut into ``n`` chunks of at most ``max_object_bytes`` (zero-copy: slices of
 the page's own memoryviews) stored under ``{key}#{i}of{n}``. A page exists only when all its
 chunks do; the chunk count is part of every chunk key, so a page cut differently (another slab
 size) is a miss, never a mix of two cuts. A page that fits keeps its plain key.
@@ -37,6 +39,27 @@ def chunk_count(nbytes: int, max_bytes: int) -> int:
 
 def chunk_keys(key: str, count: int) -> list[str]:
     return [key] if count == 1 else [f"{key}#{i}of{count}" for i in range(count)]
+
+
+def chunked(keys: Sequence[str], count: int) -> list[str]:
+    """The chunk keys of ``keys``, page after page (``keys`` themselves when ``count`` is 1)."""
+    if count == 1:
+        return list(keys)
+    return [k for key in keys for k in chunk_keys(key, count)]
+
+
+def whole(flags: Sequence[bool], count: int) -> list[bool]:
+    """Per page, whether all of its ``count`` chunks' ``flags`` are true (``chunked``'s order)."""
+    if count == 1:
+        return list(flags)
+    return [all(flags[i : i + count]) for i in range(0, len(flags), count)]
+
+
+def split_pages(parts: Sequence[list[memoryview]], count: int) -> list[list[memoryview]]:
+    """Each page's ``parts`` cut by :func:`split_parts`, page after page (``chunked``'s order)."""
+    if count == 1:
+        return list(parts)
+    return [chunk for page in parts for chunk in split_parts(page, count)]
 
 
 def split_parts(parts: Sequence[memoryview], count: int) -> list[list[memoryview]]:

@@ -85,17 +85,18 @@ class NoKeySpace(Exception):
     """The store's keys of page hashes are not known yet (409)."""
 
 
-def store_keys(ctx: AdminContext, body: dict[str, Any], required: bool = True) -> list[str]:
-    """The store's keys of the request's page hashes (its fields checked first)."""
+def store_keys(ctx: AdminContext, body: dict[str, Any], required: bool = True) -> tuple[list[str], int]:
+    """The store's keys of the request's page hashes (its fields checked first; a page stored in
+    chunks has a key per chunk), and how many pages they are."""
     hashes = page_hashes(body, required)
     owner = tenant(body)
     if not hashes:
-        return []
+        return [], 0
     mapping = ctx.store_keys
     if mapping is None:
         raise NoKeySpace("this endpoint has no key space: hints name SGLang page hashes (no SGLang backend)")
     try:
-        return mapping(hashes, owner)
+        return mapping(hashes, owner), len(hashes)
     except ValueError as exc:  # the backend before SGLang registered its host pool
         raise NoKeySpace(f"{exc}; retry once SGLang has started") from None
 
@@ -119,32 +120,32 @@ def pin(ctx: AdminContext, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     bound are released)."""
     seconds = ttl(body)
     try:
-        keys = store_keys(ctx, body)
+        keys, pages = store_keys(ctx, body)
     except NoKeySpace as exc:
         return _refused(exc)
     ctx.store.hints.pin(keys, seconds)
-    return _answer(ctx, "pin", len(keys), ttl_s=seconds)
+    return _answer(ctx, "pin", pages, ttl_s=seconds)
 
 
 @route("POST", "/v1/hints/unpin")
 def unpin(ctx: AdminContext, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     try:
-        keys = store_keys(ctx, body)
+        keys, pages = store_keys(ctx, body)
     except NoKeySpace as exc:
         return _refused(exc)
     ctx.store.hints.unpin(keys)
-    return _answer(ctx, "unpin", len(keys))
+    return _answer(ctx, "unpin", pages)
 
 
 @route("POST", "/v1/hints/shared")
 def shared(ctx: AdminContext, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     seconds = ttl(body)
     try:
-        keys = store_keys(ctx, body)
+        keys, pages = store_keys(ctx, body)
     except NoKeySpace as exc:
         return _refused(exc)
     ctx.store.hints.mark_shared(keys, seconds)
-    return _answer(ctx, "shared", len(keys), ttl_s=seconds)
+    return _answer(ctx, "shared", pages, ttl_s=seconds)
 
 
 @route("POST", "/v1/hints/session")
@@ -160,9 +161,9 @@ def session(ctx: AdminContext, body: dict[str, Any]) -> tuple[int, dict[str, Any
     if action not in SESSION_ACTIONS:
         raise BadRequest(f"'action' must be one of {', '.join(SESSION_ACTIONS)}, got {action!r}")
     try:
-        keys = store_keys(ctx, body, required=False)
+        keys, pages = store_keys(ctx, body, required=False)
     except NoKeySpace as exc:
         return _refused(exc)
     hints = ctx.store.hints
     (hints.open_session if action == "open" else hints.close_session)(sid, keys)
-    return _answer(ctx, f"session {action}", len(keys), session=sid)
+    return _answer(ctx, f"session {action}", pages, session=sid)

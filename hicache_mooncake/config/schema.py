@@ -88,7 +88,8 @@ class DramTierConfig(StrictModel):
     capacity: ByteSize = parse_size("4GiB")
     """Bytes of the arena; allocated (and touched, see ``prefault``) when the backend attaches."""
     slab_size: ByteSize = parse_size("64MiB")
-    """Arena granule given to one size class; the largest storable object. Multiple of 4096."""
+    """Arena granule given to one size class; the largest object one slot holds (less a 64-byte
+    header): a larger KV page or sidecar state is stored as several chunks. Multiple of 4096."""
     prefault: bool = True
     """Fault the whole arena in from attach on, in a background thread, so the first sets do not
     pay for it; attach does not wait for it."""

@@ -95,6 +95,61 @@ def test_legacy_copy_path_round_trip(layout):
     backend.close()
 
 
+@pytest.mark.parametrize("ssd", [False, True], ids=["dram", "dram+ssd"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_kv_page_larger_than_a_slab_is_stored_in_chunks_and_read_back_whole(tmp_path, layout, ssd):
+    """A KV page no local tier holds whole (a 70B model at TP1 with 256-token pages is 84 MB, above
+    the default 64 MiB slab) is stored as chunks, as a sidecar page is: before, every such page
+    was refused and the model had no L3 hit at all."""
+    extra = small_extra(dram={"slab_size": "16KiB"})  # the 24 KiB KV page does not fit
+    if ssd:
+        extra["tiers"]["ssd"].update({"enabled": True, "path": str(tmp_path / "ssd"), "capacity": "16MiB",
+                                      "region_size": "1MiB", "min_free": 0, "mode": "write_through"})  # fmt: skip
+    backend, host = make_backend(layout, extra=extra)
+    try:
+        assert 16 << 10 < backend.pools.kv.page_nbytes <= 32 << 10
+        src, dst = host.alloc(6 * PS), host.alloc(6 * PS)
+        fill_random_pages(host, src, seed=7)
+        fill_random_pages(host, dst, seed=8)
+        want = page_snapshot(host, src)
+        ks = keys(6, tag="c")
+        assert backend.batch_set_v1(ks, src) == [True] * 6
+        store_keys = backend._store_keys(ks)
+        assert len(store_keys) == 12 and store_keys[1].endswith("#1of2")  # hints name every chunk
+        assert all(backend.store.contains_batch(store_keys))
+        assert backend.store.stats()["dram"]["entries"] == 12
+        assert backend.batch_exists(ks) == 6
+        assert backend.batch_get_v1(ks, dst) == [True] * 6
+        assert all(torch.equal(a, b) for a, b in zip(want, page_snapshot(host, dst), strict=True))
+        if ssd:
+            assert backend.store.flush(30)
+            assert backend.store.ssd.contains_batch(store_keys) == [True] * 12
+        assert backend.store.remove(store_keys[7])  # one chunk of page 3 gone: pages 3.. are misses
+        assert backend.batch_exists(ks) == 3
+        assert backend.batch_get_v1(ks, dst) == [True] * 3 + [False] * 3
+        assert backend.store.stats()["dram"]["entries"] == 11  # nothing else was displaced
+    finally:
+        backend.close()
+
+
+def test_the_legacy_copy_path_stores_a_kv_page_larger_than_a_slab_in_chunks():
+    extra = small_extra(dram={"slab_size": "16KiB"})
+    extra["interface_v1"] = 0
+    backend, host = make_backend(extra=extra)
+    try:
+        src = host.alloc(3 * PS)
+        fill_random_pages(host, src, seed=9)
+        want = page_snapshot(host, src)
+        values = [host.get_data_page(int(src[i * PS]), flat=True) for i in range(3)]
+        assert backend.batch_set(keys(3, tag="d"), values)
+        assert backend.store.stats()["dram"]["entries"] == 6
+        got = backend.batch_get(keys(3, tag="d"), [host.get_dummy_flat_data_page() for _ in range(3)])
+        for page, expected in zip(got, want, strict=True):
+            assert torch.equal(page.contiguous().view(torch.uint8), expected)
+    finally:
+        backend.close()
+
+
 def test_batch_exists_counts_the_leading_run_only():
     backend, host = make_backend()
     idx = host.alloc(5 * PS)

@@ -35,3 +35,18 @@ def test_a_chunk_of_max_object_bytes_fits_every_local_tier_served_or_not(tmp_pat
     finally:
         store.close()
         served.close()
+
+
+def test_chunk_keys_and_flags_keep_page_order_and_a_page_needs_every_chunk() -> None:
+    from hicache_mooncake.object_split import chunked, split_pages, whole
+
+    assert chunked(["a", "b"], 1) == ["a", "b"]
+    assert chunked(["a", "b"], 3) == ["a#0of3", "a#1of3", "a#2of3", "b#0of3", "b#1of3", "b#2of3"]
+    assert whole([True, True, True, False, True, True], 3) == [True, False]
+    assert whole([True, False], 1) == [True, False]
+    pages = [[memoryview(bytes(range(10))), memoryview(bytes(range(10, 15)))], [memoryview(b"xyz")]]
+    cut = split_pages(pages, 2)
+    assert len(cut) == 4
+    assert b"".join(bytes(p) for c in cut[:2] for p in c) == bytes(range(15))
+    assert [sum(p.nbytes for p in c) for c in cut] == [8, 7, 2, 1]
+    assert split_pages(pages, 1) == pages
