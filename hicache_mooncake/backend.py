@@ -113,6 +113,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         )
         self.metrics.instrument(self.store.tiers)
         self._max_object_bytes = max_object_bytes(self.config)
+        self._kv_chunk_count: tuple[RegisteredPool, int] | None = None  # _kv_chunks' (pool, count)
         self.sidecars = SidecarIO(
             self.store,
             self.pools,
@@ -267,9 +268,22 @@ class HiCacheMooncakeBackend(HiCacheStorage):
 
     def _kv_chunks(self) -> int:
         """Objects per KV page: 1, unless a page is larger than some local tier accepts; then it
-        is stored in chunks (``object_split``), as a sidecar page is."""
+        is stored in chunks (``object_split``), as a sidecar page is (logged once)."""
         kv = self.pools.kv
-        return chunk_count(kv.page_nbytes, self._max_object_bytes) if kv is not None else 1
+        if kv is None:
+            return 1
+        cached = self._kv_chunk_count
+        if cached is not None and cached[0] is kv:
+            return cached[1]
+        count = chunk_count(kv.page_nbytes, self._max_object_bytes)
+        self._kv_chunk_count = (kv, count)
+        if count > 1:
+            log.info(
+                "hicache-mooncake: a KV page (%d bytes) is larger than a local tier's largest "
+                "object (%d bytes): each page is stored as %d objects",
+                kv.page_nbytes, self._max_object_bytes, count,
+            )  # fmt: skip
+        return count
 
     def _v1_parts(self, keys: Sequence[str], host_indices: Any) -> list[list[memoryview]]:
         return self._kv_pool().page_parts(host_indices, len(keys))

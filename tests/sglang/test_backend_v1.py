@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
@@ -132,10 +133,11 @@ def test_a_kv_page_larger_than_a_slab_is_stored_in_chunks_and_read_back_whole(tm
         backend.close()
 
 
-def test_the_legacy_copy_path_stores_a_kv_page_larger_than_a_slab_in_chunks():
+def test_the_legacy_copy_path_stores_a_kv_page_larger_than_a_slab_in_chunks(caplog):
     extra = small_extra(dram={"slab_size": "16KiB"})
     extra["interface_v1"] = 0
     backend, host = make_backend(extra=extra)
+    caplog.set_level(logging.INFO, logger="hicache_mooncake.backend")
     try:
         src = host.alloc(3 * PS)
         fill_random_pages(host, src, seed=9)
@@ -146,6 +148,10 @@ def test_the_legacy_copy_path_stores_a_kv_page_larger_than_a_slab_in_chunks():
         got = backend.batch_get(keys(3, tag="d"), [host.get_dummy_flat_data_page() for _ in range(3)])
         for page, expected in zip(got, want, strict=True):
             assert torch.equal(page.contiguous().view(torch.uint8), expected)
+        told = [
+            r.getMessage() for r in caplog.records if "each page is stored as 2 objects" in r.getMessage()
+        ]
+        assert len(told) == 1  # once, not per call
     finally:
         backend.close()
 
