@@ -90,11 +90,14 @@ def test_mla_tp2_ranks_share_one_cache_through_dram_and_ssd(host_cache: PrivateH
     assert service_pids(str(host_cache.run_dir)) == [pid] and host_cache.pid() == pid
 
 
-def test_two_mha_instances_with_the_same_yaml_share_a_prefix(host_cache: PrivateHostCache) -> None:
-    extra = host_cache.extra(host_cache="on")
+@pytest.mark.parametrize("slab", ["1MiB", "16KiB"], ids=["whole", "chunked"])
+def test_two_mha_instances_with_the_same_yaml_share_a_prefix(host_cache: PrivateHostCache, slab: str) -> None:
+    """Also with KV pages (24 KiB) larger than the service's slab: both sides cut them alike."""
+    extra = host_cache.extra(host_cache="on", dram={"slab_size": slab})
     backend, host = make_backend("page_first", extra=extra)
     try:
         assert backend.host_cache and [t.name for t in backend.store.tiers] == ["host_cache"]
+        assert backend._kv_chunks() == (2 if slab == "16KiB" else 1)
         ks = keys(6, "mha")
         src = host.alloc(6 * PS)
         fill_random_pages(host, src, seed=21)
