@@ -350,7 +350,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         step = self._chunked_step(count)
         for first in range(0, len(keys), step):
             flat = store_keys[first * count : (first + step) * count]
-            at = prefix_len + first if prefix_len is not None else None
+            at = (prefix_len + first) * count if prefix_len is not None else None  # in objects
             done = self.store.put_batch(flat, split_pages(parts[first : first + step], count), prev, at)
             result.extend(whole(done, count))
             prev = flat[-1]

@@ -160,7 +160,7 @@ class SidecarIO:
                     keys,
                     chunks,
                     prev,
-                    len(chain) if prefix is not None else None,
+                    len(chain) * count if prefix is not None else None,  # in objects
                     obj_type=pool.obj_type,
                     supersedes=self._superseded(pool, prefix, count) if start == 0 else (),
                 )
