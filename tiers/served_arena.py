@@ -59,7 +59,7 @@ class ServedArena:
         attempt = self._reserver(dram, keys, ctxs, got)
         new = [i for i, h in enumerate(held) if not h]
         if new:
-            failed = self.store._with_dram_room(ctxs, new, attempt, deadline)
+            failed = self.store._with_dram_room(keys, ctxs, new, attempt, deadline)
             self.store.counts["reservations_no_room"] += len(failed)
         for i, res in got.items():
             out[i] = res
@@ -238,7 +238,7 @@ class ServedArena:
         attempt = self._reserver(dram, keys, ctxs, reserved)
         if sized:
             self.store.counts["staging_no_room"] += len(
-                self.store._with_dram_room(ctxs, sized, attempt, deadline)
+                self.store._with_dram_room(keys, ctxs, sized, attempt, deadline)
             )
         read: list[Reservation] = []
         order: list[int] = []

@@ -671,10 +671,11 @@ class TieredStore:
             landed.update(i for i, good in zip(missing, ok, strict=True) if good)
             return ok
 
-        return self._with_dram_room(ctxs, idx, attempt, deadline)
+        return self._with_dram_room(keys, ctxs, idx, attempt, deadline)
 
     def _with_dram_room(
         self,
+        keys: Sequence[str],
         ctxs: Sequence[AccessContext],
         idx: list[int],
         attempt: Callable[[list[int]], list[bool]],
@@ -683,7 +684,8 @@ class TieredStore:
         """Run ``attempt`` (take free DRAM slots for the pages ``idx``) until every page has one or
         the deadline passes; returns those without. When DRAM has no free slot, queued demotions
         run in this thread (``wait_for_room``) and, if DRAM is still full, the placement frees room
-        (demotes its least recent DRAM pages, or drops victims without an SSD)."""
+        (``free_dram``: the writing tenant's own pages first when it has a share, then its least
+        recent DRAM pages are demoted, or victims dropped without an SSD)."""
         missing = idx
         mover = self.mover  # one layout for the whole call (a runtime change publishes a new one)
         for step in range(3):
@@ -694,7 +696,7 @@ class TieredStore:
                 self._settle_deferred(deadline)
                 with self._lock:
                     placement = self._placement_for(ctxs[missing[0]].size)
-                    drops, demote = placement.free_dram(sum(ctxs[i].size for i in missing))
+                    drops, demote = placement.free_dram(sum(ctxs[i].size for i in missing), keys[missing[0]])
                 self._apply(drops, demote)
                 if demote and mover is not None and self.options.wait_for_room:
                     mover.make_room(ctxs[missing[0]].size, len(missing), deadline)

@@ -113,3 +113,28 @@ def test_placing_straight_into_dram_books_what_placed_then_to_dram_books() -> No
     assert one.dram_used == two.dram_used and one.ssd_used == two.ssd_used
     assert dict(one.ssd_used) == {"a": 0, "b": 0, "c": 0}
     assert one._dram_order == two._dram_order and one._ssd_order == two._ssd_order
+
+
+@pytest.mark.parametrize("ssd", [True, False], ids=["ssd", "no-ssd"])
+@pytest.mark.parametrize("name", policy_names())
+def test_a_physically_full_dram_makes_room_from_the_writing_tenants_own_pages(name: str, ssd: bool) -> None:
+    """DRAM slots held by copies in flight: a set of a tenant with a share takes its room from
+    that tenant's least recent DRAM pages, never from another tenant's older ones (a host-cache
+    service failed this under load: the default tenant's pages were demoted for team-a's set)."""
+    p = placement(name, {"a": TenantShare(dram=0.5)}, capacity=100 if ssd else 40, dram=40)
+    for i in range(10):
+        p.set(f"b:{i}", CTX)  # b's pages are the least recently used
+    for i in range(10):
+        p.set(f"a:{i}", CTX)
+    p.settle()
+    drops, demoted = p.free_dram(3, for_key="a:new")
+    out = demoted if ssd else [k for k, _tier in drops]
+    assert out == ["a:0", "a:1", "a:2"], (drops, demoted)
+    assert p.ledger.dram_used["b"] == 10
+    check_ledger(p)
+    # a tenant without a share takes what it always took: the least recently used DRAM page
+    # (with an SSD), the policy's victim (without)
+    drops, demoted = p.free_dram(1, for_key="b:new")
+    out = demoted if ssd else [k for k, _tier in drops]
+    assert len(out) == 1 and (out == ["b:0"] or not ssd)
+    check_ledger(p)

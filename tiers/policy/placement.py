@@ -235,14 +235,7 @@ class TierPlacement:
 
     def remove(self, key: str) -> None:
         """``key`` is gone from every local tier (forgotten by the policy too)."""
-        size = self._size.pop(key, 0)
-        if not size:
-            return
-        self.used -= size
-        self.leave_dram(key)
-        self.ledger.gone(key, size)
-        self.superseded.gone(key)
-        self.policy.on_remove(key)
+        self._forget(key)
 
     def settle(self) -> tuple[list[tuple[str, str]], list[str]]:
         """``(drops, demotions)`` since the last call (module docstring). A page dropped and set
@@ -264,15 +257,28 @@ class TierPlacement:
             demote = [key for key in demote if key not in gone]
         return drops, demote
 
-    def free_dram(self, nbytes: int) -> tuple[list[tuple[str, str]], list[str]]:
+    def free_dram(self, nbytes: int, for_key: str | None = None) -> tuple[list[tuple[str, str]], list[str]]:
         """DRAM is physically full although the byte count has room (slab size classes, slots
-        pinned by readers): take at least ``nbytes`` out of DRAM now. With an SSD
-        (``dram_capacity < capacity``) the least recently used DRAM pages are demoted; without
-        one the policy's victims are dropped. Returns ``(drops, demotions)`` like ``settle``."""
+        pinned by readers or held by demotions in flight): take at least ``nbytes`` out of DRAM
+        now, for the set of ``for_key``. Its tenant's own DRAM pages go first when it has a share
+        (``TenantLedger.own_dram_pages``); then, with an SSD (``dram_capacity < capacity``), the
+        least recently used DRAM pages are demoted; without one the policy's victims are dropped.
+        Returns ``(drops, demotions)`` like ``settle``."""
+        own = (
+            self.ledger.own_dram_pages(for_key, nbytes) if for_key is not None and self.ledger.shares else []
+        )
         freed = 0
         if self.dram_capacity < self.capacity:
             demote = self._demote_superseded(nbytes)
             freed = sum(self._size[key] for key in demote)
+            for key in own:
+                if freed >= nbytes:
+                    break
+                size = self._dram.get(key)
+                if size is not None:
+                    self.leave_dram(key)
+                    demote.append(key)
+                    freed += size
             while self._dram and freed < nbytes:
                 key, size = self._dram.popitem(last=False)
                 self.dram_used -= size
@@ -280,6 +286,13 @@ class TierPlacement:
                 demote.append(key)
                 freed += size
             return self.settle()[0], demote
+        for key in own:
+            if freed >= nbytes:
+                break
+            size = self._forget(key) if key in self._dram else 0
+            if size:
+                self._drops.append((key, DRAM))
+                freed += size
         while freed < nbytes:
             victim = self._next_victim()
             if victim is None:
@@ -359,15 +372,21 @@ class TierPlacement:
     def _drop_over_share(self) -> None:
         """Before the policy is asked for victims: tenants over a share give up their own pages."""
         for key in self.ledger.over_share_drops(has_ssd=self.dram_capacity < self.capacity):
-            size = self._size.pop(key, 0)
-            if size:
-                tier = DRAM if key in self._dram else SSD
-                self.used -= size
-                self.leave_dram(key)
-                self.ledger.gone(key, size)
-                self.superseded.gone(key)
-                self.policy.on_remove(key)
+            tier = DRAM if key in self._dram else SSD
+            if self._forget(key):
                 self._drops.append((key, tier))
+
+    def _forget(self, key: str) -> int:
+        """Take resident ``key`` out of the placement, the policy included (the caller records
+        the drop); its size, 0 if it was not resident."""
+        size = self._size.pop(key, 0)
+        if size:
+            self.used -= size
+            self.leave_dram(key)
+            self.ledger.gone(key, size)
+            self.superseded.gone(key)
+            self.policy.on_remove(key)
+        return size
 
     def _demote_over_share(self) -> list[str]:
         """DRAM pages of tenants over their DRAM share, taken out of DRAM (to move to SSD)."""

@@ -11,7 +11,9 @@ placement's capacity) may not hold more than that. The placement asks the ledger
 policy for victims: a tenant over its SSD share gives up its own least recently demoted SSD pages
 (``over_share_drops``), a tenant over its DRAM share its own least recently used DRAM pages
 (``over_share_demotions``: moved to SSD, or dropped when there is no SSD). Pages of other tenants are
-never taken for it, whatever the policy: a tenant over its share evicts its own pages first. Within
+never taken for it, whatever the policy: a tenant over its share evicts its own pages first; and
+when DRAM is physically full (its slots held by copies still in flight), a set of a tenant with a
+share makes room from that tenant's own DRAM pages before anyone else's (``own_dram_pages``). Within
 a tenant the order is recency, not the policy's (policies cannot choose a victim within a subset).
 Shares are enforced when the placement settles a call (as DRAM's own capacity is): while calls are
 in flight a tenant may exceed its share by their pages.
@@ -169,6 +171,21 @@ class TenantLedger:
         for tenant, limit in self._dram_limit.items():
             over = self.dram_used[tenant] - limit
             out.extend(self._oldest(self._dram_order[tenant], over, tenant, self.demoted))
+        return out
+
+    def own_dram_pages(self, key: str, nbytes: int) -> list[str]:
+        """The least recently used DRAM pages of ``key``'s tenant, at least ``nbytes`` of them
+        (all it has, when fewer), if that tenant has a share; else none. What a DRAM that is
+        physically full (slots held by copies in flight) gives up first for a set of that tenant,
+        so that another tenant's pages are taken only once its own are out."""
+        order = self._dram_order.get(self.tenant_of(key))
+        out: list[str] = []
+        freed = 0
+        for page, size in (order or {}).items():
+            if freed >= nbytes:
+                break
+            out.append(page)
+            freed += size
         return out
 
     @staticmethod
