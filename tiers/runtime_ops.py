@@ -386,13 +386,20 @@ class RuntimeOps:
     # ------------------------------------------------------------------ freeze
     def freeze(self, frozen: bool) -> None:
         """Refuse (``True``) or accept again (``False``) new pages; while frozen nothing is
-        written to any tier (sets are False, no promotion, demotions wait) and reads are served."""
+        written to any tier (sets are False, no promotion, demotions wait) and reads are served.
+        Freezing returns once every data call that started before it is over (a set already past
+        the check could still place pages), or after ``io.timeout_s`` (counted in
+        ``quiesce_timeouts``): from then on nothing new is placed."""
         store = self.store
         with store._changes:
             store.frozen = frozen
             mover = store.mover
             if mover is not None:
                 (mover.pause if frozen else mover.resume)()
+            if frozen and not store._gate.quiesce(
+                store._gate.advance(), time.monotonic() + store.options.timeout_s
+            ):
+                store.counts["quiesce_timeouts"] += 1
 
     # ------------------------------------------------------------------ tenants
     def clear_tenant(self, tenant: str, progress: Progress, deadline: float) -> None:

@@ -179,6 +179,43 @@ def test_freeze_refuses_writes_and_keeps_reads_under_load(tmp_path, stores, admi
     load.assert_clean()
 
 
+def test_freeze_returns_once_the_sets_in_flight_are_over(tmp_path, stores):
+    """A set already past the frozen check when freeze is asked still places its page: freeze
+    waits for it, so nothing is placed once freeze has returned (the under-load test above failed
+    on a loaded machine: ``used`` grew after freeze by such a set)."""
+    store = stores(small_config(tmp_path, ssd=False))
+    dram = store.dram
+    assert dram is not None
+    inside, release = threading.Event(), threading.Event()
+    real_put = dram.put_batch
+
+    def held_put(items, deadline=None):  # type: ignore[no-untyped-def]
+        inside.set()
+        release.wait(10)
+        return real_put(items, deadline)
+
+    dram.put_batch = held_put  # type: ignore[method-assign]
+    page = np.full(64 << 10, 7, dtype=np.uint8)
+    results: list[list[bool]] = []
+    setter = threading.Thread(target=lambda: results.append(store.put_batch(["k"], [[memoryview(page)]])))
+    setter.start()
+    assert inside.wait(10)
+    froze = threading.Event()
+    freezer = threading.Thread(target=lambda: (store.freeze(True), froze.set()))
+    freezer.start()
+    time.sleep(0.3)
+    assert store.frozen and not froze.is_set()  # refusing already, but the set in flight runs on
+    release.set()
+    assert froze.wait(10)
+    setter.join(10)
+    freezer.join(10)
+    assert results == [[True]]  # the set that was in flight completed before freeze returned
+    used = store.stats()["placement"]["used"]
+    assert store.put_batch(["k2"], [[memoryview(page)]]) == [False]
+    assert store.stats()["placement"]["used"] == used
+    assert store.counts["quiesce_timeouts"] == 0
+
+
 def test_clear_one_tenant_under_load_keeps_the_other(tmp_path, stores, admin_for):
     config = small_config(tmp_path)
     store = stores(config)
