@@ -16,21 +16,30 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from hicache_mooncake.transport.node_config import NodeConfig
 from hicache_mooncake.transport.object_header import HEADER_SIZE
 
 SSD_ENTRY_OVERHEAD = 2 * 4096  # a region's header and one entry header (ssd.options.max_object_bytes)
 
 
 def max_object_bytes(config: Any) -> int:
-    """The largest object every enabled local tier of ``config`` accepts. A DRAM slot served to
-    other processes (the host cache) carries an object header after the payload, so a DRAM
-    object is one header short of a slab whether or not this process serves its arena."""
+    """The largest object every enabled tier of ``config`` accepts. A DRAM slot served to other
+    processes (the host cache, a memory node) carries an object header after the payload, so a
+    DRAM object is one header short of a slab whether or not this process serves its arena.
+
+    The memory nodes of the pool (``tiers.remote`` with provider ``nodes``) store objects up to
+    their ``node.slab_size``; a client reads it from the ``node:`` section of its own file (one
+    file serves nodes and clients), or the nodes' default when the file has none. Every client
+    must cut a page alike, or one never finds another's chunks; a node with a smaller slab
+    refuses the larger chunks (``put_keys`` less ``put_stored`` in the remote tier's calls)."""
     tiers = config.tiers
     limits = []
     if tiers.dram.enabled:
         limits.append(int(tiers.dram.slab_size) - HEADER_SIZE)
     if tiers.ssd.enabled:
         limits.append(int(tiers.ssd.region_size) - SSD_ENTRY_OVERHEAD)
+    if tiers.remote.enabled and tiers.remote.provider == "nodes":
+        limits.append((config.node or NodeConfig()).max_object_bytes)
     return min(limits) if limits else 1 << 62
 
 

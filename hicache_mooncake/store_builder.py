@@ -269,8 +269,7 @@ def build_node_store(cfg: NodeConfig, spec: ArenaSpec | None) -> ArenaStore:
         factory = policy_factory(cfg.eviction)
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"node.eviction: {exc}") from None
-    slab = min(cfg.slab_size, cfg.capacity // 4096 * 4096)  # one slab at least
-    dram = DramTier(cfg.capacity, slab, prefault=False, shared=spec, object_headers=True)
+    dram = DramTier(cfg.capacity, cfg.arena_slab_bytes, prefault=False, shared=spec, object_headers=True)
     try:
         return ArenaStore(TieredStore([dram], factory, StoreOptions(timeout_s=cfg.request_timeout_s)))
     except BaseException:

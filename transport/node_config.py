@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .object_header import HEADER_SIZE
 from .rdma_options import RdmaOptions
 from .wire import Limits
 
@@ -30,7 +31,8 @@ class NodeConfig(BaseModel):
     slab_size: int = Field(default=64 << 20, ge=1 << 16)
     """Arena granule given to one object size class (the DRAM tier's slabs): the largest object
     the node stores. Capped at ``capacity``; a node serving several page sizes needs one slab per
-    size at least."""
+    size at least. Clients of the pool cut larger pages into chunks by the value in their own
+    file's ``node:`` section (the default without one): keep it the same on nodes and clients."""
     shm: bool = True
     """Arena in shared memory so same-host clients use the `local` transport"""
     shm_dir: str = "/dev/shm"
@@ -97,6 +99,18 @@ class NodeConfig(BaseModel):
 
     def limits(self) -> Limits:
         return Limits(self.max_key_len, self.max_batch, self.max_meta, self.max_payload)
+
+    @property
+    def arena_slab_bytes(self) -> int:
+        """The slab the node's store uses: ``slab_size``, capped at the capacity (one slab at
+        least)."""
+        return min(self.slab_size, self.capacity // 4096 * 4096)
+
+    @property
+    def max_object_bytes(self) -> int:
+        """The largest object the node stores: a slab less the object header its one-sided
+        readers check, and no more than one request's payload."""
+        return min(self.arena_slab_bytes - HEADER_SIZE, self.max_payload)
 
     def secret(self) -> bytes:
         if self.secret_file:

@@ -144,3 +144,44 @@ def test_a_hybrid_models_states_are_shared_through_the_pool_with_their_type(
     )
     a.close()
     b.close()
+
+
+@pytest.mark.parametrize("local_dram", [True, False], ids=["dram+pool", "pool_only"])
+def test_a_page_larger_than_a_nodes_slab_is_shared_in_chunks(
+    redis_server, node_factory, monkeypatch, local_dram
+):
+    """A KV page larger than the largest object a memory node stores (``node.slab_size``) is cut
+    into chunks that fit it, as for a local tier: before, a pool-only client never stored one
+    such page, and a client with a larger local slab stored them locally but never shared them."""
+    from hicache_mooncake.sglang_harness import PoolShape
+
+    monkeypatch.setenv("HICACHE_NODE_SECRET", SECRET)
+    for i in range(2):
+        node_factory(f"s{i}", redis_server.url, namespace="sl", slab_size="64KiB")
+    extra = cluster_extra(redis_server.url, "sl")
+    extra["node"] = {"slab_size": "64KiB"}  # one file for nodes and clients: they cut alike
+    if not local_dram:
+        extra["tiers"]["dram"] = {"enabled": False}
+    shape = PoolShape(page_size=16, layers=3, heads=4, head_dim=128, device_tokens=1024)
+    a, host_a = make_backend(extra=extra, shape=shape)
+    b, host_b = make_backend(extra=extra, shape=shape)
+    try:
+        deadline = time.monotonic() + 10
+        while any(len(be.store.tier("remote").provider.client.nodes()) < 2 for be in (a, b)):
+            assert time.monotonic() < deadline, "clients did not see both nodes"
+            time.sleep(0.05)
+        assert a.pools.kv.page_nbytes == 96 << 10  # above the 64 KiB slab: 2 chunks
+        ps = shape.page_size
+        src = host_a.alloc(6 * ps)
+        fill_random_pages(host_a, src, seed=41)
+        want = page_snapshot(host_a, src)
+        ks = keys(6, "L")
+        assert a.batch_set_v1(ks, src) == [True] * 6
+        assert b.batch_exists(ks) == 6  # b holds nothing locally: every chunk is in the pool
+        dst = host_b.alloc(6 * ps)
+        assert b.batch_get_v1(ks, dst) == [True] * 6
+        assert all(torch.equal(x, y) for x, y in zip(want, page_snapshot(host_b, dst), strict=True))
+        assert b.tier_stats()["tiers"]["remote"]["entries"] == 12
+    finally:
+        a.close()
+        b.close()

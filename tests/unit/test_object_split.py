@@ -37,6 +37,39 @@ def test_a_chunk_of_max_object_bytes_fits_every_local_tier_served_or_not(tmp_pat
         served.close()
 
 
+@pytest.mark.parametrize(
+    ("slab", "capacity"), [(64 << 10, 1 << 20), (4 << 20, 2 << 20)], ids=["slab", "capped"]
+)
+def test_a_pool_clients_chunks_fit_the_node_store_its_node_section_describes(
+    tmp_path: Path, slab: int, capacity: int
+) -> None:
+    """With the pool on (nodes), a client cuts pages to what a node built from the same file's
+    ``node:`` section stores: the largest chunk lands in that node's store, one byte more does not
+    (a slab capped at the node's capacity included)."""
+    from hicache_mooncake.config.loader import validate_config
+    from hicache_mooncake.store_builder import build_node_store
+    from hicache_mooncake.transport.node_config import NodeConfig
+
+    data = small_config(tmp_path, ssd=False).model_dump()
+    data["tiers"]["dram"]["slab_size"] = 4 << 20
+    cfg = validate_config(data)
+    data["tiers"]["remote"] = {"enabled": True}
+    data["node"] = {"slab_size": slab, "capacity": capacity}
+    pool_cfg = validate_config(data)
+    limit = max_object_bytes(pool_cfg)
+    assert limit < max_object_bytes(cfg)  # the node's slab is the smaller limit here
+    node = build_node_store(NodeConfig(slab_size=slab, capacity=capacity), None)
+    try:
+        dram = node.store.dram
+        assert dram is not None and dram.fits(limit) and not dram.fits(limit + 1)
+    finally:
+        node.close()
+    no_node_section = data | {"node": None}
+    assert max_object_bytes(validate_config(no_node_section)) == min(
+        max_object_bytes(cfg), NodeConfig().max_object_bytes
+    )  # the nodes' default slab
+
+
 def test_chunk_keys_and_flags_keep_page_order_and_a_page_needs_every_chunk() -> None:
     from hicache_mooncake.object_split import chunked, split_pages, whole
 
