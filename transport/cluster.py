@@ -89,7 +89,11 @@ class ClusterClient:
         key_of: Callable[[T], str],
         call: Callable[[NodeClient, list[T]], list[R]],
         miss: R,
+        size_of: Callable[[T], int] | None = None,
     ) -> list[R]:
+        """``call`` once per home node with its items, nodes in parallel; ``miss`` for the items
+        not routed. With ``size_of`` (puts), an item larger than its home node stores
+        (``NodeInfo.max_object``) is not sent: a miss, counted and logged (``_too_large``)."""
         out: list[R] = [miss] * len(items)
         nodes = self.membership.nodes()
         if not nodes:
@@ -101,7 +105,12 @@ class ClusterClient:
         jobs: list[tuple[list[int], Future[list[R]] | None, list[R] | None]] = []
         for node_id, sub_idx in routes.items():
             idx = [good[j] for j in sub_idx]
-            client = self._client(by_id[node_id])
+            info = by_id[node_id]
+            if size_of is not None and info.max_object > 0:
+                idx = self._fitting(info, idx, [size_of(items[i]) for i in idx])
+                if not idx:
+                    continue
+            client = self._client(info)
             sub = [items[i] for i in idx]
             if len(routes) == 1:
                 jobs.append((idx, None, call(client, sub)))
@@ -113,6 +122,23 @@ class ClusterClient:
             for i, r in zip(idx, got, strict=True):
                 out[i] = r
         return out
+
+    def _fitting(self, info: NodeInfo, idx: list[int], sizes: list[int]) -> list[int]:
+        """The items of ``idx`` that ``info``'s node stores; the others are counted
+        (``too_large``) and logged: a client cutting pages larger than its nodes' slab
+        (``node.slab_size`` differs between their files) would otherwise share nothing, silently."""
+        fit = [i for i, n in zip(idx, sizes, strict=True) if n <= info.max_object]
+        refused = len(idx) - len(fit)
+        if refused:
+            self.counters["too_large"] += refused
+            if worth_logging(self.counters["too_large"]):
+                log.warning(
+                    "memory node %s stores objects of at most %d bytes (its node.slab_size): %d "
+                    "larger ones (up to %d bytes) are not sent, a miss (%d so far); give clients the "
+                    "same node.slab_size as their nodes, so they cut pages into chunks that fit",
+                    info.node_id, info.max_object, refused, max(sizes), self.counters["too_large"],
+                )  # fmt: skip
+        return fit
 
     def _routable(self, keys: Sequence[str]) -> list[int]:
         good = []
@@ -149,7 +175,9 @@ class ClusterClient:
         return self._fan_out(keys, lambda k: k, lambda c, ks: c.lookup_batch(ks), SlotRef(False))
 
     def put_batch(self, items: Sequence[Item], obj_type: int = 0) -> list[bool]:
-        return self._fan_out(items, lambda it: it[0], lambda c, its: c.put_batch(its, obj_type), False)
+        return self._fan_out(
+            items, lambda it: it[0], lambda c, its: c.put_batch(its, obj_type), False, _item_bytes
+        )
 
     def get_batch_into(self, items: Sequence[Item]) -> list[bool]:
         return self._fan_out(items, lambda it: it[0], lambda c, its: c.get_batch_into(its), False)
@@ -181,3 +209,7 @@ class ClusterClient:
         for c in clients:
             c.close()
         self.engine.close()  # deregisters the memory registered through this client
+
+
+def _item_bytes(item: Item) -> int:
+    return sum(p.nbytes for p in item[1])

@@ -160,7 +160,13 @@ class NodeServer:
             raise
         self.arena_size = len(self.store.view)
         self.info = NodeInfo(
-            self.node_id, self.host, self.port, self.arena_size, self.epoch, self.store.shm_path
+            self.node_id,
+            self.host,
+            self.port,
+            self.arena_size,
+            self.epoch,
+            self.store.shm_path,
+            max_object=cfg.max_object_bytes,
         )
         self._rdma: Any = None
         if cfg.rdma_device:

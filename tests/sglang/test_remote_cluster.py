@@ -185,3 +185,33 @@ def test_a_page_larger_than_a_nodes_slab_is_shared_in_chunks(
     finally:
         a.close()
         b.close()
+
+
+def test_a_client_cutting_larger_than_its_nodes_says_so_and_sends_nothing_they_refuse(
+    redis_server, node_factory, monkeypatch, printed_lines
+):
+    """A client whose file gives no ``node.slab_size`` (the 64 MiB default) over nodes started with
+    64 KiB slabs: its 96 KiB pages stay local, and the operator is told which setting differs."""
+    from hicache_mooncake.sglang_harness import PoolShape
+
+    monkeypatch.setenv("HICACHE_NODE_SECRET", SECRET)
+    node_factory("m0", redis_server.url, namespace="mm", slab_size="64KiB")
+    extra = cluster_extra(redis_server.url, "mm")
+    shape = PoolShape(page_size=16, layers=3, heads=4, head_dim=128, device_tokens=1024)
+    a, host_a = make_backend(extra=extra, shape=shape)
+    try:
+        client = a.store.tier("remote").provider.client
+        deadline = time.monotonic() + 10
+        while not client.nodes():
+            assert time.monotonic() < deadline, "the client did not see the node"
+            time.sleep(0.05)
+        assert client.nodes()[0].max_object == (64 << 10) - 64
+        src = host_a.alloc(4 * shape.page_size)
+        fill_random_pages(host_a, src, seed=43)
+        assert a.batch_set_v1(keys(4, "M"), src) == [True] * 4  # local DRAM holds them
+        assert client.counters["too_large"] == 4
+        assert a.tier_stats()["tiers"]["remote"]["entries"] == 0
+        told = printed_lines.matching("stores objects of at most 65472 bytes")
+        assert len(told) == 1 and "same node.slab_size" in told[0]
+    finally:
+        a.close()

@@ -27,6 +27,7 @@ class NodeInfo:
     capacity: int = 0
     epoch: int = 0  # start time in µs: a restarted node is a new epoch
     shm_path: str = ""
+    max_object: int = 0  # the largest object it stores (``NodeConfig.max_object_bytes``); 0: not told
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
