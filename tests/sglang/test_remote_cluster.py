@@ -209,8 +209,8 @@ def test_a_client_cutting_larger_than_its_nodes_says_so_and_sends_nothing_they_r
         src = host_a.alloc(4 * shape.page_size)
         fill_random_pages(host_a, src, seed=43)
         assert a.batch_set_v1(keys(4, "M"), src) == [True] * 4  # local DRAM holds them
-        assert client.counters["too_large"] == 4
-        assert a.tier_stats()["tiers"]["remote"]["entries"] == 0
+        remote = a.tier_stats()["tiers"]["remote"]
+        assert remote["client"]["too_large"] == 4 and remote["entries"] == 0
         told = printed_lines.matching("stores objects of at most 65472 bytes")
         assert len(told) == 1 and "same node.slab_size" in told[0]
     finally:
