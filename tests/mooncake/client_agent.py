@@ -18,13 +18,16 @@ one JSON command per stdin line with one JSON line on stdout:
   ``HostPoolGroup``, a second backend of this process registered through the v2 calls): n KV pages
   with ``batch_set_v1`` and the Mamba state of the last one with ``batch_set_v2``; the get answers
   ``batch_exists_v2`` (``kv_hit_pages``, ``restorable``) and the bytes of both that landed;
-- ``{"op": "stats"}``: ``tier_stats()``; ``{"op": "quit"}``.
+- ``{"op": "stats"}``: ``tier_stats()``;
+- ``{"op": "close"}``: close every backend (SGLang detaching the storage backend): ``close_s``;
+- ``{"op": "quit"}``: close them (if not yet), answer, and exit at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -67,6 +70,15 @@ class Agent:
         self.ps = SHAPE.page_size
         self.tenants: dict[str, Any] = {}
         self.hybrid: tuple[Any, Any] | None = None
+
+    def close(self) -> float:
+        """Close every backend of this process (once); the seconds it took."""
+        t0 = time.monotonic()
+        hybrid = [self.hybrid[1]] if self.hybrid is not None else []
+        for backend in [self.backend, *self.tenants.values(), *hybrid]:
+            backend.close()
+        self.tenants, self.hybrid = {}, None
+        return time.monotonic() - t0
 
     def _backend(self, extra: dict[str, Any]) -> Any:
         from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
@@ -276,12 +288,14 @@ def main() -> int:
         op = cmd.pop("op")
         try:
             if op == "quit":
-                hybrid = [agent.hybrid[1]] if agent.hybrid is not None else []
-                for backend in [agent.backend, *agent.tenants.values(), *hybrid]:
-                    backend.close()
-                print(json.dumps({"ok": True}), flush=True)
-                return 0
-            if op == "ping":
+                close_s = agent.close()
+                print(json.dumps({"ok": True, "close_s": close_s}), flush=True)
+                # no interpreter or Mooncake exit handlers: Mooncake's tears down every client,
+                # and an HA client's teardown waits up to 30 s for its leader watch
+                os._exit(0)
+            if op == "close":
+                answer = {"close_s": agent.close()}
+            elif op == "ping":
                 answer: dict[str, Any] = {"tiers": [t.name for t in agent.backend.store.tiers]}
             elif op == "stats":
                 answer = agent.backend.tier_stats()

@@ -49,3 +49,6 @@ def test_leader_killed_the_standby_takes_over_and_the_clients_follow(ha_cluster:
     assert wait_until(b_reads, 60, interval=0.5)
     assert got_after["digests"] == after["digests"]
     assert time.monotonic() - start < 60
+    # detaching the storage backend (SGLang's admin API) returns within the deadline: closing
+    # an HA client joins its leader watch, up to 30 s with the GIL held, freezing SGLang
+    assert b.call({"op": "close"})["close_s"] < TIMEOUT_S + SLACK_S

@@ -18,7 +18,8 @@ while the master is away, answers misses without calling. Mooncake's client ping
 reconnects, remounts its segments and follows the elected leader in HA mode by itself; ``probe()``
 only checks that it did (and connects the first time, if the master was not up at start).
 ``setup`` and ``close`` hold the GIL while they wait for a master, so they are only called when
-``mooncake_reach`` finds one accepting connections (else: retry later / leave the client unclosed).
+``mooncake_reach`` finds one accepting connections (else: retry later / leave the client unclosed);
+a client of an HA master is never closed (its ``close`` waits up to 30 s for its leader watch).
 
 ``clear()`` does not wipe the pool: a Mooncake cluster is shared by every deployment and instance
 (``remove_all`` would delete their pages too); objects leave it by Mooncake's eviction.
@@ -49,8 +50,8 @@ log = logging.getLogger(__name__)
 OBJECT_ALREADY_EXISTS = -705
 UNREACHABLE = frozenset({-900, -901})  # RPC_FAIL, RPC_TIMEOUT: the master did not answer
 PROBE_KEY = "hicache-mooncake/probe"
-# Clients closed while their master was unreachable: ``close()`` (and the destructor) would hold
-# the GIL for seconds, so they are kept here, unclosed, for the life of the process.
+# Clients whose ``close()`` would hold the GIL for seconds: kept here, unclosed, for the life of the
+# process (the wheel's exit handler tears them down at exit).
 _PARKED: list[Any] = []
 
 
@@ -257,6 +258,12 @@ class MooncakeProvider(PoolProvider):
         self._closed = True
         store, self._store = self._store, None
         if store is None:
+            return
+        if self.cfg.master.startswith("etcd://"):
+            # HA: the client's destructor joins its leader watch, which waits up to 30 s for a
+            # view change, with the GIL held (SGLang frozen that long at a detach)
+            _PARKED.append(store)
+            log.info("hicache-mooncake: Mooncake client (HA master) left open until the process exits")
             return
         if reachable_master(self.cfg.master, min(1.0, self.timeout_s)) is None:
             _PARKED.append(store)  # close() would freeze the process while it waits for the master
