@@ -301,32 +301,51 @@ def test_a_get_without_deadline_never_returns_under_a_read_into_the_callers_memo
 ) -> None:
     """Without a deadline, reads go straight into the caller's memory. If the caller's checks
     fail (a bug: here the first run's), the call still waits for every read in flight before it
-    returns (the engine answers False), so no read lands in memory the caller has reused."""
+    returns (the engine answers False), so no read lands in memory the caller has reused. Reads
+    not started yet are skipped: they never land at all.
+
+    Two I/O threads, six runs of one entry each: the first run's read takes 0.02 s, every other
+    0.5 s, so the checks fail while the second run's read is in flight."""
     from hicache_mooncake.ssd import reader as reader_mod
 
     landed_at: list[float] = []
     real_read = reader_mod.preadv_full
+    first_offset: list[int] = []
 
     def slow_read(fd: int, iov: list[memoryview], offset: int) -> int:
-        time.sleep(0.3)
+        time.sleep(0.02 if offset == first_offset[0] else 0.5)
         n = real_read(fd, iov, offset)
         landed_at.append(time.monotonic())
         return n
 
+    landed_when_checked: list[int] = []
+
     def broken_deliver(self: object, run: object, landed: object, results: list[bool]) -> list[object]:
+        landed_when_checked.append(len(landed_at))
         raise RuntimeError("a bug in the checks")
 
     size = 256 << 10
-    with open_engine(ssd_dir, capacity_bytes=32 * MiB, region_size=8 * MiB, max_read_run_bytes=64 << 10) as e:
+    opts = {
+        "capacity_bytes": 32 * MiB,
+        "region_size": 8 * MiB,
+        "max_read_run_bytes": 64 << 10,
+        "io_threads": 2,
+    }
+    with open_engine(ssd_dir, **opts) as e:
         vals = {f"z{i}": _aligned(value_for(f"z{i}", size)) for i in range(6)}
         assert all(e.put_batch([(k, [memoryview(v)]) for k, v in vals.items()]))
+        first_offset.append(min(e._core.index.get(k).offset for k in vals))  # the first run's read
         monkeypatch.setattr(reader_mod, "preadv_full", slow_read)
         monkeypatch.setattr(reader_mod.ReadPath, "_deliver", broken_deliver)
         outs = [_aligned(np.zeros(size, np.uint8)) for _ in vals]
         got = e.get_batch_into([(k, [memoryview(o)]) for k, o in zip(vals, outs, strict=True)])
         returned = time.monotonic()
+        at_return = len(landed_at)
+        time.sleep(1.0)  # a read still in flight at the return would have landed by now
         assert got == [False] * len(vals)
-        assert len(landed_at) == len(vals) and max(landed_at) <= returned
+        assert landed_when_checked == [1]  # the checks failed with the second run's read in flight
+        assert at_return >= 2  # ... and the call waited for it
+        assert len(landed_at) == at_return and max(landed_at) <= returned  # none landed after
 
 
 def test_stage_writes_must_be_a_known_mode() -> None:
