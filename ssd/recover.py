@@ -33,6 +33,7 @@ from .errors import SsdCorruptionError
 from .format import (
     BLOCK,
     ENTRY_MAGIC,
+    ENTRY_MAGIC_BYTES,
     FLAG_DEAD,
     EntryHeader,
     RegionHeader,
@@ -41,7 +42,11 @@ from .format import (
 )
 from .io import O_DIRECT, aligned_buffer, preadv_full
 
-_CHUNK = 128 << 10
+_CHUNK = 4 << 20
+"""Bytes a scan reads per call. Each read gives up the GIL, and getting it back costs up to a
+switch interval (5 ms) while another thread runs Python (SGLang's are, while a background scan
+runs): 16 reads per 64 MiB region instead of 512. Measured, three regions of 4 KiB entries under
+a thread running Python: 9.3 s with 128 KiB reads, 0.9 s with 4 MiB (0.4-0.8 s without it)."""
 _VERIFY_CHUNK = 8 << 20
 
 
@@ -118,10 +123,19 @@ class _Reader:
 
 
 def _find_magic(reader: _Reader, pos: int, end: int) -> int | None:
+    """The first block at or after ``pos`` that starts with the entry magic.
+
+    The block at ``pos`` is checked first with a slice compare: entries lie back to back, so that
+    is nearly every call. The numpy search of a whole chunk (gaps, the unwritten end) releases the
+    GIL for each array operation, and a thread that gives the GIL up waits a whole switch
+    interval (5 ms) to get it back while another thread runs Python: called once per entry, it
+    made a background scan 100x slower while SGLang's threads were busy."""
     while pos + BLOCK <= end:
         chunk = reader.chunk_at(pos)
         if chunk.nbytes < BLOCK:
             return None
+        if chunk[:4] == ENTRY_MAGIC_BYTES:
+            return pos
         words = np.frombuffer(chunk, dtype=np.uint32)[:: BLOCK // 4]
         hits = np.flatnonzero(words == ENTRY_MAGIC)
         if hits.size:

@@ -3,10 +3,14 @@
 At open, regions whose summary is valid are indexed from it at once; the others (open at a
 crash, written by an older engine, summary lost) are scanned here, on a daemon thread, while the
 engine already serves. Until its scan is done such a region is pinned (``readers``) and outside
-the FIFO, so it is never reclaimed or reopened; its entries join the index when the scan ends,
-each only if no newer entry of its key (higher sequence number) is indexed by then, and only if
-no ``clear`` happened meanwhile. The region is then sealed into the FIFO (by generation) and its
-summary is written, so the next open reads the summary.
+the FIFO, so it is never reclaimed, resized away or reopened. When a region's file is read, its
+entries join the index :data:`INDEX_SLICE` at a time, the engine lock released between slices so
+serving calls never wait for a whole region (thousands of entries at small pages); each joins only
+if no newer entry of its key (higher sequence number) is indexed by then. A ``clear`` or ``close``
+between slices ends the region's indexing (``clear`` has emptied its bookkeeping; the region is
+freed once unpinned). When every slice is in, the region is sealed into the FIFO (by generation)
+and its summary is written, so the next open reads the summary. An entry indexed before its
+region is sealed is served like any other: its region is pinned and its bytes are checked on read.
 """
 
 from __future__ import annotations
@@ -19,10 +23,13 @@ from collections.abc import Callable
 
 from .core import EngineCore
 from .index import Location
-from .recover import recover, region_loss
+from .recover import EntryRecord, recover, region_loss
 from .region import Region, RegionState
 
 log = logging.getLogger("hicache_mooncake.ssd")
+
+INDEX_SLICE = 512
+"""Entries a background scan indexes per hold of the engine lock (a fraction of a millisecond)."""
 
 
 def index_entries(
@@ -95,24 +102,22 @@ class BackgroundScan:
                     c.counts.update({k: v for k, v in rec.counts().items() if k != "recovered_entries"})
                     c.counts["recover_lost_regions"] += 1 if why else 0
                     r.allocated = scan.file_size >= o.region_size
-                    if c.epoch == self._epoch and r.state is RegionState.SEALED and scan.status == "live":
+                    live = self._scanning(r) and scan.status == "live"
+                    if live:
                         assert scan.header is not None
                         r.gen = scan.header.gen
                         r.epoch = c.epoch
                         r.write_off = scan.end_offset
-                        e = scan.entries
-                        c.counts["recovered_entries"] += index_entries(
-                            c, r, [x.key for x in e], [x.offset for x in e], [x.payload_len for x in e],
-                            [x.seq for x in e],
-                        )  # fmt: skip
-                        seal_into_fifo(c, r)
-                        self._on_sealed(r)
                     elif r.state is RegionState.SEALED:
                         r.state = RegionState.DRAINING  # nothing live: free once unpinned
+                if live:
+                    self._index_and_seal(r, scan.entries)
             except Exception:  # noqa: BLE001 - a scan failure only loses that region's entries
                 log.exception("ssd background scan of %s failed", path)
                 with c.lock:
                     if r.state is RegionState.SEALED and r.rid not in c.fifo:
+                        for key in r.keys:  # the slices indexed so far: they point into a region to be freed
+                            c.index.pop_if(key, r.rid, r.gen)
                         r.state = RegionState.DRAINING
             finally:
                 with c.lock:
@@ -124,3 +129,39 @@ class BackgroundScan:
                     self.left -= 1
         self.seconds = time.monotonic() - t0
         log.info("ssd engine: background scan of %d regions done in %.2fs", len(self.todo), self.seconds)
+
+    def _index_slice(
+        self, r: Region, keys: list[str], offsets: list[int], lengths: list[int], seqs: list[int]
+    ) -> bool:
+        """Index one slice of ``r``'s entries under one hold of the lock; False (nothing indexed)
+        when the scan no longer counts."""
+        c = self.core
+        with c.lock:
+            if not self._scanning(r):
+                return False
+            c.counts["recovered_entries"] += index_entries(c, r, keys, offsets, lengths, seqs)
+            return True
+
+    def _scanning(self, r: Region) -> bool:
+        """Whether ``r``'s scan still counts: no ``clear`` or ``close`` since it began (lock held)."""
+        c = self.core
+        return not c.closed and c.epoch == self._epoch and r.state is RegionState.SEALED
+
+    def _index_and_seal(self, r: Region, entries: list[EntryRecord]) -> None:
+        """Index ``entries`` of ``r`` in slices (lock held per slice only), then seal ``r`` into
+        the FIFO; a ``clear`` or ``close`` meanwhile stops it, and ``r`` is freed once unpinned."""
+        c = self.core
+        keys = [x.key for x in entries]
+        offsets = [x.offset for x in entries]
+        lengths = [x.payload_len for x in entries]
+        seqs = [x.seq for x in entries]
+        for i in range(0, len(entries), INDEX_SLICE):
+            j = i + INDEX_SLICE
+            if not self._index_slice(r, keys[i:j], offsets[i:j], lengths[i:j], seqs[i:j]):
+                break
+        with c.lock:
+            if self._scanning(r):
+                seal_into_fifo(c, r)
+                self._on_sealed(r)
+            elif r.state is RegionState.SEALED:
+                r.state = RegionState.DRAINING  # closed meanwhile: scanned again at the next open

@@ -17,7 +17,9 @@ copy, and a DRAM tier of ``--dram``):
 
    then it is killed with SIGKILL (after its last acknowledged set and its last SSD copy);
 2. a **reopen process** times the backend's construction on that directory (**after kill -9**:
-   attach, and until every region is indexed), checks the entries found and times batch_exists
+   attach, and until every region is indexed, with batch_exists timed back to back meanwhile: a
+   busy thread, as SGLang's are, while the regions open at the kill are scanned in the
+   background), checks the entries found and times batch_exists
    again, closes it cleanly and times a second construction (**clean close**).
 
 The page cache is dropped before each reopen with ``--drop-caches`` (root; the whole host's).
@@ -105,8 +107,9 @@ def _config(directory: str, n: int, page_bytes: int, dram: int) -> dict[str, Any
     return cfg
 
 
-def _keys(n: int) -> list[str]:
-    return [f"{i:064x}" for i in range(n)]
+def _keys(n: int, first: int = 0) -> list[str]:
+    """The keys of pages ``first`` .. ``n - 1``."""
+    return [f"{i:064x}" for i in range(first, n)]
 
 
 def _rss() -> int:
@@ -136,6 +139,30 @@ def _exists_latency(be: Any, n: int, samples: int, seed: int) -> dict[str, Any]:
         "samples": samples,
         "keys_per_call": EXISTS_KEYS,
         "found_fraction": found / (samples * EXISTS_KEYS),
+    }
+
+
+def _exists_while_scanning(be: Any, engine: Any, n: int, seed: int) -> dict[str, Any]:
+    """batch_exists timed back to back while the background scan of the regions open at the
+    kill runs (it indexes in slices; a serving call waits for one slice at most), up to 60 s.
+    No samples when the scan was over before the backend was built (it runs during attach)."""
+    rng = random.Random(seed)
+    times: list[float] = []
+    end = time.monotonic() + 60
+    while not engine.wait_recovered(0) and time.monotonic() < end:
+        start = rng.randrange(0, max(1, n - EXISTS_KEYS))
+        batch = _keys(min(n, start + EXISTS_KEYS), start)
+        t0 = time.perf_counter()
+        be.batch_exists(batch)
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    if not times:
+        return {"samples": 0}
+    return {
+        "samples": len(times),
+        "p50_us": times[len(times) // 2] * 1e6,
+        "p99_us": times[min(len(times) - 1, int(len(times) * 0.99))] * 1e6,
+        "max_us": times[-1] * 1e6,
     }
 
 
@@ -217,6 +244,7 @@ def _child_reopen(args: argparse.Namespace) -> int:
         be = create_backend("dynamic", cfg, host, settle=False)  # attach as SGLang waits for it
         attach_s = time.perf_counter() - t0
         engine = be.store.ssd.engine
+        during = _exists_while_scanning(be, engine, n, seed=n + 2)
         engine.wait_recovered(600)
         indexed_s = time.perf_counter() - t0
         cpu_s = time.process_time() - c0
@@ -228,6 +256,7 @@ def _child_reopen(args: argparse.Namespace) -> int:
             "entries_found": ssd.get("entries", 0),
             "regions_from_summaries": ssd.get("recover_from_summaries", 0),
             "exists": _exists_latency(be, n, max(200, args.samples // 4), seed=n + 1),
+            "exists_while_scanning": during,
         }
         be.close()
     Path(args.child_out).write_text(json.dumps(out))
@@ -278,6 +307,8 @@ def _measure(args: argparse.Namespace, base: str, n: int) -> dict[str, Any]:
             "reopen_after_kill_all_indexed_s": r["after_kill"]["all_indexed_seconds"],
             "reopen_clean_s": r["clean"]["attach_seconds"],
             "entries_found_after_kill": r["after_kill"]["entries_found"],
+            "exists_p99_us_while_scanning": r["after_kill"]["exists_while_scanning"].get("p99_us"),
+            "exists_max_us_while_scanning": r["after_kill"]["exists_while_scanning"].get("max_us"),
             "entries_found_clean": r["clean"]["entries_found"],
         }
     )
@@ -292,6 +323,12 @@ def run(args: argparse.Namespace) -> int:
     counts = [int(x) for x in args.entries.split(",") if x.strip()]
     page_bytes = parse_size(args.page_bytes)
     _shape(page_bytes)  # a bad size is refused before any work
+    from hicache_mooncake.config.loader import validate_config
+
+    for n in counts:  # and a configuration the children would refuse (a DRAM tier below one slab)
+        validate_config(
+            _config(args.dir or default_work_dir(), n, page_bytes, parse_size(args.dram)), "bench scale"
+        )
     if not args.drop_caches:
         print(NOT_DROPPED, flush=True)
     base_parent = args.dir or default_work_dir()
@@ -306,7 +343,8 @@ def run(args: argparse.Namespace) -> int:
                 f"{n:>9,} entries of {format_size(page_bytes)}: {row['bytes_per_entry']:.0f} B of RAM per entry | "
                 f"batch_exists({EXISTS_KEYS}) p50 {row['exists_p50_us']:.0f} us p99 {row['exists_p99_us']:.0f} us | "
                 f"reopen after kill -9 {row['reopen_after_kill_s']:.2f} s (all indexed "
-                f"{row['reopen_after_kill_all_indexed_s']:.2f} s, {row['entries_found_after_kill']:,} found), "
+                f"{row['reopen_after_kill_all_indexed_s']:.2f} s, {row['entries_found_after_kill']:,} found; "
+                f"{_while_scanning(row)}), "
                 f"clean {row['reopen_clean_s']:.2f} s ({row['entries_found_clean']:,} found)",
                 flush=True,
             )
@@ -342,6 +380,13 @@ def run(args: argparse.Namespace) -> int:
     if args.plot_out:
         _plot(rows, args.plot_out)
     return 0
+
+
+def _while_scanning(row: dict[str, Any]) -> str:
+    p99 = row["exists_p99_us_while_scanning"]
+    if p99 is None:
+        return "the background scan was over when attach returned"
+    return f"batch_exists meanwhile p99 {p99:.0f} us"
 
 
 def _plot(rows: list[dict[str, Any]], out: str) -> None:
