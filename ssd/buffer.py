@@ -144,8 +144,8 @@ class WriteBuffer:
     ) -> tuple[list[memoryview], Buffer | None]:
         """Hash (and when staged, copy) the entries of one write job and write their headers
         (``(slot, seq)``, back to back on disk). Returns the iovecs to write and the staging
-        buffer to give back to the pool once written (None when borrowed). The GIL is released
-        in the copies and the hashes."""
+        buffer to give back to the pool once written (None when borrowed). The copies and hashes
+        keep the GIL (``copy_into``)."""
         if self.borrow:
             iov: list[memoryview] = []
             for slot, seq in entries:

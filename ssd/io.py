@@ -95,8 +95,10 @@ def huge_buffer(size: int) -> memoryview:
 
 
 def copy_into(dst: memoryview, src: memoryview) -> None:
-    """``dst[:] = src`` with the GIL released (numpy), so other threads run during the copy."""
-    np.copyto(np.frombuffer(dst, dtype=np.uint8), np.frombuffer(src, dtype=np.uint8))
+    """``dst[:] = src`` as raw bytes, keeping the GIL: giving it up per copy (numpy's copy does)
+    costs up to a switch interval (5 ms) each time another thread runs Python, as SGLang's
+    scheduler thread does (a memcpy either way)."""
+    byte_view(dst)[:] = byte_view(src)
 
 
 def byte_view(buf: Any) -> memoryview:

@@ -39,8 +39,7 @@ Parts = Sequence[Any]
 
 
 def copy_views(dst: Sequence[memoryview], src: Sequence[memoryview]) -> None:
-    """Copy the bytes of ``src`` (back to back) into ``dst`` (same total length); the GIL is
-    released during each copy."""
+    """Copy the bytes of ``src`` (back to back) into ``dst`` (same total length)."""
     si, so = 0, 0
     for v in dst:
         pos, n = 0, v.nbytes

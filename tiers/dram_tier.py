@@ -499,7 +499,9 @@ class DramTier(Tier):
                 self._pins[entry[0]] = self._pins.get(entry[0], 0) + 1
                 moves.append((i, key, entry, new))
         for _i, _key, (offset, nbytes, *_rest), new in moves:
-            np.copyto(self._arena.view(new, nbytes), self._arena.view(offset, nbytes))
+            self._arena.view(new, nbytes).data[:] = self._arena.view(
+                offset, nbytes
+            ).data  # keeps the GIL (parts)
         with self._lock:
             for i, key, entry, new in moves:
                 if not self._closed and self._index.get(key) == entry:

@@ -49,9 +49,11 @@ Tenants: ``tenant_of(key)`` names a key's tenant; the placement's ``TenantLedger
 tenant's bytes per tier and enforces the shares; ``tenant_counts`` counts each tenant's calls
 (a call is one tenant's: that of its first key).
 
-Placement bookkeeping of an all-DRAM get, or of a set with many new pages, runs on a worker
-thread while the caller's thread copies bytes (numpy, GIL released): a call costs
-max(copy, bookkeeping) instead of their sum.
+Placement bookkeeping runs in the calling thread. Handing it to a worker thread to overlap the
+copies gained nothing (copies keep the GIL: ``parts``) and cost two GIL hand-offs per call, each
+up to a switch interval (5 ms) while another thread runs Python, as SGLang's scheduler does. The
+worker (``hicache-placement``) only runs work nobody waits for: deferred placement of pages
+served to other processes (``served_arena``) and ``settle`` barriers.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import compress
 from operator import not_
@@ -87,7 +89,6 @@ from .tier import Tier
 
 log = logging.getLogger(__name__)
 _REQUEST_MEMORY = 1 << 16
-_OVERLAP_MIN = 8  # pages per call below which the hand-off to the worker costs more than it saves
 _TO_DRAM = (SetOutcome.NEW_DRAM, SetOutcome.UP)
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -380,19 +381,8 @@ class TieredStore:
         with self._lock:
             request_len = self._request_len.get(keys[0], 0)
         ctxs = get_contexts(keys, sizes, request_len, obj_type=obj_type)
-        noted: Future[tuple[list[tuple[str, str]], list[str]]] | None = None
-        dram = self.dram
-        if dram is not None and len(keys) >= _OVERLAP_MIN and all(dram.contains_batch(keys)):
-            # all in DRAM (the common hit): note the hits while the bytes are copied
-            noted = self._worker.submit(self._note_dram_hits, keys, ctxs, sizes[0])
         done, level_of = self._read_through(keys, parts, ctxs, deadline)
         self._tenant_count(keys[0], get_pages=len(keys), get_hit_pages=sum(done))
-        if noted is not None:
-            drops, demote = noted.result()
-            if not all(done):  # removed between the check and the read: fix the bookkeeping
-                self._reconcile([k for k, ok in zip(keys, done, strict=True) if not ok])
-            self._apply(drops, demote)
-            return done
         promote = self._note_reads(keys, ctxs, done, level_of, sizes[0])
         if promote and (dram := self.dram) is not None:
             landed = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in promote], deadline)
@@ -445,17 +435,6 @@ class TieredStore:
             first_miss = pending[0]
             done[first_miss:] = [False] * (len(done) - first_miss)
         return done, level_of
-
-    def _note_dram_hits(
-        self, keys: Sequence[str], ctxs: Sequence[AccessContext], nbytes: int
-    ) -> tuple[list[tuple[str, str]], list[str]]:
-        with self._lock:
-            placement = self._placement_for(nbytes)
-            self._forget_reclaimed(placement)
-            for key, ctx in zip(keys, ctxs, strict=True):
-                if placement.hit(key, ctx) is None:  # held but unknown (a race, or a restart)
-                    placement.adopt(key, ctx._replace(promoted=True), DRAM)
-            return placement.settle()
 
     def _settle_deferred(self, deadline: float) -> None:
         """Wait (up to ``deadline``) for deferred placement work (served commits and reads), so
@@ -588,22 +567,8 @@ class TieredStore:
                     kept[i] = k
             return kept
         dram = self.dram
-        in_dram = dram.contains_batch(keys) if dram is not None else [False] * len(keys)
-        new = [i for i, held in enumerate(in_dram) if not held]
         landed: set[int] = set()
-        if dram is not None and len(new) >= _OVERLAP_MIN:
-            # decide while copying the new pages into free DRAM; copies the placement then does
-            # not want there are removed again
-            decided = self._worker.submit(self._decide_sets, keys, ctxs, sizes[0], supersedes)
-            ok = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in new], deadline)
-            outcomes, drops, demote = decided.result()
-            landed = {i for i, good in zip(new, ok, strict=True) if good}
-            dropped = {key for key, _tier in drops}
-            unwanted = [i for i in landed if outcomes[i] not in _TO_DRAM or keys[i] in dropped]
-            dram.remove_batch([keys[i] for i in unwanted])
-            landed.difference_update(unwanted)
-        else:
-            outcomes, drops, demote = self._decide_sets(keys, ctxs, sizes[0], supersedes)
+        outcomes, drops, demote = self._decide_sets(keys, ctxs, sizes[0], supersedes)
         self._apply(drops, demote)
         dropped = {key for key, _tier in drops}
         to_dram = [

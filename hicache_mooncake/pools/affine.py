@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hicache_mooncake.pools.index_array import NUMPY_NOGIL_MIN, index_array
 from hicache_mooncake.pools.provider import PoolProvider
 
 AFFINE_METHODS = frozenset(
@@ -39,11 +40,15 @@ class AffineRuns:
         self._strides = np.asarray(strides, dtype=np.int64)
         self._sizes = list(sizes)
 
-    def runs(self, host_indices: torch.Tensor, pages: int) -> tuple[list[int], list[int]]:
+    def runs(self, host_indices: Any, pages: int) -> tuple[list[int], list[int]]:
         """The (pointers, sizes) SGLang's method returns for ``host_indices`` (``pages`` pages of
-        ``page_size`` indices each, already checked to be in the pool)."""
-        firsts = host_indices[:: self.page_size].to(device="cpu", dtype=torch.int64).numpy()
-        ptrs = (firsts[:, None] * self._strides + self._bases).ravel().tolist()
+        ``page_size`` indices each, already checked to be in the pool; a tensor or, without a torch
+        call, ``index_array``'s int64 array). Numpy loops over ``pages`` elements only."""
+        firsts = index_array(host_indices)[:: self.page_size]
+        rows = max(1, NUMPY_NOGIL_MIN // len(self._strides))  # numpy keeps the GIL (index_array)
+        ptrs: list[int] = []
+        for start in range(0, len(firsts), rows):
+            ptrs += (firsts[start : start + rows, None] * self._strides + self._bases).ravel().tolist()
         return ptrs, self._sizes * pages
 
     @classmethod

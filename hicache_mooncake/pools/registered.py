@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import numpy as np
 import torch
 
 from hicache_mooncake.host_memory import HostMemoryMap, HostRangeError
 from hicache_mooncake.keys import KeySpace
 from hicache_mooncake.pools.affine import AffineRuns
+from hicache_mooncake.pools.index_array import bounds, index_array
 from hicache_mooncake.pools.provider import PoolProvider
 from hicache_mooncake.tiers.policy import ObjectType
 
@@ -62,9 +64,10 @@ class RegisteredPool:
         _ptrs, sizes = self.provider.page_runs(self.pool, torch.arange(self.page_size, dtype=torch.int64))
         return sum(sizes)
 
-    def check_indices(self, host_indices: Any, pages: int) -> None:
+    def check_indices(self, host_indices: Any, pages: int) -> np.ndarray:
         """Refuse host indices SGLang should never send: a count that is not ``pages x
-        page_size``, a non-integer tensor, an index outside ``[0, pool.size)``."""
+        page_size``, a non-integer tensor, an index outside ``[0, pool.size)``. Returns them as
+        an int64 array (``index_array``: no GIL given up on the way)."""
         numel = getattr(host_indices, "numel", None)
         if not callable(numel):
             raise HostRangeError("host indices are not a tensor", type(host_indices).__name__)
@@ -74,27 +77,26 @@ class RegisteredPool:
                 "index count is not keys x page_size",
                 f"{count} indices for {pages} pages of {self.page_size}",
             )
+        try:
+            values = index_array(host_indices)
+        except TypeError:
+            raise HostRangeError("host indices are not integers", str(host_indices.dtype)) from None
         if count == 0:
-            return
-        if host_indices.dtype.is_floating_point or host_indices.dtype.is_complex:
-            raise HostRangeError("host indices are not integers", str(host_indices.dtype))
-        if count <= 64:  # a list is cheaper than two tensor reductions for a few indices
-            values = host_indices.tolist()
-            low, high = min(values), max(values)
-        else:
-            low, high = (int(v) for v in torch.aminmax(host_indices))
+            return values
+        low, high = bounds(values)
         size = self.index_limit
         if low < 0 or (size is not None and high >= size):
             raise HostRangeError("host index outside the pool", f"[{low}, {high}] in a pool of {size} slots")
+        return values
 
     def page_parts(self, host_indices: Any, pages: int) -> list[list[Any]]:
         """One list of byte views (memoryviews into the pool) per page, zero-copy."""
-        self.check_indices(host_indices, pages)
+        values = self.check_indices(host_indices, pages)
         if pages == 0 or not self.holds_bytes:
             return [[] for _ in range(pages)]
         affine = self.affine_runs
         if affine is not None:
-            ptrs, sizes = affine.runs(host_indices, pages)
+            ptrs, sizes = affine.runs(values, pages)
         else:
             ptrs, sizes = self.provider.page_runs(self.pool, host_indices)
         return self.memory.page_parts(ptrs, sizes, pages)

@@ -1,5 +1,5 @@
-"""``bench sglang``'s hybrid case runs end to end on a small workload (figures are not asserted:
-performance is measured by the benchmark, not by tests)."""
+"""``bench sglang`` runs end to end on small workloads, its hybrid case and its main one (figures
+are not asserted: performance is measured by the benchmark, not by tests)."""
 
 from __future__ import annotations
 
@@ -23,3 +23,27 @@ def test_bench_sglang_hybrid_case_writes_its_row(tmp_path):
     row = json.loads(out.read_text())["hybrid"]
     assert row["nodes"] == 2 and row["state_bytes"] > 1 << 20
     assert row["set_ratio_vs_memcpy"] > 0 and row["get_ratio_vs_memcpy"] > 0
+
+
+def test_bench_sglang_verifies_every_page_and_reports_each_side(tmp_path):
+    """The main case on one small size: every page of every get compared for every side (ours,
+    ours next to a busy Python thread, the DRAM tier, SGLang's file backend, memcpy), and the JSON
+    keys the README's figures come from."""
+    from hicache_mooncake.cli import main
+
+    out = tmp_path / "sglang.json"
+    argv = ["bench", "sglang", "--sizes", "1MiB", "--total", "16MiB", "--repeats", "1", "--hybrid", "skip"]
+    assert main([*argv, "--no-host-cache", "--dir", str(tmp_path), "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    (row,) = data["per_page_size"]
+    sides = {"ours", "busy", "tier", "file", "memcpy"}
+    assert row["bad_pages"] == dict.fromkeys(sides, 0)
+    assert row["pages_verified"] == dict.fromkeys(sides, row["pages"]) and row["pages"] >= 16
+    for key in (
+        "set_ratio_vs_file", "get_ratio_vs_file", "dram_set_ratio_vs_memcpy", "dram_get_ratio_vs_memcpy",
+        "default_set_ratio_vs_memcpy", "default_get_ratio_vs_memcpy", "busy_set_ratio_vs_alone",
+        "busy_get_ratio_vs_alone",
+    ):  # fmt: skip
+        assert row[key] > 0, key
+    assert data["busy_ratio_vs_alone"] == min(row["busy_set_ratio_vs_alone"], row["busy_get_ratio_vs_alone"])
+    assert data["dram_ratio_vs_memcpy"] > 0 and data["host_cache_ratio_vs_memcpy"] is None

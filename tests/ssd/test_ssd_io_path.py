@@ -487,3 +487,20 @@ def test_a_far_deadline_means_no_limit_not_an_overflow(ssd_dir: str) -> None:
         vals = {f"far{i}": value_for(f"far{i}", 768 << 10) for i in range(12)}
         assert all(e.put_batch([(k, [memoryview(v)]) for k, v in vals.items()], 1e18))
         _check(e, vals, deadline=True)
+
+
+def test_copies_between_engine_memory_and_the_callers_keep_the_gil() -> None:
+    """A copy that gives the GIL up waits up to a switch interval to get it back while another
+    thread runs Python (SGLang's scheduler does): per part of a page, that made SSD sets and gets
+    next to one busy thread several times slower."""
+    from hicache_mooncake.bench._busy import busy_python_thread, gil_handoffs
+    from hicache_mooncake.ssd.io import copy_into
+
+    src = [np.full(1 << 20, i, dtype=np.uint8) for i in range(16)]
+    dst = [np.zeros(1 << 20, dtype=np.uint8) for _ in range(16)]
+    with busy_python_thread(0.2):
+        count, _ = gil_handoffs(
+            lambda: [copy_into(memoryview(d), memoryview(s)) for d, s in zip(dst, src, strict=True)]
+        )
+    assert count == 0
+    assert all(np.array_equal(d, s) for d, s in zip(dst, src, strict=True))
