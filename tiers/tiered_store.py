@@ -436,6 +436,19 @@ class TieredStore:
             done[first_miss:] = [False] * (len(done) - first_miss)
         return done, level_of
 
+    def _note_dram_hits(
+        self, keys: Sequence[str], ctxs: Sequence[AccessContext], nbytes: int
+    ) -> tuple[list[tuple[str, str]], list[str]]:
+        """The placement's bookkeeping of reads DRAM served to another process (``served_arena``,
+        on the worker, after the lookup was answered); returns what to drop and demote."""
+        with self._lock:
+            placement = self._placement_for(nbytes)
+            self._forget_reclaimed(placement)
+            for key, ctx in zip(keys, ctxs, strict=True):
+                if placement.hit(key, ctx) is None:  # held but unknown (a race, or a restart)
+                    placement.adopt(key, ctx._replace(promoted=True), DRAM)
+            return placement.settle()
+
     def _settle_deferred(self, deadline: float) -> None:
         """Wait (up to ``deadline``) for deferred placement work (served commits and reads), so
         the placement knows every page DRAM holds before it frees room."""

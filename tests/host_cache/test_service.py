@@ -265,6 +265,13 @@ def test_per_client_accounting_is_in_the_stats_and_the_metrics(host_cache: Priva
         mine = host_cache.stats()["clients"][f"pid:{os.getpid()}"]
         assert mine["committed"] == 3 and mine["reserved_bytes"] == 3 * 8192
         assert mine["lookup_hits"] == 3 and mine["lookup_hit_bytes"] == 3 * 8192
+        # the service notes served hits on its placement worker, after answering: none fails
+        end = time.monotonic() + 2
+        while time.monotonic() < end:
+            placement = host_cache.stats()["store"]["tiers"]["placement"]
+            assert placement.get("bookkeeping_errors", 0) == 0
+            time.sleep(0.1)
+        assert placement["in_dram"] == 3
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert f'hicache_mooncake_host_cache_client_committed_total{{client="pid:{os.getpid()}"}} 3.0' in text
         assert re.search(r'hicache_mooncake:tier_entries\{[^}]*tier="dram"[^}]*\} 3\.0', text), text
