@@ -89,6 +89,9 @@ from .tier import Tier
 
 log = logging.getLogger(__name__)
 _REQUEST_MEMORY = 1 << 16
+_COPY_FIRST_MIN = (
+    8  # new pages per set from which they are copied into free DRAM before the placement decides
+)
 _TO_DRAM = (SetOutcome.NEW_DRAM, SetOutcome.UP)
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -580,8 +583,22 @@ class TieredStore:
                     kept[i] = k
             return kept
         dram = self.dram
+        in_dram = dram.contains_batch(keys) if dram is not None else [False] * len(keys)
+        new = [i for i, held in enumerate(in_dram) if not held]
         landed: set[int] = set()
-        outcomes, drops, demote = self._decide_sets(keys, ctxs, sizes[0], supersedes)
+        if dram is not None and len(new) >= _COPY_FIRST_MIN:
+            # the new pages go into free DRAM first, then the placement decides; copies it does
+            # not want there are removed again (deciding first demotes to make room the copies
+            # then wait for, and pages were lost on their way to the SSD)
+            ok = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in new], deadline)
+            outcomes, drops, demote = self._decide_sets(keys, ctxs, sizes[0], supersedes)
+            landed = {i for i, good in zip(new, ok, strict=True) if good}
+            dropped = {key for key, _tier in drops}
+            unwanted = [i for i in landed if outcomes[i] not in _TO_DRAM or keys[i] in dropped]
+            dram.remove_batch([keys[i] for i in unwanted])
+            landed.difference_update(unwanted)
+        else:
+            outcomes, drops, demote = self._decide_sets(keys, ctxs, sizes[0], supersedes)
         self._apply(drops, demote)
         dropped = {key for key, _tier in drops}
         to_dram = [
