@@ -89,9 +89,8 @@ from .tier import Tier
 
 log = logging.getLogger(__name__)
 _REQUEST_MEMORY = 1 << 16
-_COPY_FIRST_MIN = (
-    8  # new pages per set from which they are copied into free DRAM before the placement decides
-)
+# new pages per set from which they are copied into free DRAM before the placement decides
+_COPY_FIRST_MIN = 8
 _TO_DRAM = (SetOutcome.NEW_DRAM, SetOutcome.UP)
 _F = TypeVar("_F", bound=Callable[..., Any])
 

@@ -131,10 +131,8 @@ def _exists_latency(be: Any, n: int, samples: int, seed: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         found += be.batch_exists(batch)
         times.append(time.perf_counter() - t0)
-    times.sort()
     return {
-        "p50_us": times[len(times) // 2] * 1e6,
-        "p99_us": times[min(len(times) - 1, int(len(times) * 0.99))] * 1e6,
+        **_percentiles_us(times),
         "mean_us": statistics.fmean(times) * 1e6,
         "samples": samples,
         "keys_per_call": EXISTS_KEYS,
@@ -155,14 +153,17 @@ def _exists_while_scanning(be: Any, engine: Any, n: int, seed: int) -> dict[str,
         t0 = time.perf_counter()
         be.batch_exists(batch)
         times.append(time.perf_counter() - t0)
-    times.sort()
     if not times:
         return {"samples": 0}
+    return {"samples": len(times), **_percentiles_us(times), "max_us": max(times) * 1e6}
+
+
+def _percentiles_us(times: list[float]) -> dict[str, float]:
+    """p50 and p99 of non-empty ``times`` (seconds), in microseconds."""
+    ordered = sorted(times)
     return {
-        "samples": len(times),
-        "p50_us": times[len(times) // 2] * 1e6,
-        "p99_us": times[min(len(times) - 1, int(len(times) * 0.99))] * 1e6,
-        "max_us": times[-1] * 1e6,
+        "p50_us": ordered[len(ordered) // 2] * 1e6,
+        "p99_us": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e6,
     }
 
 
@@ -323,15 +324,13 @@ def run(args: argparse.Namespace) -> int:
     counts = [int(x) for x in args.entries.split(",") if x.strip()]
     page_bytes = parse_size(args.page_bytes)
     _shape(page_bytes)  # a bad size is refused before any work
+    base_parent = args.dir or default_work_dir()
     from hicache_mooncake.config.loader import validate_config
 
     for n in counts:  # and a configuration the children would refuse (a DRAM tier below one slab)
-        validate_config(
-            _config(args.dir or default_work_dir(), n, page_bytes, parse_size(args.dram)), "bench scale"
-        )
+        validate_config(_config(base_parent, n, page_bytes, parse_size(args.dram)), "bench scale")
     if not args.drop_caches:
         print(NOT_DROPPED, flush=True)
-    base_parent = args.dir or default_work_dir()
     os.makedirs(base_parent, exist_ok=True)
     base = tempfile.mkdtemp(prefix="hicache-bench-scale-", dir=base_parent)
     rows = []

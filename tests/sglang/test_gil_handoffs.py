@@ -24,6 +24,10 @@ pytestmark = pytest.mark.sglang
 
 INTERVAL = 0.2
 PAGES = 32
+TRIES = 3
+"""Another thread of the process waking mid-call (tqdm's monitor thread, left by an earlier test,
+wakes every 10 s) costs one interval too: the fewest hand-offs of three tries counts. A call that
+gives the GIL up does so every time (7-70 per call before the fix)."""
 # 24 KiB pages in 6 parts (layer_first); 512 KiB pages in 2 parts of 256 KiB
 SMALL_PAGES = PoolShape(page_size=16, layers=3, heads=2, head_dim=64, device_tokens=2048)
 LARGE_PAGES = PoolShape(page_size=64, layers=1, heads=16, head_dim=128, device_tokens=4096)
@@ -39,16 +43,24 @@ def test_a_dram_set_get_and_exists_never_give_the_gil_up(layout: str, shape: Poo
     backend, host = make_backend(layout, extra=extra, shape=shape)
     try:
         idx = host.alloc(PAGES * shape.page_size)
-        fill_random_pages(host, idx, seed=7)
-        want = page_snapshot(host, idx)
-        keys = [f"gil{i:061x}" for i in range(PAGES)]
         assert backend.batch_set_v1(["warm" + "0" * 60], idx[: shape.page_size]) == [True]
-        with busy_python_thread(INTERVAL):
-            assert gil_handoffs(lambda: backend.batch_set_v1(keys, idx)) == (0, [True] * PAGES)
-        fill_random_pages(host, idx, seed=8)  # torch calls: outside, where a hand-off is cheap
-        with busy_python_thread(INTERVAL):
-            assert gil_handoffs(lambda: backend.batch_get_v1(keys, idx)) == (0, [True] * PAGES)
-            assert gil_handoffs(lambda: backend.batch_exists(keys)) == (0, PAGES)
-        assert all(torch.equal(a, b) for a, b in zip(page_snapshot(host, idx), want, strict=True))
+        counts: list[tuple[int, int, int]] = []
+        for attempt in range(TRIES):
+            fill_random_pages(host, idx, seed=attempt)
+            want = page_snapshot(host, idx)
+            keys = [f"gil{attempt}{i:060x}" for i in range(PAGES)]
+            with busy_python_thread(INTERVAL):
+                put, stored = gil_handoffs(lambda keys=keys: backend.batch_set_v1(keys, idx))
+            # torch calls: outside the busy thread's block, where a hand-off is cheap
+            fill_random_pages(host, idx, seed=100 + attempt)
+            with busy_python_thread(INTERVAL):
+                get, read = gil_handoffs(lambda keys=keys: backend.batch_get_v1(keys, idx))
+                exists, found = gil_handoffs(lambda keys=keys: backend.batch_exists(keys))
+            assert stored == read == [True] * PAGES and found == PAGES
+            assert all(torch.equal(a, b) for a, b in zip(page_snapshot(host, idx), want, strict=True))
+            counts.append((put, get, exists))
+        assert min(c[0] for c in counts) == min(c[1] for c in counts) == min(c[2] for c in counts) == 0, (
+            counts
+        )
     finally:
         backend.close()
