@@ -28,6 +28,7 @@ repeats is reported (GB/s = 1e9 B/s) with all samples. Ratios are our ``tcp`` ov
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes.util
 import importlib
 import json
@@ -243,6 +244,11 @@ class SocketSeries:
 
     def close(self) -> None:
         for cli in self.clis:
+            # shutdown, not only close: a server process forked after this one holds a copy of
+            # this socket, and a close alone sends no FIN while a copy is open (its server would
+            # wait for a request until the join below gives up)
+            with contextlib.suppress(OSError):
+                cli.shutdown(socket.SHUT_RDWR)
             cli.close()
         if self._pool is not None:
             self._pool.shutdown()

@@ -16,6 +16,7 @@ from hicache_mooncake.replay.reference import (
     lru_hit_rate,
     lru_hits,
     opt_hit_rate,
+    unique_blocks,
 )
 from hicache_mooncake.replay.run import DEFAULT_POLICY, HintOptions, Replay
 from hicache_mooncake.replay.sim import ReplayStore, SimTieredStore, drive
@@ -56,7 +57,7 @@ def test_bad_trace_line_is_named(tmp_path: Path) -> None:
 @pytest.mark.parametrize("policy", ["lru", "chain", "reuse", "s3fifo", "tinylfu"])
 def test_sim_and_real_tiered_store_agree(policy: str) -> None:
     """--mode store runs the real TieredStore (DramTier + SsdTier on real files, byte-checked)."""
-    blocks = [r.hash_ids for r in generate_trace("chat", seed=2)]
+    blocks = [r.hash_ids for r in generate_trace("chat", seed=2)][:2000]
     cap = capacity_blocks(blocks, 0.05)
     sim = SimTieredStore.build(policy, cap, 0.25, 4096)
     store = TieredReplayStore(policy, cap, 0.25, 4096)
@@ -204,8 +205,15 @@ def test_public_trace_without_prefix_keys_stays_above_lru() -> None:
 @pytest.mark.integration
 @pytest.mark.skipif(not PUBLIC.exists(), reason=f"public trace not found at {PUBLIC}")
 def test_public_trace_sim_and_store_agree() -> None:
-    sim, store = _public_run(0.02, "sim"), _public_run(0.02, "store")
-    assert store["hits"] == sim["hits"]
+    """The first 4,000 requests of the public trace (a third of it, 30 s less in CI): the real
+    store, byte-checked, hits exactly where the simulation does."""
+    full = _public()
+    assert full.full_blocks is not None
+    blocks = full.blocks[:4000]
+    head = Replay(full.path, blocks, unique_blocks(blocks), full_blocks=full.full_blocks[:4000])
+    sim = head.run(DEFAULT_POLICY, 0.02, dram_fraction=0.25, mode="sim")
+    store = head.run(DEFAULT_POLICY, 0.02, dram_fraction=0.25, mode="store")
+    assert store["hits"] == sim["hits"] > 0
     assert store["counters"]["wrong_bytes"] == 0
 
 

@@ -1,5 +1,6 @@
 """SGLang's own fault injector around our backend, driven by SGLang's real HybridCacheController
-(backup and prefetch threads) for a minute: random delays and failures on every storage call
+(backup and prefetch threads) for 20 s (``HICACHE_FAULT_SECONDS`` sets a longer soak; 20 s make
+~700 requests here): random delays and failures on every storage call
 (``SGLANG_TEST_HICACHE_BACKEND_RANDOM_DELAY`` / ``..._FAILURE``, wrapped by SGLang's factory),
 a DRAM tier small enough that pages keep moving to the SSD tier and back. Every page that a
 prefetch loads is byte-checked against the page SGLang backed up under that hash."""
@@ -19,7 +20,7 @@ from hicache_mooncake.sglang_hybrid import cache_controller, host_group
 
 pytestmark = [pytest.mark.sglang, pytest.mark.integration]
 PS = SMALL.page_size
-DURATION_S = float(os.environ.get("HICACHE_FAULT_SECONDS", "60"))
+DURATION_S = float(os.environ.get("HICACHE_FAULT_SECONDS", "20"))
 DOCS, DOC_PAGES = 24, 12
 
 
@@ -70,7 +71,7 @@ def _wait_prefetch(ctl, op, deadline: float) -> int:
             return loaded
 
 
-def test_a_minute_of_injected_delays_and_failures_serves_no_wrong_byte(injected_controller):
+def test_injected_delays_and_failures_serve_no_wrong_byte(injected_controller):
     from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
     from sglang.srt.mem_cache.utils import get_hash_str
 

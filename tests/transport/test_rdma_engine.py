@@ -408,7 +408,7 @@ def _mixed_workload(c: NodeClient, pool: np.ndarray, tag: int, ops: int, errors_
 
 
 @pytest.mark.parametrize("error_rate", [0.0, 0.01])
-def test_two_threads_10000_mixed_operations_every_page_checked(sim: Sim, error_rate: float) -> None:
+def test_two_threads_3000_mixed_operations_every_page_checked(sim: Sim, error_rate: float) -> None:
     fab = sim.fabric()
     node = sim.node(fab, capacity="256MiB")
     fab.faults.max_delay_s = 0.00005
@@ -421,7 +421,7 @@ def test_two_threads_10000_mixed_operations_every_page_checked(sim: Sim, error_r
 
     def run(tag: int) -> None:
         try:
-            out[tag] = _mixed_workload(c, pool, tag, 10_000, errors_ok=error_rate > 0)
+            out[tag] = _mixed_workload(c, pool, tag, 3_000, errors_ok=error_rate > 0)
         except BaseException as exc:
             failures.append(exc)
 
