@@ -18,6 +18,10 @@ For each page size (1 MiB and 8 MiB by default) and each of ``--repeats`` rounds
    (``steady_set_ratio_vs_fio``). A
    cold fill makes the filesystem allocate blocks and convert extents, journal work whose commit
    flushes the device (on this project's VM, stalls of seconds); a tier in use does none;
+   **next to a busy Python thread** (SGLang's scheduler thread runs Python while its cache
+   controller's threads call us): the gets again and one more steady-state ``--total`` of sets,
+   with a thread running Python throughout (``busy_*_ratio_vs_alone``: about 0.5 is a fair share
+   of the GIL; less means the calls wait for it, up to a switch interval each time they give it up);
 3. **file**: SGLang's ``file`` backend (``HiCacheFile``) on the same directory, driven the way
    its cache controller drives it (flat pages out, dummy pages in), stamped and checked the same way.
 
@@ -53,6 +57,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hicache_mooncake.bench import _disk
+from hicache_mooncake.bench._busy import busy_python_thread
 from hicache_mooncake.bench._disk import (
     NOT_DROPPED,
     add_drop_caches_argument,
@@ -119,6 +125,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="measure every page size in this process (default: one fresh process per page size; a "
         "second size measured in the same process read ~2x slower here, cause not found)",
+    )
+    parser.add_argument(
+        "--disk-quiet-s",
+        type=float,
+        default=1.0,
+        help="seconds the disk must have been idle before each timed step (the trims of deleted "
+        "files done); less only for smoke runs, whose figures then carry the previous step's trims",
     )
     parser.add_argument("--row-json", default=None, help=argparse.SUPPRESS)  # child mode: one size, one row
 
@@ -242,6 +255,12 @@ def _bench_round(
             be.batch_get_v1(warm, dst[: len(warm) * 64])
             got = timed_v1_get(be.batch_get_v1, batches, src, dst, stamps, tags, 64)
             out["ours_get"] = _figures(total, got)
+            # the same gets next to a thread running Python throughout (SGLang's scheduler): each
+            # time a call gives the GIL up (every read does) it may wait a switch interval for it
+            drop_now()
+            with busy_python_thread():
+                got = timed_v1_get(be.batch_get_v1, batches, src, dst, stamps, tags, 64)
+            out["ours_busy_get"] = _figures(total, got)
             entries = _ssd_stats(be).get("entries", 0)
         finally:
             be.close()
@@ -287,6 +306,18 @@ def _bench_round(
                     64,
                 ),
             )
+            wait_disk_idle(base)
+            busy = [[f"{k}b" for k in b] for b in batches]
+            with busy_python_thread():
+                busy_set = timed_v1_set(
+                    be.batch_set_v1,
+                    busy,
+                    src,
+                    stamps,
+                    lambda b, j: (rnd << 48) | 1 << 45 | (b * batch + j),
+                    64,
+                )
+            out["ours_busy_steady_set"] = _figures(total, busy_set)
         finally:
             be.close()
 
@@ -363,6 +394,8 @@ def _bench_size(
         ("ours_get", "ours", "get"),
         ("fio_overwrite", "fio", "overwrite"),
         ("ours_steady_set", "ours", "steady_set"),
+        ("ours_busy_get", "ours", "busy_get"),
+        ("ours_busy_steady_set", "ours", "busy_steady_set"),
     ]
     if with_file:
         legs += [("file_set", "file", "set"), ("file_get", "file", "get")]
@@ -391,6 +424,9 @@ def _bench_size(
     row["get_ratio_vs_fio"] = ratio("ours_get", "fio_read")
     # a tier in use (every region written once) against fio writing over its laid-out file
     row["steady_set_ratio_vs_fio"] = ratio("ours_steady_set", "fio_overwrite")
+    # next to a busy Python thread vs alone, both sides in one round (about 0.5: a fair share)
+    row["busy_get_ratio_vs_alone"] = ratio("ours_busy_get", "ours_get")
+    row["busy_set_ratio_vs_alone"] = ratio("ours_busy_steady_set", "ours_steady_set")
     if with_file:
         row["get_ratio_vs_sglang_file"] = ratio("ours_get", "file_get")
         row["set_ratio_vs_sglang_file"] = ratio("ours_set", "file_set")
@@ -405,10 +441,17 @@ def _bench_size(
     row["ours_steady_set_failed_pages"] = max(
         pages - int(r["ours_steady_set"]["ok_pages"]) + int(r["steady_fill_failed_pages"]) for r in rounds
     )
-    row["ours_get_missed_pages"] = max(pages - int(r["ours_get"]["ok_pages"]) for r in rounds)
-    row["ours_bad_pages"] = max(int(r["ours_get"]["bad_pages"]) for r in rounds)
+    row["ours_get_missed_pages"] = max(
+        pages - int(r[leg]["ok_pages"]) for r in rounds for leg in ("ours_get", "ours_busy_get")
+    )
+    row["ours_bad_pages"] = max(
+        int(r[leg]["bad_pages"]) for r in rounds for leg in ("ours_get", "ours_busy_get")
+    )
+    row["ours_busy_steady_set_failed_pages"] = max(
+        pages - int(r["ours_busy_steady_set"]["ok_pages"]) for r in rounds
+    )
     row["ours_bytes_ok"] = row["ours_bad_pages"] == 0 and row["ours_get_missed_pages"] == 0
-    row["pages_verified"] = sum(int(r["ours_get"]["ok_pages"]) for r in rounds)
+    row["pages_verified"] = sum(int(r["ours_get"]["ok_pages"]) for r in rounds)  # busy gets: checked alike
     if concurrency:
         row["concurrency"] = concurrency_case(fio, base, w, drop)
     row["rounds"] = rounds
@@ -430,6 +473,9 @@ def run(args: argparse.Namespace) -> int:
                 f"unsupported page size {format_size(size)}; choose from "
                 f"{', '.join(map(format_size, PAGE_SHAPES))}"
             )
+    if args.disk_quiet_s < 0:
+        raise UsageError(f"--disk-quiet-s must be >= 0, got {args.disk_quiet_s}")
+    _disk.QUIET_S = args.disk_quiet_s
     huge = HugePages(max(max_buffer_bytes(s) for s in sizes), setup=args.hugepages and not args.row_json)
     try:
         return _run(args, total, sizes, huge)
@@ -477,6 +523,7 @@ def _run(args: argparse.Namespace, total: int, sizes: list[int], huge: HugePages
         "fs_type": fs_type(base_parent),
         "total_bytes_per_round": total,
         "repeats": args.repeats,
+        "disk_quiet_s": args.disk_quiet_s,
         "fio_engine": rows[0]["fio_engine"] if rows else fio.engine,
         "fio_engines_failed": fio.tried,
         "fio_iomem": rows[0]["fio_iomem"] if rows else fio.iomem,
@@ -549,6 +596,11 @@ def _print_row(row: dict[str, Any], no_file: bool) -> None:
     if not no_file:
         line += f" get/file x{row['get_ratio_vs_sglang_file']:.1f}"
     line += f" | reopen {row['reopen_verify_s']:.2f}s (headers {row['reopen_headers_only_s']:.2f}s)"
+    line += (
+        f" | next to a busy Python thread: get {row['ours_busy_get_gbps']:.2f}, steady set "
+        f"{row['ours_busy_steady_set_gbps']:.2f} ({row['busy_get_ratio_vs_alone']:.2f}/"
+        f"{row['busy_set_ratio_vs_alone']:.2f} of alone)"
+    )
     print(line, flush=True)
     conc = row.get("concurrency")
     if conc:
@@ -568,7 +620,7 @@ def _bench_size_in_child(args: argparse.Namespace, base: str, size: int) -> dict
     cmd = [
         sys.executable, "-m", "hicache_mooncake", "bench", "ssd", "--sizes", str(size), "--total", args.total,
         "--repeats", str(args.repeats), "--batch", str(args.batch), "--batch-bytes", args.batch_bytes,
-        "--dir", base, "--row-json", out,
+        "--dir", base, "--row-json", out, "--disk-quiet-s", str(args.disk_quiet_s),
     ]  # fmt: skip
     if args.no_file:
         cmd.append("--no-file")
