@@ -37,6 +37,8 @@ from dataclasses import dataclass
 
 import xxhash
 
+from . import checksum
+from .checksum import payload_hash
 from .format import BLOCK, EntryHeader, align_up, entry_size
 from .io import HUGE_PAGE, aligned_buffer, copy_into, huge_buffer
 
@@ -145,14 +147,11 @@ class WriteBuffer:
         """Hash (and when staged, copy) the entries of one write job and write their headers
         (``(slot, seq)``, back to back on disk). Returns the iovecs to write and the staging
         buffer to give back to the pool once written (None when borrowed). The copies and hashes
-        keep the GIL (``copy_into``)."""
+        keep the GIL (``copy_into``, :mod:`.checksum`)."""
         if self.borrow:
             iov: list[memoryview] = []
             for slot, seq in entries:
-                hasher = xxhash.xxh3_64()
-                for p in slot.payload:
-                    hasher.update(p)
-                slot.payload_hash = hasher.intdigest()
+                slot.payload_hash = payload_hash(slot.payload)
                 slot.hdr[:] = _ZEROS
                 EntryHeader(slot.key, slot.payload_len, seq, gen, slot.payload_hash).pack_into(slot.hdr)
                 iov.append(slot.hdr)
@@ -173,7 +172,7 @@ class WriteBuffer:
                 for p in slot.payload:
                     dst = view[at : at + p.nbytes]
                     copy_into(dst, p)
-                    hasher.update(dst)
+                    checksum.update(hasher, dst)
                     at += p.nbytes
                 if slot.pad:
                     view[at : at + slot.pad] = _ZEROS[: slot.pad]

@@ -23,10 +23,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import xxhash
-
 from .allocator import RegionAllocator
 from .buffer import Buffer, BufferPool, Slot, WriteBuffer
+from .checksum import payload_hash
 from .core import EngineCore
 from .format import BLOCK, FLAG_DEAD, parse_entry_header
 from .io import READ, IoBatch, byte_view, copy_into, preadv_full
@@ -323,10 +322,7 @@ class ReadPath:
                 "ssd: bad entry header for %r at %s+%d: %s", it.key, it.region.path, it.loc.offset, why
             )
             return False
-        hasher = xxhash.xxh3_64()
-        for v in payload:
-            hasher.update(v)
-        if hasher.intdigest() != h.payload_hash:
+        if payload_hash(payload) != h.payload_hash:
             log.warning(
                 "ssd: payload checksum mismatch for %r at %s+%d", it.key, it.region.path, it.loc.offset
             )

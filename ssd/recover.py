@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from . import checksum
+from .checksum import payload_hash
 from .errors import SsdCorruptionError
 from .format import (
     BLOCK,
@@ -153,7 +155,7 @@ def _hash_payload(reader: _Reader, fd: int, off: int, length: int, scratch: memo
         want = n + (-n) % BLOCK
         got = preadv_full(fd, [scratch[:want]], off + done)
         take = min(got, n)
-        h.update(scratch[:take])
+        checksum.update(h, scratch[:take])
         done += take
         if got < want:
             break
@@ -256,7 +258,7 @@ def _hash_entry(reader: _Reader, fd: int, off: int, hdr: EntryHeader, scratch: m
     start = off + BLOCK
     chunk = reader.chunk_at(off)
     if hdr.payload_len + BLOCK <= chunk.nbytes:
-        return xxhash.xxh3_64_intdigest(chunk[BLOCK : BLOCK + hdr.payload_len])
+        return payload_hash([chunk[BLOCK : BLOCK + hdr.payload_len]])
     h, _ = _hash_payload(reader, fd, start, hdr.payload_len, scratch)
     return h
 

@@ -504,3 +504,45 @@ def test_copies_between_engine_memory_and_the_callers_keep_the_gil() -> None:
         )
     assert count == 0
     assert all(np.array_equal(d, s) for d, s in zip(dst, src, strict=True))
+
+
+def test_payload_checksums_keep_the_gil_and_equal_the_one_shot_digest() -> None:
+    """python-xxhash gives the GIL up around every update: hashed whole, each page of every put
+    and every verified get waited up to a switch interval next to a thread running Python. In
+    slices it keeps the GIL, and the digest is the one entries on disk already carry."""
+    import xxhash
+
+    from hicache_mooncake.bench._busy import busy_python_thread, gil_handoffs
+    from hicache_mooncake.ssd.checksum import payload_hash
+
+    rng = np.random.default_rng(5)
+    pages = [rng.integers(0, 256, n, dtype=np.uint8) for n in [1 << 20] * 16 + [100_001, 32 << 10, 1, 0]]
+    with busy_python_thread(0.2):
+        # the fewest of three tries: a thread the test does not own (tqdm's monitor) may wake once
+        tries = [gil_handoffs(lambda: [payload_hash([memoryview(p)]) for p in pages]) for _ in range(3)]
+    assert min(count for count, _ in tries) == 0
+    assert tries[0][1] == [xxhash.xxh3_64_intdigest(p) for p in pages]
+    halves = [[memoryview(p)[: p.nbytes // 2], memoryview(p)[p.nbytes // 2 :]] for p in pages]
+    assert [payload_hash(h) for h in halves] == tries[0][1]  # parts hash as their concatenation
+
+
+def test_a_payload_is_hashed_in_slices_no_longer_than_hash_slice() -> None:
+    """The property the GIL depends on, checked without timing: every update the hasher gets is
+    at most ``HASH_SLICE`` bytes (whether another thread wins the GIL on a longer one depends on
+    the machine's scheduling), and the slices are the payload, in order."""
+    from hicache_mooncake.ssd import checksum
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.seen: list[bytes] = []
+
+        def update(self, data: memoryview) -> None:
+            self.seen.append(bytes(data))
+
+    payload = np.random.default_rng(6).integers(0, 256, (3 << 20) + 77, dtype=np.uint8)
+    for view in (memoryview(payload), memoryview(payload.reshape(-1, 1)), memoryview(payload[:5])):
+        rec = Recorder()
+        checksum.update(rec, view)  # type: ignore[arg-type]
+        # slices of up to 64 KiB kept the GIL next to a busy thread here, 96 KiB and more did not
+        assert max(len(b) for b in rec.seen) <= min(checksum.HASH_SLICE, 64 << 10)
+        assert b"".join(rec.seen) == view.tobytes()

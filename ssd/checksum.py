@@ -1,0 +1,39 @@
+"""Payload checksums (xxh3_64), computed in slices short enough to keep the GIL.
+
+python-xxhash gives the GIL up around every ``update``, whatever its length. While another
+thread runs Python (SGLang's scheduler thread does, next to the cache controller's threads that
+call us), that thread takes the GIL at once, and the hashing thread waits up to a switch interval
+(5 ms by default) to get it back: one such wait per page hashed, on every put and every verified
+read. A slice of :data:`HASH_SLICE` bytes hashes in about a microsecond, less than the other
+thread takes to wake up, so the hashing thread takes the GIL back first. The digest is the same
+whatever the slicing (xxh3 streaming), so entries written before this module are verified alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import xxhash
+
+from .io import byte_view
+
+HASH_SLICE = 32 << 10
+
+
+def update(hasher: xxhash.xxh3_64, data: memoryview) -> None:
+    """``hasher.update(data)`` in slices of at most :data:`HASH_SLICE` bytes."""
+    mv = byte_view(data)
+    n = mv.nbytes
+    if n <= HASH_SLICE:
+        hasher.update(mv)
+        return
+    for off in range(0, n, HASH_SLICE):
+        hasher.update(mv[off : off + HASH_SLICE])
+
+
+def payload_hash(parts: Iterable[memoryview]) -> int:
+    """xxh3_64 of ``parts`` back to back."""
+    hasher = xxhash.xxh3_64()
+    for p in parts:
+        update(hasher, p)
+    return hasher.intdigest()
