@@ -35,10 +35,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import xxhash
-
 from . import checksum
-from .checksum import payload_hash
 from .format import BLOCK, EntryHeader, align_up, entry_size
 from .io import HUGE_PAGE, aligned_buffer, copy_into, huge_buffer
 
@@ -151,7 +148,7 @@ class WriteBuffer:
         if self.borrow:
             iov: list[memoryview] = []
             for slot, seq in entries:
-                slot.payload_hash = payload_hash(slot.payload)
+                slot.payload_hash = checksum.payload_hash(slot.payload)
                 slot.hdr[:] = _ZEROS
                 EntryHeader(slot.key, slot.payload_len, seq, gen, slot.payload_hash).pack_into(slot.hdr)
                 iov.append(slot.hdr)
@@ -168,7 +165,7 @@ class WriteBuffer:
                 hdr = view[pos : pos + BLOCK]
                 hdr[:] = _ZEROS
                 at = pos + BLOCK
-                hasher = xxhash.xxh3_64()
+                hasher = checksum.new_hasher()
                 for p in slot.payload:
                     dst = view[at : at + p.nbytes]
                     copy_into(dst, p)

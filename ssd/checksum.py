@@ -22,6 +22,11 @@ from .io import byte_view
 HASH_SLICE = 32 << 10
 
 
+def new_hasher() -> xxhash.xxh3_64:
+    """A streaming xxh3_64 state for :func:`update`."""
+    return xxhash.xxh3_64()
+
+
 def update(hasher: xxhash.xxh3_64, data: memoryview) -> None:
     """``hasher.update(data)`` in slices of at most :data:`HASH_SLICE` bytes."""
     mv = byte_view(data)
@@ -35,7 +40,7 @@ def update(hasher: xxhash.xxh3_64, data: memoryview) -> None:
 
 def payload_hash(parts: Iterable[memoryview]) -> int:
     """xxh3_64 of ``parts`` back to back."""
-    hasher = xxhash.xxh3_64()
+    hasher = new_hasher()
     for p in parts:
         update(hasher, p)
     return hasher.intdigest()

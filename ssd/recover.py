@@ -27,10 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import xxhash
 
 from . import checksum
-from .checksum import payload_hash
 from .errors import SsdCorruptionError
 from .format import (
     BLOCK,
@@ -148,7 +146,7 @@ def _find_magic(reader: _Reader, pos: int, end: int) -> int | None:
 
 def _hash_payload(reader: _Reader, fd: int, off: int, length: int, scratch: memoryview) -> tuple[int, int]:
     """Hash ``length`` bytes at ``off``; returns (hash, bytes actually read)."""
-    h = xxhash.xxh3_64()
+    h = checksum.new_hasher()
     done = 0
     while done < length:
         n = min(scratch.nbytes, length - done)
@@ -258,7 +256,7 @@ def _hash_entry(reader: _Reader, fd: int, off: int, hdr: EntryHeader, scratch: m
     start = off + BLOCK
     chunk = reader.chunk_at(off)
     if hdr.payload_len + BLOCK <= chunk.nbytes:
-        return payload_hash([chunk[BLOCK : BLOCK + hdr.payload_len]])
+        return checksum.payload_hash([chunk[BLOCK : BLOCK + hdr.payload_len]])
     h, _ = _hash_payload(reader, fd, start, hdr.payload_len, scratch)
     return h
 
