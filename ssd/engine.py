@@ -247,6 +247,10 @@ class SsdEngine:
         with c.lock:
             return key in c.index or self._writer.pending_slot(key) is not None
 
+    def entry_count(self) -> int:
+        """Entries indexed (without the lock: an estimate; writes in flight not counted)."""
+        return len(self._core.index)
+
     def contains_batch(self, keys: Sequence[str]) -> list[bool]:
         """``contains`` of each key under one lock: index hits by one C-level pass, and only the
         keys it misses are looked for among the writes in flight."""

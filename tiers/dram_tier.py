@@ -177,6 +177,9 @@ class DramTier(Tier):
         with self._lock:
             return list(map(self._index.__contains__, keys))
 
+    def entry_count(self) -> int:
+        return len(self._index)
+
     @property
     def capacity_bytes(self) -> int:
         return self._allocator.capacity

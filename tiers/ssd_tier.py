@@ -121,6 +121,9 @@ class SsdTier(Tier):
     def contains_batch(self, keys: Sequence[str]) -> list[bool]:
         return self.engine.contains_batch(keys)
 
+    def entry_count(self) -> int:
+        return self.engine.entry_count()
+
     def put(
         self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT, deadline: float | None = None
     ) -> bool:

@@ -81,3 +81,8 @@ class Tier(ABC):
 
     def contains_batch(self, keys: Sequence[str]) -> list[bool]:
         return [self.contains(key) for key in keys]
+
+    def entry_count(self) -> int | None:
+        """Objects held, where the tier knows it in memory without waiting (None: it does not,
+        e.g. a pool behind a network). Read without the tier's lock: an estimate."""
+        return None

@@ -354,7 +354,7 @@ class TieredStore:
     def _contains(self, keys: Sequence[str]) -> list[bool]:
         """``contains_batch`` inside a gated call: each tier is asked once, for the keys the
         tiers before it lack (the index work runs in C-level passes, not per key in Python)."""
-        tiers = self.tiers
+        tiers = self._existence_order()
         if not tiers or not keys:
             return [False] * len(keys)
         present = list(tiers[0].contains_batch(keys))
@@ -366,6 +366,21 @@ class TieredStore:
             for i in compress(pending, found):
                 present[i] = True
         return present
+
+    def _existence_order(self) -> tuple[Tier, ...]:
+        """The order ``_contains`` asks the tiers in: the local ones (in-memory index lookups)
+        first, the one holding more entries before the other, then the pools in read order.
+
+        The answer does not depend on the order; its cost does. Each tier is asked only for the
+        keys the ones before it lack, and at a million entries every lookup of a fresh key costs
+        a few cache misses (~0.4 us here) whether it hits or not. With the SSD holding most pages
+        (every one, in write-through), asking DRAM first made most keys cost two lookups."""
+        lay = self._layout
+        dram, ssd = lay.dram, lay.ssd
+        if dram is None or ssd is None:
+            return lay.tiers
+        local = (ssd, dram) if ssd.entry_count() > dram.entry_count() else (dram, ssd)
+        return (*local, *lay.pools)
 
     # ------------------------------------------------------------------ reads
     @_gated

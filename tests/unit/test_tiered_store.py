@@ -246,3 +246,39 @@ def test_fits_is_what_each_tier_accepts_at_its_size_limit(make_store: Any) -> No
         assert dram.put_batch([(f"d{n}", [memoryview(obj)], DEFAULT_CONTEXT)]) == [dram.fits(n)], n
     assert dram.fits(edge) and not dram.fits(edge + 1)
     assert ssd.fits(limit) and not ssd.fits(limit + 1)
+
+
+def _spy_contains(tier: Any) -> list[list[str]]:
+    """Record the keys each ``contains_batch`` call of ``tier`` is asked for."""
+    asked: list[list[str]] = []
+    inner = tier.contains_batch
+
+    def spy(keys: Any) -> list[bool]:
+        asked.append(list(keys))
+        return inner(keys)
+
+    tier.contains_batch = spy
+    return asked
+
+
+@pytest.mark.parametrize("dram_mib", [1, 8])
+def test_existence_asks_the_local_tier_holding_more_first_and_the_other_only_for_the_rest(
+    make_store: Any, dram_mib: int
+) -> None:
+    store = make_store("lru", dram_mib=dram_mib)  # 1 MiB: most pages demoted; 8 MiB: all in DRAM
+    keys = [f"e{i:04d}" for i in range(48)]
+    for i in range(0, len(keys), 8):
+        assert all(put(store, keys[i : i + 8]))
+        assert store.flush()
+    in_dram = [store.dram.contains(k) for k in keys]
+    on_ssd = [store.ssd.contains(k) for k in keys]
+    bigger, smaller = (store.ssd, store.dram) if sum(on_ssd) > sum(in_dram) else (store.dram, store.ssd)
+    assert (bigger is store.ssd) == (dram_mib == 1)
+    asked_big, asked_small = _spy_contains(bigger), _spy_contains(smaller)
+    query = [*keys, "absent-1", "absent-2"]
+    flags = store.exists_batch(query)
+    assert flags == [d or s for d, s in zip(in_dram, on_ssd, strict=True)] + [False, False]
+    assert asked_big == [query]
+    held_by_big = set(k for k, f in zip(query, bigger.contains_batch(query), strict=True) if f)
+    assert asked_small == [[k for k in query if k not in held_by_big]]
+    assert store.exists_prefix(query) == flags.index(False)
