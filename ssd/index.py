@@ -3,15 +3,19 @@
 The index is a plain dict guarded by the engine lock. A location is one int packing (region, gen,
 offset, length, seq), so an indexed entry costs its key, its dict slot and one ~56-byte int, not
 an object and four ints (this index holds every entry on the disk: 10M entries at 4 KiB pages).
+The dict holds that int as a plain ``int``, not as the :class:`Location` it was given: an instance
+of an ``int`` subclass is tracked by the garbage collector (~88 bytes where the plain int takes
+56) and every full collection visits it, with the GIL held: 200k indexed Locations added ~85 ms
+to each full collection, so 10M would have stopped every thread of SGLang for seconds each time
+the collector ran one.
 
 Entries a reopen loads from a region's summary (:meth:`Index.load_region`) are stored as a
-reference instead: a small int ``load << 32 | i`` into that summary's columns (numpy arrays the
-index keeps, 24 bytes per entry, dropped when none of their entries is indexed any more). Making
-them takes one C-level pass (``zip`` with a ``range``), where packing every location cost
+reference instead: a negative int ``~(load << 32 | i)`` into that summary's columns (numpy arrays
+the index keeps, 24 bytes per entry, dropped when none of their entries is indexed any more).
+Making them takes one C-level pass (``zip`` with a ``range``), where packing every location cost
 ~0.4 us per entry and an int subclass ~0.7 us more: a reopen of 1M entries spent ~1.1 s on it.
-Written and scanned entries are :class:`Location` values; a reference is told from them by its
-type. Every method hands out :class:`Location` values, equal (``==``, not ``is``) to what was
-stored.
+A packed location is never negative, so the sign tells the two apart. Every method hands out
+:class:`Location` values, equal (``==``, not ``is``) to what was stored.
 
 Reads counted per entry (``hits``, read by reinsertion) live in a side dict that holds only the
 entries read since they were indexed; replacing or removing an entry drops its count. A location
@@ -94,6 +98,13 @@ class Location(int):
 
 _REF_BITS = 32
 _REF_MASK = (1 << _REF_BITS) - 1
+_LEN_MASK = (1 << _LEN_BITS) - 1
+
+
+def _unpacked(value: int) -> Location:
+    """The :class:`Location` of a stored (plain, non-negative) packed int, without re-checking
+    the field widths its construction checked."""
+    return int.__new__(Location, value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,25 +120,28 @@ class _Load:
 
 class Index:
     def __init__(self) -> None:
-        self._map: dict[str, int] = {}  # Location, or a reference into _loads (module docstring)
+        self._map: dict[str, int] = {}  # a packed location (>= 0) or ~reference into _loads (< 0)
         self._hits: dict[str, int] = {}  # reads of the entries read since they were indexed
         self._loads: list[_Load | None] = []
         self._live: list[int] = []  # per load: its entries still referenced by _map
         self.bytes = 0
 
     def _located(self, value: int | None) -> Location | None:
-        if value is None or type(value) is Location:
-            return value
-        load = self._loads[value >> _REF_BITS]
+        if value is None:
+            return None
+        if value >= 0:
+            return _unpacked(value)
+        ref = ~value
+        load = self._loads[ref >> _REF_BITS]
         assert load is not None, "a reference into a dropped load"
-        i = value & _REF_MASK
+        i = ref & _REF_MASK
         return Location(load.region, load.gen, int(load.offsets[i]), int(load.lengths[i]), int(load.seqs[i]))
 
     def _unref(self, value: int | None) -> None:
         """``value`` left the map: a reference's load is dropped with its last entry."""
-        if value is None or type(value) is Location:
+        if value is None or value >= 0:
             return
-        slot = value >> _REF_BITS
+        slot = ~value >> _REF_BITS
         self._live[slot] -= 1
         if not self._live[slot]:
             self._loads[slot] = None
@@ -155,7 +169,7 @@ class Index:
     def set(self, key: str, loc: Location) -> Location | None:
         value = self._map.get(key)
         old = self._located(value)
-        self._map[key] = loc
+        self._map[key] = int(loc)  # a plain int: untracked by the collector (module docstring)
         self._unref(value)
         if self._hits:
             self._hits.pop(key, None)
@@ -215,15 +229,15 @@ class Index:
         if self._hits:
             for key in keys:
                 self._hits.pop(key, None)
-        base = slot << _REF_BITS
-        self._map.update(zip(keys, range(base, base + n), strict=True))
+        first = ~(slot << _REF_BITS)  # ~(slot << 32 | i) for i in 0 .. n - 1
+        self._map.update(zip(keys, range(first, first - n, -1), strict=True))
 
     def recount(self) -> None:
         """``bytes`` from scratch (at open, when a key is in two summaries): references are summed
         from their columns in numpy, without making a Location each (~1 s per 1M entries)."""
         values = self._map.values()
-        total = sum(v.length for v in values if type(v) is Location)
-        refs = np.fromiter((v for v in values if type(v) is not Location), np.int64)
+        total = sum(v & _LEN_MASK for v in values if v >= 0)
+        refs = np.fromiter((~v for v in values if v < 0), np.int64)
         if len(refs):
             columns = [load.lengths if load is not None else np.empty(0, np.uint64) for load in self._loads]
             starts = np.cumsum([0, *map(len, columns)])[:-1]
