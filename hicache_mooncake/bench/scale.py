@@ -12,6 +12,9 @@ copy, and a DRAM tier of ``--dram``):
    - **bytes of RAM per stored entry**: growth of the process's resident memory (``VmRSS``) from
      after the first batch to after the last, over the entries stored (the arena and the host
      pool are allocated and faulted in before: this is the bookkeeping: keys, indexes, policy);
+   - **objects tracked by the garbage collector** per stored entry, and how long one full
+     collection takes before and after the fill (every thread of SGLang stops, the GIL held, while
+     it visits them);
    - **batch_exists** of 128 keys: ``--samples`` calls on runs of consecutive stored keys at
      random places (as SGLang asks for a request's pages), p50 / p99 in microseconds;
 
@@ -120,6 +123,17 @@ def _rss() -> int:
     return 0
 
 
+def _full_collection() -> tuple[float, int]:
+    """Milliseconds of one full garbage collection (``gc.collect()``: every thread stops, the GIL
+    held, for as long as it visits the tracked objects) and how many objects it tracks."""
+    import gc
+
+    t0 = time.perf_counter()
+    gc.collect()
+    ms = (time.perf_counter() - t0) * 1e3
+    return ms, len(gc.get_objects())
+
+
 def _exists_latency(be: Any, n: int, samples: int, seed: int) -> dict[str, Any]:
     keys = _keys(n)
     rng = random.Random(seed)
@@ -193,6 +207,7 @@ def _child_fill(args: argparse.Namespace) -> int:
     keys = _keys(n)
     be.batch_set_v1(["warm"], region[:ps])
     gc.collect()
+    gc0 = _full_collection()
     rss0 = _rss()
     t0 = time.perf_counter()
     c0 = time.process_time()
@@ -206,6 +221,7 @@ def _child_fill(args: argparse.Namespace) -> int:
     cpu_s = time.process_time() - c0
     gc.collect()
     rss1 = _rss()
+    gc1 = _full_collection()
     ssd = _ssd(be)
     out = {
         "entries": n,
@@ -219,6 +235,13 @@ def _child_fill(args: argparse.Namespace) -> int:
         "rss_after": rss1,
         "bytes_per_entry": (rss1 - rss0) / n,
         "max_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "gc": {
+            "tracked_objects_before": gc0[1],
+            "tracked_objects_after": gc1[1],
+            "tracked_objects_per_entry": (gc1[1] - gc0[1]) / n,
+            "full_collection_ms_before": gc0[0],
+            "full_collection_ms_after": gc1[0],
+        },
         "exists": _exists_latency(be, n, args.samples, seed=n),
         "placement": {
             k: v for k, v in be.tier_stats()["tiers"].get("placement", {}).items() if isinstance(v, int | str)
@@ -302,6 +325,9 @@ def _measure(args: argparse.Namespace, base: str, n: int) -> dict[str, Any]:
     row.update(
         {
             "bytes_per_entry": w["bytes_per_entry"],
+            "gc_tracked_objects_per_entry": w["gc"]["tracked_objects_per_entry"],
+            "gc_full_collection_ms": w["gc"]["full_collection_ms_after"],
+            "gc_full_collection_ms_before_fill": w["gc"]["full_collection_ms_before"],
             "exists_p50_us": w["exists"]["p50_us"],
             "exists_p99_us": w["exists"]["p99_us"],
             "reopen_after_kill_s": r["after_kill"]["attach_seconds"],
@@ -339,7 +365,9 @@ def run(args: argparse.Namespace) -> int:
             row = _measure(args, base, n)
             rows.append(row)
             print(
-                f"{n:>9,} entries of {format_size(page_bytes)}: {row['bytes_per_entry']:.0f} B of RAM per entry | "
+                f"{n:>9,} entries of {format_size(page_bytes)}: {row['bytes_per_entry']:.0f} B of RAM per entry "
+                f"({row['gc_tracked_objects_per_entry']:.2f} objects tracked by the collector; a full collection "
+                f"{row['gc_full_collection_ms']:.0f} ms, {row['gc_full_collection_ms_before_fill']:.0f} before) | "
                 f"batch_exists({EXISTS_KEYS}) p50 {row['exists_p50_us']:.0f} us p99 {row['exists_p99_us']:.0f} us | "
                 f"reopen after kill -9 {row['reopen_after_kill_s']:.2f} s (all indexed "
                 f"{row['reopen_after_kill_all_indexed_s']:.2f} s, {row['entries_found_after_kill']:,} found; "
@@ -374,6 +402,12 @@ def run(args: argparse.Namespace) -> int:
         per = (b["entries"] - a["entries"]) / 1e6
         result["exists_p99_us_per_million_entries"] = (b["exists_p99_us"] - a["exists_p99_us"]) / per
         result["exists_p50_us_per_million_entries"] = (b["exists_p50_us"] - a["exists_p50_us"]) / per
+        # per entry beyond the first count's (a process tracks a few thousand objects of its own)
+        grown = [
+            r["writer"]["gc"]["tracked_objects_after"] - r["writer"]["gc"]["tracked_objects_before"]
+            for r in (a, b)
+        ]
+        result["gc_tracked_objects_per_added_entry"] = (grown[1] - grown[0]) / (b["entries"] - a["entries"])
     if args.json_out:
         write_json(args.json_out, result)
     if args.plot_out:

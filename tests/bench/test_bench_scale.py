@@ -40,6 +40,10 @@ def test_bench_scale_end_to_end(tmp_path: Path) -> None:
         for label in ("after_kill", "clean"):
             assert row["reopen"][label]["exists"]["found_fraction"] == 1.0
         assert row["bytes_per_entry"] > 0 and 0 < row["exists_p50_us"] <= row["exists_p99_us"]
+        # (objects per entry: at these counts mostly the write path's, a bounded number; the
+        # index's own are asserted in tests/ssd/test_ssd_index.py)
+        assert row["gc_tracked_objects_per_entry"] > 0
+        assert row["gc_full_collection_ms"] > 0 and row["gc_full_collection_ms_before_fill"] > 0
         assert 0 < row["reopen_after_kill_s"] <= row["reopen_after_kill_all_indexed_s"]
         assert row["reopen"]["clean"]["regions_from_summaries"] >= 1
         scanning = row["reopen"]["after_kill"]["exists_while_scanning"]
