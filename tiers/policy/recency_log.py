@@ -5,7 +5,10 @@ Both follow every access of a key to the end of one recency order: the *observat
 *shadow* the ``shadow_size`` most recent ones (what an LRU cache of that many keys holds after the
 same accesses). Kept as two ``OrderedDict``s they cost two linked nodes and two dict slots per
 key (~215 bytes); here one plain dict maps a key's fingerprint to ``(tick << payload_bits) |
-payload`` and one append-only log (fingerprints in a list, ticks in an ``array``) holds the order.
+payload`` and one append-only log (fingerprints and ticks in two ``array``s of int64) holds the
+order. Nothing per access is a Python object: a stale entry costs its 16 bytes, and the garbage
+collector has nothing to visit (a list of fingerprints held an int object per access, which every
+full collection walked, the GIL held).
 
 - A log entry is *live* while the dict still holds that tick for its fingerprint; a later access
   of the key leaves a stale entry behind. The log is compacted (stale entries dropped) once it
@@ -39,7 +42,7 @@ class RecencyLog:
     def __init__(self, payload_bits: int) -> None:
         self._bits = payload_bits
         self._last: dict[int, int] = {}  # fingerprint -> (tick << bits) | payload of its latest access
-        self._fps: list[int] = []  # fingerprint of each logged access, oldest first
+        self._fps = array("q")  # fingerprint of each logged access, oldest first
         self._ticks = array("q")  # its tick
         self._head = 0  # entries before it are expired or stale
         self._bound = 0  # the shadow: live entries at or after this index ...
@@ -132,7 +135,7 @@ class RecencyLog:
         get = self._last.get
         live = [get(fp, -1) >> bits == t for fp, t in zip(fps[head:], ticks[head:], strict=True)]
         before = live[: bound - head].count(True)
-        self._fps = list(compress(fps[head:], live))
+        self._fps = array("q", compress(fps[head:], live))
         self._ticks = array("q", compress(ticks[head:], live))
         self._head = 0
         self._move_bound(before)
