@@ -22,7 +22,7 @@ from typing import Any
 from . import auth, wire
 from .errors import AuthError, PeerUnavailable, ProtocolError, RequestRefused
 from .options import ClientOptions
-from .sockio import recv_exact, recv_into_exact, send_all
+from .sockio import recv_exact, recv_into_all, recv_into_exact, send_all
 from .wire import FrameHeader, Limits, Op, Status
 
 log = logging.getLogger(__name__)
@@ -151,6 +151,10 @@ class Connection:
 
     def recv_into(self, view: memoryview, deadline: float) -> None:
         recv_into_exact(self.sock, view, deadline)
+
+    def recv_into_all(self, views: Sequence[memoryview], deadline: float) -> None:
+        """A reply's payload into ``views``, in order (one scatter receive, not one per view)."""
+        recv_into_all(self.sock, views, deadline)
 
     def idle_usable(self) -> bool:
         """For a pooled idle connection: nothing may be readable (readable means the node closed

@@ -377,13 +377,14 @@ class NodeClient:
         if sum(s for f, s, _ in entries if f) != h.payload_len:
             raise wire.ProtocolError("GET reply payload does not match its entries")
         out = []
+        into: list[memoryview] = []
         for (found, size, _), vs, want in zip(entries, views, sizes, strict=True):
             if found:
                 if size != want:
                     raise wire.ProtocolError("node sent an object of the wrong size")
-                for v in vs:
-                    conn.recv_into(v, deadline)
+                into.extend(vs)
             out.append(found)
+        conn.recv_into_all(into, deadline)
         return out
 
     def _get_one_sided(self, conn: Connection, deadline: float, items: list[Item]) -> list[bool]:

@@ -57,10 +57,15 @@ class TcpEngine:
             else:
                 _, rmeta = conn.request(wire.Op.READ_AT, meta, (), deadline)
                 flags = wire.decode_flags(rmeta, len(items))
-                for flag, (_, ps) in zip(flags, items, strict=True):
-                    if flag:
-                        for p in ps:
-                            conn.recv_into(as_bytes_view(p), deadline)
+                conn.recv_into_all(
+                    [
+                        as_bytes_view(p)
+                        for flag, (_, ps) in zip(flags, items, strict=True)
+                        if flag
+                        for p in ps
+                    ],
+                    deadline,
+                )
             ok = True
             return [bool(f) for f in flags]
         except (TransportError, OSError, TimeoutError):
