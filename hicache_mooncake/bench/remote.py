@@ -10,6 +10,10 @@ this process and a separate process holding the memory, over loopback:
 - ``tcp`` / ``local`` / ``rdma``: our ``NodeClient`` against a memory node started as its own
   process (``hicache-mooncake node``), tcp, same-host shared-memory and (``--engine rdma``, where
   the host has an RDMA device, e.g. soft-RoCE ``rxe0``; buffers registered once) RDMA engines;
+- ``busy_*`` (our engines): the same puts and gets again next to a thread running Python
+  throughout, as SGLang's scheduler thread runs while its cache controller's threads call the
+  backend: a call that gives the GIL up waits up to a switch interval (5 ms) to get it back, so
+  ``busy_*_ratio_vs_alone`` shows how many times a batch does (about 0.5 is a fair share);
 - ``mooncake``: Mooncake Store's Python client (``batch_put_from`` / ``batch_get_into`` from
   registered buffers) over its Transfer Engine TCP transport, against ``mooncake_master`` and a
   separate segment-holder process, all in one private network namespace (``unshare -n``; see
@@ -50,6 +54,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from hicache_mooncake.bench._busy import busy_python_thread
 from hicache_mooncake.bench._mooncake_runner import stamp, summarize, timed_batches
 from hicache_mooncake.results_json import write_json
 from hicache_mooncake.transport import ClientOptions, NodeClient, make_engine
@@ -587,10 +592,13 @@ def _measure_page(
                         raise
                     reason = f"Mooncake Store run failed: {exc}"
                     del series[name]
+        busy = _busy_samples(series, engines, repeats)
         entry: dict[str, Any] = {}
         for name, s in series.items():
             entry[name] = summarize(total, samples[name])
             entry[name]["pages_per_batch"] = s.per_batch
+            if name in busy:
+                entry[name].update(_busy_figures(total, busy[name], entry[name]))
         # the socket ceiling: the best of 1/2/4 connections, per direction
         by_conns = {n: entry.pop(f"socket{n}") for n in SOCKET_CONNECTIONS}
         best: dict[str, Any] = {"pages_per_batch": by_conns[1]["pages_per_batch"]}
@@ -613,6 +621,30 @@ def _measure_page(
     return entry, reason
 
 
+def _busy_samples(
+    series: dict[str, Series], engines: list[str], repeats: int
+) -> dict[str, list[tuple[float, float]]]:
+    """Our engines' repeats again, next to a thread running Python throughout (SGLang's scheduler
+    while its cache controller's threads call the backend): every call that gives the GIL up then
+    waits up to a switch interval (5 ms) to get it back. At least one repeat, half as many as alone."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    with busy_python_thread():
+        for name in engines:
+            if name in series:
+                out[name] = [series[name].repeat(repeats + r) for r in range(max(1, repeats // 2))]
+    return out
+
+
+def _busy_figures(total: int, samples: list[tuple[float, float]], alone: dict[str, Any]) -> dict[str, Any]:
+    busy = summarize(total, samples)
+    return {
+        "busy_get": busy["get"],
+        "busy_put": busy["put"],
+        "busy_get_ratio_vs_alone": _ratio(busy["get"], alone["get"]),
+        "busy_put_ratio_vs_alone": _ratio(busy["put"], alone["put"]),
+    }
+
+
 def _ratios_and_print(result: dict[str, Any], engines: list[str], base: str, reason: str | None) -> None:
     for name, entry in result["pages"].items():
         ours, sock, mc = entry[base], entry["socket"], entry.get("mooncake")
@@ -633,7 +665,9 @@ def _ratios_and_print(result: dict[str, Any], engines: list[str], base: str, rea
         )
         print(
             f"{name:>5} {base}/socket: get {entry['get_ratio_vs_socket']:.2f} put "
-            f"{entry['put_ratio_vs_socket']:.2f} | {base}/mooncake: {vs_mc}"
+            f"{entry['put_ratio_vs_socket']:.2f} | {base}/mooncake: {vs_mc} | next to a busy Python "
+            f"thread: get {ours['busy_get']:.2f} put {ours['busy_put']:.2f} GB/s "
+            f"({ours['busy_get_ratio_vs_alone']:.2f}/{ours['busy_put_ratio_vs_alone']:.2f} of alone)"
         )
 
 

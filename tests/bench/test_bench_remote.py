@@ -38,6 +38,11 @@ def _check_our_figures(entry: dict[str, Any]) -> None:
         assert entry[series]["get"] > 0 and entry[series]["put"] > 0
         assert len(entry[series]["get_samples"]) == 1
     assert entry["get_ratio_vs_socket"] > 0 and entry["put_ratio_vs_socket"] > 0
+    for series in ("tcp", "local"):  # ours next to a busy Python thread, beside ours alone
+        figures = entry[series]
+        assert figures["busy_get"] > 0 and figures["busy_put"] > 0
+        assert figures["busy_get_ratio_vs_alone"] == round(figures["busy_get"] / figures["get"], 3)
+        assert figures["busy_put_ratio_vs_alone"] == round(figures["busy_put"] / figures["put"], 3)
 
 
 @pytest.mark.integration
