@@ -5,9 +5,10 @@ offset, length, seq), so an indexed entry costs its key, its dict slot and one ~
 an object and four ints (this index holds every entry on the disk: 10M entries at 4 KiB pages).
 The dict holds that int as a plain ``int``, not as the :class:`Location` it was given: an instance
 of an ``int`` subclass is tracked by the garbage collector (~88 bytes where the plain int takes
-56) and every full collection visits it, with the GIL held: 200k indexed Locations added ~85 ms
-to each full collection, so 10M would have stopped every thread of SGLang for seconds each time
-the collector ran one.
+56), and so is the dict that holds one (a dict of strs and plain ints is not), and every full
+collection visits them with the GIL held: 200k indexed Locations added ~85 ms to each full
+collection, so 10M would have stopped every thread of SGLang for seconds each time the collector
+ran one.
 
 Entries a reopen loads from a region's summary (:meth:`Index.load_region`) are stored as a
 reference instead: a negative int ``~(load << 32 | i)`` into that summary's columns (numpy arrays

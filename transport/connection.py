@@ -22,7 +22,7 @@ from typing import Any
 from . import auth, wire
 from .errors import AuthError, PeerUnavailable, ProtocolError, RequestRefused
 from .options import ClientOptions
-from .sockio import recv_exact, recv_into_all, recv_into_exact, send_all
+from .sockio import recv_exact, recv_into_all, send_all
 from .wire import FrameHeader, Limits, Op, Status
 
 log = logging.getLogger(__name__)
@@ -148,9 +148,6 @@ class Connection:
                 f"node answered {Status(h.status).name if h.status in Status._value2member_map_ else h.status}"
             )
         return h, rmeta
-
-    def recv_into(self, view: memoryview, deadline: float) -> None:
-        recv_into_exact(self.sock, view, deadline)
 
     def recv_into_all(self, views: Sequence[memoryview], deadline: float) -> None:
         """A reply's payload into ``views``, in order (one scatter receive, not one per view)."""
