@@ -45,7 +45,7 @@ from .metadata.base import MetadataService, NodeInfo
 from .node_config import NodeConfig
 from .rdma_handshake import QpInfo
 from .served_store import RESERVED_NEW, RESERVED_PRESENT, Reserved, ServedStore
-from .sockio import drain, recv_exact, recv_into_exact, send_all
+from .sockio import discarded, drain, recv_exact, recv_into_all, recv_into_exact, send_all
 from .wire import FrameHeader, Op, Status
 
 log = logging.getLogger(__name__)
@@ -511,11 +511,13 @@ class NodeServer:
         reserved = self.store.reserve(items, conn, hint, deadline)
         self._count(conn, **self._reserved_counts(reserved))
         try:
+            into: list[memoryview] = []  # the bodies in order: one scatter receive, not one per object
             for (_key, size, _otype), (status, slot) in zip(items, reserved, strict=True):
                 if status == RESERVED_NEW and slot is not None:
-                    recv_into_exact(sock, view[slot.offset : slot.offset + size], deadline)
+                    into.append(view[slot.offset : slot.offset + size])
                 else:
-                    drain(sock, size, deadline)
+                    into.extend(discarded(size))
+            recv_into_all(sock, into, deadline)
         except BaseException:
             self.store.abort([(s.key, s.version) for _, s in reserved if s is not None], conn)
             raise
@@ -602,7 +604,8 @@ class NodeServer:
         view = self.store.view
         flags = []
         for off, n in extents:
-            # only into open reservations: nobody writes over committed data
+            # only into open reservations: nobody writes over committed data (checked right
+            # before each extent is received)
             if self.store.writable(off, n):
                 recv_into_exact(sock, view[off : off + n], deadline)
                 flags.append(True)

@@ -120,9 +120,13 @@ def recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytearray
     return buf
 
 
+def discarded(n: int) -> list[memoryview]:
+    """Views that take ``n`` bytes a receiver does not want (a body of an object it refused), to
+    receive among the wanted ones: one shared scratch buffer, as often as needed (what lands in
+    it is never read)."""
+    return [_DRAIN[: min(len(_DRAIN), n - off)] for off in range(0, n, len(_DRAIN))]
+
+
 def drain(sock: socket.socket, n: int, deadline: float | None) -> None:
     """Read and discard ``n`` bytes (a body the receiver does not want)."""
-    while n > 0:
-        chunk = min(n, len(_DRAIN))
-        recv_into_exact(sock, _DRAIN[:chunk], deadline)
-        n -= chunk
+    recv_into_all(sock, discarded(n), deadline)

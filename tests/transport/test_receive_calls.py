@@ -72,3 +72,28 @@ def test_a_batch_of_objects_moves_in_a_few_socket_calls_not_one_per_object(
         assert receives <= 4, calls
     finally:
         client.close()
+
+
+def test_a_put_mixing_held_and_new_objects_lands_every_new_body_whole(
+    make_node: Callable[..., NodeProc],
+) -> None:
+    """The node receives a put's bodies in one scatter call: those of objects it already holds go
+    to a scratch buffer (several slices for one larger than it), each new one into its own slot."""
+    node = make_node("mixed", capacity="64MiB")
+    client = NodeClient("127.0.0.1", node.port, ClientOptions(timeout_s=30.0, secret=SECRET.encode()))
+    try:
+        held = {f"h{i}": bytearray(os.urandom((5 << 20) // 2 + i)) for i in range(3)}  # 2.5 MiB each
+        assert client.put_batch([(k, [memoryview(v)]) for k, v in held.items()]) == [True] * 3
+        new = {f"n{i}": bytearray(os.urandom(300_000 + 4097 * i)) for i in range(4)}
+        again = {k: bytearray(os.urandom(len(v))) for k, v in held.items()}  # other bytes: not taken
+        batch = [("h0", again["h0"]), ("n0", new["n0"]), ("n1", new["n1"]), ("h1", again["h1"])]
+        batch += [("n2", new["n2"]), ("h2", again["h2"]), ("n3", new["n3"])]
+        assert client.put_batch([(k, [memoryview(v)[:1000], memoryview(v)[1000:]]) for k, v in batch]) == [
+            True
+        ] * len(batch)
+        want = {**held, **new}
+        outs = {k: bytearray(len(v)) for k, v in want.items()}
+        assert client.get_batch_into([(k, [memoryview(b)]) for k, b in outs.items()]) == [True] * len(want)
+        assert outs == want  # values are immutable: the held objects kept their first bytes
+    finally:
+        client.close()
