@@ -52,6 +52,19 @@ def as_bytes_view(buf: memoryview | bytes | bytearray) -> memoryview:
     return mv
 
 
+def _consume(pending: list[memoryview], i: int, n: int) -> int:
+    """Account ``n`` bytes moved from ``pending[i:]``: the index of the first buffer not done
+    (a buffer done in part is cut to its rest)."""
+    while n:
+        size = len(pending[i])
+        if n < size:
+            pending[i] = pending[i][n:]
+            break
+        n -= size
+        i += 1
+    return i
+
+
 def send_all(sock: socket.socket, bufs: Sequence[memoryview | bytes], deadline: float | None) -> None:
     """Send every buffer, in order, with ``sendmsg`` (partial sends resumed, no copies)."""
     pending = [as_bytes_view(b) for b in bufs if len(b)]
@@ -64,29 +77,12 @@ def send_all(sock: socket.socket, bufs: Sequence[memoryview | bytes], deadline: 
             raise TimeoutError("deadline passed while sending") from None
         if sent == 0:
             raise PeerUnavailable("connection closed while sending")
-        while sent:
-            n = len(pending[i])
-            if sent >= n:
-                sent -= n
-                i += 1
-            else:
-                pending[i] = pending[i][sent:]
-                sent = 0
+        i = _consume(pending, i, sent)
 
 
 def recv_into_exact(sock: socket.socket, view: memoryview, deadline: float | None) -> None:
     """Fill ``view`` completely from the socket."""
-    got = 0
-    total = len(view)
-    while got < total:
-        _arm(sock, deadline, socket.SO_RCVTIMEO)
-        try:
-            n = sock.recv_into(view[got:], total - got, socket.MSG_WAITALL)
-        except BlockingIOError:  # SO_RCVTIMEO passed with nothing received
-            raise TimeoutError("deadline passed while receiving") from None
-        if n == 0:
-            raise PeerUnavailable("connection closed while receiving")
-        got += n
+    recv_into_all(sock, [view], deadline)
 
 
 def recv_into_all(sock: socket.socket, views: Sequence[memoryview], deadline: float | None) -> None:
@@ -103,14 +99,7 @@ def recv_into_all(sock: socket.socket, views: Sequence[memoryview], deadline: fl
             raise TimeoutError("deadline passed while receiving") from None
         if got == 0:
             raise PeerUnavailable("connection closed while receiving")
-        while got:
-            n = len(pending[i])
-            if got >= n:
-                got -= n
-                i += 1
-            else:
-                pending[i] = pending[i][got:]
-                got = 0
+        i = _consume(pending, i, got)
 
 
 def recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytearray:
