@@ -4,9 +4,13 @@ For each page size, ``--total-mib`` bytes move in batched calls of ``--batch-mib
 this process and a separate process holding the memory, over loopback:
 
 - ``socket``: plain sockets to a server process (one thread per connection, as the node) doing
-  the same sendmsg/recv_into transfer with no protocol, over 1, 2 and 4 connections (a batch split
-  evenly over them, one client thread each); the best of the three per direction is the ceiling
-  of Python + loopback TCP here (``by_connections`` keeps each, ``*_connections`` the winner);
+  the node's job with no protocol: it keeps every page put at its own place in one store as large
+  as the data, and a get sends those bytes back, with the same sendmsg/recv_into calls, over 1, 2
+  and 4 connections (a batch split evenly over them, one client thread each); the best of the
+  three per direction is the ceiling of Python + loopback TCP here (``by_connections`` keeps each,
+  ``*_connections`` the winner). Until 2026-12-02 its server received every put into one reused
+  buffer of one batch and answered gets from another buffer that nothing wrote (not the bytes
+  put, and nothing checked them);
 - ``tcp`` / ``local`` / ``rdma``: our ``NodeClient`` against a memory node started as its own
   process (``hicache-mooncake node``), tcp, same-host shared-memory and (``--engine rdma``, where
   the host has an RDMA device, e.g. soft-RoCE ``rxe0``; buffers registered once) RDMA engines;
@@ -24,7 +28,8 @@ this process and a separate process holding the memory, over loopback:
   them, or when anything fails, the reason (naming the flag) is printed and recorded as
   ``mooncake_reason``, and the rest of the benchmark still runs.
 
-Every measurement: one untimed warm-up pass, then per repeat the sum of the batch calls' own
+Every measurement (the socket series, ours and Mooncake's alike, through one harness:
+``timed_batches``): one untimed warm-up pass, then per repeat the sum of the batch calls' own
 durations (page stamping and verification of every page read back are not timed); the median over
 repeats is reported (GB/s = 1e9 B/s) with all samples. Ratios are our ``tcp`` over each baseline.
 """
@@ -41,6 +46,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -55,7 +61,7 @@ import numpy as np
 import yaml
 
 from hicache_mooncake.bench._busy import busy_python_thread
-from hicache_mooncake.bench._mooncake_runner import stamp, summarize, timed_batches
+from hicache_mooncake.bench._mooncake_runner import summarize, timed_batches
 from hicache_mooncake.results_json import write_json
 from hicache_mooncake.transport import ClientOptions, NodeClient, make_engine
 from hicache_mooncake.transport.rdma import rdma_unavailable_reason
@@ -150,31 +156,38 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(5)
 
 
-def _serve_raw_conn(conn: socket.socket, batch: int) -> None:
-    arena = memoryview(bytearray(batch))
-    sink = memoryview(bytearray(batch))
+_RAW_REQUEST = struct.Struct("!BQQ")  # op (1 put, 2 get), bytes, offset into the server's store
+
+
+def _serve_raw_conn(conn: socket.socket, store: memoryview) -> None:
+    """One connection of the raw server: a put's bytes land in ``store`` at the request's offset,
+    a get sends them back from there (the bytes that were put, from memory the size of what the
+    series stores, as the node serves them: not one reused buffer that stays in the CPU cache)."""
     with conn:
-        hdr = bytearray(9)
+        req = bytearray(_RAW_REQUEST.size)
         while True:
             try:
-                recv_into_exact(conn, memoryview(hdr), None)
+                recv_into_exact(conn, memoryview(req), None)
             except Exception:
                 return
-            op, n = hdr[0], int.from_bytes(hdr[1:], "big")
+            op, n, off = _RAW_REQUEST.unpack(req)
+            if off + n > len(store):
+                return  # the client sees the connection close, never bytes from elsewhere
             if op == 1:  # put
-                recv_into_exact(conn, sink[:n], None)
+                recv_into_exact(conn, store[off : off + n], None)
                 conn.sendall(b"k")
             else:
-                send_all(conn, [arena[:n]], None)
+                send_all(conn, [store[off : off + n]], None)
 
 
-def _serve_raw(srv: socket.socket, batch: int, conns: int) -> None:
-    """The raw server: one process, one thread per connection (as the memory node serves)."""
+def _serve_raw(srv: socket.socket, store_bytes: int, conns: int) -> None:
+    """The raw server: one process holding one store, one thread per connection (as the node)."""
+    store = memoryview(bytearray(store_bytes))
     threads = []
     for _ in range(conns):
         conn, _ = srv.accept()
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        t = threading.Thread(target=_serve_raw_conn, args=(conn, batch), daemon=True)
+        t = threading.Thread(target=_serve_raw_conn, args=(conn, store), daemon=True)
         t.start()
         threads.append(t)
     for t in threads:
@@ -185,28 +198,32 @@ SOCKET_CONNECTIONS = (1, 2, 4)
 
 
 class SocketSeries:
-    """Same transfer with no protocol: a server process (like the node: one thread per
-    connection) receives/sends raw bytes over loopback with the same sendmsg/recv_into calls, one
-    request per batch, or with ``conns`` connections one request per connection, each carrying an
-    equal share of the batch's pages (client threads, like our striping)."""
+    """The same job with no protocol: a server process (like the node: one thread per connection)
+    stores every page put at its own place and sends it back on a get, with the same sendmsg /
+    recv_into calls, one request per batch, or with ``conns`` connections one request per
+    connection, each carrying an equal share of the batch's pages (client threads, like our
+    striping). Run by the same harness as ours (:func:`timed_batches`: pages stamped uniquely,
+    every page read back verified, untimed), so both sides move the same bytes between the same
+    kinds of memory."""
 
     def __init__(self, page: int, total: int, batch: int, conns: int = 1) -> None:
         self.page, self.total, self.conns = page, total, conns
         self.per_batch = max(1, batch // page)
+        self.n_pages = total // page
         nbuf = self.per_batch * page
         srv = socket.create_server(("127.0.0.1", 0))
         port = srv.getsockname()[1]
         ctx = multiprocessing.get_context("fork")
-        self.proc = ctx.Process(target=_serve_raw, args=(srv, nbuf, conns), daemon=True)
+        self.proc = ctx.Process(target=_serve_raw, args=(srv, self.n_pages * page, conns), daemon=True)
         self.proc.start()
         srv.close()
         self.clis = [socket.create_connection(("127.0.0.1", port)) for _ in range(conns)]
         for cli in self.clis:
             cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.src = memoryview(bytearray(os.urandom(nbuf)))
-        self.dst = memoryview(bytearray(nbuf))
+        self.src = np.frombuffer(np.random.default_rng(page).bytes(nbuf), dtype=np.uint8).copy()
+        self.dst = np.zeros(nbuf, dtype=np.uint8)
         self._pool = ThreadPoolExecutor(max_workers=conns - 1) if conns > 1 else None
-        self.repeat(0)  # warm-up
+        self.repeat(0)  # untimed warm-up pass (the store's first touch), like ours
 
     def _stripes(self, n_pages: int) -> list[tuple[int, int]]:
         """(start, end) byte ranges of the batch, one per connection (whole pages)."""
@@ -214,38 +231,42 @@ class SocketSeries:
         bounds = [n_pages * i // k * self.page for i in range(k + 1)]
         return [(bounds[i], bounds[i + 1]) for i in range(k)]
 
-    def _put(self, cli: socket.socket, lo: int, hi: int) -> None:
-        send_all(cli, [memoryview(b"\x01" + (hi - lo).to_bytes(8, "big")), self.src[lo:hi]], None)
+    def _put_stripe(self, cli: socket.socket, at: int, lo: int, hi: int) -> None:
+        head = memoryview(_RAW_REQUEST.pack(1, hi - lo, at + lo))
+        send_all(cli, [head, memoryview(self.src.data)[lo:hi]], None)
         recv_into_exact(cli, memoryview(bytearray(1)), None)
 
-    def _get(self, cli: socket.socket, lo: int, hi: int) -> None:
-        send_all(cli, [memoryview(b"\x02" + (hi - lo).to_bytes(8, "big"))], None)
-        recv_into_exact(cli, self.dst[lo:hi], None)
+    def _get_stripe(self, cli: socket.socket, at: int, lo: int, hi: int) -> None:
+        send_all(cli, [memoryview(_RAW_REQUEST.pack(2, hi - lo, at + lo))], None)
+        recv_into_exact(cli, memoryview(self.dst.data)[lo:hi], None)
 
-    def _batch(self, fn: Any, n_pages: int) -> None:
-        stripes = self._stripes(n_pages)
+    def _batch(self, fn: Any, idx: list[int]) -> bool:
+        """Pages ``idx`` (consecutive, as :func:`timed_batches` hands them) at their place in the
+        store, split over the connections."""
+        if idx != list(range(idx[0], idx[0] + len(idx))):
+            raise ValueError("SocketSeries moves runs of consecutive pages")
+        at = idx[0] * self.page
+        stripes = self._stripes(len(idx))
         futures = [
-            self._pool.submit(fn, self.clis[i], lo, hi)  # type: ignore[union-attr]
+            self._pool.submit(fn, self.clis[i], at, lo, hi)  # type: ignore[union-attr]
             for i, (lo, hi) in enumerate(stripes[1:], start=1)
         ]
-        fn(self.clis[0], *stripes[0])
+        fn(self.clis[0], at, *stripes[0])
         for f in futures:
             f.result()
+        return True
 
     def repeat(self, r: int) -> tuple[float, float]:
-        put_s = get_s = 0.0
-        n_pages = self.total // self.page
-        for i in range(0, n_pages, self.per_batch):
-            n = min(i + self.per_batch, n_pages) - i
-            t0 = time.perf_counter()
-            self._batch(self._put, n)
-            put_s += time.perf_counter() - t0
-        for i in range(0, n_pages, self.per_batch):
-            n = min(i + self.per_batch, n_pages) - i
-            t0 = time.perf_counter()
-            self._batch(self._get, n)
-            get_s += time.perf_counter() - t0
-        return put_s, get_s
+        return timed_batches(
+            self.n_pages,
+            self.per_batch,
+            self.page,
+            r,
+            self.src,
+            self.dst,
+            lambda idx: self._batch(self._put_stripe, idx),
+            lambda idx: self._batch(self._get_stripe, idx),
+        )
 
     def close(self) -> None:
         for cli in self.clis:
@@ -282,14 +303,10 @@ class NodeSeries:
         self.dst = np.zeros(nbuf, dtype=np.uint8)
         for buf in (self.src, self.dst):
             self.c.register_memory(memoryview(buf.data))
-        self.tag = 1000
-        # Untimed warm-up pass (arena first touch, connections), like the Mooncake side's.
-        for i in range(0, self.n_pages, self.per_batch):
-            idx = list(range(i, min(i + self.per_batch, self.n_pages)))
-            stamp(self.src, page, idx)
-            if not self._put(idx):
-                raise RuntimeError(f"{engine}: warm-up put failed")
-        self.c.clear()
+        # Untimed warm-up pass, puts and gets, as the socket series' (the arena's first touch, and
+        # the first bulk transfers each way of each pooled connection: after the handshake's small
+        # exchanges those stall 40-60 ms here for the first batch or two, once per connection).
+        self.repeat(1000)
 
     def _items(self, buf: np.ndarray, idx: list[int]) -> list[tuple[str, list[memoryview]]]:
         v, pg = buf.data, self.page
@@ -501,7 +518,8 @@ def run(args: argparse.Namespace) -> int:
         "method": "separate server/node/segment-holder process, loopback TCP; per page size an untimed "
         "warm-up pass, then repeats interleaved across all series (order rotated each repeat); a "
         "repeat's figure = bytes / sum of its batched calls' durations; every page stamped uniquely "
-        "and every page read back verified (ours, Mooncake); socket = best of 1/2/4 connections",
+        "and every page read back verified (socket, ours, Mooncake); socket = best of 1/2/4 "
+        "connections to a server that keeps every page at its own place",
         "total_bytes": total,
         "batch_bytes": batch,
         "repeats": args.repeats,

@@ -203,3 +203,19 @@ def test_runner_batch_mode_needs_private_netns() -> None:
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert p.returncode == 1
     assert "MOONCAKE_ERROR" in p.stdout and "not in a private network namespace" in p.stdout
+
+
+def test_socket_baseline_serves_every_page_back_from_its_own_place() -> None:
+    """The socket ceiling does the node's job: every page put is kept at its own place and a get
+    returns those bytes (a server echoing one reused buffer, or bytes it was never sent, fails the
+    harness's check of every page read back), striped over connections like ours."""
+    page = 64 << 10
+    series = remote.SocketSeries(page, 16 * page, 4 * page, conns=2)
+    try:
+        put_s, get_s = series.repeat(7)  # all pages put, then all read back and compared
+        assert put_s > 0 and get_s > 0
+        with pytest.raises(ValueError, match="consecutive"):
+            series._batch(series._get_stripe, [0, 2])
+    finally:
+        series.close()
+    assert not series.proc.is_alive()
