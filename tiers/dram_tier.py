@@ -50,8 +50,6 @@ from .policy import DEFAULT_CONTEXT, AccessContext
 from .slab_allocator import SlabAllocator, slot_size_for
 from .tier import Tier
 
-_FREE_HEADER = np.frombuffer(ObjectHeader(STATE_FREE, 0, 0, 0).pack(), dtype=np.uint8)
-
 
 class Pinned(NamedTuple):
     """A pinned DRAM entry; ``data`` stays valid (and unchanged) until it is released."""
@@ -159,14 +157,13 @@ class DramTier(Tier):
         return header_offset(0, nbytes) + HEADER_SIZE if self.headers else nbytes
 
     def _write_header(self, offset: int, nbytes: int, state: int, version: int, key: str, otype: int) -> None:
-        at = header_offset(offset, nbytes)
-        raw = ObjectHeader(state, version, key_hash(key), nbytes, otype).pack()
-        self._arena.bytes[at : at + HEADER_SIZE] = np.frombuffer(raw, dtype=np.uint8)
+        ObjectHeader.pack_into(
+            self._arena.bytes, header_offset(offset, nbytes), state, version, key_hash(key), nbytes, otype
+        )
 
     def _invalidate(self, offset: int, nbytes: int) -> None:
         if self.headers and not self._closed:
-            at = header_offset(offset, nbytes)
-            self._arena.bytes[at : at + HEADER_SIZE] = _FREE_HEADER
+            ObjectHeader.pack_into(self._arena.bytes, header_offset(offset, nbytes), STATE_FREE, 0, 0, 0, 0)
 
     # ------------------------------------------------------------------ queries
     def contains(self, key: str) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import xxhash
 
@@ -42,6 +43,14 @@ class ObjectHeader:
 
     def pack(self) -> bytes:
         return _HDR.pack(self.magic, self.state, self.version, self.key_hash, self.size, self.obj_type)
+
+    @staticmethod
+    def pack_into(
+        buf: Any, offset: int, state: int, version: int, khash: int, size: int, obj_type: int
+    ) -> None:
+        """Write a header with these fields at ``buf[offset:]`` (any writable buffer), with no
+        object in between: the node writes two per stored object, under its tier's lock."""
+        _HDR.pack_into(buf, offset, HEADER_MAGIC, state, version, khash, size, obj_type)
 
     @classmethod
     def unpack(cls, buf: bytes | bytearray | memoryview) -> ObjectHeader:
