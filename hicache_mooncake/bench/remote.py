@@ -304,8 +304,8 @@ class NodeSeries:
         for buf in (self.src, self.dst):
             self.c.register_memory(memoryview(buf.data))
         # Untimed warm-up pass, puts and gets, as the socket series' (the arena's first touch, and
-        # the first bulk transfers each way of each pooled connection: after the handshake's small
-        # exchanges those stall 40-60 ms here for the first batch or two, once per connection).
+        # the first bulk transfers each way of each connection, which stall 40-60 ms here for the
+        # first batch or two, raw sockets' as ours).
         self.repeat(1000)
 
     def _items(self, buf: np.ndarray, idx: list[int]) -> list[tuple[str, list[memoryview]]]:
