@@ -136,18 +136,47 @@ class Connection:
         """Send one request and read the reply's header and meta; the reply payload (if any)
         is left on the socket for the caller to ``recv_into``."""
         deadline = deadline if deadline is not None else time.monotonic() + self.opts.timeout_s
+        rid = self._send_request(op, meta, payload, deadline)
+        h, rmeta = self._read_reply(deadline)
+        return self._checked(h, rid), rmeta
+
+    def request_into(
+        self, op: Op, meta: bytes, reply_meta: int, into: Sequence[memoryview], deadline: float
+    ) -> tuple[FrameHeader, bytearray]:
+        """Send one request whose reply's length is known (``reply_meta`` bytes of meta, then a
+        payload that fills ``into`` exactly: a GET) and receive all of the reply in one scatter
+        call: a call that blocks gives the GIL up, and next to a thread running Python (SGLang's
+        scheduler) getting it back takes up to a switch interval, so a get pays one such wait
+        for its reply instead of one for the header and one for the payload. ``into`` holds
+        whatever arrived even when the reply is then refused (the caller's miss)."""
+        rid = self._send_request(op, meta, (), deadline)
+        head = bytearray(wire.HEADER_SIZE)
+        rmeta = bytearray(reply_meta)
+        recv_into_all(self.sock, [memoryview(head), memoryview(rmeta), *into], deadline)
+        h = self._checked(wire.unpack_header(head, self.limits), rid)
+        if h.meta_len != reply_meta or h.payload_len != sum(len(v) for v in into):
+            raise ProtocolError(
+                f"reply of {h.meta_len} + {h.payload_len} bytes where its request announced "
+                f"{reply_meta} + {sum(len(v) for v in into)}"
+            )
+        return h, rmeta
+
+    def _send_request(self, op: Op, meta: bytes, payload: Sequence[memoryview], deadline: float) -> int:
         rid = next(_req_ids)
         plen = sum(len(p) for p in payload)
         head = wire.pack_header(FrameHeader(op, 0, rid, len(meta), plen))
         send_all(self.sock, [memoryview(head), memoryview(meta), *payload], deadline)
-        h, rmeta = self._read_reply(deadline)
+        return rid
+
+    @staticmethod
+    def _checked(h: FrameHeader, rid: int) -> FrameHeader:
         if h.req_id != rid:
             raise ProtocolError(f"reply id {h.req_id} does not match request {rid}")
         if h.status != Status.OK:
             raise RequestRefused(
                 f"node answered {Status(h.status).name if h.status in Status._value2member_map_ else h.status}"
             )
-        return h, rmeta
+        return h
 
     def recv_into_all(self, views: Sequence[memoryview], deadline: float) -> None:
         """A reply's payload into ``views``, in order (one scatter receive, not one per view)."""

@@ -369,23 +369,17 @@ class NodeClient:
         return [bool(f) for f in wire.decode_flags(rmeta, len(items))]
 
     def _get_tcp(self, conn: Connection, deadline: float, items: list[Item]) -> list[bool]:
+        """One request, its whole reply in one scatter receive into the callers' views (a
+        missed object's view gets the zeros sent in its place)."""
         views = [[as_bytes_view(p) for p in parts] for _, parts in items]
-        sizes = [sum(len(v) for v in vs) for vs in views]
-        meta = wire.encode_get([(k, n) for (k, _), n in zip(items, sizes, strict=True)], conn.limits)
-        h, rmeta = conn.request(Op.GET, meta, (), deadline)
+        wanted = [(k, sum(len(v) for v in vs)) for (k, _), vs in zip(items, views, strict=True)]
+        meta = wire.encode_get(wanted, conn.limits)
+        reply_meta, _ = wire.get_reply_sizes(wanted)
+        _, rmeta = conn.request_into(Op.GET, meta, reply_meta, [v for vs in views for v in vs], deadline)
         entries = wire.decode_get_reply(rmeta, len(items))
-        if sum(s for f, s, _ in entries if f) != h.payload_len:
-            raise wire.ProtocolError("GET reply payload does not match its entries")
-        out = []
-        into: list[memoryview] = []
-        for (found, size, _), vs, want in zip(entries, views, sizes, strict=True):
-            if found:
-                if size != want:
-                    raise wire.ProtocolError("node sent an object of the wrong size")
-                into.extend(vs)
-            out.append(found)
-        conn.recv_into_all(into, deadline)
-        return out
+        if any(found and size != want for (found, size, _), (_, want) in zip(entries, wanted, strict=True)):
+            raise wire.ProtocolError("node sent an object of the wrong size")
+        return [found for found, _, _ in entries]
 
     def _get_one_sided(self, conn: Connection, deadline: float, items: list[Item]) -> list[bool]:
         seg = self._segment_for(conn)

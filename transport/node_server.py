@@ -45,7 +45,7 @@ from .metadata.base import MetadataService, NodeInfo
 from .node_config import NodeConfig
 from .rdma_handshake import QpInfo
 from .served_store import RESERVED_NEW, RESERVED_PRESENT, Reserved, ServedStore
-from .sockio import discarded, drain, recv_exact, recv_into_all, recv_into_exact, send_all
+from .sockio import discarded, drain, recv_exact, recv_into_all, recv_into_exact, send_all, zeros
 from .wire import FrameHeader, Op, Status
 
 log = logging.getLogger(__name__)
@@ -492,7 +492,9 @@ class NodeServer:
         except ProtocolError:
             self.errors["protocol"] += 1
             self._reply_error(sock, h.req_id, Status.BAD_REQUEST, op)
-            return True  # meta fully read and no payload: the stream is still in sync
+            # meta fully read and no payload: the stream is still in sync; but a GET's client
+            # waits for the whole reply its request announced: closing tells it now
+            return op is not Op.GET
         self._send(sock, op, Status.OK, h.req_id, reply, deadline=deadline)
         return True
 
@@ -542,14 +544,23 @@ class NodeServer:
 
     def _get(self, conn: _Conn, h: FrameHeader, meta: bytearray, deadline: float) -> bool:
         items = wire.decode_get(meta, self.limits)
+        _, reply_bytes = wire.get_reply_sizes(items)
+        if reply_bytes > self.limits.max_payload:  # the reply carries every requested size
+            raise ProtocolError(f"GET of {reply_bytes} bytes exceeds limit {self.limits.max_payload}")
         pins = self.store.pin(items, deadline)
         try:
             entries = [(p is not None, p.size if p else 0, p.obj_type if p else 0) for p in pins]
             view = self.store.view
-            bodies = [view[p.offset : p.offset + p.size] for p in pins if p is not None]
-            self._count(
-                conn, lookups=len(items), lookup_hits=len(bodies), lookup_hit_bytes=sum(map(len, bodies))
-            )
+            bodies: list[memoryview] = []
+            hit_bytes = 0
+            for (_key, want), p in zip(items, pins, strict=True):
+                if p is not None:  # pinned at the requested size (the store checks)
+                    bodies.append(view[p.offset : p.offset + p.size])
+                    hit_bytes += p.size
+                else:
+                    bodies.extend(zeros(want))
+            hits = sum(1 for p in pins if p is not None)
+            self._count(conn, lookups=len(items), lookup_hits=hits, lookup_hit_bytes=hit_bytes)
             self._send(
                 conn.sock, Op.GET, Status.OK, h.req_id, wire.encode_get_reply(entries), bodies, deadline
             )

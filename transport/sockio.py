@@ -24,6 +24,7 @@ from .errors import PeerUnavailable
 
 IOV_MAX = 512
 _DRAIN = memoryview(bytearray(1 << 20))
+_ZEROS = memoryview(bytes(1 << 20))
 
 
 _TIMEVAL = struct.Struct("@ll")  # struct timeval: seconds, microseconds
@@ -114,6 +115,12 @@ def discarded(n: int) -> list[memoryview]:
     receive among the wanted ones: one shared scratch buffer, as often as needed (what lands in
     it is never read)."""
     return [_DRAIN[: min(len(_DRAIN), n - off)] for off in range(0, n, len(_DRAIN))]
+
+
+def zeros(n: int) -> list[memoryview]:
+    """Views of ``n`` zero bytes to send (in place of an object a GET does not serve): one shared
+    read-only buffer, as often as needed."""
+    return [_ZEROS[: min(len(_ZEROS), n - off)] for off in range(0, n, len(_ZEROS))]
 
 
 def drain(sock: socket.socket, n: int, deadline: float | None) -> None:

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from .errors import ProtocolError
 
 MAGIC = 0x484D  # "HM"
-VERSION = (
-    2  # 2: LOOKUP carries expected sizes and answers body + header offsets; PUT/ALLOC may end with a SetHint
-)
+# 2: LOOKUP carries expected sizes and answers body + header offsets; PUT/ALLOC may end with a SetHint.
+# 3: a GET reply's payload is every requested size, zeros in place of an object not served, so a
+#    client knows the reply's length before it arrives and receives it in one call.
+VERSION = 3
 HEADER = struct.Struct("!HBBHHQIQ")
 HEADER_SIZE = HEADER.size  # 28
 _U16 = struct.Struct("!H")
@@ -308,8 +309,15 @@ def _decode_keyed_u64(
 
 
 def encode_get_reply(entries: Sequence[tuple[bool, int, int]]) -> bytes:
-    """(found, size, type) per requested key; found bodies follow as payload, in order."""
+    """(found, size, type) per requested key. The payload that follows holds, in order, each
+    requested size: the found body, or zeros where the object was not served (a miss costs its
+    bytes on the wire; a reply's length is known from its request: :func:`get_reply_sizes`)."""
     return _U32.pack(len(entries)) + b"".join(_GET_RESP.pack(int(f), s, t) for f, s, t in entries)
+
+
+def get_reply_sizes(items: Sequence[tuple[str, int]]) -> tuple[int, int]:
+    """(meta bytes, payload bytes) of the reply to a GET of ``items`` (key, expected size)."""
+    return _U32.size + len(items) * _GET_RESP.size, sum(size for _, size in items)
 
 
 def decode_get_reply(meta: bytes | bytearray | memoryview, expected: int) -> list[tuple[bool, int, int]]:

@@ -2,12 +2,14 @@
 gives the GIL up, and next to a thread running Python (SGLang's scheduler, while the cache
 controller's threads call the backend) getting it back takes up to a switch interval (5 ms). A get
 of 32 objects of 1 MiB received each object with its own calls and ran at ~0.2 GB/s next to such a
-thread (3 GB/s alone); one scatter receive of the whole payload runs at ~0.9. Counted here on the
-client's socket, against a real node process on loopback."""
+thread (3 GB/s alone); one scatter receive of the whole payload ran at ~0.9-1.2, and of the whole
+reply (a GET's reply has the length its request announces: zeros where an object is missing) at
+~1.45. Counted here on the client's socket, against a real node process on loopback."""
 
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +17,8 @@ from typing import Any
 import pytest
 from transport_procs import SECRET, NodeProc
 
-from hicache_mooncake.transport import ClientOptions, NodeClient
+from hicache_mooncake.transport import ClientOptions, NodeClient, wire
+from hicache_mooncake.transport.errors import PeerUnavailable
 
 pytestmark = pytest.mark.integration
 OBJECTS = 16
@@ -67,9 +70,9 @@ def test_a_batch_of_objects_moves_in_a_few_socket_calls_not_one_per_object(
         calls = sock.calls - Counter(sent)
         # a put: one send of the request and all its parts, its reply's header and meta
         assert sent.get("sendmsg", 0) <= 2 and sum(sent.values()) <= 5, sent
-        # a get: the request, the reply's header and meta, the payload in one scatter receive
+        # a get: the request, then its whole reply (header, meta, every body) in one receive
         receives = calls["recv"] + calls["recv_into"] + calls["recvmsg_into"]
-        assert receives <= 4, calls
+        assert calls["sendmsg"] == 1 and receives == 1, calls
     finally:
         client.close()
 
@@ -95,5 +98,55 @@ def test_a_put_mixing_held_and_new_objects_lands_every_new_body_whole(
         outs = {k: bytearray(len(v)) for k, v in want.items()}
         assert client.get_batch_into([(k, [memoryview(b)]) for k, b in outs.items()]) == [True] * len(want)
         assert outs == want  # values are immutable: the held objects kept their first bytes
+    finally:
+        client.close()
+
+
+def test_a_get_with_misses_fills_the_found_views_and_the_connection_goes_on(
+    make_node: Callable[..., NodeProc],
+) -> None:
+    """Objects the node does not serve (stored at another size, absent) are misses whose views get
+    the zeros sent in their place; the found ones land whole in theirs, and the connection's stream
+    stays in step for the next call."""
+    node = make_node("misses", capacity="64MiB")
+    opts = ClientOptions(timeout_s=30.0, secret=SECRET.encode(), max_stripes=1, connections_per_peer=1)
+    client = NodeClient("127.0.0.1", node.port, opts)
+    try:
+        stored = {f"s{i}": bytearray(os.urandom(200_000 + 4099 * i)) for i in range(3)}
+        assert client.put_batch([(k, [memoryview(v)]) for k, v in stored.items()]) == [True] * 3
+        # the store serves a get's leading run (as SGLang reads it): misses end the batch here
+        asked = [("s0", 200_000), ("s1", 204_099), ("s2", 5_000), ("absent", 300_000)]
+        outs = [bytearray(b"\xee" * n) for _, n in asked]
+        views = [
+            (k, [memoryview(b)[:777], memoryview(b)[777:]]) for (k, _), b in zip(asked, outs, strict=True)
+        ]
+        assert client.get_batch_into(views) == [True, True, False, False]
+        assert outs[0] == stored["s0"] and outs[1] == stored["s1"]
+        assert outs[2] == bytes(5_000) and outs[3] == bytes(300_000)  # a miss's bytes: zeros
+        again = bytearray(len(stored["s1"]))
+        assert client.get_batch_into([("s1", [memoryview(again)])]) == [True] and again == stored["s1"]
+        assert client.counters["get_misses"] == 2 and client.counters["get_hits"] == 3
+    finally:
+        client.close()
+
+
+def test_a_get_the_node_refuses_fails_at_once_not_at_the_deadline(make_node: Callable[..., NodeProc]) -> None:
+    """A client waits for a GET reply's announced length: a request the node refuses (here a reply
+    over its payload limit) is answered and the connection closed, so the wait ends now."""
+    node = make_node("refuses", node={"max_payload": 1 << 20}, capacity="64MiB")
+    client = NodeClient("127.0.0.1", node.port, ClientOptions(timeout_s=30.0, secret=SECRET.encode()))
+    try:
+        conn = client.pool.acquire(time.monotonic() + 10)
+        items = [("absent", 2 << 20)]
+        reply_meta, reply_bytes = wire.get_reply_sizes(items)
+        start = time.monotonic()
+        with pytest.raises(PeerUnavailable):
+            conn.request_into(
+                wire.Op.GET, wire.encode_get(items, conn.limits), reply_meta,
+                [memoryview(bytearray(reply_bytes))], time.monotonic() + 20,
+            )  # fmt: skip
+        assert time.monotonic() - start < 5
+        client.pool.release(conn, False, peer_alive=True)
+        assert client.ping()  # the node itself goes on
     finally:
         client.close()
