@@ -1,7 +1,9 @@
 """``NodeClient``: batched object operations against one memory node, over any engine.
 
 With the ``tcp`` engine every batch is one keyed request (GET/PUT frames carrying the bodies;
-``sendmsg`` gathers from the caller's memoryviews, ``recv_into`` scatters into them). With a
+``sendmsg`` gathers from the caller's memoryviews, ``recv_into`` scatters into them; a GET's reply
+has the length its request announces, zeros in place of a missed object, so header, meta and
+every body arrive in one receive: one wait for the GIL next to a thread running Python). With a
 one-sided engine (``local``, ``rdma``) a get is LOOKUP (one round trip) + a one-sided read of
 header and body (the header sits where the LOOKUP said, after the page-aligned body), then --
 once that read completed -- a second read of the header: both must match the key hash and the
