@@ -141,15 +141,23 @@ class Connection:
         return self._checked(h, rid), rmeta
 
     def request_into(
-        self, op: Op, meta: bytes, reply_meta: int, into: Sequence[memoryview], deadline: float
+        self,
+        op: Op,
+        meta: bytes,
+        reply_meta: int,
+        into: Sequence[memoryview],
+        deadline: float,
+        payload: Sequence[memoryview] = (),
     ) -> tuple[FrameHeader, bytearray]:
-        """Send one request whose reply's length is known (``reply_meta`` bytes of meta, then a
-        payload that fills ``into`` exactly: a GET) and receive all of the reply in one scatter
-        call: a call that blocks gives the GIL up, and next to a thread running Python (SGLang's
-        scheduler) getting it back takes up to a switch interval, so a get pays one such wait
-        for its reply instead of one for the header and one for the payload. ``into`` holds
-        whatever arrived even when the reply is then refused (the caller's miss)."""
-        rid = self._send_request(op, meta, (), deadline)
+        """Send one request whose reply's length is known (``reply_meta`` bytes of meta,
+        :func:`~.wire.reply_meta_size`, then a payload that fills ``into`` exactly: a GET's; none
+        for the others) and receive all of the reply in one scatter call. A call that blocks
+        gives the GIL up, and next to a thread running Python (SGLang's scheduler) getting it
+        back takes up to a switch interval: a get pays one such wait for its reply, not one for
+        the header, one for the meta and one for the payload. A node that refuses a request
+        closes the connection after its answer, so this never waits for bytes that do not come.
+        ``into`` holds whatever arrived even when the reply is then refused (the caller's miss)."""
+        rid = self._send_request(op, meta, payload, deadline)
         head = bytearray(wire.HEADER_SIZE)
         rmeta = bytearray(reply_meta)
         recv_into_all(self.sock, [memoryview(head), memoryview(rmeta), *into], deadline)
@@ -177,10 +185,6 @@ class Connection:
                 f"node answered {Status(h.status).name if h.status in Status._value2member_map_ else h.status}"
             )
         return h
-
-    def recv_into_all(self, views: Sequence[memoryview], deadline: float) -> None:
-        """A reply's payload into ``views``, in order (one scatter receive, not one per view)."""
-        recv_into_all(self.sock, views, deadline)
 
     def idle_usable(self) -> bool:
         """For a pooled idle connection: nothing may be readable (readable means the node closed

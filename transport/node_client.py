@@ -279,8 +279,9 @@ class NodeClient:
 
     def _keyed(self, op: Op, keys: Sequence[str], what: str) -> list[bool]:
         def go(conn: Connection, deadline: float, idx: list[int]) -> list[bool]:
-            _, meta = conn.request(op, wire.encode_keys([keys[i] for i in idx], conn.limits), (), deadline)
-            return [bool(f) for f in wire.decode_flags(meta, len(idx))]
+            meta = wire.encode_keys([keys[i] for i in idx], conn.limits)
+            _, rmeta = conn.request_into(op, meta, wire.reply_meta_size(op, len(idx)), (), deadline)
+            return [bool(f) for f in wire.decode_flags(rmeta, len(idx))]
 
         return self._batched(keys, [0] * len(keys), go, False, what)
 
@@ -295,7 +296,9 @@ class NodeClient:
 
         def go(conn: Connection, deadline: float, idx: list[int]) -> list[SlotRef]:
             meta = wire.encode_get([(keys[i], want[i]) for i in idx], conn.limits)
-            _, rmeta = conn.request(Op.LOOKUP, meta, (), deadline)
+            _, rmeta = conn.request_into(
+                Op.LOOKUP, meta, wire.reply_meta_size(Op.LOOKUP, len(idx)), (), deadline
+            )
             return wire.decode_lookup_reply(rmeta, len(idx))
 
         return self._batched(keys, [0] * len(keys), go, SlotRef(False), "lookup")
@@ -367,7 +370,14 @@ class NodeClient:
             conn.limits,
             hint,
         )
-        _, rmeta = conn.request(Op.PUT, meta, [v for vs in views for v in vs], deadline)
+        _, rmeta = conn.request_into(
+            Op.PUT,
+            meta,
+            wire.reply_meta_size(Op.PUT, len(items)),
+            (),
+            deadline,
+            [v for vs in views for v in vs],
+        )
         return [bool(f) for f in wire.decode_flags(rmeta, len(items))]
 
     def _get_tcp(self, conn: Connection, deadline: float, items: list[Item]) -> list[bool]:
@@ -390,7 +400,9 @@ class NodeClient:
         keys = [k for k, _ in items]
         sizes = [_nbytes(parts) for _, parts in items]
         meta = wire.encode_get(list(zip(keys, sizes, strict=True)), conn.limits)
-        _, rmeta = conn.request(Op.LOOKUP, meta, (), deadline)
+        _, rmeta = conn.request_into(
+            Op.LOOKUP, meta, wire.reply_meta_size(Op.LOOKUP, len(keys)), (), deadline
+        )
         refs = wire.decode_lookup_reply(rmeta, len(items))
         live = [i for i, r in enumerate(refs) if r.found and r.size == sizes[i]]
         if not live:
@@ -433,7 +445,7 @@ class NodeClient:
         meta = wire.encode_put(
             [(k, n, obj_type) for (k, _), n in zip(items, sizes, strict=True)], conn.limits, hint
         )
-        _, rmeta = conn.request(Op.ALLOC, meta, (), deadline)
+        _, rmeta = conn.request_into(Op.ALLOC, meta, wire.reply_meta_size(Op.ALLOC, len(items)), (), deadline)
         slots = wire.decode_alloc_reply(rmeta, len(items))
         out = [status == RESERVED_PRESENT for status, _, _ in slots]
         fresh = [i for i, (status, _, _) in enumerate(slots) if status == RESERVED_NEW]
@@ -444,7 +456,13 @@ class NodeClient:
             (items[i][0], slots[i][2] if ok else slots[i][2] | _ABORT)
             for i, ok in zip(fresh, flags, strict=True)
         ]
-        _, cmeta = conn.request(Op.COMMIT, wire.encode_commit(commits, conn.limits), (), deadline)
+        _, cmeta = conn.request_into(
+            Op.COMMIT,
+            wire.encode_commit(commits, conn.limits),
+            wire.reply_meta_size(Op.COMMIT, len(commits)),
+            (),
+            deadline,
+        )
         for i, ok in zip(fresh, wire.decode_flags(cmeta, len(commits)), strict=True):
             out[i] = bool(ok)
         return out

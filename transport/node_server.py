@@ -492,9 +492,10 @@ class NodeServer:
         except ProtocolError:
             self.errors["protocol"] += 1
             self._reply_error(sock, h.req_id, Status.BAD_REQUEST, op)
-            # meta fully read and no payload: the stream is still in sync; but a GET's client
-            # waits for the whole reply its request announced: closing tells it now
-            return op is not Op.GET
+            # the stream is still in sync (meta fully read, no payload), but a client waits for
+            # the whole reply its request announced (``Connection.request_into``): closing tells
+            # it now, not at its deadline
+            return False
         self._send(sock, op, Status.OK, h.req_id, reply, deadline=deadline)
         return True
 
@@ -591,14 +592,15 @@ class NodeServer:
 
     def _read_at(self, sock: socket.socket, h: FrameHeader, meta: bytearray, deadline: float) -> bool:
         extents = wire.decode_extents(meta, self.limits)
+        if sum(n for _, n in extents) > self.limits.max_payload:  # the reply carries every extent
+            raise ProtocolError(f"READ_AT over the payload limit {self.limits.max_payload}")
         view = self.store.view
         flags = []
-        bodies = []
+        bodies: list[memoryview] = []
         for off, n in extents:
             ok = off + n <= self.arena_size and self.store.readable(off, n)
             flags.append(ok)
-            if ok:
-                bodies.append(view[off : off + n])
+            bodies.extend([view[off : off + n]] if ok else zeros(n))  # zeros: as a GET's miss
         self._send(sock, Op.READ_AT, Status.OK, h.req_id, wire.encode_flags(flags), bodies, deadline)
         return True
 

@@ -51,21 +51,13 @@ class TcpEngine:
         ok = False
         try:
             meta = wire.encode_extents(extents, conn.limits)
+            op = wire.Op.WRITE_AT if write else wire.Op.READ_AT
+            reply_meta = wire.reply_meta_size(op, len(items))
             if write:
-                _, rmeta = conn.request(wire.Op.WRITE_AT, meta, parts, deadline)
-                flags = wire.decode_flags(rmeta, len(items))
-            else:
-                _, rmeta = conn.request(wire.Op.READ_AT, meta, (), deadline)
-                flags = wire.decode_flags(rmeta, len(items))
-                conn.recv_into_all(
-                    [
-                        as_bytes_view(p)
-                        for flag, (_, ps) in zip(flags, items, strict=True)
-                        if flag
-                        for p in ps
-                    ],
-                    deadline,
-                )
+                _, rmeta = conn.request_into(op, meta, reply_meta, (), deadline, parts)
+            else:  # the reply carries every extent (zeros where one is not readable): one receive
+                _, rmeta = conn.request_into(op, meta, reply_meta, parts, deadline)
+            flags = wire.decode_flags(rmeta, len(items))
             ok = True
             return [bool(f) for f in flags]
         except (TransportError, OSError, TimeoutError):

@@ -21,8 +21,9 @@ from .errors import ProtocolError
 
 MAGIC = 0x484D  # "HM"
 # 2: LOOKUP carries expected sizes and answers body + header offsets; PUT/ALLOC may end with a SetHint.
-# 3: a GET reply's payload is every requested size, zeros in place of an object not served, so a
-#    client knows the reply's length before it arrives and receives it in one call.
+# 3: a GET (READ_AT) reply's payload is every requested size (extent), zeros in place of an object
+#    not served, so a client knows the reply's length before it arrives and receives it in one
+#    call; a refused request closes its connection.
 VERSION = 3
 HEADER = struct.Struct("!HBBHHQIQ")
 HEADER_SIZE = HEADER.size  # 28
@@ -315,9 +316,28 @@ def encode_get_reply(entries: Sequence[tuple[bool, int, int]]) -> bytes:
     return _U32.pack(len(entries)) + b"".join(_GET_RESP.pack(int(f), s, t) for f, s, t in entries)
 
 
+_REPLY_ENTRY_SIZES = {
+    Op.EXISTS: 1,  # encode_flags
+    Op.REMOVE: 1,
+    Op.PUT: 1,
+    Op.COMMIT: 1,
+    Op.READ_AT: 1,
+    Op.WRITE_AT: 1,
+    Op.GET: _GET_RESP.size,
+    Op.LOOKUP: _LOOKUP_RESP.size,
+    Op.ALLOC: _ALLOC_RESP.size,
+}
+
+
 def get_reply_sizes(items: Sequence[tuple[str, int]]) -> tuple[int, int]:
     """(meta bytes, payload bytes) of the reply to a GET of ``items`` (key, expected size)."""
-    return _U32.size + len(items) * _GET_RESP.size, sum(size for _, size in items)
+    return reply_meta_size(Op.GET, len(items)), sum(size for _, size in items)
+
+
+def reply_meta_size(op: Op, n: int) -> int:
+    """Meta bytes of the successful reply to a request of ``n`` items of ``op``, for the ops whose
+    reply is fixed by their request (a counted list of fixed-size entries); KeyError for others."""
+    return _U32.size + n * _REPLY_ENTRY_SIZES[op]
 
 
 def decode_get_reply(meta: bytes | bytearray | memoryview, expected: int) -> list[tuple[bool, int, int]]:

@@ -131,6 +131,11 @@ def test_engine_level_read_write(cluster: Cluster, engine: str) -> None:
         out = bytearray(len(payload))
         assert eng.read(seg.node_id, [(offset, [memoryview(out)])], time.monotonic() + 2) == [True]
         assert out == payload
+        if engine == "tcp":  # the node answers every extent: zeros in place of one it may not serve
+            free, again = bytearray(b"\xee" * 4096), bytearray(len(payload))
+            extents = [(offset + (1 << 20), [memoryview(free)]), (offset, [memoryview(again)])]
+            assert eng.read(seg.node_id, extents, time.monotonic() + 2) == [False, True]
+            assert free == bytes(4096) and again == payload
     finally:
         eng.close()
         c.close()
