@@ -133,11 +133,12 @@ class Connection:
     def request(
         self, op: Op, meta: bytes, payload: Sequence[memoryview] = (), deadline: float | None = None
     ) -> tuple[FrameHeader, bytearray]:
-        """Send one request and read the reply's header and meta; the reply payload (if any)
-        is left on the socket for the caller to ``recv_into``."""
+        """Send one request and read its reply, header then meta (a reply with a payload is a
+        ``ProtocolError``: those are received by :meth:`request_into`). For the requests whose
+        reply's length is not known before it arrives (CLEAR, STATS, PING, RDMA_CONNECT)."""
         deadline = deadline if deadline is not None else time.monotonic() + self.opts.timeout_s
         rid = self._send_request(op, meta, payload, deadline)
-        h, rmeta = self._read_reply(deadline)
+        h, rmeta = self._read_reply(deadline, allow_payload=False)
         return self._checked(h, rid), rmeta
 
     def request_into(
@@ -160,7 +161,16 @@ class Connection:
         rid = self._send_request(op, meta, payload, deadline)
         head = bytearray(wire.HEADER_SIZE)
         rmeta = bytearray(reply_meta)
-        recv_into_all(self.sock, [memoryview(head), memoryview(rmeta), *into], deadline)
+        try:
+            recv_into_all(self.sock, [memoryview(head), memoryview(rmeta), *into], deadline)
+        except PeerUnavailable:  # closed after its answer: a refusal, not a dead node
+            try:
+                h = wire.unpack_header(head, self.limits)
+            except ProtocolError:
+                raise  # the PeerUnavailable: no whole header came
+            if h.req_id == rid and h.status != Status.OK:
+                raise _refused(h) from None
+            raise
         h = self._checked(wire.unpack_header(head, self.limits), rid)
         if h.meta_len != reply_meta or h.payload_len != sum(len(v) for v in into):
             raise ProtocolError(
@@ -181,9 +191,7 @@ class Connection:
         if h.req_id != rid:
             raise ProtocolError(f"reply id {h.req_id} does not match request {rid}")
         if h.status != Status.OK:
-            raise RequestRefused(
-                f"node answered {Status(h.status).name if h.status in Status._value2member_map_ else h.status}"
-            )
+            raise _refused(h)
         return h
 
     def idle_usable(self) -> bool:
@@ -199,6 +207,11 @@ class Connection:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+def _refused(h: FrameHeader) -> RequestRefused:
+    name = Status(h.status).name if h.status in Status._value2member_map_ else h.status
+    return RequestRefused(f"node answered {name}")
 
 
 class ConnectionPool:

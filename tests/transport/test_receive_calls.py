@@ -18,7 +18,7 @@ import pytest
 from transport_procs import SECRET, NodeProc
 
 from hicache_mooncake.transport import ClientOptions, NodeClient, wire
-from hicache_mooncake.transport.errors import PeerUnavailable
+from hicache_mooncake.transport.errors import RequestRefused
 
 pytestmark = pytest.mark.integration
 OBJECTS = 16
@@ -140,7 +140,7 @@ def test_a_get_the_node_refuses_fails_at_once_not_at_the_deadline(make_node: Cal
         items = [("absent", 2 << 20)]
         reply_meta, reply_bytes = wire.get_reply_sizes(items)
         start = time.monotonic()
-        with pytest.raises(PeerUnavailable):
+        with pytest.raises(RequestRefused, match="BAD_REQUEST"):  # it answered: not a dead node
             conn.request_into(
                 wire.Op.GET, wire.encode_get(items, conn.limits), reply_meta,
                 [memoryview(bytearray(reply_bytes))], time.monotonic() + 20,
@@ -148,5 +148,9 @@ def test_a_get_the_node_refuses_fails_at_once_not_at_the_deadline(make_node: Cal
         assert time.monotonic() - start < 5
         client.pool.release(conn, False, peer_alive=True)
         assert client.ping()  # the node itself goes on
+        # through the client: a get the node refuses is a miss at once, the node not marked down
+        start = time.monotonic()
+        assert client.get_batch_into([("absent", [memoryview(bytearray(2 << 20))])]) == [False]
+        assert time.monotonic() - start < 5 and client.ping()
     finally:
         client.close()
