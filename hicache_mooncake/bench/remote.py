@@ -162,7 +162,7 @@ _RAW_REQUEST = struct.Struct("!BQQ")  # op (1 put, 2 get), bytes, offset into th
 def _serve_raw_conn(conn: socket.socket, store: memoryview) -> None:
     """One connection of the raw server: a put's bytes land in ``store`` at the request's offset,
     a get sends them back from there (the bytes that were put, from memory the size of what the
-    series stores, as the node serves them: not one reused buffer that stays in the CPU cache)."""
+    series stores, as the node serves them; not one reused buffer)."""
     with conn:
         req = bytearray(_RAW_REQUEST.size)
         while True:
