@@ -100,7 +100,7 @@ class Connection:
             raise
 
     def _handshake(self, deadline: float) -> dict[str, Any]:
-        h, meta = self._read_reply(deadline, allow_payload=False)
+        h, meta = self._read_reply(deadline)
         if h.op != Op.CHALLENGE or len(meta) != auth.NONCE_LEN:
             raise ProtocolError("peer did not send a challenge")
         cnonce = auth.new_nonce()
@@ -108,7 +108,7 @@ class Connection:
         rid = next(_req_ids)
         head = wire.pack_header(FrameHeader(Op.AUTH, 0, rid, len(proof) + len(cnonce), 0))
         send_all(self.sock, [memoryview(head), memoryview(proof + cnonce)], deadline)
-        h, meta = self._read_reply(deadline, allow_payload=False)
+        h, meta = self._read_reply(deadline)
         if h.status == Status.AUTH_FAILED:
             raise AuthError("node refused our shared secret")
         if h.op != Op.AUTH or h.status != Status.OK or len(meta) < auth.PROOF_LEN:
@@ -124,9 +124,11 @@ class Connection:
         self.limits = _stricter(self.opts.limits, info.get("limits"))
         return info
 
-    def _read_reply(self, deadline: float, allow_payload: bool = True) -> tuple[FrameHeader, bytearray]:
+    def _read_reply(self, deadline: float) -> tuple[FrameHeader, bytearray]:
+        """A reply's header, then its meta; a reply with a payload is a ``ProtocolError`` (those
+        are received by :meth:`request_into`)."""
         h = wire.unpack_header(recv_exact(self.sock, wire.HEADER_SIZE, deadline), self.limits)
-        if h.payload_len and not allow_payload:
+        if h.payload_len:
             raise ProtocolError("unexpected payload")
         return h, recv_exact(self.sock, h.meta_len, deadline)
 
@@ -138,7 +140,7 @@ class Connection:
         reply's length is not known before it arrives (CLEAR, STATS, PING, RDMA_CONNECT)."""
         deadline = deadline if deadline is not None else time.monotonic() + self.opts.timeout_s
         rid = self._send_request(op, meta, payload, deadline)
-        h, rmeta = self._read_reply(deadline, allow_payload=False)
+        h, rmeta = self._read_reply(deadline)
         return self._checked(h, rid), rmeta
 
     def request_into(
@@ -164,20 +166,27 @@ class Connection:
         try:
             recv_into_all(self.sock, [memoryview(head), memoryview(rmeta), *into], deadline)
         except PeerUnavailable:  # closed after its answer: a refusal, not a dead node
-            try:
-                h = wire.unpack_header(head, self.limits)
-            except ProtocolError:
-                raise  # the PeerUnavailable: no whole header came
-            if h.req_id == rid and h.status != Status.OK:
-                raise _refused(h) from None
+            refusal = self._refusal(head, rid)
+            if refusal is not None:
+                raise refusal from None
             raise
         h = self._checked(wire.unpack_header(head, self.limits), rid)
-        if h.meta_len != reply_meta or h.payload_len != sum(len(v) for v in into):
+        payload_len = sum(len(v) for v in into)
+        if h.meta_len != reply_meta or h.payload_len != payload_len:
             raise ProtocolError(
                 f"reply of {h.meta_len} + {h.payload_len} bytes where its request announced "
-                f"{reply_meta} + {sum(len(v) for v in into)}"
+                f"{reply_meta} + {payload_len}"
             )
         return h, rmeta
+
+    def _refusal(self, head: bytearray, rid: int) -> RequestRefused | None:
+        """The refusal in a reply header that arrived before its connection closed (None: no
+        whole header of this request's reply came, or it was no refusal)."""
+        try:
+            h = wire.unpack_header(head, self.limits)
+        except ProtocolError:
+            return None
+        return _refused(h) if h.req_id == rid and h.status != Status.OK else None
 
     def _send_request(self, op: Op, meta: bytes, payload: Sequence[memoryview], deadline: float) -> int:
         rid = next(_req_ids)

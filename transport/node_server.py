@@ -553,14 +553,14 @@ class NodeServer:
             entries = [(p is not None, p.size if p else 0, p.obj_type if p else 0) for p in pins]
             view = self.store.view
             bodies: list[memoryview] = []
-            hit_bytes = 0
+            hits = hit_bytes = 0
             for (_key, want), p in zip(items, pins, strict=True):
                 if p is not None:  # pinned at the requested size (the store checks)
                     bodies.append(view[p.offset : p.offset + p.size])
+                    hits += 1
                     hit_bytes += p.size
                 else:
                     bodies.extend(zeros(want))
-            hits = sum(1 for p in pins if p is not None)
             self._count(conn, lookups=len(items), lookup_hits=hits, lookup_hit_bytes=hit_bytes)
             self._send(
                 conn.sock, Op.GET, Status.OK, h.req_id, wire.encode_get_reply(entries), bodies, deadline

@@ -114,13 +114,18 @@ def discarded(n: int) -> list[memoryview]:
     """Views that take ``n`` bytes a receiver does not want (a body of an object it refused), to
     receive among the wanted ones: one shared scratch buffer, as often as needed (what lands in
     it is never read)."""
-    return [_DRAIN[: min(len(_DRAIN), n - off)] for off in range(0, n, len(_DRAIN))]
+    return _covering(_DRAIN, n)
 
 
 def zeros(n: int) -> list[memoryview]:
     """Views of ``n`` zero bytes to send (in place of an object a GET does not serve): one shared
     read-only buffer, as often as needed."""
-    return [_ZEROS[: min(len(_ZEROS), n - off)] for off in range(0, n, len(_ZEROS))]
+    return _covering(_ZEROS, n)
+
+
+def _covering(buf: memoryview, n: int) -> list[memoryview]:
+    """Slices of ``buf`` (from its start, reused) adding up to ``n`` bytes."""
+    return [buf[: min(len(buf), n - off)] for off in range(0, n, len(buf))]
 
 
 def drain(sock: socket.socket, n: int, deadline: float | None) -> None:
