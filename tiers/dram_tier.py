@@ -45,7 +45,7 @@ from hicache_mooncake.transport.object_header import (
 )
 
 from .dram_arena import DramArena
-from .parts import Parts, gather, parts_nbytes, scatter
+from .parts import Parts, gather, pages_sizes, scatter
 from .policy import DEFAULT_CONTEXT, AccessContext
 from .slab_allocator import SlabAllocator, slot_size_for
 from .tier import Tier
@@ -266,7 +266,7 @@ class DramTier(Tier):
             index = self._index
             results = [item[0] in index for item in items]
             fresh = [i for i, present in enumerate(results) if not present]
-            sizes = [parts_nbytes(items[i][1]) for i in fresh]
+            sizes = pages_sizes([items[i][1] for i in fresh])
             offsets = self._alloc_batch_locked(sizes)
         reserved = [
             (i, offset, nbytes)
@@ -373,18 +373,19 @@ class DramTier(Tier):
         """Look up and pin the whole batch under one lock hold, copy out, unpin under one hold."""
         results = [False] * len(items)
         pinned: list[tuple[int, int, int]] = []
+        sizes = pages_sizes([item[1] for item in items])
         with self._lock:
             if self._closed:
                 return results
             index, hits, pins = self._index, self._hits, self._pins
             misses = mismatched = 0
-            for i, (key, parts, _ctx) in enumerate(items):
+            for i, (key, _parts, _ctx) in enumerate(items):
                 entry = index.get(key)
                 if entry is None:
                     misses += 1
                     continue
                 offset, nbytes = entry[0], entry[1]
-                if parts_nbytes(parts) != nbytes:
+                if sizes[i] != nbytes:
                     mismatched += 1
                     continue
                 hits[key] = hits.get(key, 0) + 1

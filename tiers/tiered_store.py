@@ -74,7 +74,7 @@ from typing import Any, TypeVar, cast
 from .dram_tier import DramTier
 from .layout import CallGate, TierLayout
 from .mover import Mover
-from .parts import Parts, parts_nbytes
+from .parts import Parts, pages_sizes
 from .policy import AccessContext, EvictionPolicy, ObjectType
 from .policy.contexts import get_contexts, miss_context, set_contexts
 from .policy.hints import Hints
@@ -394,7 +394,7 @@ class TieredStore:
         if not keys:
             return []
         deadline = self._deadline(deadline)
-        sizes = list(map(parts_nbytes, parts))
+        sizes = pages_sizes(parts)
         with self._lock:
             request_len = self._request_len.get(keys[0], 0)
         ctxs = get_contexts(keys, sizes, request_len, obj_type=obj_type)
@@ -486,12 +486,14 @@ class TieredStore:
             return []
         # frozen, or the tenant being cleared: nothing is written, promotions included
         frozen = self.frozen or bool(self.clearing and self.tenant_of(keys[0]) in self.clearing)
+        dram, ssd = self.dram, self.ssd  # one layout for the whole call
         hot = [
             bool(
                 not frozen
                 and done[i]
                 and tier is not None
-                and tier is not self.dram
+                and tier is not dram
+                and dram is not None
                 and tier.should_promote(key, ctxs[i])
             )
             for i, (key, tier) in enumerate(zip(keys, level_of, strict=True))
@@ -500,22 +502,23 @@ class TieredStore:
         with self._lock:
             placement = self._placement_for(nbytes)
             self._forget_reclaimed(placement)
+            hit = placement.hit
             for i, key in enumerate(keys):
                 tier = level_of[i]
                 if not done[i]:
                     if tier is None and key in placement:
                         placement.remove(key)  # bookkeeping said resident, no tier served it
                     continue
-                up = hot[i] and self.dram is not None
-                before = placement.hit(key, ctxs[i], promote=up)
+                up = hot[i]
+                before = hit(key, ctxs[i], up)
                 if before is None:
-                    if tier is self.dram or tier is self.ssd or up:
-                        where = DRAM if tier is self.dram or up else SSD
+                    if tier is dram or tier is ssd or up:
+                        where = DRAM if tier is dram or up else SSD
                         if not placement.adopt(key, ctxs[i]._replace(promoted=True), where):
                             continue
                     else:
                         continue  # a pool hit that stays in the pool
-                if tier is not self.dram and placement.tier_of(key) == DRAM:
+                if tier is not dram and placement.tier_of(key) == DRAM:
                     promote.append(i)
         return promote
 
@@ -543,7 +546,7 @@ class TieredStore:
             self._tenant_count(keys[0], set_pages=len(keys), set_refused_frozen=len(keys))
             return [False] * len(keys)
         deadline = self._deadline(deadline)
-        sizes = list(map(parts_nbytes, parts))
+        sizes = pages_sizes(parts)
         ctxs = set_contexts(keys, prefix_len or 0, prev_key, sizes, obj_type=obj_type)
         kept = (
             self._put_local(keys, parts, ctxs, sizes, deadline, supersedes)
@@ -729,12 +732,10 @@ class TieredStore:
             self._forget_reclaimed(placement)
             if supersedes:
                 placement.supersede(supersedes, keys[-1])
-            outcomes = []
-            for key, ctx in zip(keys, ctxs, strict=True):
-                outcome = placement.set(key, ctx)
-                if outcome == SetOutcome.REFUSED:
-                    self.counts["not_admitted"] += 1
-                outcomes.append(outcome)
+            outcomes = placement.set_batch(keys, ctxs)
+            refused = outcomes.count(SetOutcome.REFUSED)
+            if refused:
+                self.counts["not_admitted"] += refused
             drops, demote = placement.settle()
         return outcomes, drops, demote
 

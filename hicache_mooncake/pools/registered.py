@@ -3,7 +3,8 @@ move its pages zero-copy: its provider, a bounds-checked map of its buffers, its
 (once the key space is final) its keys.
 
 ``page_parts`` is the only way from SGLang's host indices to memory, and it refuses, before any
-pointer is made, an index count that is not ``pages * page_size`` and an index outside the pool;
+pointer is made, an index count that is not ``pages * page_size`` and an addressed index outside
+the pool (with ``AffineRuns`` a page is addressed by its first index, as by SGLang's own method);
 then every run SGLang's pool class computes must lie inside the pool's registered buffers.
 A refusal raises ``HostRangeError``; callers turn it into a miss / False.
 """
@@ -64,10 +65,12 @@ class RegisteredPool:
         _ptrs, sizes = self.provider.page_runs(self.pool, torch.arange(self.page_size, dtype=torch.int64))
         return sum(sizes)
 
-    def check_indices(self, host_indices: Any, pages: int) -> np.ndarray:
+    def check_indices(self, host_indices: Any, pages: int, firsts_only: bool = False) -> np.ndarray:
         """Refuse host indices SGLang should never send: a count that is not ``pages x
         page_size``, a non-integer tensor, an index outside ``[0, pool.size)``. Returns them as
-        an int64 array (``index_array``: no GIL given up on the way)."""
+        an int64 array (``index_array``: no GIL given up on the way). ``firsts_only``: the caller
+        addresses each page by its first index alone (``AffineRuns``, as SGLang's own method):
+        only those are checked, each with the ``page_size`` slots it addresses."""
         numel = getattr(host_indices, "numel", None)
         if not callable(numel):
             raise HostRangeError("host indices are not a tensor", type(host_indices).__name__)
@@ -83,7 +86,11 @@ class RegisteredPool:
             raise HostRangeError("host indices are not integers", str(host_indices.dtype)) from None
         if count == 0:
             return values
-        low, high = bounds(values)
+        if firsts_only:
+            low, high = bounds(values[:: self.page_size])
+            high += self.page_size - 1
+        else:
+            low, high = bounds(values)
         size = self.index_limit
         if low < 0 or (size is not None and high >= size):
             raise HostRangeError("host index outside the pool", f"[{low}, {high}] in a pool of {size} slots")
@@ -91,10 +98,10 @@ class RegisteredPool:
 
     def page_parts(self, host_indices: Any, pages: int) -> list[list[Any]]:
         """One list of byte views (memoryviews into the pool) per page, zero-copy."""
-        values = self.check_indices(host_indices, pages)
+        affine = self.affine_runs
+        values = self.check_indices(host_indices, pages, firsts_only=affine is not None)
         if pages == 0 or not self.holds_bytes:
             return [[] for _ in range(pages)]
-        affine = self.affine_runs
         if affine is not None:
             ptrs, sizes = affine.runs(values, pages)
         else:

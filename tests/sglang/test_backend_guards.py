@@ -47,6 +47,27 @@ def test_out_of_range_host_indices_are_a_miss_with_one_log_line_not_a_crash(prin
     backend.close()
 
 
+def test_a_page_that_runs_past_the_pool_end_is_refused_though_its_first_index_is_inside(printed_lines):
+    """SGLang's MHA pools address a page by its first index (the affine path checks those, each
+    with the page's slots): a last page starting inside the pool but ending past it is refused."""
+    backend, host = make_backend()
+    pool = backend._kv_pool()
+    assert pool.affine_runs is not None  # the path this test is about
+    limit = pool.index_limit
+    straddling = torch.arange(limit - PS + 1, limit + 1)
+    assert backend.batch_set_v1(keys(1, "s"), straddling) == [False]
+    assert backend.batch_get_v1(keys(1, "s"), straddling) == [False]
+    assert len(refusals(printed_lines)) == 2
+    last = torch.arange(limit - PS, limit)  # the last whole page: served
+    fill_random_pages(host, last, seed=6)
+    want = page_snapshot(host, last)
+    assert backend.batch_set_v1(keys(1, "l"), last) == [True]
+    fill_random_pages(host, last, seed=7)
+    assert backend.batch_get_v1(keys(1, "l"), last) == [True]
+    assert all(torch.equal(a, b) for a, b in zip(page_snapshot(host, last), want, strict=True))
+    backend.close()
+
+
 def test_an_index_count_that_is_not_keys_times_page_size_is_refused(printed_lines):
     """On main one page of indices for two keys stored K as one page and V as the other, and three
     pages for two keys stored 1.5 pages each: True, and garbage under both keys."""

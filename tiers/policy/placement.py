@@ -35,10 +35,10 @@ from __future__ import annotations
 import enum
 import itertools
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .base import AccessContext, EvictionPolicy
+from .base import TRAILING_TYPES, AccessContext, EvictionPolicy
 from .hints import Hints
 from .quotas import TenantLedger
 from .superseded import SupersededSet
@@ -149,49 +149,65 @@ class TierPlacement:
     # ------------------------------------------------------------------ decisions
     def set(self, key: str, ctx: AccessContext) -> SetOutcome:
         """A write of ``key`` (one policy call); see ``SetOutcome`` for what to copy."""
+        return self.set_batch((key,), (ctx,))[0]
+
+    def set_batch(self, keys: Sequence[str], ctxs: Sequence[AccessContext]) -> list[SetOutcome]:
+        """``set`` of each key in turn (the same decisions, in one pass: per key, the policy is
+        the only call unless room must be made, a tenant has a share or the object is trailing)."""
         if self.capacity <= 0:
-            return SetOutcome.REFUSED
-        before = self.tier_of(key)
-        if not self.policy.on_set(key, ctx):
-            self.superseded.gone(key)  # a superseder that is not kept supersedes nothing
-            return SetOutcome.REFUSED
-        to_dram = self.dram_capacity > 0
-        if before is None:
-            size = self._shared_size(ctx.size or 1)
-            self._size[key] = size
-            self.used += size
-            if to_dram:  # a new page goes straight to DRAM: one ledger event, not two
-                self._dram[key] = size
-                self.dram_used += size
-                self.ledger.placed_in_dram(key, size)
+            return [SetOutcome.REFUSED] * len(keys)
+        on_set, ledger, superseded = self.policy.on_set, self.ledger, self.superseded
+        resident, dram, sizes = self._size, self._dram, self._sizes
+        to_dram, type_aware = self.dram_capacity > 0, self.type_aware
+        out: list[SetOutcome] = []
+        for key, ctx in zip(keys, ctxs, strict=True):
+            before = DRAM if key in dram else SSD if key in resident else None
+            if not on_set(key, ctx):
+                superseded.gone(key)  # a superseder that is not kept supersedes nothing
+                out.append(SetOutcome.REFUSED)
+                continue
+            if before is None:
+                size = ctx.size or 1
+                size = sizes.get(size) or self._shared_size(size)
+                resident[key] = size
+                self.used += size
+                if to_dram:  # a new page goes straight to DRAM: one ledger event, not two
+                    dram[key] = size
+                    self.dram_used += size
+                    ledger.placed_in_dram(key, size)
+                else:
+                    ledger.placed(key, size)
+            elif to_dram:
+                self._to_dram(key)
+            if type_aware and ctx.obj_type in TRAILING_TYPES:
+                superseded.stored(key, ctx.obj_type)
+            if self.used > self.capacity or ledger.limited:
+                self._make_room()
+                if key not in resident:
+                    out.append(SetOutcome.REFUSED)
+                    continue
+            if not to_dram:
+                out.append(SetOutcome.NEW_SSD if before is None else SetOutcome.HELD)
+            elif before is None:
+                out.append(SetOutcome.NEW_DRAM)
             else:
-                self.ledger.placed(key, size)
-        elif to_dram:
-            self._to_dram(key)
-        if self.type_aware:
-            self.superseded.stored(key, ctx.obj_type)
-        if not to_dram:
-            self._make_room()
-            if key not in self._size:
-                return SetOutcome.REFUSED
-            return SetOutcome.NEW_SSD if before is None else SetOutcome.HELD
-        self._make_room()
-        if key not in self._size:
-            return SetOutcome.REFUSED
-        if before is None:
-            return SetOutcome.NEW_DRAM
-        return SetOutcome.UP if before == SSD else SetOutcome.HELD
+                out.append(SetOutcome.UP if before == SSD else SetOutcome.HELD)
+        return out
 
     def hit(self, key: str, ctx: AccessContext, promote: bool = True) -> str | None:
         """A read of ``key`` (one policy call); returns its tier before the read (None: unknown,
         nothing recorded). With ``promote`` an SSD page is placed in DRAM again."""
-        tier = self.tier_of(key)
+        tier = DRAM if key in self._dram else SSD if key in self._size else None
         if tier is None:
             return None
         self.policy.on_hit(key, ctx)
-        if self.type_aware:
+        if self.type_aware and key in self.superseded.trailing:
             self.superseded.used(key)
-        if tier == DRAM or (promote and self.dram_capacity > 0):
+        if tier == DRAM:
+            self._dram.move_to_end(key)
+            if self.ledger.ordered:
+                self.ledger.touched_dram(key)
+        elif promote and self.dram_capacity > 0:
             self._to_dram(key)
         return tier
 

@@ -72,6 +72,12 @@ class TenantLedger:
         self._ssd_order: dict[str, OrderedDict[str, int]] = {t: OrderedDict() for t in self.shares}
         self._dram_limit: dict[str, int] = {}
         self._ssd_limit: dict[str, int] = {}
+        self.limited = False
+        """Some tenant has a share below 1 (``over_share_*`` may return pages); the placement
+        skips asking them per key while this is False."""
+        self.ordered = bool(self.shares)
+        """Per-tenant recency orders are kept (some tenant has a share): ``touched_dram`` is a
+        no-op while this is False."""
 
     # ------------------------------------------------------------------ limits
     def set_capacity(self, capacity: int, dram_capacity: int) -> None:
@@ -79,6 +85,7 @@ class TenantLedger:
         ssd = max(capacity - dram_capacity, 0)
         self._dram_limit = {t: int(s.dram * dram_capacity) for t, s in self.shares.items() if s.dram < 1.0}
         self._ssd_limit = {t: int(s.ssd * ssd) for t, s in self.shares.items() if s.ssd < 1.0}
+        self.limited = bool(self._dram_limit or self._ssd_limit)
 
     # ------------------------------------------------------------------ events (the placement)
     def _name(self, key: str) -> str:

@@ -27,7 +27,7 @@ from .base import TRAILING_TYPES, ObjectType
 
 class SupersededSet:
     def __init__(self) -> None:
-        self._trailing: set[str] = set()  # resident trailing-type keys not read since stored
+        self.trailing: set[str] = set()  # resident trailing-type keys not read since stored
         self._reads: dict[str, int] = {}  # resident trailing-type keys read -> reads (1; 2 = shared)
         self._by: OrderedDict[str, str] = OrderedDict()  # superseded key -> superseder, oldest first
         self._of: dict[str, set[str]] = {}  # superseder -> the keys it superseded
@@ -41,16 +41,16 @@ class SupersededSet:
     def stored(self, key: str, obj_type: ObjectType) -> None:
         """``key`` was set (new or again): a trailing one is tracked and not superseded."""
         if obj_type in TRAILING_TYPES and self._reads.get(key, 0) < 2:
-            self._trailing.add(key)
+            self.trailing.add(key)
             self._unmark(key)
 
     def used(self, key: str) -> None:
         """``key`` was read: a request ends there, so it is not stale (and never again once read
         twice)."""
-        if key in self._trailing:
+        if key in self.trailing:
             reads = self._reads[key] = self._reads.get(key, 0) + 1
             if reads >= 2:
-                self._trailing.discard(key)
+                self.trailing.discard(key)
             self._unmark(key)
 
     def _unmark(self, key: str) -> None:
@@ -61,7 +61,7 @@ class SupersededSet:
     def supersede(self, keys: Iterable[str], by: str) -> None:
         """The resident trailing objects among ``keys`` are made stale by ``by`` (a later one)."""
         for key in keys:
-            if key == by or key not in self._trailing:
+            if key == by or key not in self.trailing:
                 continue
             old = self._by.pop(key, None)
             if old is not None:
@@ -71,7 +71,7 @@ class SupersededSet:
 
     def gone(self, key: str) -> None:
         """``key`` left the placement: forget it; what it superseded is no longer stale."""
-        self._trailing.discard(key)
+        self.trailing.discard(key)
         self._reads.pop(key, None)
         self._unmark(key)
         for stale in self._of.pop(key, ()):
@@ -87,7 +87,7 @@ class SupersededSet:
         return iter(self._by)
 
     def clear(self) -> None:
-        self._trailing.clear()
+        self.trailing.clear()
         self._reads.clear()
         self._by.clear()
         self._of.clear()

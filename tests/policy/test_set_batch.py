@@ -1,0 +1,65 @@
+"""``TierPlacement.set_batch`` makes the decisions ``set`` would make key by key: the same outcomes,
+the same drops and demotions, the same residents and ledger, for every policy, under capacity
+pressure, with tenants' shares and with trailing sidecar objects in the batches."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hicache_mooncake.tiers.policy import ObjectType, make_policy, policy_names
+from hicache_mooncake.tiers.policy.contexts import set_contexts
+from hicache_mooncake.tiers.policy.placement import TierPlacement
+from hicache_mooncake.tiers.policy.quotas import TenantLedger, TenantShare
+
+
+def tenant(key: str) -> str:
+    return key.split(":", 1)[0]
+
+
+def placement(policy: str, shares: bool, dram: int) -> TierPlacement:
+    ledger = TenantLedger(tenant, {"a": TenantShare(dram=0.3, ssd=0.4)} if shares else {})
+    return TierPlacement(make_policy(policy), 60, dram, dram * 3 // 4, ledger=ledger)
+
+
+def workload(seed: int) -> list[tuple[list[str], int, ObjectType]]:
+    """Batches of keys (fresh ones and rewrites of earlier ones), a size and an object type."""
+    rng = random.Random(seed)
+    seen: list[str] = []
+    out = []
+    for b in range(120):
+        who = rng.choice("ab")
+        keys = []
+        for _ in range(rng.randint(1, 9)):
+            key = rng.choice(seen) if seen and rng.random() < 0.3 else f"{who}:{b}:{len(keys)}"
+            if key not in keys:
+                keys.append(key)
+        seen.extend(keys)
+        kind = ObjectType.MAMBA_STATE if rng.random() < 0.2 else ObjectType.KV_PAGE
+        out.append((keys, rng.choice((1, 2, 3)), kind))
+    return out
+
+
+@pytest.mark.parametrize("shares", [False, True], ids=["no-shares", "shares"])
+@pytest.mark.parametrize("dram", [0, 20, 60], ids=["ssd-only", "dram+ssd", "dram-only"])
+@pytest.mark.parametrize("policy", policy_names())
+def test_a_batch_decides_as_its_keys_one_by_one(policy: str, dram: int, shares: bool) -> None:
+    one, many = placement(policy, shares, dram), placement(policy, shares, dram)
+    for seed in range(3):
+        for keys, size, kind in workload(seed):
+            ctxs = set_contexts(keys, 0, None, size, obj_type=kind)
+            singly = [one.set(key, ctx) for key, ctx in zip(keys, ctxs, strict=True)]
+            assert many.set_batch(keys, ctxs) == singly
+            assert many.settle() == one.settle()
+            assert sorted(many.resident_keys()) == sorted(one.resident_keys())
+            assert [many.tier_of(k) for k in keys] == [one.tier_of(k) for k in keys]
+            assert (many.used, many.dram_used) == (one.used, one.dram_used)
+            assert many.ledger.stats() == one.ledger.stats()
+    assert one.used > 0
+
+
+def test_nothing_is_admitted_without_capacity() -> None:
+    p = TierPlacement(make_policy("lru"), 0, 0)
+    keys = ["a", "b"]
+    assert p.set_batch(keys, set_contexts(keys, 0, None, 1)) == [0, 0]
