@@ -624,9 +624,10 @@ class TieredStore:
         to_ssd = [i for i, o in enumerate(outcomes) if o == SetOutcome.NEW_SSD and keys[i] not in dropped]
         failed: list[int] = []
         kept = [None if o == SetOutcome.REFUSED else True for o in outcomes]
-        for i, key in enumerate(keys):
-            if key in dropped:
-                kept[i] = None
+        if dropped:
+            for i, key in enumerate(keys):
+                if key in dropped:
+                    kept[i] = None
         if to_dram and dram is not None:
             failed.extend(self._copy_into_dram(dram, keys, parts, ctxs, to_dram, landed, deadline))
         if to_ssd and (ssd := self.ssd) is not None:

@@ -32,18 +32,42 @@ def test_bench_sglang_verifies_every_page_and_reports_each_side(tmp_path):
     from hicache_mooncake.cli import main
 
     out = tmp_path / "sglang.json"
-    argv = ["bench", "sglang", "--sizes", "1MiB", "--total", "16MiB", "--repeats", "1", "--hybrid", "skip"]
+    argv = [
+        "bench",
+        "sglang",
+        "--sizes",
+        "64KiB,1MiB",
+        "--total",
+        "16MiB",
+        "--repeats",
+        "1",
+        "--hybrid",
+        "skip",
+    ]
     assert main([*argv, "--no-host-cache", "--dir", str(tmp_path), "--json", str(out)]) == 0
     data = json.loads(out.read_text())
-    (row,) = data["per_page_size"]
+    small, row = data["per_page_size"]
     sides = {"ours", "busy", "tier", "file", "memcpy"}
-    assert row["bad_pages"] == dict.fromkeys(sides, 0)
-    assert row["pages_verified"] == dict.fromkeys(sides, row["pages"]) and row["pages"] >= 16
-    for key in (
-        "set_ratio_vs_file", "get_ratio_vs_file", "dram_set_ratio_vs_memcpy", "dram_get_ratio_vs_memcpy",
-        "default_set_ratio_vs_memcpy", "default_get_ratio_vs_memcpy", "busy_set_ratio_vs_alone",
-        "busy_get_ratio_vs_alone",
-    ):  # fmt: skip
-        assert row[key] > 0, key
-    assert data["busy_ratio_vs_alone"] == min(row["busy_set_ratio_vs_alone"], row["busy_get_ratio_vs_alone"])
-    assert data["dram_ratio_vs_memcpy"] > 0 and data["host_cache_ratio_vs_memcpy"] is None
+    for r in (small, row):
+        assert r["bad_pages"] == dict.fromkeys(sides, 0)
+        assert r["pages_verified"] == dict.fromkeys(sides, r["pages"]) and r["pages"] >= 16
+        for key in (
+            "set_ratio_vs_file", "get_ratio_vs_file", "dram_set_ratio_vs_memcpy", "dram_get_ratio_vs_memcpy",
+            "default_set_ratio_vs_memcpy", "default_get_ratio_vs_memcpy", "busy_set_ratio_vs_alone",
+            "busy_get_ratio_vs_alone",
+        ):  # fmt: skip
+            assert r[key] > 0, key
+    assert data["busy_ratio_vs_alone"] == min(
+        r[f"busy_{op}_ratio_vs_alone"] for r in (small, row) for op in ("set", "get")
+    )
+    # the 1-8 MiB figures and the small-page ones each come from their own rows
+    assert data["dram_ratio_vs_memcpy"] == min(
+        row["dram_set_ratio_vs_memcpy"], row["dram_get_ratio_vs_memcpy"]
+    )
+    assert data["small_page_dram_ratio_vs_memcpy"] == min(
+        small["dram_set_ratio_vs_memcpy"], small["dram_get_ratio_vs_memcpy"]
+    )
+    assert data["small_page_default_config_ratio_vs_memcpy"] == min(
+        small["default_set_ratio_vs_memcpy"], small["default_get_ratio_vs_memcpy"]
+    )
+    assert data["host_cache_ratio_vs_memcpy"] is None

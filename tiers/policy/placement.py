@@ -7,7 +7,7 @@ moves bytes as told. Every call is ONE policy call per key:
 
 - ``set(key, ctx) -> SetOutcome``: a write. New pages are placed in DRAM (SSD when there is no
   DRAM); a page placed only on SSD moves up with the call's bytes; a refused admission is
-  ``REFUSED``.
+  ``REFUSED``. ``set_batch`` decides a store call's keys in one pass, as ``set`` one by one.
 - ``hit(key, ctx, promote) -> tier``: a read of a resident page; returns where it was. With
   ``promote`` a page read from SSD is placed in DRAM again (the caller copies it up).
 - ``adopt(key, ctx, tier)``: a page some tier holds but the placement does not know (recovered
