@@ -10,7 +10,7 @@ import pytest
 
 from hicache_mooncake.tiers.policy import ObjectType, make_policy, policy_names
 from hicache_mooncake.tiers.policy.contexts import set_contexts
-from hicache_mooncake.tiers.policy.placement import TierPlacement
+from hicache_mooncake.tiers.policy.placement import SetOutcome, TierPlacement
 from hicache_mooncake.tiers.policy.quotas import TenantLedger, TenantShare
 
 
@@ -63,3 +63,27 @@ def test_nothing_is_admitted_without_capacity() -> None:
     p = TierPlacement(make_policy("lru"), 0, 0)
     keys = ["a", "b"]
     assert p.set_batch(keys, set_contexts(keys, 0, None, 1)) == [0, 0]
+
+
+def test_an_lru_placement_keeps_the_most_recent_keys_of_its_batches() -> None:
+    """A model of the outcome, independent of ``set``: with LRU over DRAM only, after any sequence
+    of batches the resident keys are the ``capacity`` most recently set distinct keys (a key set
+    again moves to the front), and a key is new in DRAM exactly when it was not resident at its
+    own set (earlier keys of a long batch may have pushed it out), held otherwise."""
+    capacity = 7
+    p = TierPlacement(make_policy("lru"), capacity, capacity)
+    rng = random.Random(11)
+    order: list[str] = []  # the model: distinct keys, least recent first
+    for b in range(60):
+        keys = list(dict.fromkeys(f"k{rng.randrange(20)}" for _ in range(rng.randint(1, 10))))
+        outcomes = p.set_batch(keys, set_contexts(keys, 0, None, 1))
+        p.settle()
+        want = []
+        for key in keys:
+            want.append(SetOutcome.HELD if key in order else SetOutcome.NEW_DRAM)
+            if key in order:
+                order.remove(key)
+            order.append(key)
+            del order[:-capacity]
+        assert outcomes == want, b
+        assert sorted(p.resident_keys()) == sorted(order), b
