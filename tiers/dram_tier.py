@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -279,9 +279,12 @@ class DramTier(Tier):
         with self._lock:
             if self._closed:
                 return results
-            for i, offset, nbytes in reserved:
-                key, _parts, ctx = items[i]
-                self._publish_locked(key, offset, nbytes, next(self._versions), int(ctx.obj_type))
+            versions = self._versions
+            self._publish_locked(
+                (items[i][0], offset, nbytes, next(versions), int(items[i][2].obj_type))
+                for i, offset, nbytes in reserved
+            )
+            for i, _offset, _nbytes in reserved:
                 results[i] = True
         return results
 
@@ -316,7 +319,7 @@ class DramTier(Tier):
                 if self._closed:
                     out.append(None)
                     continue
-                self._publish_locked(res.key, res.offset, res.nbytes, res.version, res.obj_type)
+                self._publish_locked(((res.key, res.offset, res.nbytes, res.version, res.obj_type),))
                 offset, nbytes, version, otype = self._index[res.key]
                 out.append(Located(offset, nbytes, version, otype, header_offset(offset, nbytes)))
         return out
@@ -402,9 +405,7 @@ class DramTier(Tier):
                 copied += nbytes
         finally:
             with self._lock:
-                unpin = self._unpin_locked
-                for _i, offset, _nbytes in pinned:
-                    unpin(offset)
+                self._unpin_locked([entry[1] for entry in pinned])
                 self._counts["hits"] += sum(results)
                 self._counts["hit_bytes"] += copied
         return results
@@ -427,8 +428,7 @@ class DramTier(Tier):
 
     def release(self, pinned: Sequence[Pinned]) -> None:
         with self._lock:
-            for p in pinned:
-                self._unpin_locked(p.offset)
+            self._unpin_locked([p.offset for p in pinned])
 
     def object_type(self, key: str) -> int | None:
         with self._lock:
@@ -512,7 +512,7 @@ class DramTier(Tier):
                     self._counts["relocated"] += 1
                 elif not self._closed:
                     self._allocator.free(new, self._slot_bytes(entry[1]))
-                self._unpin_locked(entry[0])
+                self._unpin_locked((entry[0],))
         self.release_retired()
         return out
 
@@ -531,35 +531,38 @@ class DramTier(Tier):
         """A slot offset for each of ``sizes`` (in order; None: larger than a slab, or no free slot
         of its class, each counted), one allocator call per run of equal sizes."""
         out: list[int | None] = []
-        start = 0
-        while start < len(sizes):
-            nbytes, end = sizes[start], start + 1
-            while end < len(sizes) and sizes[end] == nbytes:
-                end += 1
+        for nbytes, run in itertools.groupby(sizes):
+            count = len(list(run))
             need = self._slot_bytes(nbytes)
             if not self._allocator.fits(need):
-                self._counts["rejected_too_large"] += end - start
-                out.extend([None] * (end - start))
+                self._counts["rejected_too_large"] += count
+                out.extend([None] * count)
             else:
-                got: list[int | None] = list(self._allocator.alloc_many(need, end - start))
-                missing = end - start - len(got)
+                got: list[int | None] = list(self._allocator.alloc_many(need, count))
+                missing = count - len(got)
                 if missing:
                     self._counts["rejected_no_space"] += missing
                     got.extend([None] * missing)
                 out.extend(got)
-            start = end
         return out
 
-    def _publish_locked(self, key: str, offset: int, nbytes: int, version: int, otype: int) -> None:
-        if key in self._index:  # another writer stored the same (immutable) value first
-            self._invalidate(offset, nbytes)
-            self._allocator.free(offset, self._slot_bytes(nbytes))
-            return
-        if self.headers:
-            self._write_header(offset, nbytes, STATE_VALID, version, key, otype)
-        self._index[key] = (offset, nbytes, version, otype)
-        self._counts["puts"] += 1
-        self._counts["put_bytes"] += nbytes
+    def _publish_locked(self, entries: Iterable[tuple[str, int, int, int, int]]) -> None:
+        """Make each ``(key, offset, nbytes, version, obj_type)`` findable. A key published
+        meanwhile by another writer keeps its first (immutable) value; this slot is freed."""
+        index, headers = self._index, self.headers
+        puts = put_bytes = 0
+        for key, offset, nbytes, version, otype in entries:
+            if key in index:
+                self._invalidate(offset, nbytes)
+                self._allocator.free(offset, self._slot_bytes(nbytes))
+                continue
+            if headers:
+                self._write_header(offset, nbytes, STATE_VALID, version, key, otype)
+            index[key] = (offset, nbytes, version, otype)
+            puts += 1
+            put_bytes += nbytes
+        self._counts["puts"] += puts
+        self._counts["put_bytes"] += put_bytes
 
     def _release_locked(self, offset: int, nbytes: int) -> None:
         self._invalidate(offset, nbytes)  # one-sided readers miss from now on
@@ -568,15 +571,20 @@ class DramTier(Tier):
         else:
             self._allocator.free(offset, self._slot_bytes(nbytes))
 
-    def _unpin_locked(self, offset: int) -> None:
-        left = self._pins[offset] - 1
-        if left:
-            self._pins[offset] = left
-            return
-        del self._pins[offset]
-        nbytes = self._zombies.pop(offset, None)
-        if nbytes is not None and not self._closed:
-            self._allocator.free(offset, self._slot_bytes(nbytes))
+    def _unpin_locked(self, offsets: Iterable[int]) -> None:
+        """Drop one pin of each slot; a slot whose key was removed while pinned is freed with its
+        last pin."""
+        pins, zombies = self._pins, self._zombies
+        for offset in offsets:
+            left = pins[offset] - 1
+            if left:
+                pins[offset] = left
+                continue
+            del pins[offset]
+            if zombies:
+                nbytes = zombies.pop(offset, None)
+                if nbytes is not None and not self._closed:
+                    self._allocator.free(offset, self._slot_bytes(nbytes))
 
     # ------------------------------------------------------------------ lifecycle
     def stats(self) -> dict[str, Any]:
