@@ -146,17 +146,16 @@ def run(args: argparse.Namespace) -> int:
     }
     if hybrid is not None:
         result["hybrid"] = hybrid
+    below = (
+        f"; below 1 MiB {result['small_page_dram_ratio_vs_memcpy']:.0%} and "
+        f"{result['small_page_default_config_ratio_vs_memcpy']:.0%}"
+        if small
+        else ""
+    )
     print(
         f"summary: set x{result['set_ratio_vs_file']:.1f} and get x{result['get_ratio_vs_file']:.1f} vs SGLang file; "
         f"DRAM tier at {result['dram_ratio_vs_memcpy']:.0%} of memcpy, default config at "
-        f"{result['default_config_ratio_vs_memcpy']:.0%} (worst over 1-8 MiB pages and directions"
-        + (
-            f"; below 1 MiB {result['small_page_dram_ratio_vs_memcpy']:.0%} and "
-            f"{result['small_page_default_config_ratio_vs_memcpy']:.0%}"
-            if small
-            else ""
-        )
-        + f"); next to "
+        f"{result['default_config_ratio_vs_memcpy']:.0%} (worst over 1-8 MiB pages and directions{below}); next to "
         f"a busy Python thread at {result['busy_ratio_vs_alone']:.0%} of alone (worst over all sizes)"
     )
     if args.host_cache:
