@@ -4,13 +4,17 @@ Both follow every access of a key to the end of one recency order: the *observat
 ``limit`` most recently accessed distinct keys (each with the value of its latest access), the
 *shadow* the ``shadow_size`` most recent ones (what an LRU cache of that many keys holds after the
 same accesses). Kept as two ``OrderedDict``s they cost two linked nodes and two dict slots per
-key (~215 bytes); here one plain dict maps a key's fingerprint to ``(tick << payload_bits) |
-payload`` and one append-only log (fingerprints and ticks in two ``array``s of int64) holds the
-order. Nothing per access is a Python object: a stale entry costs its 16 bytes, and the garbage
-collector has nothing to visit (a list of fingerprints held an int object per access, which every
-full collection walked, the GIL held).
+key (~215 bytes); here a :class:`~.fingerprint_table.FingerprintTable` maps a key's fingerprint
+to ``(tick << payload_bits) | payload`` and one append-only log (fingerprints and ticks in two
+``array``s of int64) holds the order. Nothing per key or access is a Python object: an observed
+key costs its table share (27-53 bytes) and its log entry (16): 43-69 bytes, where a
+``dict[int, int]`` as the table cost ~125 (its int keys and values included); a stale log entry
+costs 16, and the garbage collector has nothing to visit (a list of fingerprints held an int
+object per access, which every full collection walked, the GIL held). The reuse policy observes
+up to ``horizon`` (4) capacities of keys, so this is most of what it costs per stored page once
+the cache has turned over.
 
-- A log entry is *live* while the dict still holds that tick for its fingerprint; a later access
+- A log entry is *live* while the table still holds that tick for its fingerprint; a later access
   of the key leaves a stale entry behind. The log is compacted (stale entries dropped) once it
   is more than twice the live keys plus 4096, so it stays O(live keys) whatever the traffic.
 - The shadow is a suffix of the order: a key is in it iff its tick is at or after the shadow's
@@ -30,7 +34,10 @@ Ticks must strictly increase from one ``touch`` to the next. Not thread-safe (ca
 from __future__ import annotations
 
 from array import array
-from itertools import compress
+
+import numpy as np
+
+from .fingerprint_table import FingerprintTable
 
 _COMPACT_SLACK = 4096
 _PAST_THE_END = 1 << 63  # the boundary's tick when no entry lies at or after it
@@ -41,7 +48,7 @@ class RecencyLog:
 
     def __init__(self, payload_bits: int) -> None:
         self._bits = payload_bits
-        self._last: dict[int, int] = {}  # fingerprint -> (tick << bits) | payload of its latest access
+        self._last = FingerprintTable()  # fingerprint -> (tick << bits) | payload of its latest access
         self._fps = array("q")  # fingerprint of each logged access, oldest first
         self._ticks = array("q")  # its tick
         self._head = 0  # entries before it are expired or stale
@@ -52,10 +59,10 @@ class RecencyLog:
 
     def __len__(self) -> int:
         """Open observations."""
-        return len(self._last)
+        return self._last.entries
 
     def __contains__(self, fp: int) -> bool:
-        return fp in self._last
+        return self._last.get(fp) is not None
 
     @property
     def shadow_len(self) -> int:
@@ -72,9 +79,8 @@ class RecencyLog:
         is in the shadow afterwards; the shadow is then cut to ``shadow_size`` keys (its oldest
         go)."""
         last = self._last
-        old = last.get(fp)
+        old = last.swap(fp, (tick << self._bits) | payload)
         in_shadow = old is not None and old >> self._bits >= self._bound_tick
-        last[fp] = (tick << self._bits) | payload
         fps = self._fps
         fps.append(fp)
         self._ticks.append(tick)
@@ -85,16 +91,22 @@ class RecencyLog:
             if self._shadow > shadow_size:
                 self._move_bound(self._next_live(self._bound) + 1)
                 self._shadow -= 1
-        expired = self._expire_oldest() if len(last) > limit else None
+        expired = self._expire_oldest() if last.entries > limit else None
         if len(fps) >= self._compact_at:
-            if len(fps) - self._head > 2 * len(last) + _COMPACT_SLACK:
+            if len(fps) - self._head > 2 * last.entries + _COMPACT_SLACK:
                 self._compact()
-            self._compact_at = len(self._fps) + len(last) + _COMPACT_SLACK
+            self._compact_at = len(self._fps) + last.entries + _COMPACT_SLACK
         return old, in_shadow, expired
 
     def _expire_oldest(self) -> int:
-        i = self._next_live(self._head)
-        value = self._last.pop(self._fps[i])
+        """Close the oldest open observation: the first log entry from the head on that the
+        table still holds (the stale ones before it are skipped); its value."""
+        fps, ticks, pop_if, bits = self._fps, self._ticks, self._last.pop_if, self._bits
+        i = self._head
+        value = pop_if(fps[i], ticks[i], bits)
+        while value is None:  # callers expire only while an observation is open: one is found
+            i += 1
+            value = pop_if(fps[i], ticks[i], bits)
         self._head = i + 1
         if self._bound <= i:  # the shadow never reaches behind the observations
             self._move_bound(i + 1)
@@ -127,15 +139,15 @@ class RecencyLog:
         self._compact_at -= head
 
     def _compact(self) -> None:
-        """Drop expired and stale entries (live ones: the dict holds their tick); the boundary
-        keeps its place among the live ones. One comprehension over the log and two C-level
-        ``compress`` passes, after at least ``live + 4096`` accesses since the last one."""
-        fps, ticks, bits = self._fps, self._ticks, self._bits
-        head, bound = self._head, self._bound
-        get = self._last.get
-        live = [get(fp, -1) >> bits == t for fp, t in zip(fps[head:], ticks[head:], strict=True)]
-        before = live[: bound - head].count(True)
-        self._fps = array("q", compress(fps[head:], live))
-        self._ticks = array("q", compress(ticks[head:], live))
+        """Drop expired and stale entries (live ones: the table holds their tick); the boundary
+        keeps its place among the live ones. Vectorised (one batch lookup, two numpy selections),
+        after at least ``live + 4096`` accesses since the last one."""
+        bits, head = self._bits, self._head
+        fps = np.frombuffer(self._fps, dtype=np.int64)[head:]
+        ticks = np.frombuffer(self._ticks, dtype=np.int64)[head:]
+        live = self._last.lookup_many(fps, -1) >> bits == ticks
+        before = int(np.count_nonzero(live[: self._bound - head]))
+        self._fps = array("q", fps[live].tobytes())  # new arrays: no view of them is left
+        self._ticks = array("q", ticks[live].tobytes())
         self._head = 0
         self._move_bound(before)

@@ -1,0 +1,125 @@
+"""FingerprintTable against a dict, on random operations and on the cases its layout makes hard:
+keys sharing a home slot, runs reaching the end of the pad, the int64 bounds, the empty marker
+as a key, removals inside long runs."""
+
+from __future__ import annotations
+
+import random
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from hicache_mooncake.tiers.policy.fingerprint_table import _EMPTY, _MIN_BITS, _PAD, FingerprintTable
+
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _check(table: FingerprintTable, model: dict[int, int], probes: list[int]) -> None:
+    assert len(table) == table.entries == len(model)
+    for fp in probes:
+        assert table.get(fp) == model.get(fp), fp
+        assert (fp in table) == (fp in model), fp
+    batch = np.array(probes, dtype=np.int64)
+    assert table.lookup_many(batch, -7).tolist() == [model.get(fp, -7) for fp in probes]
+
+
+def _keyspace(rng: random.Random, kind: str) -> list[int]:
+    if kind == "wide":
+        return [rng.randint(*INT64) for _ in range(3000)] + [*INT64, _EMPTY, 0, -1, 1]
+    if kind == "one_home":  # every key has home slot 5 at every table size up to 2**20
+        return [(rng.randrange(1 << 40) << 20) | 5 for _ in range(600)] + [_EMPTY]
+    # keys whose home slots crowd the end of the table (runs into the pad at the smallest size)
+    top = (1 << _MIN_BITS) - 1
+    return [(rng.randrange(1 << 40) << _MIN_BITS) | (top - rng.randrange(8)) for _ in range(900)]
+
+
+@pytest.mark.parametrize("kind", ["wide", "one_home", "crowded_end"])
+@pytest.mark.parametrize("seed", range(4))
+def test_the_table_answers_as_a_dict(kind: str, seed: int) -> None:
+    rng = random.Random(seed)
+    keys = _keyspace(rng, kind)
+    table, model = FingerprintTable(), {}
+    for step in range(20_000):
+        fp = rng.choice(keys)
+        op = rng.random()
+        value = rng.randint(*INT64)
+        if op < 0.45:
+            assert table.swap(fp, value) == model.get(fp)
+            model[fp] = value
+        elif op < 0.7:
+            assert table.pop(fp) == model.pop(fp, None)
+        elif op < 0.85:
+            current = model.get(fp)
+            high = current >> 3 if current is not None and rng.random() < 0.5 else rng.randrange(1 << 20)
+            expect = current if current is not None and current >> 3 == high else None
+            assert table.pop_if(fp, high, 3) == expect
+            if expect is not None:
+                del model[fp]
+        else:
+            assert table.get(fp) == model.get(fp)
+        if step % 2500 == 0:
+            _check(table, model, keys[:200] + [rng.randint(*INT64) for _ in range(20)])
+    _check(table, model, keys)
+    table.clear()
+    _check(table, {}, keys[:100])
+
+
+def test_a_table_grows_and_keeps_every_entry() -> None:
+    rng = random.Random(7)
+    table, model = FingerprintTable(), {}
+    for _ in range(200_000):
+        fp = rng.randint(*INT64)
+        table.swap(fp, fp // 3)
+        model[fp] = fp // 3
+    assert len(table) == len(model)
+    probes = list(model)[::97]
+    assert [table.get(fp) for fp in probes] == [model[fp] for fp in probes]
+    assert table.lookup_many(np.array(list(model), dtype=np.int64), 0).tolist() == list(model.values())
+    # load stays under 0.6 of the home slots, above 0.3 right after the last growth
+    assert 0.3 * (1 << table._bits) <= len(table) <= 0.6 * (1 << table._bits)
+
+
+def test_a_run_that_would_pass_the_pad_grows_the_table() -> None:
+    """More keys with one home slot than the pad holds, the last slot at every size up to 2**13
+    home slots: the table grows (in one rebuild, several doublings) until their run fits, and the
+    last pad slot stays empty (every lookup's probe ends there)."""
+    keys = [(i << 30) | ((1 << 13) - 1) for i in range(1, 2 * _PAD)]
+    table = FingerprintTable()
+    for i, fp in enumerate(keys):
+        table.swap(fp, i)
+    assert table._bits == 14
+    table._rebuild(11)  # asked for a size their run does not fit in: it doubles until it does
+    assert table._bits == 14
+    assert table._keys[-1] == _EMPTY
+    assert [table.get(fp) for fp in keys] == list(range(len(keys)))
+    for fp in keys[::2]:
+        table.pop(fp)
+    assert [table.get(fp) for fp in keys] == [None if i % 2 == 0 else i for i in range(len(keys))]
+
+
+def test_an_entry_costs_at_most_about_fifty_bytes() -> None:
+    """The point of the table: a dict[int, int] entry costs ~114 bytes (its slot, an int key, an
+    int value); here 16 bytes of array at a load of 0.3-0.6."""
+    n = 100_000
+    keys = [hash(f"model/abcd/{i:064x}@tp0of1") for i in range(n)]
+    tracemalloc.start()
+    try:
+        table = FingerprintTable()
+        before = tracemalloc.get_traced_memory()[0]
+        for i, fp in enumerate(keys):
+            table.swap(fp, i << 3)
+        per_entry = (tracemalloc.get_traced_memory()[0] - before) / n
+    finally:
+        tracemalloc.stop()
+    assert per_entry <= 16 / 0.3 + 1, per_entry
+    assert len(table) == n
+
+
+def test_a_key_outside_int64_is_refused() -> None:
+    table = FingerprintTable()
+    with pytest.raises(OverflowError):
+        table.swap(1 << 63, 1)
+    with pytest.raises(OverflowError):
+        table.swap(2, 1 << 63)
+    assert len(table) == 0 and 2 not in table and table.get(1 << 62) is None
