@@ -25,6 +25,15 @@ copy, and a DRAM tier of ``--dram``):
    background), checks the entries found and times batch_exists
    again, closes it cleanly and times a second construction (**clean close**).
 
+3. a **policy process** runs the configuration's placement policy alone to its steady state:
+   ``n`` keys set (the store's key length, chained in batches of ``--batch`` as SGLang's sets
+   are), then ``horizon + 1`` more capacities of new keys with the policy's victims evicted, so
+   that everything it keeps per key it has seen (the ``reuse`` policy observes ``horizon`` = 4
+   capacities of keys, resident or not) is at its full size. The writer never evicts, so its
+   figure lacks that growth: **bytes per entry at steady state** is the writer's figure plus the
+   policy's growth per resident key from the fill to the steady state (an estimate from two
+   measurements, labelled so in the JSON).
+
 The page cache is dropped before each reopen with ``--drop-caches`` (root; the whole host's).
 Everything written is removed. Each count runs in fresh processes, so figures do not mix.
 """
@@ -33,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import resource
@@ -71,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=128, help="pages per batch_set_v1")
     parser.add_argument("--samples", type=int, default=2000, help="batch_exists calls timed")
     add_drop_caches_argument(parser)
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # fill | reopen
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # fill | reopen | policy
     parser.add_argument("--child-dir", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-n", type=int, default=0, help=argparse.SUPPRESS)
@@ -287,6 +297,52 @@ def _child_reopen(args: argparse.Namespace) -> int:
     return 0
 
 
+def _child_policy(args: argparse.Namespace) -> int:
+    """The configuration's placement policy alone: RSS per resident key after ``n`` sets and at
+    its steady state (module docstring, 3)."""
+    import gc
+
+    from hicache_mooncake.config.loader import validate_config
+    from hicache_mooncake.tiers.policy import policy_factory
+    from hicache_mooncake.tiers.policy.contexts import set_contexts
+
+    n, batch = args.child_n, args.batch
+    cfg = validate_config(_config(args.child_dir, n, parse_size(args.page_bytes), parse_size(args.dram)))
+    policy = policy_factory(cfg.tiers.policy, **dict(cfg.tiers.policy_options))()
+    horizon = float(getattr(policy, "horizon", 0.0))
+    turns = math.ceil(max(horizon, 1.0)) + 1
+    # the store's key: model slug / digest / page hash / rank suffix (103 characters here)
+    prefix, suffix = f"org-demo-model/{0:016x}/", "@tp0of1"
+    gc.collect()
+    rss0 = _rss()
+    t0 = time.perf_counter()
+    rss_filled = rss0
+    for first in range(0, (1 + turns) * n, batch):
+        keys = [f"{prefix}{i:064x}{suffix}" for i in range(first, min(first + batch, (1 + turns) * n))]
+        for key, ctx in zip(keys, set_contexts(keys, 0, None, 4096), strict=True):
+            policy.on_set(key, ctx)
+            if len(policy) > n:  # as the placement makes room: one victim per page over capacity
+                policy.pop_victim()
+        if first < n <= first + batch:
+            gc.collect()
+            rss_filled = _rss()
+    gc.collect()
+    rss_steady = _rss()
+    observations = getattr(policy, "observations", None)
+    out = {
+        "policy": type(policy).__name__,
+        "horizon": horizon,
+        "keys_set": (1 + turns) * n,
+        "residents": len(policy),
+        "observations": observations() if callable(observations) else None,
+        "bytes_per_resident_filled": (rss_filled - rss0) / n,
+        "bytes_per_resident_steady": (rss_steady - rss0) / n,
+        "seconds": time.perf_counter() - t0,
+    }
+    Path(args.child_out).write_text(json.dumps(out))
+    return 0
+
+
 # ------------------------------------------------------------------------------------------ driver
 
 
@@ -317,7 +373,10 @@ def _measure(args: argparse.Namespace, base: str, n: int) -> dict[str, Any]:
         row: dict[str, Any] = {"entries": n, "writer": json.loads(Path(fill_out).read_text())}
         subprocess.run(_child(args, "reopen", work, n, reopen_out), check=True)
         row["reopen"] = json.loads(Path(reopen_out).read_text())
-        for f in (fill_out, reopen_out):
+        policy_out = os.path.join(base, f"policy-{n}.json")
+        subprocess.run(_child(args, "policy", work, n, policy_out), check=True)
+        row["policy"] = json.loads(Path(policy_out).read_text())
+        for f in (fill_out, reopen_out, policy_out):
             os.unlink(f)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -325,6 +384,10 @@ def _measure(args: argparse.Namespace, base: str, n: int) -> dict[str, Any]:
     row.update(
         {
             "bytes_per_entry": w["bytes_per_entry"],
+            "bytes_per_entry_steady_estimate": w["bytes_per_entry"]
+            + row["policy"]["bytes_per_resident_steady"]
+            - row["policy"]["bytes_per_resident_filled"],
+            "policy_bytes_per_resident_steady": row["policy"]["bytes_per_resident_steady"],
             "gc_tracked_objects_per_entry": w["gc"]["tracked_objects_per_entry"],
             "gc_full_collection_ms": w["gc"]["full_collection_ms_after"],
             "gc_full_collection_ms_before_fill": w["gc"]["full_collection_ms_before"],
@@ -347,6 +410,8 @@ def run(args: argparse.Namespace) -> int:
         return _child_fill(args)
     if args.child == "reopen":
         return _child_reopen(args)
+    if args.child == "policy":
+        return _child_policy(args)
     counts = [int(x) for x in args.entries.split(",") if x.strip()]
     page_bytes = parse_size(args.page_bytes)
     _shape(page_bytes)  # a bad size is refused before any work
@@ -366,6 +431,7 @@ def run(args: argparse.Namespace) -> int:
             rows.append(row)
             print(
                 f"{n:>9,} entries of {format_size(page_bytes)}: {row['bytes_per_entry']:.0f} B of RAM per entry "
+                f"(~{row['bytes_per_entry_steady_estimate']:.0f} at the policy's steady state) "
                 f"({row['gc_tracked_objects_per_entry']:.2f} objects tracked by the collector; a full collection "
                 f"{row['gc_full_collection_ms']:.0f} ms, {row['gc_full_collection_ms_before_fill']:.0f} before) | "
                 f"batch_exists({EXISTS_KEYS}) p50 {row['exists_p50_us']:.0f} us p99 {row['exists_p99_us']:.0f} us | "
@@ -394,7 +460,9 @@ def run(args: argparse.Namespace) -> int:
         },
         "note": "default config (reuse policy, DRAM + SSD) with write_through: every page on SSD; RAM per "
         "entry = VmRSS growth over the fill / entries; exists on runs of 128 stored keys at random "
-        "places; reopen = backend construction (after SIGKILL of the writer, then after a clean close)",
+        "places; reopen = backend construction (after SIGKILL of the writer, then after a clean close); "
+        "steady-state estimate = RAM per entry + the policy's own growth per resident key from a fill to its "
+        "steady state (the policy alone, (horizon + 2) capacities of keys set, its victims evicted)",
         "per_entries": rows,
     }
     if len(rows) >= 2:

@@ -49,6 +49,13 @@ def test_bench_scale_end_to_end(tmp_path: Path) -> None:
         scanning = row["reopen"]["after_kill"]["exists_while_scanning"]
         assert scanning["samples"] == 0 or scanning["p50_us"] <= scanning["p99_us"] <= scanning["max_us"]
         assert ("exists_p99_us_while_scanning" in row) and ("exists_max_us_while_scanning" in row)
+        # the default policy alone at its steady state: it observes horizon (4) capacities of keys
+        policy = row["policy"]
+        assert policy["policy"] == "ReusePolicy" and policy["residents"] == n
+        assert policy["keys_set"] == 6 * n and 4 * n <= policy["observations"] <= 4 * (n + 1) + 1024
+        assert row["bytes_per_entry_steady_estimate"] == pytest.approx(
+            row["bytes_per_entry"] + policy["bytes_per_resident_steady"] - policy["bytes_per_resident_filled"]
+        )
     assert set(data["targets"]) == {
         "bytes_per_entry",
         "exists_p99_us",

@@ -50,7 +50,7 @@ Invariants:
 - ``pop_victim`` returns a resident key and forgets it; ``len`` counts resident keys only.
 - Observations hold at most ``max(horizon, 1) * peak + 1024`` keys, the shadow at most ``peak``
   keys (``peak``: the largest resident count seen), both in one ``RecencyLog`` by the keys'
-  fingerprints (about 130 bytes per observed key, none of them the key's string); run lists hold
+  fingerprints (43-69 bytes per observed key, none of them the key's string); run lists hold
   at most ``2 * resident + 4096`` entries (stale ones are compacted away).
 - A page pinned in ``Hints`` is put back, not evicted, while the pin holds (at most 64 in a row
   per eviction, so pins cannot stall the store).
@@ -529,6 +529,11 @@ class ReusePolicy(EvictionPolicy):
 
     def __contains__(self, key: object) -> bool:
         return key in self._where
+
+    def observations(self) -> int:
+        """Open observations: keys accessed within the horizon, resident or not (what the policy
+        keeps beyond its residents; ``bench scale`` reports it)."""
+        return len(self._log)
 
     def clear(self) -> None:
         self._reset()
