@@ -49,8 +49,10 @@ class FingerprintTable:
         self._bits = bits
         self._mask = (1 << bits) - 1
         self._limit = int((1 << bits) * _MAX_LOAD)
-        self._keys = array("q", [_EMPTY]) * ((1 << bits) + _PAD)
-        self._values = array("q", bytes(8 * ((1 << bits) + _PAD)))
+        size = (1 << bits) + _PAD
+        self._keys = array("q", bytes(8 * size))  # zeros, then filled in C (``array * n`` is slow)
+        np.frombuffer(self._keys, dtype=np.int64).fill(_EMPTY)
+        self._values = array("q", bytes(8 * size))
 
     def __len__(self) -> int:
         return self.entries
@@ -165,15 +167,23 @@ class FingerprintTable:
 
     def _rebuild(self, bits: int) -> None:
         """Move every entry into a table of ``2**bits`` home slots (larger again if a run would
-        pass the pad)."""
+        pass the pad). The entries, read in slot order, are sorted by their home slot but for the
+        order inside each run; so doubling sorts them by the old home (runs of a sorted sequence:
+        cheap for a stable sort) and then by the new home bit (a radix sort of one byte), not by a
+        full sort of the new homes (two interleaved sequences: ~3x slower at millions)."""
         keys = np.frombuffer(self._keys, dtype=np.int64)
         live = keys != _EMPTY
         fps = keys[live]
         values = np.frombuffer(self._values, dtype=np.int64)[live]
         del keys
+        old_bits = self._bits
         while True:
             home = fps & ((1 << bits) - 1)
-            order = np.argsort(home, kind="stable")
+            if bits == old_bits + 1:
+                by_old = np.argsort(fps & ((1 << old_bits) - 1), kind="stable")
+                order = by_old[np.argsort((fps[by_old] >> old_bits & 1).astype(np.uint8), kind="stable")]
+            else:
+                order = np.argsort(home)  # any order among one home slot's keys will do
             rank = np.arange(len(fps), dtype=np.int64)
             slots = np.maximum.accumulate(home[order] - rank) + rank if len(fps) else rank
             if not len(slots) or slots[-1] < (1 << bits) + _PAD - 1:
