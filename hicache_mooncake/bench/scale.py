@@ -498,10 +498,14 @@ def _plot(rows: list[dict[str, Any]], out: str) -> None:
 
     labels = [f"{r['entries']:,}" for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    axes[0].bar(labels, [r["bytes_per_entry"] for r in rows])
-    axes[0].axhline(TARGET_BYTES_PER_ENTRY, color="k", ls="--", lw=1, label="target")
-    axes[0].set_title("RAM per stored entry (bytes)")
     x = range(len(rows))
+    axes[0].bar([i - 0.2 for i in x], [r["bytes_per_entry"] for r in rows], 0.4, label="after the fill")
+    steady = [r["bytes_per_entry_steady_estimate"] for r in rows]
+    axes[0].bar([i + 0.2 for i in x], steady, 0.4, label="policy at steady state (estimate)")
+    axes[0].axhline(TARGET_BYTES_PER_ENTRY, color="k", ls="--", lw=1, label="target")
+    axes[0].set_xticks(list(x), labels)
+    axes[0].set_title("RAM per stored entry (bytes)")
+    axes[0].legend(fontsize=8)
     axes[1].bar([i - 0.2 for i in x], [r["exists_p50_us"] for r in rows], 0.4, label="p50")
     axes[1].bar([i + 0.2 for i in x], [r["exists_p99_us"] for r in rows], 0.4, label="p99")
     axes[1].axhline(TARGET_EXISTS_P99_US, color="k", ls="--", lw=1)

@@ -102,9 +102,6 @@ class FingerprintTable:
         self.entries += 1
         return None
 
-    def set(self, fp: int, value: int) -> None:
-        self.swap(fp, value)
-
     def pop(self, fp: int, default: int | None = None) -> int | None:
         return self.pop_if(fp, None, 0, default)
 
