@@ -61,8 +61,6 @@ def test_the_table_answers_as_a_dict(kind: str, seed: int) -> None:
         if step % 2500 == 0:
             _check(table, model, keys[:200] + [rng.randint(*INT64) for _ in range(20)])
     _check(table, model, keys)
-    table.clear()
-    _check(table, {}, keys[:100])
 
 
 def test_a_table_grows_and_keeps_every_entry() -> None:
