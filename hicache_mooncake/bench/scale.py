@@ -32,7 +32,9 @@ copy, and a DRAM tier of ``--dram``):
    capacities of keys, resident or not) is at its full size. The writer never evicts, so its
    figure lacks that growth: **bytes per entry at steady state** is the writer's figure plus the
    policy's growth per resident key from the fill to the steady state (an estimate from two
-   measurements, labelled so in the JSON).
+   measurements, labelled so in the JSON). Each batch's policy calls are timed: what one store
+   call waits for its policy (p50, p99 and the **longest call**, where a growth of the policy's
+   tables shows as a stall of the store lock).
 
 The page cache is dropped before each reopen with ``--drop-caches`` (root; the whole host's).
 Everything written is removed. Each count runs in fresh processes, so figures do not mix.
@@ -317,12 +319,16 @@ def _child_policy(args: argparse.Namespace) -> int:
     rss0 = _rss()
     t0 = time.perf_counter()
     rss_filled = rss0
+    calls: list[float] = []  # seconds per batch: what one store call waits for the policy
     for first in range(0, (1 + turns) * n, batch):
         keys = [f"{prefix}{i:064x}{suffix}" for i in range(first, min(first + batch, (1 + turns) * n))]
-        for key, ctx in zip(keys, set_contexts(keys, 0, None, 4096), strict=True):
+        contexts = set_contexts(keys, 0, None, 4096)
+        start = time.perf_counter()
+        for key, ctx in zip(keys, contexts, strict=True):
             policy.on_set(key, ctx)
             if len(policy) > n:  # as the placement makes room: one victim per page over capacity
                 policy.pop_victim()
+        calls.append(time.perf_counter() - start)
         if first < n <= first + batch:
             gc.collect()
             rss_filled = _rss()
@@ -338,6 +344,10 @@ def _child_policy(args: argparse.Namespace) -> int:
         "bytes_per_resident_filled": (rss_filled - rss0) / n,
         "bytes_per_resident_steady": (rss_steady - rss0) / n,
         "seconds": time.perf_counter() - t0,
+        "batch": batch,
+        "call_p50_ms": statistics.median(calls) * 1e3,
+        "call_p99_ms": sorted(calls)[int(0.99 * (len(calls) - 1))] * 1e3,
+        "longest_call_ms": max(calls) * 1e3,
     }
     Path(args.child_out).write_text(json.dumps(out))
     return 0
@@ -388,6 +398,7 @@ def _measure(args: argparse.Namespace, base: str, n: int) -> dict[str, Any]:
             + row["policy"]["bytes_per_resident_steady"]
             - row["policy"]["bytes_per_resident_filled"],
             "policy_bytes_per_resident_steady": row["policy"]["bytes_per_resident_steady"],
+            "policy_longest_call_ms": row["policy"]["longest_call_ms"],
             "gc_tracked_objects_per_entry": w["gc"]["tracked_objects_per_entry"],
             "gc_full_collection_ms": w["gc"]["full_collection_ms_after"],
             "gc_full_collection_ms_before_fill": w["gc"]["full_collection_ms_before"],
@@ -438,7 +449,8 @@ def run(args: argparse.Namespace) -> int:
                 f"reopen after kill -9 {row['reopen_after_kill_s']:.2f} s (all indexed "
                 f"{row['reopen_after_kill_all_indexed_s']:.2f} s, {row['entries_found_after_kill']:,} found; "
                 f"{_while_scanning(row)}), "
-                f"clean {row['reopen_clean_s']:.2f} s ({row['entries_found_clean']:,} found)",
+                f"clean {row['reopen_clean_s']:.2f} s ({row['entries_found_clean']:,} found) | "
+                f"the policy's longest call of {args.batch} sets {row['policy_longest_call_ms']:.0f} ms",
                 flush=True,
             )
     finally:

@@ -10,7 +10,16 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from hicache_mooncake.tiers.policy.fingerprint_table import _EMPTY, _MIN_BITS, _PAD, FingerprintTable
+from hicache_mooncake.tiers.policy import fingerprint_table
+from hicache_mooncake.tiers.policy.fingerprint_table import (
+    _EMPTY,
+    _MAX_LOAD,
+    _MIN_BITS,
+    _PAD,
+    _SEG_BITS,
+    FingerprintTable,
+    _build,
+)
 
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -34,9 +43,15 @@ def _keyspace(rng: random.Random, kind: str) -> list[int]:
     return [(rng.randrange(1 << 40) << _MIN_BITS) | (top - rng.randrange(8)) for _ in range(900)]
 
 
+@pytest.mark.parametrize("seg_bits", [_SEG_BITS, _MIN_BITS + 1])
 @pytest.mark.parametrize("kind", ["wide", "one_home", "crowded_end"])
 @pytest.mark.parametrize("seed", range(4))
-def test_the_table_answers_as_a_dict(kind: str, seed: int) -> None:
+def test_the_table_answers_as_a_dict(
+    kind: str, seed: int, seg_bits: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With small segments (``seg_bits`` 11) the wide key space splits them: removals and
+    lookups then cross segments of different depths."""
+    monkeypatch.setattr(fingerprint_table, "_SEG_BITS", seg_bits)
     rng = random.Random(seed)
     keys = _keyspace(rng, kind)
     table, model = FingerprintTable(), {}
@@ -74,8 +89,53 @@ def test_a_table_grows_and_keeps_every_entry() -> None:
     probes = list(model)[::97]
     assert [table.get(fp) for fp in probes] == [model[fp] for fp in probes]
     assert table.lookup_many(np.array(list(model), dtype=np.int64), 0).tolist() == list(model.values())
-    # load stays under 0.6 of the home slots, above 0.3 right after the last growth
-    assert 0.3 * (1 << table._bits) <= len(table) <= 0.6 * (1 << table._bits)
+    # the load stays under 0.6 of the home slots, about 0.3 or more after the last growth
+    segments = table.segments()
+    assert len(segments) > 2 and table.depth >= 2
+    assert all(s.entries <= _MAX_LOAD * (1 << s.bits) for s in segments)
+    assert 0.28 * sum(1 << s.bits for s in segments) <= len(table) == sum(s.entries for s in segments)
+
+
+def test_no_growth_moves_more_than_one_segment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The point of the segments: a table of millions of entries must not stall its caller while
+    it moves them all. Every growth builds at most the entries of one full segment, and the
+    segments' sizes stay below the largest one (fingerprints split evenly)."""
+    built: list[int] = []
+
+    def spy(fps: np.ndarray, *args: int) -> fingerprint_table._Segment:
+        built.append(len(fps))
+        return _build(fps, *args)
+
+    monkeypatch.setattr(fingerprint_table, "_build", spy)
+    rng = np.random.default_rng(3)
+    keys = rng.integers(-(1 << 63), (1 << 63) - 1, size=400_000, dtype=np.int64).tolist()
+    table = FingerprintTable()
+    for i, fp in enumerate(keys):
+        table.swap(fp, i)
+    assert len(built) > 20
+    assert max(built) <= _MAX_LOAD * (1 << _SEG_BITS) + 1
+    assert all(s.bits <= _SEG_BITS for s in table.segments())
+    assert len(table.segments()) >= 400_000 / (_MAX_LOAD * (1 << _SEG_BITS))
+    assert table.lookup_many(np.array(keys, dtype=np.int64), -1).tolist() == list(range(len(keys)))
+    for fp in keys[::3]:
+        table.pop(fp)
+    expect = [-1 if i % 3 == 0 else i for i in range(len(keys))]
+    assert table.lookup_many(np.array(keys, dtype=np.int64), -1).tolist() == expect
+    assert [table.get(fp, -1) for fp in keys[:3000]] == expect[:3000]
+
+
+def test_keys_a_split_cannot_separate_grow_their_segment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys that agree on their low bits (a fingerprint's do not) all fall in one directory
+    index: splitting by those bits would leave one half empty, so the segment grows instead and
+    the directory stays as it is."""
+    monkeypatch.setattr(fingerprint_table, "_SEG_BITS", _MIN_BITS + 1)
+    keys = [(i << 24) | 0x5A5A5 for i in range(1, 6000)]
+    table = FingerprintTable()
+    for i, fp in enumerate(keys):
+        table.swap(fp, i)
+    assert table.depth == 0 and len(table.segments()) == 1
+    assert table.segments()[0].bits > _MIN_BITS + 1
+    assert [table.get(fp) for fp in keys] == list(range(len(keys)))
 
 
 def test_a_run_that_would_pass_the_pad_grows_the_table() -> None:
@@ -86,10 +146,12 @@ def test_a_run_that_would_pass_the_pad_grows_the_table() -> None:
     table = FingerprintTable()
     for i, fp in enumerate(keys):
         table.swap(fp, i)
-    assert table._bits == 14
-    table._rebuild(11)  # asked for a size their run does not fit in: it doubles until it does
-    assert table._bits == 14
-    assert table._keys[-1] == _EMPTY
+    (segment,) = table.segments()
+    assert segment.bits == 14 and segment.keys[-1] == _EMPTY
+    fps, values = segment.live()
+    # asked for a size their run does not fit in: it doubles until it does
+    rebuilt = _build(fps, values, 11, 0, 0)
+    assert rebuilt.bits == 14 and rebuilt.keys[-1] == _EMPTY and rebuilt.entries == len(keys)
     assert [table.get(fp) for fp in keys] == list(range(len(keys)))
     for fp in keys[::2]:
         table.pop(fp)
