@@ -44,14 +44,19 @@ time where it pays, and stays LRU where prediction cannot win.
    doubles each time the predictor loses again, then tries the predictor again.
 
 Cost: one call per key and operation (``on_set`` answers in one step); per access a few dict and
-list operations, one shadow move, and a heap operation per run (not per page).
+list operations, one shadow move, and a heap operation per run (not per page). No access does
+work in proportion to the cache: stale run entries are swept a few hundred per access, and the
+observations' table grows one segment at a time (``fingerprint_table``). What is still O(cache)
+in one call: re-valuing the runs when ``alpha`` moves by 0.25 or more (a ``heapify``), and
+dropping the heap entries of swept runs when a cache that does not evict has piled them up.
 
 Invariants:
 - ``pop_victim`` returns a resident key and forgets it; ``len`` counts resident keys only.
 - Observations hold at most ``max(horizon, 1) * peak + 1024`` keys, the shadow at most ``peak``
   keys (``peak``: the largest resident count seen), both in one ``RecencyLog`` by the keys'
   fingerprints (43-69 bytes per observed key, none of them the key's string); run lists hold
-  at most ``2 * resident + 4096`` entries (stale ones are compacted away).
+  about ``2 * peak + 4096`` entries at most (stale ones are swept away; while a sweep runs, at
+  most one more per ``_SWEEP_STEP`` accesses).
 - A page pinned in ``Hints`` is put back, not evicted, while the pin holds (at most 64 in a row
   per eviction, so pins cannot stall the store).
 - Deterministic (same calls, same victims); no I/O; not thread-safe (callers lock). Hints are
@@ -70,6 +75,8 @@ from .recency_log import RecencyLog
 from .registry import register_policy
 
 _NEW, _REWRITE, _HIT = range(3)
+_SLACK = 4096  # run-list entries (and heap entries) allowed beyond twice the resident pages
+_SWEEP_STEP = 256  # run-list entries a sweep looks at per access
 _DEPTH_MAX = (1 << 24) - 1
 
 
@@ -161,7 +168,9 @@ class ReusePolicy(EvictionPolicy):
         self._last_key: str | None = None
         self._last_rid = -1
         self._last_prio = 0.0
-        self._slots = 0
+        self._slots = 0  # entries of the run lists, stale ones included
+        self._sweep_rids: list[int] | None = None  # the runs a sweep goes through (None: none runs)
+        self._sweep_at = 0  # the next of them
         self._epoch = 0
         self._peak = 0
         # observations (key -> (open tick << _CLS_BITS) | class) and the guard's LRU shadow: one
@@ -277,8 +286,11 @@ class ReusePolicy(EvictionPolicy):
         several turnovers, and the reverse)."""
         self._remap = False
         v = self._v
+        runs = self._runs
         self._heap = [
-            (lp + v[c] if c >= 0 else pr, order, rid, lp, c) for pr, order, rid, lp, c in self._heap
+            (lp + v[c] if c >= 0 else pr, order, rid, lp, c)
+            for pr, order, rid, lp, c in self._heap
+            if rid in runs
         ]
         heapq.heapify(self._heap)
         self._last_key = None
@@ -429,6 +441,8 @@ class ReusePolicy(EvictionPolicy):
                 self._slots += 1
                 if len(where) > self._peak:
                     self._grow(len(where))
+                if self._sweep_rids is not None:
+                    self._sweep()
                 return
             prio = self._last_prio
         rid = self._next_rid
@@ -441,27 +455,54 @@ class ReusePolicy(EvictionPolicy):
         self._slots += 1
         if len(where) > self._peak:
             self._grow(len(where))
-        if self._slots > 2 * len(where) + 4096:
-            self._compact()
+        if self._sweep_rids is not None:
+            self._sweep()
+        elif self._slots > 2 * len(where) + _SLACK:
+            self._sweep_rids = list(self._runs)  # the runs to sweep, oldest first
+            self._sweep_at = 0
 
     def _grow(self, resident: int) -> None:
         self._peak = resident
         # at least the shadow's size: the shadow is the newest part of the observations
         self._obs_limit = int(max(self.horizon, 1.0) * resident) + 1024
 
-    def _compact(self) -> None:
-        where = self._where
-        runs: dict[int, list[str]] = {}
-        for rid, keys in self._runs.items():
+    def _sweep(self) -> None:
+        """One step of a sweep: drop the stale entries (keys accessed again since, or gone) of
+        the next runs, up to a budget of ``_SWEEP_STEP`` (a run costs 1 + its entries). A run
+        left empty is dropped (its heap entry is skipped when it comes up; the current run is
+        never empty here: it holds the key just accessed). So victims are exactly those of a
+        policy that never sweeps. A sweep starts when the run lists hold more than
+        ``2 * resident + _SLACK`` entries and takes one step per access (at most
+        ``_SWEEP_STEP`` runs, and the entries of the longest), so it ends after about
+        (entries + runs) / ``_SWEEP_STEP`` accesses. One pass over every run at once stalled
+        the store for 0.5-5 s at a million residents."""
+        rids, i = self._sweep_rids, self._sweep_at
+        assert rids is not None
+        runs, where = self._runs, self._where
+        budget = _SWEEP_STEP
+        while budget > 0 and i < len(rids):
+            rid = rids[i]
+            i += 1
+            keys = runs.get(rid)
+            if keys is None:  # evicted since the sweep started
+                budget -= 1
+                continue
+            budget -= 1 + len(keys)
             live = [k for k in keys if where.get(k) == rid]
+            if len(live) == len(keys):
+                continue
+            self._slots -= len(keys) - len(live)
             if live:
-                runs[rid] = live
-        self._runs = runs
-        self._heap = [e for e in self._heap if e[2] in runs]
-        heapq.heapify(self._heap)
-        self._slots = sum(len(k) for k in runs.values())
-        if self._last_rid not in runs:
-            self._last_key = None
+                keys[:] = live
+            else:
+                del runs[rid]
+        self._sweep_at = i
+        if i == len(rids):
+            self._sweep_rids = None
+            if len(self._heap) > 2 * len(runs) + _SLACK:
+                # entries of dropped runs that no eviction has reached (a cache that is not full)
+                self._heap = [e for e in self._heap if e[2] in runs]
+                heapq.heapify(self._heap)
 
     # ---- EvictionPolicy ----------------------------------------------------------------------
     def on_set(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
@@ -491,7 +532,10 @@ class ReusePolicy(EvictionPolicy):
         spared = 0
         while heap:
             prio, _, rid, _, _ = heap[0]
-            keys = runs[rid]
+            keys = runs.get(rid)
+            if keys is None:  # dropped by a sweep
+                heapq.heappop(heap)
+                continue
             while keys:
                 key = keys.pop()
                 self._slots -= 1
