@@ -183,3 +183,11 @@ def test_a_key_outside_int64_is_refused() -> None:
     with pytest.raises(OverflowError):
         table.swap(2, 1 << 63)
     assert len(table) == 0 and 2 not in table and table.get(1 << 62) is None
+
+
+def test_a_batch_lookup_of_nothing_or_of_the_empty_marker_alone() -> None:
+    table = FingerprintTable()
+    assert table.lookup_many(np.array([], dtype=np.int64), -1).tolist() == []
+    assert table.lookup_many(np.array([_EMPTY], dtype=np.int64), -1).tolist() == [-1]
+    table.swap(_EMPTY, 5)
+    assert table.lookup_many(np.array([_EMPTY, 3], dtype=np.int64), -1).tolist() == [5, -1]

@@ -209,8 +209,8 @@ class FingerprintTable:
         index = fps[wanted] & self._dmask
         order = np.argsort(index, kind="stable")
         wanted, index = wanted[order], index[order]
-        starts = np.flatnonzero(np.diff(index, prepend=-1)) if len(index) else index
-        for start, end in zip(starts.tolist(), [*starts[1:].tolist(), len(index)], strict=True):
+        starts = np.flatnonzero(np.diff(index, prepend=-1)).tolist()  # one group per index
+        for start, end in zip(starts, [*starts[1:], len(index)], strict=False):
             self._probe(self._dir[int(index[start])], fps, wanted[start:end], out)
         if self._odd:
             out[fps == _EMPTY] = self._odd.get(_EMPTY, missing)

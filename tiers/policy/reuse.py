@@ -77,7 +77,7 @@ from .registry import register_policy
 
 _NEW, _REWRITE, _HIT = range(3)
 _SLACK = 4096  # run-list entries (and heap entries) allowed beyond twice the resident pages
-_SWEEP_STEP = 256  # run-list entries a sweep looks at per access
+_SWEEP_STEP = 256  # a sweep step's budget: each run it looks at costs 1 + its entries
 _DEPTH_MAX = (1 << 24) - 1
 
 
