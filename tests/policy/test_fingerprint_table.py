@@ -59,9 +59,13 @@ def test_the_table_answers_as_a_dict(
         fp = rng.choice(keys)
         op = rng.random()
         value = rng.randint(*INT64)
-        if op < 0.45:
+        if op < 0.3:
             assert table.swap(fp, value) == model.get(fp)
             model[fp] = value
+        elif op < 0.45:  # the value to store depends on whether the key was there (one probe)
+            present = rng.randint(*INT64)
+            assert table.swap(fp, value, present) == model.get(fp)
+            model[fp] = present if fp in model else value
         elif op < 0.7:
             assert table.pop(fp) == model.pop(fp, None)
         elif op < 0.85:

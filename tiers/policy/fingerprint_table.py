@@ -130,8 +130,9 @@ class FingerprintTable:
             return self._odd.get(fp, default)
         return seg.values[i]
 
-    def swap(self, fp: int, value: int) -> int | None:
-        """Map ``fp`` to ``value``; its previous value, or None."""
+    def swap(self, fp: int, value: int, present: int | None = None) -> int | None:
+        """Map ``fp`` to ``value`` (to ``present`` instead if it was mapped and ``present`` is
+        given); its previous value, or None."""
         seg = self._dir[fp & self._dmask]
         keys = seg.keys
         i = (fp >> seg.depth) & seg.mask
@@ -145,17 +146,17 @@ class FingerprintTable:
             if fp != _EMPTY:
                 values = seg.values
                 old = values[i]
-                values[i] = value
+                values[i] = value if present is None else present
                 return old
             previous = self._odd.get(fp)
-            self._odd[fp] = value
+            self._odd[fp] = value if previous is None or present is None else present
             self.entries += previous is None
             return previous
         if i >= len(keys) - 1 or seg.entries >= seg.limit:
             # the segment is full, or the run reached its last pad slot, which stays empty
             # (lookups stop there): it grows or splits, then the key goes where it now belongs
             self._grow(seg)
-            return self.swap(fp, value)
+            return self.swap(fp, value, present)
         seg.values[i] = value  # first: a value outside int64 raises before the key is in
         keys[i] = fp
         seg.entries += 1

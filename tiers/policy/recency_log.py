@@ -98,9 +98,10 @@ class RecencyLog:
         return self._shadow
 
     def touch(
-        self, fp: int, tick: int, payload: int, shadow_size: int, limit: int
+        self, fp: int, tick: int, payload: int, shadow_size: int, limit: int, seen_payload: int | None = None
     ) -> tuple[int | None, bool, int | None]:
-        """Record an access of ``fp`` at ``tick`` (>= 0, larger than the previous one's).
+        """Record an access of ``fp`` at ``tick`` (>= 0, larger than the previous one's), with
+        ``seen_payload`` instead of ``payload`` if ``fp`` was observed (when given).
 
         Returns the value of its previous access (None if it was not observed), whether it was
         in the shadow before this access, and the value of the oldest observation if this one
@@ -108,7 +109,8 @@ class RecencyLog:
         is in the shadow afterwards; the shadow is then cut to ``shadow_size`` keys (its oldest
         go)."""
         last = self._last
-        old = last.swap(fp, (tick << self._bits) | payload)
+        stamp = tick << self._bits
+        old = last.swap(fp, stamp | payload, None if seen_payload is None else stamp | seen_payload)
         in_shadow = old is not None and old >> self._bits >= self._bound_tick
         fps = self._fps
         fps.append(fp)

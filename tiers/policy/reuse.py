@@ -99,6 +99,8 @@ _PER_HINT = 3 * 2 * _NL * _NP
 _N_CLASSES = len(HintState) * _PER_HINT
 _KIND_BASE = tuple(i * _NL * _NP for i in range(len(HintState) * 3 * 2))
 _LP = tuple(tuple(_LEN_B[n] * _NP + _PH_B[p] for p in range(len(_PH_B))) for n in range(len(_LEN_B)))
+#: a first write's class -> the class of the same write of a key observed within the horizon
+_REWRITE_SHIFT = _KIND_BASE[2 * _REWRITE] - _KIND_BASE[2 * _NEW]
 _CLS_BITS = 10
 _CLS_MASK = (1 << _CLS_BITS) - 1
 assert _N_CLASSES <= _CLS_MASK
@@ -369,7 +371,9 @@ class ReusePolicy(EvictionPolicy):
 
     # ---- the one access path -----------------------------------------------------------------
     def _access(self, key: str, kind: int, ctx: AccessContext, read: bool) -> None:
-        """One access (``read``: a hit of a get; otherwise a set)."""
+        """One access (``read``: a hit of a get; otherwise a set). ``kind`` ``_NEW`` means a set
+        of a key not resident: it is a ``_REWRITE`` if the key turns out to be observed (one
+        probe of the observations decides both)."""
         position = ctx.position
         if read:
             ph = ctx.batch_len
@@ -400,8 +404,11 @@ class ReusePolicy(EvictionPolicy):
         # same step moves the key to the front of the LRU shadow.
         expo, open_n, open_sum = self._expo, self._open_n, self._open_sum
         log = self._log
-        old, in_shadow, expired = log.touch(hash(key), tick, cls, self._peak, self._obs_limit)
+        seen = cls + _REWRITE_SHIFT if kind == _NEW else None
+        old, in_shadow, expired = log.touch(hash(key), tick, cls, self._peak, self._obs_limit, seen)
         if old is not None:
+            if seen is not None:
+                cls = seen
             oc = old & _CLS_MASK
             ot = old >> _CLS_BITS
             self._pos[oc] += 1.0
@@ -507,13 +514,7 @@ class ReusePolicy(EvictionPolicy):
 
     # ---- EvictionPolicy ----------------------------------------------------------------------
     def on_set(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
-        if key in self._where or ctx.promoted:
-            kind = _HIT
-        elif hash(key) in self._log:
-            kind = _REWRITE
-        else:
-            kind = _NEW
-        self._access(key, kind, ctx, False)
+        self._access(key, _HIT if key in self._where or ctx.promoted else _NEW, ctx, False)
         return True
 
     def on_insert(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
