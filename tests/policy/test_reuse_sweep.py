@@ -104,3 +104,29 @@ def test_a_cache_that_never_evicts_keeps_its_heap_bounded(monkeypatch: pytest.Mo
     while (victim := pol.pop_victim()) is not None:
         drained.append(victim)
     assert sorted(drained) == sorted(residents) and len(pol) == 0
+
+
+def test_a_set_is_classed_new_rewrite_or_hit_from_one_probe() -> None:
+    """A set of a key never seen opens a ``_NEW`` observation; of a key observed within the
+    horizon but not resident (removed, evicted) a ``_REWRITE``; of a resident key a ``_HIT``. The
+    observations are probed once per set, so the class is settled inside that probe."""
+    pol = ReusePolicy()
+    (ctx,) = set_contexts(["k"], 0, None, 4096)  # one page: a request's tail, length 1, no prefix
+
+    def cls(kind: int) -> int:
+        return reuse._KIND_BASE[kind * 2 + 1] + reuse._LP[1][0]
+
+    def observed() -> int:
+        value = pol._log._last.get(hash("k"))
+        assert value is not None
+        return value & reuse._CLS_MASK
+
+    pol.on_set("k", ctx)
+    assert observed() == cls(reuse._NEW)
+    pol.on_remove("k")
+    pol.on_set("k", ctx)
+    assert observed() == cls(reuse._REWRITE)
+    pol.on_set("k", ctx)
+    assert observed() == cls(reuse._HIT)
+    assert pol._open_n[cls(reuse._HIT)] == 1 and sum(pol._open_n) == len(pol._log) == 1
+    assert pol._pos[cls(reuse._NEW)] == 1.0 and pol._pos[cls(reuse._REWRITE)] == 1.0  # reuses closed
