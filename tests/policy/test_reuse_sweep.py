@@ -128,5 +128,6 @@ def test_a_set_is_classed_new_rewrite_or_hit_from_one_probe() -> None:
     assert observed() == cls(reuse._REWRITE)
     pol.on_set("k", ctx)
     assert observed() == cls(reuse._HIT)
-    assert pol._open_n[cls(reuse._HIT)] == 1 and sum(pol._open_n) == len(pol._log) == 1
+    # one observation open, counted in its class (a count left in another would skew the estimates)
+    assert [c for c, n in enumerate(pol._open_n) if n] == [cls(reuse._HIT)] and len(pol._log) == 1
     assert pol._pos[cls(reuse._NEW)] == 1.0 and pol._pos[cls(reuse._REWRITE)] == 1.0  # reuses closed
