@@ -32,9 +32,11 @@ copy, and a DRAM tier of ``--dram``):
    capacities of keys, resident or not) is at its full size. The writer never evicts, so its
    figure lacks that growth: **bytes per entry at steady state** is the writer's figure plus the
    policy's growth per resident key from the fill to the steady state (an estimate from two
-   measurements, labelled so in the JSON). Each batch's policy calls are timed: what one store
-   call waits for its policy (p50, p99 and the **longest call**, where a growth of the policy's
-   tables shows as a stall of the store lock).
+   measurements, labelled so in the JSON). Then it reads runs of the newest capacity's pages
+   again (``horizon + 1`` capacities of page reads, as hot prefixes are read): stale entries pile
+   up and the policy compacts. Each batch's policy calls are timed, sets and re-reads apart: what
+   one store call waits for its policy (p50, p99 and the **longest call**, where a growth or a
+   compaction of the policy's structures shows as a stall of the store lock).
 
 The page cache is dropped before each reopen with ``--drop-caches`` (root; the whole host's).
 Everything written is removed. Each count runs in fresh processes, so figures do not mix.
@@ -306,7 +308,7 @@ def _child_policy(args: argparse.Namespace) -> int:
 
     from hicache_mooncake.config.loader import validate_config
     from hicache_mooncake.tiers.policy import policy_factory
-    from hicache_mooncake.tiers.policy.contexts import set_contexts
+    from hicache_mooncake.tiers.policy.contexts import get_contexts, set_contexts
 
     n, batch = args.child_n, args.batch
     cfg = validate_config(_config(args.child_dir, n, parse_size(args.page_bytes), parse_size(args.dram)))
@@ -335,12 +337,26 @@ def _child_policy(args: argparse.Namespace) -> int:
     gc.collect()
     rss_steady = _rss()
     observations = getattr(policy, "observations", None)
+    observed = observations() if callable(observations) else None
+    # re-reads: runs of the newest capacity's pages (mostly resident) read again as hot prefixes
+    # are, turns x n page reads: stale entries pile up, so the policy's compactions run
+    rng = random.Random(n)
+    newest = turns * n
+    reads: list[float] = []
+    for _ in range(turns * n // batch):
+        first = newest + rng.randrange(max(1, (n - batch) // batch + 1)) * batch  # a run set
+        keys = [f"{prefix}{i:064x}{suffix}" for i in range(first, first + batch)]
+        contexts = get_contexts(keys, 4096, batch)
+        start = time.perf_counter()
+        for key, ctx in zip(keys, contexts, strict=True):
+            policy.on_hit(key, ctx)
+        reads.append(time.perf_counter() - start)
     out = {
         "policy": type(policy).__name__,
         "horizon": horizon,
         "keys_set": (1 + turns) * n,
         "residents": len(policy),
-        "observations": observations() if callable(observations) else None,
+        "observations": observed,
         "bytes_per_resident_filled": (rss_filled - rss0) / n,
         "bytes_per_resident_steady": (rss_steady - rss0) / n,
         "seconds": time.perf_counter() - t0,
@@ -348,6 +364,10 @@ def _child_policy(args: argparse.Namespace) -> int:
         "call_p50_ms": statistics.median(calls) * 1e3,
         "call_p99_ms": sorted(calls)[int(0.99 * (len(calls) - 1))] * 1e3,
         "longest_call_ms": max(calls) * 1e3,
+        "reread_calls": len(reads),
+        "reread_call_p50_ms": statistics.median(reads) * 1e3,
+        "reread_call_p99_ms": sorted(reads)[int(0.99 * (len(reads) - 1))] * 1e3,
+        "reread_longest_call_ms": max(reads) * 1e3,
     }
     Path(args.child_out).write_text(json.dumps(out))
     return 0
@@ -399,6 +419,7 @@ def _measure(args: argparse.Namespace, base: str, n: int) -> dict[str, Any]:
             - row["policy"]["bytes_per_resident_filled"],
             "policy_bytes_per_resident_steady": row["policy"]["bytes_per_resident_steady"],
             "policy_longest_call_ms": row["policy"]["longest_call_ms"],
+            "policy_reread_longest_call_ms": row["policy"]["reread_longest_call_ms"],
             "gc_tracked_objects_per_entry": w["gc"]["tracked_objects_per_entry"],
             "gc_full_collection_ms": w["gc"]["full_collection_ms_after"],
             "gc_full_collection_ms_before_fill": w["gc"]["full_collection_ms_before"],
@@ -450,7 +471,8 @@ def run(args: argparse.Namespace) -> int:
                 f"{row['reopen_after_kill_all_indexed_s']:.2f} s, {row['entries_found_after_kill']:,} found; "
                 f"{_while_scanning(row)}), "
                 f"clean {row['reopen_clean_s']:.2f} s ({row['entries_found_clean']:,} found) | "
-                f"the policy's longest call of {args.batch} sets {row['policy_longest_call_ms']:.0f} ms",
+                f"the policy's longest call of {args.batch} sets {row['policy_longest_call_ms']:.0f} ms, "
+                f"of {args.batch} re-reads {row['policy_reread_longest_call_ms']:.0f} ms",
                 flush=True,
             )
     finally:

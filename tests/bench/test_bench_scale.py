@@ -55,6 +55,14 @@ def test_bench_scale_end_to_end(tmp_path: Path) -> None:
         assert policy["keys_set"] == 6 * n and 4 * n <= policy["observations"] <= 4 * (n + 1) + 1024
         assert 0 < policy["call_p50_ms"] <= policy["call_p99_ms"] <= policy["longest_call_ms"]
         assert row["policy_longest_call_ms"] == policy["longest_call_ms"]
+        assert policy["reread_calls"] == 5 * n // policy["batch"]
+        assert (
+            0
+            < policy["reread_call_p50_ms"]
+            <= policy["reread_call_p99_ms"]
+            <= policy["reread_longest_call_ms"]
+        )
+        assert row["policy_reread_longest_call_ms"] == policy["reread_longest_call_ms"]
         assert row["bytes_per_entry_steady_estimate"] == pytest.approx(
             row["bytes_per_entry"] + policy["bytes_per_resident_steady"] - policy["bytes_per_resident_filled"]
         )
