@@ -56,6 +56,7 @@ def test_bench_scale_end_to_end(tmp_path: Path) -> None:
         assert 0 < policy["call_p50_ms"] <= policy["call_p99_ms"] <= policy["longest_call_ms"]
         assert row["policy_longest_call_ms"] == policy["longest_call_ms"]
         assert policy["reread_calls"] == 5 * n // policy["batch"]
+        assert policy["seconds"] > 0 and policy["reread_seconds"] > 0
         assert (
             0
             < policy["reread_call_p50_ms"]
