@@ -91,6 +91,63 @@ def test_a_batch_moves_on_to_the_standby_region_without_waiting_for_an_open(
     e.close()
 
 
+def _wait_active(e: object, n: int) -> None:
+    deadline = time.monotonic() + 10
+    while e.stats()["regions_by_state"].get("active", 0) < n:  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, f"fewer than {n} regions open (active + standbys)"
+        time.sleep(0.01)
+
+
+def test_a_put_larger_than_two_regions_waits_for_no_open(
+    ssd_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With room on disk, STANDBY_DEPTH (2) regions are opened ahead, so a put that fills the
+    active region and both standbys goes on while every further open is stuck."""
+    from hicache_mooncake.ssd.allocator import STANDBY_DEPTH
+
+    assert STANDBY_DEPTH == 2
+    e = open_engine(ssd_dir, capacity_bytes=32 * MiB, region_size=2 * MiB)
+    assert e.put("first", [memoryview(value_for("first", 4096))])
+    _wait_active(e, 3)  # active + two standbys
+    stuck = threading.Event()
+    orig = RegionAllocator._open_region
+
+    def slow_open(self: RegionAllocator, r: object) -> tuple[bool, str]:
+        stuck.wait(10)
+        return orig(self, r)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RegionAllocator, "_open_region", slow_open)
+    try:
+        t0 = time.monotonic()
+        # 9 entries of 512 KiB + headers: the rest of the active region and both standbys
+        items = [(f"k{i}", [memoryview(value_for(f"k{i}", 512 << 10))]) for i in range(9)]
+        assert all(e.put_batch(items, time.monotonic() + 5))
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        stuck.set()
+    for key, _ in items:
+        out = np.zeros(512 << 10, np.uint8)
+        assert e.get_into(key, [memoryview(out)]) and np.array_equal(out, value_for(key, 512 << 10))
+    e.close()
+
+
+def test_a_full_cache_holds_one_empty_region_open_not_two(ssd_dir: str) -> None:
+    """A standby beyond the first never takes the last free region: a cache of 4 regions that
+    has turned over keeps its data in all but one open empty region (the standby reclaim
+    expects), as it did with a single standby."""
+    e = open_engine(ssd_dir, capacity_bytes=4 * MiB, region_size=1 * MiB)
+    size = 300_000
+    for i in range(40):
+        assert e.put(f"g{i}", [memoryview(value_for(f"g{i}", size))])
+    time.sleep(0.2)  # opens started by the last put land
+    st = e.stats()
+    assert st["reclaimed_regions"] > 0
+    by_state = st["regions_by_state"]
+    assert by_state.get("active", 0) <= 2, by_state  # the one being written + one standby
+    assert sum(by_state.values()) == 4
+    e.close()
+
+
 def test_region_files_are_mapped_in_the_background(ssd_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A new region file is recorded in the state file's region map without the put waiting for
     that write (a synced write, slow on a busy disk); after close the map lists every file."""
