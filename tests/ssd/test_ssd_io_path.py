@@ -57,40 +57,6 @@ def test_shutdown_runs_the_jobs_already_queued() -> None:
     assert batch.done and ran == [1]
 
 
-def test_a_batch_moves_on_to_the_standby_region_without_waiting_for_an_open(
-    ssd_dir: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Once the next region is open in advance, a batch that does not fit the active region goes
-    on at once even while every further region open is stuck."""
-    e = open_engine(ssd_dir, capacity_bytes=16 * MiB, region_size=2 * MiB)
-    v = value_for("v", 512 << 10)
-    assert e.put("first", [memoryview(v)])
-    deadline = time.monotonic() + 10
-    while e.stats()["regions_by_state"].get("active", 0) < 2:  # active + standby
-        assert time.monotonic() < deadline, "no standby region was opened"
-        time.sleep(0.01)
-    stuck = threading.Event()
-    orig = RegionAllocator._open_region
-
-    def slow_open(self: RegionAllocator, r: object) -> tuple[bool, str]:
-        stuck.wait(10)
-        return orig(self, r)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(RegionAllocator, "_open_region", slow_open)
-    try:
-        t0 = time.monotonic()
-        # 5 entries of 512 KiB + headers: more than the 2 MiB active region holds
-        items = [(f"k{i}", [memoryview(value_for(f"k{i}", 512 << 10))]) for i in range(5)]
-        assert all(e.put_batch(items, time.monotonic() + 5))
-        assert time.monotonic() - t0 < 3.0
-    finally:
-        stuck.set()
-    for key, _ in items:
-        out = np.zeros(512 << 10, np.uint8)
-        assert e.get_into(key, [memoryview(out)]) and np.array_equal(out, value_for(key, 512 << 10))
-    e.close()
-
-
 def _wait_active(e: object, n: int) -> None:
     deadline = time.monotonic() + 10
     while e.stats()["regions_by_state"].get("active", 0) < n:  # type: ignore[attr-defined]
@@ -98,17 +64,22 @@ def _wait_active(e: object, n: int) -> None:
         time.sleep(0.01)
 
 
-def test_a_put_larger_than_two_regions_waits_for_no_open(
-    ssd_dir: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("standbys", "entries"),
+    [
+        (1, 5),  # 5 entries of 512 KiB + headers: more than the 2 MiB active region holds
+        (2, 9),  # 9: the rest of the active region and both standbys
+    ],
+)
+def test_a_put_moves_on_to_the_standby_regions_without_waiting_for_an_open(
+    ssd_dir: str, monkeypatch: pytest.MonkeyPatch, standbys: int, entries: int
 ) -> None:
     """With room on disk, STANDBY_DEPTH (2) regions are opened ahead, so a put that fills the
-    active region and both standbys goes on while every further open is stuck."""
-    from hicache_mooncake.ssd.allocator import STANDBY_DEPTH
-
-    assert STANDBY_DEPTH == 2
+    active region and up to that many standbys goes on at once while every further open is
+    stuck; every page reads back."""
     e = open_engine(ssd_dir, capacity_bytes=32 * MiB, region_size=2 * MiB)
     assert e.put("first", [memoryview(value_for("first", 4096))])
-    _wait_active(e, 3)  # active + two standbys
+    _wait_active(e, 1 + standbys)
     stuck = threading.Event()
     orig = RegionAllocator._open_region
 
@@ -119,8 +90,7 @@ def test_a_put_larger_than_two_regions_waits_for_no_open(
     monkeypatch.setattr(RegionAllocator, "_open_region", slow_open)
     try:
         t0 = time.monotonic()
-        # 9 entries of 512 KiB + headers: the rest of the active region and both standbys
-        items = [(f"k{i}", [memoryview(value_for(f"k{i}", 512 << 10))]) for i in range(9)]
+        items = [(f"k{i}", [memoryview(value_for(f"k{i}", 512 << 10))]) for i in range(entries)]
         assert all(e.put_batch(items, time.monotonic() + 5))
         assert time.monotonic() - t0 < 3.0
     finally:
