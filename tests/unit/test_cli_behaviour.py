@@ -275,7 +275,7 @@ def test_replay_progress_bar_labelled_counts_requests_only_on_a_terminal(
 
 def test_bench_flags_and_defaults_are_explicit() -> None:
     helps = {p.prog: p.format_help() for p in cli._all_parsers(cli.build_parser())}
-    for target in ("ssd", "ssd_engine"):
+    for target in ("ssd", "ssd_engine", "gil_io"):
         assert "--drop-caches" in helps[f"hicache-mooncake bench {target}"]
     remote = helps["hicache-mooncake bench remote"]
     assert "--pip-install-mooncake" in remote and "--apt-install-ibverbs" in remote
