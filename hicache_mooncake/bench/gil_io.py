@@ -1,4 +1,4 @@
-"""Python's own ceiling on the disk: O_DIRECT writes and reads from Python threads, alone and next to what shares the interpreter in SGLang.
+"""Python's own ceiling on the disk: O_DIRECT I/O threads, alone and next to what shares the GIL.
 
 The SSD tier moves its bytes on Python threads (``ssd.io.IoPool``): each gives the GIL up inside
 its ``pwritev`` / ``preadv`` and needs it back before it can take its next job. While another
@@ -201,6 +201,7 @@ def measure(
             _leg(fd, True, bufs, count, threading.Event())()
             os.fsync(fd)
         rows: dict[str, dict[str, float]] = {}
+        dropped = drop_caches(drop)  # (O_DIRECT reads bypass the page cache anyway)
         for case in cases:
             drop_caches(drop)
             with _load(case):
@@ -218,7 +219,7 @@ def measure(
         "benchmark": "gil_io",
         "io_mode": "direct" if direct else "buffered",
         "io_mode_reason": reason,
-        "page_cache_dropped": drop,
+        "page_cache_dropped": dropped,
         "size_bytes": size,
         "bytes_per_leg": count * size,
         "io_threads": threads,
