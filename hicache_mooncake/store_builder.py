@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hicache_mooncake.config import BackendConfig
+from hicache_mooncake.host_cache.service_config import service_config_problem
 from hicache_mooncake.host_ram import memory_available, memory_limit
 from hicache_mooncake.keys import tenant_of_key
 from hicache_mooncake.sizes import format_size
@@ -238,9 +239,9 @@ SERVICE_DIR = "host-cache"
 def build_service_store(config: BackendConfig, spec: ArenaSpec | None) -> ArenaStore:
     """The host cache's store: the YAML's tiers, the DRAM arena shared (from ``spec``) and with
     object headers, the SSD in ``<path>/host-cache``."""
-    dram_cfg = config.tiers.dram
-    if not dram_cfg.enabled:
-        raise ValueError("tiers.dram.enabled: the host cache needs its DRAM tier (the arena clients read)")
+    problem = service_config_problem(config)
+    if problem is not None:
+        raise ValueError(problem)
 
     store = build_store(config, SERVICE_DIR, lambda: dram_tier(config, shared=spec, object_headers=True))
     ssd = config.tiers.ssd

@@ -75,12 +75,14 @@ class ServiceKeeper:
             pid = launcher.start(self.paths, self.config)
         except (OSError, ValueError) as exc:
             log.warning("cannot start the host cache %s: %s", self.paths.socket, exc)
-            pid = None
-        if pid is not None:
+        else:
+            if pid is None:
+                return  # another process holds the start lock: it is starting one
             self.starts += 1
-            # a service that does not come up is not started again at once (a bad YAML, a full disk)
-            self._next_start = time.monotonic() + self._backoff
-            self._backoff = min(self._backoff * 2, _MAX_BACKOFF_S)
+        # a service that does not come up, or cannot be started, is not tried again at once (a
+        # bad YAML, a full disk): one attempt, and one log line, per backoff
+        self._next_start = time.monotonic() + self._backoff
+        self._backoff = min(self._backoff * 2, _MAX_BACKOFF_S)
 
     def _run(self) -> None:
         while not self._stop.wait(self.hc.retry_interval_s):

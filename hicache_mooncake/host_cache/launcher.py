@@ -23,6 +23,7 @@ from hicache_mooncake.config import BackendConfig
 
 from .lock import try_lock
 from .paths import HostCachePaths
+from .service_config import service_config_problem
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,11 @@ def service_command(config_path: str, lock_fd: int | None = None) -> list[str]:
 
 
 def start(paths: HostCachePaths, config: BackendConfig) -> int | None:
-    """Spawn the service unless one runs or is starting; returns the new service's pid or None."""
+    """Spawn the service unless one runs or is starting; returns the new service's pid or None.
+    ValueError, naming the setting, when the service could not run ``config`` (nothing spawned)."""
+    problem = service_config_problem(config)
+    if problem is not None:
+        raise ValueError(f"this YAML cannot run it: {problem}")
     paths.ensure_dir()
     fd = try_lock(paths.lock)
     if fd is None:

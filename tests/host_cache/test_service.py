@@ -232,6 +232,31 @@ def test_without_a_service_a_backend_serves_misses_at_once_and_attaches_when_one
         store.close()
 
 
+def test_a_yaml_that_cannot_run_the_service_says_why_in_the_backends_log(
+    host_cache: PrivateHostCache, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``tiers.host_cache: on`` with the DRAM tier off: the service could not run this YAML (its
+    arena is its DRAM tier). The backend names the setting in its own log, spawns nothing, and
+    serves misses; it does not start a service that exits at once, every 50 ms, while it waits
+    (before, the reason was only in the service's log, and the backend said it did not answer)."""
+    extra = host_cache.extra(host_cache="on", dram={"enabled": False})
+    extra["host_cache"].update({"start_timeout_s": 1.0})
+    config = validate_config(extra)
+    with caplog.at_level("WARNING", logger="hicache_mooncake.host_cache.keeper"):
+        store = build_client_store(config, "rank0", True)
+    try:
+        why = [r.getMessage() for r in caplog.records if "cannot start the host cache" in r.getMessage()]
+        # one attempt per backoff (the first lasts start_timeout_s), not one per 50 ms poll
+        assert 1 <= len(why) <= 2 and "tiers.dram.enabled" in why[0], caplog.text
+        assert host_cache.pid() is None  # nothing spawned
+        assert not (host_cache.run_dir / "host-cache.log").exists()
+        page = np.arange(4096, dtype=np.uint8)
+        assert store.put_batch(["k"], [[memoryview(page)]]) == [False]
+        assert store.exists_prefix(["k"]) == 0
+    finally:
+        store.close()
+
+
 def test_a_node_secret_in_the_environment_does_not_lock_clients_out(
     host_cache: PrivateHostCache, monkeypatch: pytest.MonkeyPatch
 ) -> None:
