@@ -21,6 +21,16 @@ NOT_DROPPED = (
 )
 
 
+def add_dir_argument(parser: argparse.ArgumentParser) -> None:
+    """``--dir``: where a disk benchmark measures (see :func:`default_work_dir`)."""
+    parser.add_argument(
+        "--dir",
+        default=None,
+        help="directory on the filesystem to measure (a temp dir is made in it and removed; default: "
+        "the system temp dir, or /var/tmp when that is tmpfs)",
+    )
+
+
 def add_drop_caches_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         DROP_FLAG,

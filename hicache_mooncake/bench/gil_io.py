@@ -38,7 +38,12 @@ from typing import Any
 import numpy as np
 
 from hicache_mooncake.bench._busy import busy_python_thread
-from hicache_mooncake.bench._disk import add_drop_caches_argument, default_work_dir, drop_caches
+from hicache_mooncake.bench._disk import (
+    add_dir_argument,
+    add_drop_caches_argument,
+    default_work_dir,
+    drop_caches,
+)
 from hicache_mooncake.commands import UsageError
 from hicache_mooncake.ssd import checksum
 from hicache_mooncake.ssd.io import O_DIRECT, copy_into, huge_buffer, probe_direct_io
@@ -61,12 +66,7 @@ _PROCESS_LOOP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dir",
-        default=None,
-        help="directory on the filesystem to measure (a temp dir is made in it and removed; default: "
-        "the system temp dir, or /var/tmp when that is tmpfs)",
-    )
+    add_dir_argument(parser)
     add_drop_caches_argument(parser)
     parser.add_argument("--size-mib", type=int, default=8, help="bytes per I/O, MiB (the SSD tier's runs: 8)")
     parser.add_argument("--total-mb", type=int, default=512, help="MiB per leg (and the size of each file)")

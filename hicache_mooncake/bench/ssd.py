@@ -61,6 +61,7 @@ from hicache_mooncake.bench import _disk
 from hicache_mooncake.bench._busy import busy_python_thread
 from hicache_mooncake.bench._disk import (
     NOT_DROPPED,
+    add_dir_argument,
     add_drop_caches_argument,
     default_work_dir,
     drop_caches,
@@ -90,12 +91,7 @@ TARGET_CPU_S_PER_GB = 0.1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dir",
-        default=None,
-        help="directory to measure (a temp dir is made in it and removed; default: the system temp "
-        "dir, or /var/tmp when that is tmpfs)",
-    )
+    add_dir_argument(parser)
     add_drop_caches_argument(parser)
     parser.add_argument(
         "--hugepages",

@@ -22,17 +22,18 @@ from typing import Any
 
 import numpy as np
 
-from hicache_mooncake.bench._disk import NOT_DROPPED, add_drop_caches_argument, default_work_dir, drop_caches
+from hicache_mooncake.bench._disk import (
+    NOT_DROPPED,
+    add_dir_argument,
+    add_drop_caches_argument,
+    default_work_dir,
+    drop_caches,
+)
 from hicache_mooncake.ssd import SsdEngine, SsdOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dir",
-        default=None,
-        help="directory on the filesystem to measure (a temp dir is made in it and removed; default: "
-        "the system temp dir, or /var/tmp when that is tmpfs)",
-    )
+    add_dir_argument(parser)
     add_drop_caches_argument(parser)
     parser.add_argument("--sizes", default="1,8", help="object sizes in MiB, comma separated")
     parser.add_argument("--total-mb", type=int, default=1024, help="MiB written per size and mode")
