@@ -22,6 +22,10 @@ the same time. Here, on one SSD-only backend (made by SGLang's factory):
 
 Every page is stamped before its set and every page read back is compared, outside the timed
 calls (a prefetch thread checks its batch after each call, a backup thread stamps before each).
+
+The whole case (0-3, a fresh backend each time) runs ``repeats`` times (``bench ssd --repeats``):
+each figure is the median of the runs, the ratios the median of each run's own ratio (each run's
+threads and fio side by side), the page counts summed; ``runs`` keeps every run.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 import threading
@@ -134,7 +139,34 @@ def fio_mixed(fio: Fio, work: str, bs: int, size: int, drop: Any) -> dict[str, A
     return {"gbps": 2 * size / wall / 1e9 if wall else 0.0, "write_gbps": w, "read_gbps": r}
 
 
-def concurrency_case(fio: Fio, base: str, w: PageWorkload, drop: bool) -> dict[str, Any]:
+MEDIAN_FIELDS = (
+    "backup_alone_gbps", "prefetch_alone_gbps", "together_gbps", "together_backup_gbps",
+    "aggregate_ratio_vs_one_thread", "backup_share_of_solo", "fio_mixed_gbps", "together_ratio_vs_fio_mixed",
+)  # fmt: skip
+SUM_FIELDS = ("bad_pages", "missed_pages", "failed_sets", "warmup_pages", "warmup_failed_sets")
+
+
+def concurrency_case(fio: Fio, base: str, w: PageWorkload, drop: bool, repeats: int = 1) -> dict[str, Any]:
+    """The case ``repeats`` times; medians and sums over the runs (module docstring)."""
+    return summarize_runs([_one_run(fio, base, w, drop) for _ in range(max(1, repeats))])
+
+
+def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One figure per field over the runs of the case: medians of rates and of each run's ratios,
+    sums of page counts, steady only if every run was; every run kept under ``runs``."""
+    out: dict[str, Any] = {k: runs[0][k] for k in ("threads_together", "targets")}
+    out.update({k: statistics.median(float(r[k]) for r in runs) for k in MEDIAN_FIELDS})
+    out.update({k: sum(int(r[k]) for r in runs) for k in SUM_FIELDS})
+    out["together_prefetch_gbps"] = [
+        statistics.median(r["together_prefetch_gbps"][i] for r in runs) for i in range(2)
+    ]
+    out["steady_into_reused_regions"] = all(r["steady_into_reused_regions"] for r in runs)
+    out["repeats"] = len(runs)
+    out["runs"] = runs
+    return out
+
+
+def _one_run(fio: Fio, base: str, w: PageWorkload, drop: bool) -> dict[str, Any]:
     from hicache_mooncake.bench._disk import drop_caches, wait_disk_idle
     from hicache_mooncake.bench.ssd import _capacity, fill_until_reclaim, ssd_only_config
 

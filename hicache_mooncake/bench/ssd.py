@@ -28,7 +28,8 @@ For each page size (1 MiB and 8 MiB by default) and each of ``--repeats`` rounds
 Then (``--concurrency``, default on) SGLang's threads together on the SSD tier in its steady
 state (every region written once): one backup thread (``batch_set_v1`` of new pages) and two
 prefetch threads (``batch_get_v1`` of stored pages), each alone and then all at once, next to fio's
-mixed ceiling (one job writing over a laid-out file and one reading, at once).
+mixed ceiling (one job writing over a laid-out file and one reading, at once), ``--repeats`` times
+(medians; each run in ``runs``).
 
 With ``--drop-caches`` (root) the page cache of the whole host is dropped before every read;
 without it nothing is dropped, and SGLang's ``file`` backend (buffered) may read from memory;
@@ -449,7 +450,7 @@ def _bench_size(
     row["ours_bytes_ok"] = row["ours_bad_pages"] == 0 and row["ours_get_missed_pages"] == 0
     row["pages_verified"] = sum(int(r["ours_get"]["ok_pages"]) for r in rounds)  # busy gets: checked alike
     if concurrency:
-        row["concurrency"] = concurrency_case(fio, base, w, drop)
+        row["concurrency"] = concurrency_case(fio, base, w, drop, repeats)
     row["rounds"] = rounds
     del host
     return row
@@ -605,7 +606,8 @@ def _print_row(row: dict[str, Any], no_file: bool) -> None:
             f"{conc['prefetch_alone_gbps']:.2f}, together {conc['together_gbps']:.2f} GB/s "
             f"(x{conc['aggregate_ratio_vs_one_thread']:.2f} one thread; backups at "
             f"{conc['backup_share_of_solo']:.0%} of alone) | fio mixed {conc['fio_mixed_gbps']:.2f}"
-            f" | {'steady state' if conc['steady_into_reused_regions'] else 'cold fill (tier never full)'}",
+            f" | {'steady state' if conc['steady_into_reused_regions'] else 'cold fill (tier never full)'}"
+            f" | median of {conc['repeats']}",
             flush=True,
         )
 

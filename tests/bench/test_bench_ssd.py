@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,6 +63,7 @@ def test_bench_ssd_end_to_end(tmp_path: Path) -> None:
         assert conc["steady_into_reused_regions"] is True and conc["warmup_pages"] > 0
         for key in ("backup_alone_gbps", "prefetch_alone_gbps", "together_gbps", "fio_mixed_gbps"):
             assert conc[key] > 0, key
+        assert conc["repeats"] == data["repeats"] and len(conc["runs"]) == data["repeats"]
         assert row["ours_set_failed_pages"] == 0 and row["ours_get_missed_pages"] == 0
         # next to a busy Python thread: the same gets (checked alike) and more steady sets
         assert row["ours_busy_steady_set_failed_pages"] == 0
@@ -74,3 +76,24 @@ def test_bench_ssd_end_to_end(tmp_path: Path) -> None:
         assert all(row[k] > 0 for k in ("set_ratio_vs_fio", "get_ratio_vs_fio", "get_ratio_vs_sglang_file"))
     # nothing left behind in the measured directory
     assert list(work.iterdir()) == []
+
+
+def test_the_concurrency_case_reports_medians_of_its_runs_and_sums_their_page_counts() -> None:
+    """``bench ssd --repeats N`` runs the threads' case N times: one slow or fast run does not
+    make the figure, and a bad page in any run shows."""
+    from hicache_mooncake.bench._ssd_concurrency import MEDIAN_FIELDS, SUM_FIELDS, summarize_runs
+
+    def run(rate: float, bad: int, steady: bool = True) -> dict[str, Any]:
+        r: dict[str, Any] = {k: rate for k in MEDIAN_FIELDS}
+        r.update({k: 0 for k in SUM_FIELDS}, bad_pages=bad, steady_into_reused_regions=steady)
+        r.update(threads_together={"backup": 1, "prefetch": 2}, targets={"aggregate_vs_one_thread": 1.5})
+        r["together_prefetch_gbps"] = [rate, 2 * rate]
+        return r
+
+    runs = [run(1.0, 0), run(9.0, 1), run(2.0, 0, steady=False)]
+    out = summarize_runs(runs)
+    assert all(out[k] == 2.0 for k in MEDIAN_FIELDS)
+    assert out["together_prefetch_gbps"] == [2.0, 4.0]
+    assert out["bad_pages"] == 1 and out["steady_into_reused_regions"] is False
+    assert out["repeats"] == 3 and out["runs"] == runs
+    assert out["threads_together"] == {"backup": 1, "prefetch": 2}
