@@ -139,6 +139,9 @@ def fio_mixed(fio: Fio, work: str, bs: int, size: int, drop: Any) -> dict[str, A
     return {"gbps": 2 * size / wall / 1e9 if wall else 0.0, "write_gbps": w, "read_gbps": r}
 
 
+PREFETCH_THREADS = 2
+"""Prefetch threads of the together phase (each needs its own host region: ``extra_regions``)."""
+
 MEDIAN_FIELDS = (
     "backup_alone_gbps", "prefetch_alone_gbps", "together_gbps", "together_backup_gbps",
     "aggregate_ratio_vs_one_thread", "backup_share_of_solo", "fio_mixed_gbps", "together_ratio_vs_fio_mixed",
@@ -157,8 +160,8 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {k: runs[0][k] for k in ("threads_together", "targets")}
     out.update({k: statistics.median(float(r[k]) for r in runs) for k in MEDIAN_FIELDS})
     out.update({k: sum(int(r[k]) for r in runs) for k in SUM_FIELDS})
-    out["together_prefetch_gbps"] = [
-        statistics.median(r["together_prefetch_gbps"][i] for r in runs) for i in range(2)
+    out["together_prefetch_gbps"] = [  # per prefetch thread, over the runs
+        statistics.median(rates) for rates in zip(*(r["together_prefetch_gbps"] for r in runs), strict=True)
     ]
     out["steady_into_reused_regions"] = all(r["steady_into_reused_regions"] for r in runs)
     out["repeats"] = len(runs)
@@ -177,7 +180,7 @@ def _one_run(fio: Fio, base: str, w: PageWorkload, drop: bool) -> dict[str, Any]
     stamps = PageStamps(host)
     lock = threading.Lock()
     tags: dict[str, int] = {}
-    out: dict[str, Any] = {"threads_together": {"backup": 1, "prefetch": 2}}
+    out: dict[str, Any] = {"threads_together": {"backup": 1, "prefetch": PREFETCH_THREADS}}
 
     def keys(prefix: str, n: int) -> list[list[str]]:
         ks = [f"{prefix}{i:060x}" for i in range(n)]
@@ -186,7 +189,8 @@ def _one_run(fio: Fio, base: str, w: PageWorkload, drop: bool) -> dict[str, Any]
         return [ks[i : i + batch] for i in range(0, n, batch)]
 
     stored, alone_b, together_b = keys("s", pages), keys("b", pages), keys("t", pages)
-    b1, p1, p2 = w.src, w.extra[0], w.extra[1]
+    b1, prefetch_regions = w.src, w.extra[:PREFETCH_THREADS]
+    p1 = prefetch_regions[0]
     # w.dst becomes the reference the prefetch threads check against: the backup source's bytes,
     # stamped per batch (never the backup's own source, which it is writing from meanwhile)
     for want, have in zip(stamps.parts(w.dst, batch), stamps.parts(b1, batch), strict=True):
@@ -215,7 +219,10 @@ def _one_run(fio: Fio, base: str, w: PageWorkload, drop: bool) -> dict[str, Any]
             drop_caches(drop)
             stop = threading.Event()
             tb = worker("backup", together_b, b1, stop)
-            tp = [worker("prefetch", stored[i::2], region, stop) for i, region in enumerate((p1, p2))]
+            tp = [
+                worker("prefetch", stored[i::PREFETCH_THREADS], region, stop)
+                for i, region in enumerate(prefetch_regions)
+            ]
             _run_threads([tb, *tp])
         finally:
             be.close()

@@ -354,9 +354,11 @@ def _bench_size(
     drop: bool,
     concurrency: bool,
 ) -> dict[str, Any]:
-    from hicache_mooncake.bench._ssd_concurrency import concurrency_case
+    from hicache_mooncake.bench._ssd_concurrency import PREFETCH_THREADS, concurrency_case
 
-    w = page_workload(page_bytes, total, batch_max, batch_bytes, extra_regions=2 if concurrency else 0)
+    w = page_workload(
+        page_bytes, total, batch_max, batch_bytes, extra_regions=PREFETCH_THREADS if concurrency else 0
+    )
     host, src, dst, batch, pages = w.host, w.src, w.dst, w.batch, w.pages
     rounds = [
         _bench_round(fio, base, page_bytes, pages, batch, host, src, dst, r, with_file, drop)
