@@ -301,7 +301,8 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             parts = self._v1_parts(keys, host_indices)
             if not self._kv_pool().holds_bytes:
                 return [True] * len(keys)  # a logical KV anchor: its sidecar pools hold the bytes
-            return self._put(self._space_for(space, extra_info), keys, parts, extra_info)
+            page = self._kv_pool().page_nbytes
+            return self._put(self._space_for(space, extra_info), keys, parts, extra_info, page)
         except HostRangeError as exc:
             self._failures.record(f"batch_set_v1 refused host indices: {exc.reason}")
             log.debug("batch_set_v1: %s", exc)
@@ -321,7 +322,8 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             parts = self._v1_parts(keys, host_indices)
             if not self._kv_pool().holds_bytes:
                 return [True] * len(keys)  # a logical KV anchor: nothing to read
-            return self._get(self._space_for(space, extra_info), keys, parts, extra_info)
+            page = self._kv_pool().page_nbytes
+            return self._get(self._space_for(space, extra_info), keys, parts, extra_info, page)
         except HostRangeError as exc:
             self._failures.record(f"batch_get_v1 refused host indices: {exc.reason}")
             log.debug("batch_get_v1: %s", exc)
@@ -332,10 +334,16 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             return [False] * len(keys)
 
     def _put(
-        self, space: KeySpace, keys: Sequence[str], parts: list[list[memoryview]], extra_info: Any
+        self,
+        space: KeySpace,
+        keys: Sequence[str],
+        parts: list[list[memoryview]],
+        extra_info: Any,
+        page_nbytes: int = 0,
     ) -> list[bool]:
         """Store whole pages, or each page's chunks (``_kv_chunks``) at most
-        ``io.max_batch_pages`` objects per store call; a page is stored when all its chunks are."""
+        ``io.max_batch_pages`` objects per store call; a page is stored when all its chunks are.
+        ``page_nbytes``: every page's size when all are of one pool (0: the parts say)."""
         start = time.perf_counter()
         prefix = getattr(extra_info, "prefix_keys", None)
         prefix_len = len(prefix) if isinstance(prefix, list) else None
@@ -354,18 +362,23 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             done = self.store.put_batch(flat, split_pages(parts[first : first + step], count), prev, at)
             result.extend(whole(done, count))
             prev = flat[-1]
-        nbytes = pages_nbytes(parts, result)
+        nbytes = page_nbytes * sum(result) if page_nbytes else pages_nbytes(parts, result)
         self.metrics.record(
             "set", sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start
         )
         return result
 
     def _get(
-        self, space: KeySpace, keys: Sequence[str], parts: list[list[memoryview]], extra_info: Any
+        self,
+        space: KeySpace,
+        keys: Sequence[str],
+        parts: list[list[memoryview]],
+        extra_info: Any,
+        page_nbytes: int = 0,
     ) -> list[bool]:
         """Read whole pages, or each page's chunks, as ``_put`` stored them; a page is read when
         all its chunks are, and reading stops at the first page that is not (SGLang uses the
-        leading run)."""
+        leading run). ``page_nbytes`` as for ``_put``."""
         start = time.perf_counter()
         count = self._kv_chunks()
         store_keys = chunked(space.keys(list(keys)), count)
@@ -378,7 +391,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             if not result[-1] and len(result) < len(keys):
                 result.extend([False] * (len(keys) - len(result)))
                 break
-        nbytes = pages_nbytes(parts, result)
+        nbytes = page_nbytes * sum(result) if page_nbytes else pages_nbytes(parts, result)
         self.metrics.record(
             "get", sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start
         )

@@ -23,7 +23,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -185,6 +185,27 @@ def tenant_of_key(key: str) -> str:
         return ""
     mark = key.find("~", first + 1, second)
     return key[mark + 1 : second] if mark >= 0 else ""
+
+
+def tenant_reader() -> Callable[[str], str]:
+    """``tenant_of_key`` that remembers the key prefix it parsed last (``model/digest[~tenant]/``,
+    up to the second ``/``: all a key's tenant depends on). The keys of one call share it, so
+    each key after the first costs one ``startswith``. Safe across threads: the remembered
+    prefix and its tenant are replaced together, as one tuple."""
+    last = ("\0/\0/", "")  # what tenant_of_key says of every key starting so
+
+    def tenant_of(key: str) -> str:
+        nonlocal last
+        prefix, tenant = last
+        if key.startswith(prefix):
+            return tenant
+        tenant = tenant_of_key(key)
+        second = key.find("/", key.find("/") + 1)
+        if second > 0:
+            last = (key[: second + 1], tenant)
+        return tenant
+
+    return tenant_of
 
 
 def request_tenant(extra_info: Any) -> str | None:

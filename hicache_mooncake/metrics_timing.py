@@ -26,14 +26,20 @@ observation, up to three counter increments and one pass over the call's keys (a
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Mapping, Sequence
+from itertools import compress
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from hicache_mooncake.tiers.parts import pages_nbytes
 from hicache_mooncake.tiers.tier import Tier
+
+_ITEM_PARTS = operator.itemgetter(1)
+_ITEM_CTX = operator.itemgetter(2)
+_CTX_SIZE = operator.attrgetter("size")
 
 PREFIX = "hicache_mooncake:"
 LATENCY_BUCKETS = (
@@ -148,6 +154,10 @@ class TierTiming:
 
 
 def _payload(items: Sequence[tuple[str, Any, Any]], result: Sequence[bool]) -> tuple[int, int]:
-    """(keys done, their payload bytes)."""
-    done = [item[1] for item, ok in zip(items, result, strict=False) if ok]
-    return len(done), pages_nbytes(done)
+    """(keys done, their payload bytes): the sizes their contexts carry (the store's calls set
+    them from the parts), the parts' own sizes where a context has none."""
+    chosen = list(compress(items, result))
+    sizes = list(map(_CTX_SIZE, map(_ITEM_CTX, chosen)))
+    if 0 in sizes:
+        return len(chosen), pages_nbytes(list(map(_ITEM_PARTS, chosen)))
+    return len(chosen), sum(sizes)

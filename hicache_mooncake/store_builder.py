@@ -17,7 +17,7 @@ from typing import Any
 from hicache_mooncake.config import BackendConfig
 from hicache_mooncake.host_cache.service_config import service_config_problem
 from hicache_mooncake.host_ram import memory_available, memory_limit
-from hicache_mooncake.keys import tenant_of_key
+from hicache_mooncake.keys import tenant_reader
 from hicache_mooncake.sizes import format_size
 from hicache_mooncake.tiers.arena_store import ArenaStore
 from hicache_mooncake.tiers.dram_tier import DramTier
@@ -185,7 +185,7 @@ def build_store(
         tiers.sort(key=lambda tier: order[id(tier)])
         if not tiers:
             raise ValueError("the configuration enables no tier (tiers.*.enabled are all false)")
-        return TieredStore(tiers, factory, options, tenant_of=tenant_of_key, tenant_shares=shares)
+        return TieredStore(tiers, factory, options, tenant_of=tenant_reader(), tenant_shares=shares)
     except BaseException:
         for tier in tiers:
             tier.close()

@@ -27,10 +27,14 @@ them out; each retired slab whose last slot is freed gives its memory back (``re
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from itertools import compress, repeat
+from operator import not_
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -45,10 +49,18 @@ from hicache_mooncake.transport.object_header import (
 )
 
 from .dram_arena import DramArena
-from .parts import Parts, gather, pages_sizes, scatter
+from .parts import Parts, gather, gather_at, pages_sizes, scatter_from
 from .policy import DEFAULT_CONTEXT, AccessContext
 from .slab_allocator import SlabAllocator, slot_size_for
 from .tier import Tier
+
+_ITEM_KEY = operator.itemgetter(0)
+_ITEM_PARTS = operator.itemgetter(1)
+
+_ITEM_CTX = operator.itemgetter(2)
+_ENTRY_OFFSET = operator.itemgetter(0)
+_ENTRY_NBYTES = operator.itemgetter(1)
+_CTX_TYPE = operator.attrgetter("obj_type")
 
 
 class Pinned(NamedTuple):
@@ -260,26 +272,41 @@ class DramTier(Tier):
         under one hold. A key already present is True (values are immutable); an item with no
         free slot of its class is False. Memory copies finish quickly, so ``deadline`` is only
         part of the contract."""
+        n = len(items)
+        keys = list(map(_ITEM_KEY, items))
         with self._lock:
             if self._closed:
-                return [False] * len(items)
-            index = self._index
-            results = [item[0] in index for item in items]
-            fresh = [i for i, present in enumerate(results) if not present]
-            sizes = pages_sizes([items[i][1] for i in fresh])
+                return [False] * n
+            results = list(map(self._index.__contains__, keys))
+            fresh = list(compress(range(n), map(not_, results)))
+            sizes = pages_sizes(map(_ITEM_PARTS, items) if len(fresh) == n else [items[i][1] for i in fresh])
             offsets = self._alloc_batch_locked(sizes)
-        reserved = [
-            (i, offset, nbytes)
-            for i, offset, nbytes in zip(fresh, offsets, sizes, strict=True)
-            if offset is not None
-        ]
-        view = self._arena.view
-        for i, offset, nbytes in reserved:
-            gather(view(offset, nbytes), items[i][1])
+        if len(fresh) == n and None not in offsets:  # every page new, every page a slot: the usual call
+            reserved: list[tuple[int, int, int]] | None = None
+            arena = self._arena.bytes.data
+            for (_key, parts, _ctx), offset in zip(items, cast(list[int], offsets), strict=True):
+                gather_at(arena, offset, parts)
+        else:
+            reserved = [
+                (i, offset, nbytes)
+                for i, offset, nbytes in zip(fresh, offsets, sizes, strict=True)
+                if offset is not None
+            ]
+            view = self._arena.view
+            for i, offset, nbytes in reserved:
+                gather(view(offset, nbytes), items[i][1])
         with self._lock:
             if self._closed:
                 return results
             versions = self._versions
+            if reserved is None:
+                self._publish_new_locked(
+                    keys,
+                    cast(list[int], offsets),
+                    sizes,
+                    list(map(int, map(_CTX_TYPE, map(_ITEM_CTX, items)))),
+                )
+                return [True] * n
             self._publish_locked(
                 (items[i][0], offset, nbytes, next(versions), int(items[i][2].obj_type))
                 for i, offset, nbytes in reserved
@@ -374,15 +401,33 @@ class DramTier(Tier):
         self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
     ) -> list[bool]:
         """Look up and pin the whole batch under one lock hold, copy out, unpin under one hold."""
-        results = [False] * len(items)
+        n = len(items)
+        results = [False] * n
         pinned: list[tuple[int, int, int]] = []
-        sizes = pages_sizes([item[1] for item in items])
+        keys = list(map(_ITEM_KEY, items))
+        sizes = pages_sizes(map(_ITEM_PARTS, items))
         with self._lock:
             if self._closed:
                 return results
             index, hits, pins = self._index, self._hits, self._pins
+            entries = list(map(index.get, keys))
+            if (
+                None not in entries
+                and list(map(_ENTRY_NBYTES, cast(list[Any], entries))) == sizes
+                and len(set(keys)) == n
+            ):
+                # every page found at its size, no key twice (the usual call): the same counts and
+                # pins as the loop below, in C-level passes
+                offsets: list[int] = list(map(_ENTRY_OFFSET, cast(list[Any], entries)))
+                hits.update(
+                    zip(keys, map(operator.add, map(hits.get, keys, repeat(0)), repeat(1)), strict=True)
+                )
+                pins.update(
+                    zip(offsets, map(operator.add, map(pins.get, offsets, repeat(0)), repeat(1)), strict=True)
+                )
+                pinned = list(zip(range(n), offsets, sizes, strict=True))
             misses = mismatched = 0
-            for i, (key, _parts, _ctx) in enumerate(items):
+            for i, (key, _parts, _ctx) in enumerate(items if not pinned else ()):
                 entry = index.get(key)
                 if entry is None:
                     misses += 1
@@ -398,9 +443,9 @@ class DramTier(Tier):
             self._counts["size_mismatch"] += mismatched
         copied = 0
         try:
-            view = self._arena.view
+            arena = self._arena.bytes.data
             for i, offset, nbytes in pinned:
-                scatter(view(offset, nbytes), items[i][1])
+                scatter_from(arena, offset, items[i][1])
                 results[i] = True
                 copied += nbytes
         finally:
@@ -564,6 +609,20 @@ class DramTier(Tier):
         self._counts["puts"] += puts
         self._counts["put_bytes"] += put_bytes
 
+    def _publish_new_locked(
+        self, keys: list[str], offsets: list[int], sizes: list[int], types: list[int]
+    ) -> None:
+        """``_publish_locked`` of one slot per key, each with a fresh version: one C-level index
+        update when no key was published meanwhile and slots carry no header (the usual call)."""
+        versions = itertools.islice(self._versions, len(keys))
+        index = self._index
+        if self.headers or not index.keys().isdisjoint(keys):
+            self._publish_locked(zip(keys, offsets, sizes, versions, types, strict=True))
+            return
+        index.update(zip(keys, zip(offsets, sizes, versions, types, strict=True), strict=True))
+        self._counts["puts"] += len(keys)
+        self._counts["put_bytes"] += sum(sizes)
+
     def _release_locked(self, offset: int, nbytes: int) -> None:
         self._invalidate(offset, nbytes)  # one-sided readers miss from now on
         if offset in self._pins:
@@ -575,6 +634,11 @@ class DramTier(Tier):
         """Drop one pin of each slot; a slot whose key was removed while pinned is freed with its
         last pin."""
         pins, zombies = self._pins, self._zombies
+        if not zombies and isinstance(offsets, list) and len(offsets) > 1:
+            held = list(map(pins.__getitem__, offsets))  # KeyError for a slot not pinned, as below
+            if held.count(1) == len(held) and len(set(offsets)) == len(offsets):
+                deque(map(pins.__delitem__, offsets), maxlen=0)  # each its last pin; nothing to free
+                return
         for offset in offsets:
             left = pins[offset] - 1
             if left:

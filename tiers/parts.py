@@ -42,8 +42,12 @@ def pages_nbytes(pages: Sequence[Parts], done: Sequence[bool] | None = None) -> 
 
 def gather(dst: np.ndarray, parts: Parts) -> None:
     """Copy ``parts`` back to back into the uint8 array ``dst`` (``len(dst) == parts_nbytes``)."""
-    out = dst.data
-    pos = 0
+    gather_at(dst.data, 0, parts)
+
+
+def gather_at(out: memoryview, pos: int, parts: Parts) -> None:
+    """Copy ``parts`` back to back into the flat byte view ``out`` from ``pos`` on (a slot of an
+    arena: no array or view is made for the slot)."""
     for part in parts:
         n = part.nbytes
         try:
@@ -55,8 +59,11 @@ def gather(dst: np.ndarray, parts: Parts) -> None:
 
 def scatter(src: np.ndarray, parts: Parts) -> None:
     """Copy the uint8 array ``src`` into the writable ``parts``, in order."""
-    view = src.data
-    pos = 0
+    scatter_from(src.data, 0, parts)
+
+
+def scatter_from(view: memoryview, pos: int, parts: Parts) -> None:
+    """Copy the flat byte view ``view`` from ``pos`` on into the writable ``parts``, in order."""
     for part in parts:
         n = part.nbytes
         try:

@@ -61,13 +61,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import operator
 import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from itertools import compress
+from itertools import compress, repeat
 from operator import not_
 from typing import Any, TypeVar, cast
 
@@ -92,6 +93,10 @@ _REQUEST_MEMORY = 1 << 16
 # new pages per set from which they are copied into free DRAM before the placement decides
 _COPY_FIRST_MIN = 8
 _TO_DRAM = (SetOutcome.NEW_DRAM, SetOutcome.UP)
+_KEPT: tuple[bool | None, ...] = tuple(
+    None if SetOutcome(value) == SetOutcome.REFUSED else True for value in range(len(SetOutcome))
+)
+"""``_put_local``'s answer for a page, indexed by its ``SetOutcome`` (whose values are 0..n-1)."""
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -437,13 +442,19 @@ class TieredStore:
         """Each key from the first tier that has it, tier by tier, stopping at the first key no
         tier has (SGLang uses only the leading run). Returns per key whether its bytes were copied
         and from which tier."""
-        done = [False] * len(keys)
-        level_of: list[Tier | None] = [None] * len(keys)
-        pending = list(range(len(keys)))
+        n = len(keys)
+        done = [False] * n
+        level_of: list[Tier | None] = [None] * n
+        pending = list(range(n))
         for tier in self.tiers:
             if not pending:
                 break
-            got = tier.get_batch_into([(keys[i], parts[i], ctxs[i]) for i in pending], deadline=deadline)
+            if len(pending) == n:
+                got = tier.get_batch_into(list(zip(keys, parts, ctxs, strict=True)), deadline=deadline)
+                if all(got):  # the first tier served them all (the usual hit)
+                    return [True] * n, [tier] * n
+            else:
+                got = tier.get_batch_into([(keys[i], parts[i], ctxs[i]) for i in pending], deadline=deadline)
             for i, ok in zip(pending, got, strict=True):
                 if ok:
                     done[i], level_of[i] = True, tier
@@ -487,6 +498,13 @@ class TieredStore:
         # frozen, or the tenant being cleared: nothing is written, promotions included
         frozen = self.frozen or bool(self.clearing and self.tenant_of(keys[0]) in self.clearing)
         dram, ssd = self.dram, self.ssd  # one layout for the whole call
+        if dram is not None and level_of.count(dram) == len(keys) and all(done):
+            # every page read from DRAM (the usual hit): nothing to promote, one placement call
+            with self._lock:
+                placement = self._placement_for(nbytes)
+                self._forget_reclaimed(placement)
+                if placement.hit_in_dram_batch(keys, ctxs):
+                    return []
         hot = [
             bool(
                 not frozen
@@ -556,7 +574,10 @@ class TieredStore:
         # kept: True placed locally, None not placed by decision (refused, or no local tier),
         # False a copy that could not be made in time
         # a refusal is a decision (True) unless a pool was to take the page instead
-        stored = [k is True or (k is None and not self.pools) for k in kept]
+        # (one C-level pass: ``k is True or (k is None and not self.pools)``)
+        stored = list(
+            map(operator.is_, kept, repeat(True)) if self.pools else map(operator.is_not, kept, repeat(False))
+        )
         for pool in self.pools:
             # write-through pools get every page they lack; the others the pages not kept locally
             want = [i for i, k in enumerate(kept) if pool.write_through or k is not True]
@@ -599,31 +620,40 @@ class TieredStore:
                 for i, k in zip(fit, placed, strict=True):
                     kept[i] = k
             return kept
-        dram = self.dram
-        in_dram = dram.contains_batch(keys) if dram is not None else [False] * len(keys)
-        new = [i for i, held in enumerate(in_dram) if not held]
+        dram, n = self.dram, len(keys)
+        in_dram = dram.contains_batch(keys) if dram is not None else [False] * n
+        new = list(compress(range(n), map(not_, in_dram)))
         landed: set[int] = set()
         if dram is not None and len(new) >= _COPY_FIRST_MIN:
             # the new pages go into free DRAM first, then the placement decides; copies it does
             # not want there are removed again (deciding first demotes to make room the copies
             # then wait for, and pages were lost on their way to the SSD)
-            ok = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in new], deadline)
+            items = (
+                list(zip(keys, parts, ctxs, strict=True))
+                if len(new) == n
+                else [(keys[i], parts[i], ctxs[i]) for i in new]
+            )
+            ok = dram.put_batch(items, deadline)
             outcomes, drops, demote = self._decide_sets(keys, ctxs, sizes[0], supersedes)
-            landed = {i for i, good in zip(new, ok, strict=True) if good}
+            landed = set(compress(new, ok))
             dropped = {key for key, _tier in drops}
-            unwanted = [i for i in landed if outcomes[i] not in _TO_DRAM or keys[i] in dropped]
-            dram.remove_batch([keys[i] for i in unwanted])
-            landed.difference_update(unwanted)
+            if dropped or not all(map(_TO_DRAM.__contains__, outcomes)):
+                unwanted = [i for i in landed if outcomes[i] not in _TO_DRAM or keys[i] in dropped]
+                dram.remove_batch([keys[i] for i in unwanted])
+                landed.difference_update(unwanted)
         else:
             outcomes, drops, demote = self._decide_sets(keys, ctxs, sizes[0], supersedes)
         self._apply(drops, demote)
         dropped = {key for key, _tier in drops}
-        to_dram = [
-            i for i, o in enumerate(outcomes) if o in _TO_DRAM and i not in landed and keys[i] not in dropped
-        ]
-        to_ssd = [i for i, o in enumerate(outcomes) if o == SetOutcome.NEW_SSD and keys[i] not in dropped]
+        to_dram: list[int] = []
+        if len(landed) < n:  # else every page that DRAM wants is in
+            wanted = compress(range(n), map(_TO_DRAM.__contains__, outcomes))
+            to_dram = [i for i in wanted if i not in landed and keys[i] not in dropped]
+        to_ssd: list[int] = []
+        if SetOutcome.NEW_SSD in outcomes:
+            to_ssd = [i for i, o in enumerate(outcomes) if o == SetOutcome.NEW_SSD and keys[i] not in dropped]
         failed: list[int] = []
-        kept = [None if o == SetOutcome.REFUSED else True for o in outcomes]
+        kept = list(map(_KEPT.__getitem__, outcomes))
         if dropped:
             for i, key in enumerate(keys):
                 if key in dropped:

@@ -87,3 +87,46 @@ def test_an_lru_placement_keeps_the_most_recent_keys_of_its_batches() -> None:
             del order[:-capacity]
         assert outcomes == want, b
         assert sorted(p.resident_keys()) == sorted(order), b
+
+
+@pytest.mark.parametrize("policy", policy_names())
+def test_a_batch_of_dram_hits_leaves_the_state_its_keys_one_by_one_leave(policy: str) -> None:
+    """``hit_in_dram_batch`` (the store's path when DRAM served a whole get) against ``hit`` of
+    each key: the same answers, then the same victims and demotions under the pressure that
+    follows (the policy's and DRAM's orders agree), for every policy; fresh batches of two
+    tenants at once (the ledger's grouped count) included."""
+    one, many = placement(policy, False, 20), placement(policy, False, 20)
+    rng = random.Random(5)
+    batched = 0
+    for b in range(150):
+        if rng.random() < 0.4:
+            keys = [f"{rng.choice('ab')}:{b}:{i}" for i in range(rng.randint(2, 6))]
+            ctxs = set_contexts(keys, 0, None, rng.choice((1, 2)))
+            assert many.set_batch(keys, ctxs) == [one.set(k, c) for k, c in zip(keys, ctxs, strict=True)]
+        else:
+            held = sorted(one.resident_keys())
+            keys = list(dict.fromkeys(rng.choice(held) for _ in range(rng.randint(2, 8)))) if held else []
+            ctxs = set_contexts(keys, 0, None, 1)
+            singly = [one.hit(k, c, promote=False) for k, c in zip(keys, ctxs, strict=True)]
+            if keys and all(t == "dram" for t in singly) and many.hit_in_dram_batch(keys, ctxs):
+                batched += 1
+            else:
+                assert [many.hit(k, c, promote=False) for k, c in zip(keys, ctxs, strict=True)] == singly
+        assert many.settle() == one.settle(), b
+        assert sorted(many.resident_keys()) == sorted(one.resident_keys()), b
+        assert (many.used, many.dram_used, many.ledger.stats()) == (
+            one.used,
+            one.dram_used,
+            one.ledger.stats(),
+        )
+    assert batched >= 5  # the batch path was taken (the rest compared hit by hit)
+
+
+def test_a_dram_hit_batch_with_a_key_not_in_dram_changes_nothing() -> None:
+    p = placement("lru", False, 20)
+    keys = ["a:1", "a:2", "a:3"]
+    p.set_batch(keys, set_contexts(keys, 0, None, 1))
+    p.settle()
+    before = (list(p.hottest_cut(10).pages()), p.used)
+    assert not p.hit_in_dram_batch(["a:1", "zz"], set_contexts(["a:1", "zz"], 0, None, 1))
+    assert (list(p.hottest_cut(10).pages()), p.used) == before

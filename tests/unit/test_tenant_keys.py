@@ -23,6 +23,7 @@ from hicache_mooncake.keys import (
     request_tenant,
     sidecar_keyspace,
     tenant_of_key,
+    tenant_reader,
 )
 
 GEOMETRY = {"layout": "page_first", "page_size": 64, "layer_num": 2, "dtype": "torch.bfloat16"}
@@ -107,3 +108,16 @@ def test_a_batch_of_page_hashes_is_keyed_like_each_alone_and_a_bad_one_fails_it(
     for bad in ("", "x" * (MAX_PAGE_KEY_CHARS + 1), b"bytes", 7, None):
         with pytest.raises(ValueError, match="page key must be a non-empty string"):
             space.keys(["ok", bad])  # type: ignore[list-item]
+
+
+def test_the_tenant_reader_names_every_key_as_tenant_of_key_does() -> None:
+    """The reader remembers the last prefix it parsed: keys of other models, digests and tenants,
+    interleaved, a prefix that is another's start, and keys without two slashes."""
+    read = tenant_reader()
+    keys = [
+        "m/d/h1", "m/d/h2", "m/d~t1/h3", "m/d~t1/h4", "m/d/h5", "m2/d~t2/h6", "m/d~t10/h7",
+        "m/d~t1/h8", "nokey", "a/b", "\0/\0/x", "m/d~/h9", "m/dd/h10", "m/d~t1/sub/dir~x/h11", "",
+    ]  # fmt: skip
+    for _ in range(2):
+        assert [read(k) for k in keys] == [tenant_of_key(k) for k in keys]
+        keys.reverse()

@@ -42,7 +42,10 @@ class CountingPolicy:
         if callable(value):
 
             def counted(*args: Any, **kwargs: Any) -> Any:
-                self.calls[attr] += 1
+                if attr.endswith("_batch"):  # one call that answers for each of its keys in turn
+                    self.calls[attr.removesuffix("_batch")] += len(args[0])
+                else:
+                    self.calls[attr] += 1
                 return value(*args, **kwargs)
 
             return counted

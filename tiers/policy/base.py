@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
@@ -138,6 +140,16 @@ class EvictionPolicy(ABC):
             return False
         self.on_insert(key, ctx)
         return True
+
+    def on_set_batch(self, keys: Sequence[str], ctxs: Sequence[AccessContext]) -> list[bool]:
+        """``on_set`` of each key in order (the same calls, the same answers); policies may
+        override it with a cheaper pass that ends in the same state."""
+        return list(map(self.on_set, keys, ctxs))
+
+    def on_hit_batch(self, keys: Sequence[str], ctxs: Sequence[AccessContext]) -> None:
+        """``on_hit`` of each key in order; policies may override it with a cheaper pass that
+        ends in the same state."""
+        deque(map(self.on_hit, keys, ctxs), maxlen=0)
 
     def on_miss(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:  # noqa: B027
         """A lookup of ``key`` missed; policies that learn from misses (ghosts) override this."""

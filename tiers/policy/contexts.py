@@ -14,6 +14,7 @@ real ``TieredStore`` and the replay simulator, so the policy sees the same input
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
 
 from .base import AccessContext, ObjectType
 
@@ -23,6 +24,27 @@ def _sizes(sizes: Sequence[int] | int, n: int) -> Sequence[int]:
 
 
 _make = tuple.__new__  # AccessContext's fields positionally: a third of keyword construction
+
+
+def _contexts(
+    n: int,
+    now: float,
+    prefix_hits: int,
+    sizes: Sequence[int],
+    prevs: Sequence[str | None],
+    obj_type: ObjectType,
+    request_len: int,
+) -> list[AccessContext]:
+    """Key ``i``'s context: position ``i`` of ``n``, ``sizes[i]``, ``prevs[i]``, the rest shared.
+    Built in C-level passes (no Python code per key). Field order: now, position, batch_len,
+    prefix_hits, size, prev_key, obj_type, demoted, promoted, request_len (checked by a test)."""
+    if len(sizes) != n or len(prevs) != n:
+        raise ValueError(f"{n} keys, {len(sizes)} sizes, {len(prevs)} previous keys")
+    fields = zip(
+        repeat(now), range(n), repeat(n), repeat(prefix_hits), sizes, prevs,
+        repeat(obj_type), repeat(False), repeat(False), repeat(request_len),
+    )  # fmt: skip
+    return list(map(_make, repeat(AccessContext), fields))
 
 
 def set_contexts(
@@ -36,12 +58,7 @@ def set_contexts(
     n = len(keys)
     prevs = [prev_key, *keys[: n - 1]] if n else []
     request_len = prefix_len + n
-    # field order: now, position, batch_len, prefix_hits, size, prev_key, obj_type, demoted,
-    # promoted, request_len (checked by a test)
-    return [
-        _make(AccessContext, (now, i, n, prefix_len, size, prev, obj_type, False, False, request_len))
-        for i, (size, prev) in enumerate(zip(_sizes(sizes, n), prevs, strict=True))
-    ]
+    return _contexts(n, now, prefix_len, _sizes(sizes, n), prevs, obj_type, request_len)
 
 
 def get_contexts(
@@ -53,10 +70,7 @@ def get_contexts(
 ) -> list[AccessContext]:
     n = len(keys)
     prevs = [None, *keys[: n - 1]] if n else []
-    return [
-        _make(AccessContext, (now, i, n, n, size, prev, obj_type, False, False, request_len))
-        for i, (size, prev) in enumerate(zip(_sizes(sizes, n), prevs, strict=True))
-    ]
+    return _contexts(n, now, n, _sizes(sizes, n), prevs, obj_type, request_len)
 
 
 def miss_context(found: int, batch_len: int, now: float = 0.0) -> AccessContext:

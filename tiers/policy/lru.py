@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Sequence
 
 from .base import DEFAULT_CONTEXT, AccessContext, EvictionPolicy
 from .registry import register_policy
@@ -25,6 +26,24 @@ class LruPolicy(EvictionPolicy):
         self._order[key] = None
         self._order.move_to_end(key)
         return True
+
+    def on_set_batch(self, keys: Sequence[str], ctxs: Sequence[AccessContext]) -> list[bool]:
+        """New distinct keys go to the MRU end in call order in one C-level update (what
+        ``on_set`` of each does); any other batch takes ``on_set`` per key."""
+        order = self._order
+        if order.keys().isdisjoint(keys) and len(set(keys)) == len(keys):
+            order.update(dict.fromkeys(keys))
+            return [True] * len(keys)
+        return super().on_set_batch(keys, ctxs)
+
+    def on_hit_batch(self, keys: Sequence[str], ctxs: Sequence[AccessContext]) -> None:
+        """Tracked keys to the MRU end in call order, in C-level passes; a batch with an
+        unknown key (which ``on_hit`` ignores) takes ``on_hit`` per key."""
+        order = self._order
+        if all(map(order.__contains__, keys)):
+            deque(map(order.move_to_end, keys), maxlen=0)
+        else:
+            super().on_hit_batch(keys, ctxs)
 
     def on_hit(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
         if key in self._order:

@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections import OrderedDict
+import operator
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -46,6 +47,8 @@ from .superseded import SupersededSet
 _SHARED_SIZES = 64  # distinct page sizes given one shared int each (the rest keep their own)
 
 DRAM, SSD = "dram", "ssd"
+_CTX_SIZE = operator.attrgetter("size")
+_CTX_TYPE = operator.attrgetter("obj_type")
 
 
 class SetOutcome(enum.IntEnum):
@@ -156,6 +159,9 @@ class TierPlacement:
         the only call unless room must be made, a tenant has a share or the object is trailing)."""
         if self.capacity <= 0:
             return [SetOutcome.REFUSED] * len(keys)
+        fast = self._set_new_batch(keys, ctxs)
+        if fast is not None:
+            return fast
         on_set, ledger, superseded = self.policy.on_set, self.ledger, self.superseded
         resident, dram, sizes = self._size, self._dram, self._sizes
         to_dram, type_aware = self.dram_capacity > 0, self.type_aware
@@ -194,6 +200,47 @@ class TierPlacement:
                 out.append(SetOutcome.UP if before == SSD else SetOutcome.HELD)
         return out
 
+    def _set_new_batch(self, keys: Sequence[str], ctxs: Sequence[AccessContext]) -> list[SetOutcome] | None:
+        """``set_batch`` of keys none of which is resident, in C-level passes, when nothing can
+        happen between two keys: distinct keys, room for all of them (no eviction), no tenant
+        share to enforce, no trailing object to track, no payload-free size. None (nothing
+        done) otherwise: the caller then takes the per-key loop, which decides the same way."""
+        resident = self._size
+        if (
+            len(keys) < 2
+            or self.ledger.limited
+            or not resident.keys().isdisjoint(keys)
+            or len(set(keys)) != len(keys)
+        ):
+            return None
+        raw = list(map(_CTX_SIZE, ctxs))
+        if 0 in raw or self.used + sum(raw) > self.capacity:
+            return None
+        if self.type_aware and not TRAILING_TYPES.isdisjoint(map(_CTX_TYPE, ctxs)):
+            return None
+        shared = {size: self._shared_size(size) for size in set(raw)}
+        sizes = list(map(shared.__getitem__, raw))
+        taken = self.policy.on_set_batch(keys, ctxs)
+        if all(taken):
+            kept_keys, kept_sizes = keys, sizes
+        else:
+            for key in itertools.compress(keys, map(operator.not_, taken)):
+                self.superseded.gone(key)  # as the per-key loop does for a refusal
+            kept_keys, kept_sizes = (
+                list(itertools.compress(keys, taken)),
+                list(itertools.compress(sizes, taken)),
+            )
+        total = sum(kept_sizes)
+        resident.update(zip(kept_keys, kept_sizes, strict=True))
+        self.used += total
+        to_dram = self.dram_capacity > 0
+        if to_dram:
+            self._dram.update(zip(kept_keys, kept_sizes, strict=True))
+            self.dram_used += total
+        self.ledger.placed_batch(kept_keys, kept_sizes, in_dram=to_dram)
+        outcome = (SetOutcome.REFUSED, SetOutcome.NEW_DRAM if to_dram else SetOutcome.NEW_SSD)
+        return list(map(outcome.__getitem__, taken))
+
     def hit(self, key: str, ctx: AccessContext, promote: bool = True) -> str | None:
         """A read of ``key`` (one policy call); returns its tier before the read (None: unknown,
         nothing recorded). With ``promote`` an SSD page is placed in DRAM again."""
@@ -210,6 +257,19 @@ class TierPlacement:
         elif promote and self.dram_capacity > 0:
             self._to_dram(key)
         return tier
+
+    def hit_in_dram_batch(self, keys: Sequence[str], ctxs: Sequence[AccessContext]) -> bool:
+        """``hit`` of each key, in C-level passes, when every key is in DRAM and nothing else is
+        kept per read (no tenant recency order, no trailing object tracked): the policy's calls
+        and the DRAM order end as ``hit`` leaves them. False (nothing done) otherwise."""
+        dram = self._dram
+        if self.ledger.ordered or (self.type_aware and self.superseded.trailing):
+            return False
+        if not all(map(dram.__contains__, keys)):
+            return False
+        self.policy.on_hit_batch(keys, ctxs)
+        deque(map(dram.move_to_end, keys), maxlen=0)
+        return True
 
     def adopt(self, key: str, ctx: AccessContext, tier: str) -> bool:
         """Make a page that ``tier`` holds (unknown so far) resident there; False if the policy

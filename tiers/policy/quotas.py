@@ -26,7 +26,7 @@ most ``max_tenants`` distinct names are counted (further ones add to ``OTHER``).
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 OTHER = "(other)"
@@ -114,6 +114,28 @@ class TenantLedger:
         order = self._dram_order.get(tenant)
         if order is not None:
             order[key] = size
+
+    def placed_batch(self, keys: Sequence[str], sizes: Sequence[int], in_dram: bool) -> None:
+        """``placed_in_dram`` (``in_dram``) or ``placed`` of each key in order, in one pass when
+        no tenant has a share (no recency orders to keep): the same counts, the keys' tenants
+        named in the same order."""
+        if self.ordered:
+            one = self.placed_in_dram if in_dram else self.placed
+            for key, size in zip(keys, sizes, strict=True):
+                one(key, size)
+            return
+        tenants = list(map(self._name, keys))
+        if not tenants:
+            return
+        counts = self.dram_used if in_dram else self.ssd_used
+        if tenants.count(tenants[0]) == len(tenants):  # one tenant: the usual call
+            groups: Iterable[tuple[str, int]] = ((tenants[0], sum(sizes)),)
+        else:
+            groups = zip(tenants, sizes, strict=True)
+        for tenant, size in groups:
+            if in_dram and tenant not in self.ssd_used:
+                self.ssd_used[tenant] = 0  # as placed + to_dram leave it
+            counts[tenant] += size
 
     def to_dram(self, key: str, size: int) -> None:
         """A resident page entered DRAM."""
