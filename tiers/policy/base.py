@@ -104,6 +104,9 @@ class EvictionPolicy(ABC):
     """Base class of all policies; subclasses register themselves by ``name``."""
 
     name: ClassVar[str] = ""
+    evicts_oldest_first: ClassVar[bool] = False
+    """``pop_victim`` returns the least recently set or hit key, whatever else happened (LRU):
+    a placement may then insert a whole batch before it makes room (``TierPlacement``)."""
 
     @abstractmethod
     def on_insert(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:

@@ -14,6 +14,7 @@ class LruPolicy(EvictionPolicy):
     """Classic LRU in access order (inserts and hits both move a key to the MRU end)."""
 
     name = "lru"
+    evicts_oldest_first = True
 
     def __init__(self) -> None:
         self._order: OrderedDict[str, None] = OrderedDict()

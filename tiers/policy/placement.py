@@ -202,9 +202,13 @@ class TierPlacement:
 
     def _set_new_batch(self, keys: Sequence[str], ctxs: Sequence[AccessContext]) -> list[SetOutcome] | None:
         """``set_batch`` of keys none of which is resident, in C-level passes, when nothing can
-        happen between two keys: distinct keys, room for all of them (no eviction), no tenant
-        share to enforce, no trailing object to track, no payload-free size. None (nothing
-        done) otherwise: the caller then takes the per-key loop, which decides the same way."""
+        happen between two keys: distinct keys, no tenant share to enforce, no trailing object
+        to track, no payload-free size, and room for all of them, or a policy whose victims
+        come in recency order (``EvictionPolicy.evicts_oldest_first``) and a batch no larger
+        than the capacity: the victims made room for after the whole batch are then the ones
+        made room for after each key (the oldest pages before the batch, in order; never a
+        key of the batch). None (nothing done) otherwise: the caller then takes the per-key
+        loop, which decides the same way."""
         resident = self._size
         if (
             len(keys) < 2
@@ -214,7 +218,10 @@ class TierPlacement:
         ):
             return None
         raw = list(map(_CTX_SIZE, ctxs))
-        if 0 in raw or self.used + sum(raw) > self.capacity:
+        if 0 in raw:
+            return None
+        evicting = self.used + sum(raw) > self.capacity
+        if evicting and not (self.policy.evicts_oldest_first and sum(raw) <= self.capacity):
             return None
         if self.type_aware and not TRAILING_TYPES.isdisjoint(map(_CTX_TYPE, ctxs)):
             return None
@@ -238,6 +245,8 @@ class TierPlacement:
             self._dram.update(zip(kept_keys, kept_sizes, strict=True))
             self.dram_used += total
         self.ledger.placed_batch(kept_keys, kept_sizes, in_dram=to_dram)
+        if evicting:
+            self._make_room()
         outcome = (SetOutcome.REFUSED, SetOutcome.NEW_DRAM if to_dram else SetOutcome.NEW_SSD)
         return list(map(outcome.__getitem__, taken))
 
