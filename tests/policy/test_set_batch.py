@@ -5,6 +5,7 @@ pressure, with tenants' shares and with trailing sidecar objects in the batches.
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -130,3 +131,30 @@ def test_a_dram_hit_batch_with_a_key_not_in_dram_changes_nothing() -> None:
     before = (list(p.hottest_cut(10).pages()), p.used)
     assert not p.hit_in_dram_batch(["a:1", "zz"], set_contexts(["a:1", "zz"], 0, None, 1))
     assert (list(p.hottest_cut(10).pages()), p.used) == before
+
+
+def test_a_policy_that_hooks_each_set_and_hit_sees_every_key_of_a_batch() -> None:
+    """A subclass of a policy with batch shortcuts (LRU) that overrides ``on_set`` / ``on_hit``
+    (to record, as a test or a plugin does) gets each key of a batch through its own method."""
+    from hicache_mooncake.tiers.policy.lru import LruPolicy
+
+    class Recording(LruPolicy):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[tuple[str, str]] = []
+
+        def on_set(self, key: str, ctx: Any = None) -> bool:
+            self.calls.append(("set", key))
+            return super().on_set(key)
+
+        def on_hit(self, key: str, ctx: Any = None) -> None:
+            self.calls.append(("hit", key))
+            super().on_hit(key)
+
+    policy = Recording()
+    p = TierPlacement(policy, 60, 20)
+    keys = ["a:1", "a:2", "a:3"]
+    p.set_batch(keys, set_contexts(keys, 0, None, 1))
+    assert p.hit_in_dram_batch(keys[::-1], set_contexts(keys, 0, None, 1))
+    assert policy.calls == [("set", k) for k in keys] + [("hit", k) for k in keys[::-1]]
+    assert policy.evicts_oldest_first  # its victims are still LRU's

@@ -104,9 +104,6 @@ class EvictionPolicy(ABC):
     """Base class of all policies; subclasses register themselves by ``name``."""
 
     name: ClassVar[str] = ""
-    evicts_oldest_first: ClassVar[bool] = False
-    """``pop_victim`` returns the least recently set or hit key, whatever else happened (LRU):
-    a placement may then insert a whole batch before it makes room (``TierPlacement``)."""
 
     @abstractmethod
     def on_insert(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
@@ -129,6 +126,12 @@ class EvictionPolicy(ABC):
 
     @abstractmethod
     def __contains__(self, key: object) -> bool: ...
+
+    @property
+    def evicts_oldest_first(self) -> bool:
+        """``pop_victim`` returns the least recently set or hit key, whatever else happened
+        (LRU): a placement may then insert a whole batch before it makes room."""
+        return False
 
     def should_admit(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
         """Whether ``key`` may be inserted at all; the default admits everything."""

@@ -14,7 +14,6 @@ class LruPolicy(EvictionPolicy):
     """Classic LRU in access order (inserts and hits both move a key to the MRU end)."""
 
     name = "lru"
-    evicts_oldest_first = True
 
     def __init__(self) -> None:
         self._order: OrderedDict[str, None] = OrderedDict()
@@ -28,20 +27,30 @@ class LruPolicy(EvictionPolicy):
         self._order.move_to_end(key)
         return True
 
+    @property
+    def evicts_oldest_first(self) -> bool:
+        return type(self).pop_victim is LruPolicy.pop_victim  # a subclass may choose otherwise
+
     def on_set_batch(self, keys: Sequence[str], ctxs: Sequence[AccessContext]) -> list[bool]:
         """New distinct keys go to the MRU end in call order in one C-level update (what
-        ``on_set`` of each does); any other batch takes ``on_set`` per key."""
+        ``on_set`` of each does); any other batch, or a subclass's own ``on_set``, takes
+        ``on_set`` per key."""
         order = self._order
-        if order.keys().isdisjoint(keys) and len(set(keys)) == len(keys):
+        if (
+            type(self).on_set is LruPolicy.on_set
+            and order.keys().isdisjoint(keys)
+            and len(set(keys)) == len(keys)
+        ):
             order.update(dict.fromkeys(keys))
             return [True] * len(keys)
         return super().on_set_batch(keys, ctxs)
 
     def on_hit_batch(self, keys: Sequence[str], ctxs: Sequence[AccessContext]) -> None:
         """Tracked keys to the MRU end in call order, in C-level passes; a batch with an
-        unknown key (which ``on_hit`` ignores) takes ``on_hit`` per key."""
+        unknown key (which ``on_hit`` ignores), or a subclass's own ``on_hit``, takes ``on_hit``
+        per key."""
         order = self._order
-        if all(map(order.__contains__, keys)):
+        if type(self).on_hit is LruPolicy.on_hit and all(map(order.__contains__, keys)):
             deque(map(order.move_to_end, keys), maxlen=0)
         else:
             super().on_hit_batch(keys, ctxs)
