@@ -16,6 +16,7 @@ retired slabs usable at once (their free slots included). ``max_slabs`` bounds t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 ALIGN = 4096
@@ -133,6 +134,41 @@ class SlabAllocator:
             self._retired_free[slab][1].append(offset)
         else:
             cls.free_by_slab.setdefault(slab, []).append(offset)
+
+    def free_many(self, offsets: Sequence[int], nbytes: int) -> None:
+        """``free`` of each of ``offsets`` (slots of ``nbytes``' class, each handed out once), in
+        order, one step per slab touched: the same free lists in the same order, slabs emptied
+        returned (or listed in ``released``) in the order their last slot was freed."""
+        size = slot_size_for(nbytes)
+        cls = self.classes[size]
+        by_slab: dict[int, list[int]] = {}
+        slab_size = self.slab_size
+        for offset in offsets:
+            by_slab.setdefault(offset // slab_size, []).append(offset)
+        used, free_by_slab = cls.used_by_slab, cls.free_by_slab
+        for slab, freed in by_slab.items():  # checked before anything changes
+            if used.get(slab, 0) < len(freed):
+                raise ValueError(f"slab {slab}: {len(freed)} slots freed, {used.get(slab, 0)} in use")
+        emptied: list[tuple[int, int]] = []  # (position of the slab's last freed slot, slab)
+        for slab, freed in by_slab.items():
+            left = used[slab] - len(freed)
+            if left == 0:
+                emptied.append((offsets.index(freed[-1]) if len(by_slab) > 1 else 0, slab))
+                continue
+            used[slab] = left
+            if slab >= self.slab_count:
+                self._retired_free[slab][1].extend(freed)
+            else:
+                free_by_slab.setdefault(slab, []).extend(freed)
+        self.used_bytes -= size * len(offsets)
+        for _at, slab in sorted(emptied):
+            del used[slab]
+            free_by_slab.pop(slab, None)
+            if slab >= self.slab_count:
+                self._retired_free.pop(slab, None)
+                self.released.append(slab)
+            else:
+                self._free_slabs.append(slab)
 
     # ------------------------------------------------------------------ resizing
     def set_slab_limit(self, count: int) -> list[int]:

@@ -89,6 +89,8 @@ from .ssd_tier import SsdTier
 from .tier import Tier
 
 log = logging.getLogger(__name__)
+_DROP_KEY = operator.itemgetter(0)
+_DROP_TIER = operator.itemgetter(1)
 _REQUEST_MEMORY = 1 << 16
 # new pages per set from which they are copied into free DRAM before the placement decides
 _COPY_FIRST_MIN = 8
@@ -624,7 +626,12 @@ class TieredStore:
         in_dram = dram.contains_batch(keys) if dram is not None else [False] * n
         new = list(compress(range(n), map(not_, in_dram)))
         landed: set[int] = set()
-        if dram is not None and len(new) >= _COPY_FIRST_MIN:
+        copy_first = len(new) >= _COPY_FIRST_MIN
+        if dram is not None and copy_first and sizes.count(sizes[0]) == n:
+            # only as many as free slots hold now (the rest are copied once the placement has
+            # made room: a copy that found no slot would count as refused, which it is not)
+            new = new[: dram.free_objects(sizes[0])]
+        if dram is not None and copy_first and new:
             # the new pages go into free DRAM first, then the placement decides; copies it does
             # not want there are removed again (deciding first demotes to make room the copies
             # then wait for, and pages were lost on their way to the SSD)
@@ -794,14 +801,15 @@ class TieredStore:
     def _apply(self, drops: Sequence[tuple[str, str]], demote: Sequence[str]) -> None:
         """Remove dropped pages from both local tiers; hand DRAM overflow to the mover."""
         if drops:
-            keys = [key for key, _tier in drops]
+            keys = list(map(_DROP_KEY, drops))
             if (dram := self.dram) is not None:
                 dram.remove_batch(keys)
             if (ssd := self.ssd) is not None:
                 for key in keys:
                     ssd.remove(key)
             self.counts["dropped"] += len(drops)
-            self.counts.update(f"dropped_{tier}" for _key, tier in drops)  # per tier: evictions (metrics)
+            for tier, n in Counter(map(_DROP_TIER, drops)).items():  # per tier: evictions (metrics)
+                self.counts[f"dropped_{tier}"] += n
         if demote:
             self.counts["demotions"] += len(demote)
             mover, dram = self.mover, self.dram

@@ -18,6 +18,10 @@ The default config also runs next to a thread running Python throughout (``busy_
 scheduler thread does while its cache controller's threads call the backend: every time a call
 gives the GIL up it waits up to a switch interval (5 ms) to get it back, so ``busy_*_ratio_vs_alone``
 shows how the calls fare there (about 0.5 is a fair share of the GIL).
+
+All of these run into a cache with room for every page. A running cache is full: each set
+evicts. ``full_cache_*`` is the default config's sets in that steady state (DRAM a quarter of the
+pages, filled with other pages before the timed sets; the newest batch is read back and checked).
 """
 
 from __future__ import annotations
@@ -101,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
             f"file set {r['file_set_gbps']:.2f} get {r['file_get_gbps']:.2f} | memcpy set {r['memcpy_set_gbps']:.2f} "
             f"get {r['memcpy_get_gbps']:.2f} | vs file x{r['set_ratio_vs_file']:.1f}/x{r['get_ratio_vs_file']:.1f} "
             f"dram tier/memcpy {r['dram_set_ratio_vs_memcpy']:.2f}/{r['dram_get_ratio_vs_memcpy']:.2f} "
-            f"(default config {r['default_set_ratio_vs_memcpy']:.2f}/{r['default_get_ratio_vs_memcpy']:.2f}; "
+            f"(default config {r['default_set_ratio_vs_memcpy']:.2f}/{r['default_get_ratio_vs_memcpy']:.2f}, "
+            f"sets into a full cache {r['full_cache_set_ratio_vs_memcpy']:.2f}; "
             f"next to a busy Python thread {r['busy_set_ratio_vs_alone']:.2f}/{r['busy_get_ratio_vs_alone']:.2f} "
             f"of alone)"
         )
@@ -122,6 +127,10 @@ def run(args: argparse.Namespace) -> int:
         "default_config_ratio_vs_memcpy": worst("default", big),
         "small_page_dram_ratio_vs_memcpy": worst("dram", small),
         "small_page_default_config_ratio_vs_memcpy": worst("default", small),
+        "full_cache_set_ratio_vs_memcpy": min(r["full_cache_set_ratio_vs_memcpy"] for r in big),
+        "small_page_full_cache_set_ratio_vs_memcpy": (
+            min(r["full_cache_set_ratio_vs_memcpy"] for r in small) if small else None
+        ),
         "busy_ratio_vs_alone": min(
             min(r["busy_set_ratio_vs_alone"], r["busy_get_ratio_vs_alone"]) for r in rows
         ),
@@ -136,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
         "note": (
             "ours = configs/default.yaml with the SSD tier off (the reuse policy); "
             "dram tier = the same with the cheapest policy (lru); "
+            "full cache = ours with DRAM a quarter of the pages, filled with other pages first: "
+            "every timed set evicts (the steady state of a running cache; sets only); "
             "memcpy ratios: worst over 1-8 MiB pages and both directions (small_page_*: over the pages "
             "below 1 MiB); vs-file ratios: worst over all "
             "sizes; busy = ours next to a thread running Python throughout (as SGLang's scheduler), "
@@ -204,6 +215,14 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
     extra.get("tiers", {}).pop("ssd", None)
 
     cheapest = {**extra, "tiers": {**extra["tiers"], "policy": "lru"}}
+    # the steady state: DRAM a quarter of the pages (whole slabs: the preset's where the run is
+    # large enough for two), filled with other keys first, so that every timed set evicts
+    quarter = pages * page_bytes // 4
+    slab = 64 << 20 if quarter >= 128 << 20 else max(page_bytes, 1 << 20)
+    full_bytes = max(2 * slab, quarter // slab * slab)
+    full_dram = {**extra["tiers"]["dram"], "capacity": full_bytes, "slab_size": slab}
+    full = {**extra, "tiers": {**extra["tiers"], "dram": full_dram}}
+    fill = [[f"{key}-fill" for key in b] for b in batches]
     times: dict[str, list[float]] = {
         name: []
         for name in (
@@ -213,13 +232,15 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
             "busy_get",
             "tier_set",
             "tier_get",
+            "full_set",
             "file_set",
             "file_get",
             "mem_set",
             "mem_get",
         )
     }
-    bad = dict.fromkeys(("ours", "busy", "tier", "file", "memcpy"), 0)
+    bad = dict.fromkeys(("ours", "busy", "tier", "full", "file", "memcpy"), 0)
+    evicted: list[int] = []  # pages the full cache dropped during its timed sets, per repeat
     served = dict.fromkeys(bad, 0)
     for rep in range(repeats):
 
@@ -240,6 +261,19 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
             served[label] += got.ok_pages
             assert backend.batch_exists(keys[:batch]) == batch
             backend.close()
+
+        backend = create_backend("dynamic", full, host)
+        v1_batches(backend.batch_set_v1, fill, src, 64)
+        dropped = backend.tier_stats()["tiers"]["placement"].get("dropped", 0)
+        times["full_set"].append(timed_v1_set(backend.batch_set_v1, batches, src, stamps, tags, 64).seconds)
+        evicted.append(backend.tier_stats()["tiers"]["placement"].get("dropped", 0) - dropped)
+        last = len(batches) - 1  # the newest batch is resident: its pages are read back and checked
+        got = timed_v1_get(
+            backend.batch_get_v1, batches[last:], src, dst, stamps, lambda b, j, at=last: tags(b + at, j), 64
+        )
+        bad["full"] += got.bad_pages  # a policy may have evicted a page of it (then not served)
+        served["full"] += got.ok_pages
+        backend.close()
 
         tmp = tempfile.mkdtemp(prefix="hicache-bench-file-", dir=file_dir)
         try:
@@ -270,6 +304,9 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
         "ours_get_gbps": gbps(times["ours_get"]),
         "busy_set_gbps": gbps(times["busy_set"]),
         "busy_get_gbps": gbps(times["busy_get"]),
+        "full_cache_set_gbps": gbps(times["full_set"]),
+        "full_cache_dram_bytes": full_bytes,
+        "full_cache_evicted_per_set_page": min(evicted) / pages,
         "dram_tier_set_gbps": gbps(times["tier_set"]),
         "dram_tier_get_gbps": gbps(times["tier_get"]),
         "file_set_gbps": gbps(times["file_set"]),
@@ -285,6 +322,7 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
     row["dram_get_ratio_vs_memcpy"] = row["dram_tier_get_gbps"] / row["memcpy_get_gbps"]
     row["default_set_ratio_vs_memcpy"] = row["ours_set_gbps"] / row["memcpy_set_gbps"]
     row["default_get_ratio_vs_memcpy"] = row["ours_get_gbps"] / row["memcpy_get_gbps"]
+    row["full_cache_set_ratio_vs_memcpy"] = row["full_cache_set_gbps"] / row["memcpy_set_gbps"]
     # next to a thread running Python (SGLang's scheduler): a fair share of the GIL is about 0.5
     row["busy_set_ratio_vs_alone"] = row["busy_set_gbps"] / row["ours_set_gbps"]
     row["busy_get_ratio_vs_alone"] = row["busy_get_gbps"] / row["ours_get_gbps"]

@@ -60,6 +60,44 @@ def test_a_batch_decides_as_its_keys_one_by_one(policy: str, dram: int, shares: 
     assert one.used > 0
 
 
+@pytest.mark.parametrize("dram", [0, 20, 60], ids=["ssd-only", "dram+ssd", "dram-only"])
+@pytest.mark.parametrize("policy", policy_names())
+def test_a_batch_into_a_full_cache_evicts_as_its_keys_one_by_one(
+    policy: str, dram: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The steady state of a cache: batches of new pages (of two tenants, of several sizes, some
+    larger than the whole capacity, so later keys of a batch push out earlier ones) into a cache
+    that must make room for each. Per key the policy's set and then its victims, as ``set``
+    key by key decides: the same outcomes, drops, residents, counts and ledger, for every
+    policy; and the batch path, not the per-key loop, took them."""
+    taken = 0
+    evicting = TierPlacement._set_new_evicting
+
+    def counted(self: TierPlacement, *args: Any) -> list[SetOutcome]:
+        nonlocal taken
+        taken += 1
+        return evicting(self, *args)
+
+    monkeypatch.setattr(TierPlacement, "_set_new_evicting", counted)
+    one, many = placement(policy, False, dram), placement(policy, False, dram)
+    rng = random.Random(23)
+    for b in range(300):
+        width = rng.choice((2, 5, 9, 30, 70))
+        keys = [f"{rng.choice('ab') if rng.random() < 0.2 else 'a'}:{b}:{i}" for i in range(width)]
+        if rng.random() < 0.1:  # a rewrite of resident pages now and then (the per-key loop)
+            keys[0] = rng.choice(sorted(one.resident_keys()) or keys)
+        ctxs = set_contexts(keys, rng.randint(0, 3), None, rng.choice((1, 2, 3)))
+        singly = [one.set(key, ctx) for key, ctx in zip(keys, ctxs, strict=True)]
+        assert many.set_batch(keys, ctxs) == singly, b
+        assert many.settle() == one.settle(), b
+        assert sorted(many.resident_keys()) == sorted(one.resident_keys()), b
+        assert (many.used, many.dram_used) == (one.used, one.dram_used), b
+        assert many.ledger.stats() == one.ledger.stats(), b
+        assert many.used <= many.capacity
+    # LRU takes its own path (the whole batch, then room) for batches that fit the capacity
+    assert taken >= (20 if many.policy.evicts_oldest_first else 200)
+
+
 def test_nothing_is_admitted_without_capacity() -> None:
     p = TierPlacement(make_policy("lru"), 0, 0)
     keys = ["a", "b"]

@@ -49,12 +49,17 @@ def test_bench_sglang_verifies_every_page_and_reports_each_side(tmp_path):
     small, row = data["per_page_size"]
     sides = {"ours", "busy", "tier", "file", "memcpy"}
     for r in (small, row):
-        assert r["bad_pages"] == dict.fromkeys(sides, 0)
-        assert r["pages_verified"] == dict.fromkeys(sides, r["pages"]) and r["pages"] >= 16
+        assert r["bad_pages"] == dict.fromkeys(sides | {"full"}, 0)
+        verified = r["pages_verified"]
+        assert verified == {**dict.fromkeys(sides, r["pages"]), "full": verified["full"]} and r["pages"] >= 16
+        # sets into a full cache: DRAM held a quarter of the pages; the newest batch read back
+        assert r["full_cache_dram_bytes"] <= r["pages"] * r["page_bytes"] // 2
+        assert 0 < verified["full"] <= min(r["pages"], 256)
+        assert r["full_cache_evicted_per_set_page"] > 0.9  # (nearly) every timed set evicted
         for key in (
             "set_ratio_vs_file", "get_ratio_vs_file", "dram_set_ratio_vs_memcpy", "dram_get_ratio_vs_memcpy",
             "default_set_ratio_vs_memcpy", "default_get_ratio_vs_memcpy", "busy_set_ratio_vs_alone",
-            "busy_get_ratio_vs_alone",
+            "busy_get_ratio_vs_alone", "full_cache_set_ratio_vs_memcpy",
         ):  # fmt: skip
             assert r[key] > 0, key
     assert data["busy_ratio_vs_alone"] == min(
@@ -70,4 +75,6 @@ def test_bench_sglang_verifies_every_page_and_reports_each_side(tmp_path):
     assert data["small_page_default_config_ratio_vs_memcpy"] == min(
         small["default_set_ratio_vs_memcpy"], small["default_get_ratio_vs_memcpy"]
     )
+    assert data["full_cache_set_ratio_vs_memcpy"] == row["full_cache_set_ratio_vs_memcpy"]
+    assert data["small_page_full_cache_set_ratio_vs_memcpy"] == small["full_cache_set_ratio_vs_memcpy"]
     assert data["host_cache_ratio_vs_memcpy"] is None

@@ -89,6 +89,35 @@ def test_a_slot_removed_while_pinned_is_freed_by_its_reader():
     tier.close()
 
 
+def test_a_batch_remove_frees_as_removes_one_by_one_and_spares_a_pinned_slot():
+    """``remove_batch`` of a call's victims (unknown keys, one key twice, a slot a reader holds
+    among them) leaves the tier as ``remove`` of each would: the same entries, the same slots
+    handed out next, the pinned slot kept for its reader until released."""
+    tiers = [DramTier(capacity=2 * MiB, slab_size=256 << 10) for _ in range(2)]
+    for tier in tiers:
+        for i in range(40):
+            assert put(tier, f"k{i}", 30_000)
+    victims = [f"k{i}" for i in range(0, 40, 3)]
+    batches = [victims, [*victims[:2], "nope", "k1", "k1"], [f"k{i}" for i in range(2, 40, 3)]]
+    pins = [tier.pin_entries(["k5"])[0] for tier in tiers]
+    for batch in batches:
+        assert tiers[0].remove_batch(batch) == sum(tiers[1].remove(key) for key in batch)
+    assert tiers[0].keys() == tiers[1].keys() and "k5" not in tiers[0].keys()
+    fresh = [[put(tier, f"n{i}", 30_000) for i in range(30)] for tier in tiers]
+    assert fresh[0] == fresh[1]
+    slots = [{key: entry[0] for key, entry in tier._index.items()} for tier in tiers]
+    assert slots[0] == slots[1]  # the same slots handed out again, in the same order
+    assert [tier.stats()["used_bytes"] for tier in tiers] == [tiers[1].stats()["used_bytes"]] * 2
+    for tier, pinned in zip(tiers, pins, strict=True):
+        assert pinned is not None and bytes(pinned.data) == payload("k5", 30_000).tobytes()
+        tier.release([pinned])
+    for tier in tiers:
+        for key in tier.keys():
+            got = read(tier, key, 30_000)
+            assert got is not None and np.array_equal(got, payload(key, 30_000))
+        tier.close()
+
+
 def test_object_larger_than_a_slab_is_refused_not_raised():
     tier = DramTier(capacity=2 * MiB, slab_size=MiB)
     assert not put(tier, "huge", MiB + 1)

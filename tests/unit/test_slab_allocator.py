@@ -79,3 +79,51 @@ def test_alloc_many_hands_out_what_one_by_one_allocs_would():
         assert batched.used_bytes == single.used_bytes
         assert batched.free_slab_count == single.free_slab_count
     assert batched.alloc_many((256 << 10) + 1, 3) == []  # larger than a slab: none
+
+
+def _state(alloc: SlabAllocator) -> tuple[object, ...]:
+    classes = {
+        size: (list(c.free_by_slab.items()), list(c.used_by_slab.items()))
+        for size, c in alloc.classes.items()
+    }
+    retired = {slab: (size, list(free)) for slab, (size, free) in alloc._retired_free.items()}
+    return classes, list(alloc._free_slabs), retired, list(alloc.released), alloc.used_bytes
+
+
+def test_free_many_leaves_what_one_by_one_frees_leave():
+    """Fuzz: frees of one size class in batches (the DRAM tier dropping a call's victims) and the
+    same frees one at a time leave identical allocators: free lists and their order, slabs
+    given back in the order they emptied, retired slabs (the arena shrunk meanwhile) listed as
+    released; and what both hand out next is the same."""
+    rng = random.Random(3)
+    batched = SlabAllocator(capacity=2 << 20, slab_size=128 << 10, max_capacity=4 << 20)
+    single = SlabAllocator(capacity=2 << 20, slab_size=128 << 10, max_capacity=4 << 20)
+    live: dict[int, list[int]] = {}
+    for step in range(600):
+        if step % 150 == 75:  # shrink, later grow back: slots in retired slabs are freed too
+            limit = rng.choice((8, 12, 16))
+            assert batched.set_slab_limit(limit) == single.set_slab_limit(limit)
+        size = rng.choice([4096, 9000, 65536])
+        if live.get(size) and rng.random() < 0.45:
+            slots = live[size]
+            rng.shuffle(slots)
+            n = rng.randint(1, len(slots))
+            freed, live[size] = slots[:n], slots[n:]
+            batched.free_many(freed, size)
+            for off in freed:
+                single.free(off, size)
+        else:
+            count = rng.randint(1, 30)
+            got = batched.alloc_many(size, count)
+            assert got == single.alloc_many(size, count)
+            live.setdefault(size, []).extend(got)
+        assert _state(batched) == _state(single), step
+
+
+def test_free_many_refuses_a_slot_not_in_use_and_changes_nothing():
+    alloc = SlabAllocator(capacity=1 << 20, slab_size=256 << 10)
+    got = alloc.alloc_many(4096, 3)
+    before = _state(alloc)
+    with pytest.raises(ValueError, match="slots freed"):
+        alloc.free_many([got[0], got[0] + (256 << 10)], 4096)  # the second: a slab never used
+    assert _state(alloc) == before

@@ -181,6 +181,21 @@ def test_dram_only_store_drops_by_policy_and_never_overfills(make_store: Any) ->
     assert store.exists_prefix(keys[-16:]) == 16 and store.exists_prefix(keys[:1]) == 0
 
 
+@pytest.mark.parametrize("name", ["lru", "reuse"])
+def test_sets_into_a_full_dram_only_store_are_not_counted_as_refused(make_store: Any, name: str) -> None:
+    """The steady state of a DRAM-only cache: every set of new pages evicts older ones. Each page
+    is stored (and read back exact), the DRAM tier counts no page it had no slot for (none was
+    refused), and each page is copied once."""
+    store = make_store(name, dram_mib=2, ssd=False)
+    for b in range(12):
+        keys = [f"w{b:02d}-{i:02d}" for i in range(16)]  # 1 MiB per set: half the DRAM
+        assert all(put(store, keys)), b
+        assert all(get(store, keys)), b
+    dram = store.stats()["dram"]
+    assert dram["rejected_no_space"] == 0
+    assert dram["puts"] == 12 * 16 and store.stats()["placement"]["dropped"] == 12 * 16 - dram["entries"]
+
+
 def test_ssd_only_store_writes_in_the_call(make_store: Any) -> None:
     store = make_store("reuse", dram_mib=0)
     keys = [f"s{i:03d}" for i in range(8)]

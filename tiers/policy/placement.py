@@ -49,6 +49,7 @@ _SHARED_SIZES = 64  # distinct page sizes given one shared int each (the rest ke
 DRAM, SSD = "dram", "ssd"
 _CTX_SIZE = operator.attrgetter("size")
 _CTX_TYPE = operator.attrgetter("obj_type")
+_TIER_OF = (SSD, DRAM)  # a victim's tier by whether it was in DRAM
 
 
 class SetOutcome(enum.IntEnum):
@@ -221,12 +222,15 @@ class TierPlacement:
         if 0 in raw:
             return None
         evicting = self.used + sum(raw) > self.capacity
-        if evicting and not (self.policy.evicts_oldest_first and sum(raw) <= self.capacity):
+        interleaved = evicting and not (self.policy.evicts_oldest_first and sum(raw) <= self.capacity)
+        if interleaved and not self._plain:
             return None
         if self.type_aware and not TRAILING_TYPES.isdisjoint(map(_CTX_TYPE, ctxs)):
             return None
         shared = {size: self._shared_size(size) for size in set(raw)}
         sizes = list(map(shared.__getitem__, raw))
+        if interleaved:
+            return self._set_new_evicting(keys, ctxs, sizes)
         taken = self.policy.on_set_batch(keys, ctxs)
         if all(taken):
             kept_keys, kept_sizes = keys, sizes
@@ -249,6 +253,73 @@ class TierPlacement:
             self._make_room()
         outcome = (SetOutcome.REFUSED, SetOutcome.NEW_DRAM if to_dram else SetOutcome.NEW_SSD)
         return list(map(outcome.__getitem__, taken))
+
+    def _set_new_evicting(
+        self, keys: Sequence[str], ctxs: Sequence[AccessContext], sizes: list[int]
+    ) -> list[SetOutcome]:
+        """``_set_new_batch`` into a cache that must make room, for any policy: per key one
+        ``on_set`` and, while over capacity, its victims (``_pop_plain``), as the per-key loop
+        calls them; the ledger is told once, after the batch (its counts end the same, and the
+        keys' tenants are named in the same order: the victims' tenants are named already)."""
+        on_set, resident, dram = self.policy.on_set, self._size, self._dram
+        to_dram = self.dram_capacity > 0
+        new = SetOutcome.NEW_DRAM if to_dram else SetOutcome.NEW_SSD
+        refused = SetOutcome.REFUSED
+        gone: list[tuple[str, int, bool]] = []
+        kept_keys: list[str] = []
+        kept_sizes: list[int] = []
+        out: list[SetOutcome] = []
+        for key, ctx, size in zip(keys, ctxs, sizes, strict=True):
+            if not on_set(key, ctx):
+                out.append(refused)  # nothing superseded to forget (``_plain``)
+                continue
+            resident[key] = size
+            self.used += size
+            if to_dram:
+                dram[key] = size
+                self.dram_used += size
+            kept_keys.append(key)
+            kept_sizes.append(size)
+            if self.used > self.capacity:
+                self._pop_plain(gone)
+            out.append(new if key in resident else refused)
+        self.ledger.placed_batch(kept_keys, kept_sizes, in_dram=to_dram)
+        self._gone_plain(gone)
+        return out
+
+    @property
+    def _plain(self) -> bool:
+        """Only the policy picks victims and nothing beyond counts is kept per page (no tenant
+        recency order, no superseded or trailing object tracked): ``_pop_plain`` may evict."""
+        return not self.ledger.ordered and self.superseded.empty
+
+    def _pop_plain(self, gone: list[tuple[str, int, bool]]) -> None:
+        """``_make_room``'s victims while ``_plain``: taken out of the residents and of DRAM and
+        added to ``gone`` as ``(key, size, was in DRAM)``; the caller tells the ledger and the
+        drops (``_gone_plain``)."""
+        pop_victim, resident, dram = self.policy.pop_victim, self._size, self._dram
+        used, capacity = self.used, self.capacity
+        dram_freed = 0
+        while used > capacity:
+            victim = pop_victim()
+            if victim is None:
+                break
+            size = resident.pop(victim, 0)
+            if not size:  # a policy returned a key it was never given: ignore it
+                continue
+            used -= size
+            in_dram = dram.pop(victim, None)
+            if in_dram is not None:
+                dram_freed += in_dram
+            gone.append((victim, size, in_dram is not None))
+        self.used = used
+        self.dram_used -= dram_freed
+
+    def _gone_plain(self, gone: list[tuple[str, int, bool]]) -> None:
+        if gone:
+            keys, sizes, in_dram = zip(*gone, strict=True)
+            self.ledger.gone_batch(keys, sizes, in_dram)
+            self._drops.extend(zip(keys, map(_TIER_OF.__getitem__, in_dram), strict=True))
 
     def hit(self, key: str, ctx: AccessContext, promote: bool = True) -> str | None:
         """A read of ``key`` (one policy call); returns its tier before the read (None: unknown,
@@ -416,6 +487,11 @@ class TierPlacement:
 
     def _make_room(self) -> None:
         self._drop_over_share()
+        if self.used > self.capacity and self._plain:
+            gone: list[tuple[str, int, bool]] = []
+            self._pop_plain(gone)
+            self._gone_plain(gone)
+            return
         while self.used > self.capacity:
             victim = self._next_victim()
             if victim is None:

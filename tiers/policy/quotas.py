@@ -25,6 +25,7 @@ most ``max_tenants`` distinct names are counted (further ones add to ``OTHER``).
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -136,6 +137,31 @@ class TenantLedger:
             if in_dram and tenant not in self.ssd_used:
                 self.ssd_used[tenant] = 0  # as placed + to_dram leave it
             counts[tenant] += size
+
+    def gone_batch(self, keys: Sequence[str], sizes: Sequence[int], in_dram: Sequence[bool]) -> None:
+        """``to_ssd`` (where ``in_dram``) then ``gone`` of each key, in order: the same counts, the
+        keys' tenants named in the same order; one step per tenant when no tenant has a share."""
+        if self.ordered:
+            for key, size, dram in zip(keys, sizes, in_dram, strict=True):
+                if dram:
+                    self.to_ssd(key, size)
+                self.gone(key, size)
+            return
+        tenants = list(map(self._name, keys))
+        if not tenants:
+            return
+        if tenants.count(tenants[0]) == len(tenants):  # one tenant: the usual call
+            from_dram = sum(itertools.compress(sizes, in_dram))
+            groups: Iterable[tuple[str, int, int]] = ((tenants[0], from_dram, sum(sizes) - from_dram),)
+        else:
+            groups = (
+                (t, s if d else 0, 0 if d else s) for t, s, d in zip(tenants, sizes, in_dram, strict=True)
+            )
+        dram_used, ssd_used = self.dram_used, self.ssd_used
+        for tenant, from_dram, from_ssd in groups:
+            if from_dram:
+                dram_used[tenant] -= from_dram
+            ssd_used[tenant] -= from_ssd
 
     def to_dram(self, key: str, size: int) -> None:
         """A resident page entered DRAM."""

@@ -38,6 +38,12 @@ class SupersededSet:
     def __contains__(self, key: object) -> bool:
         return key in self._by
 
+    @property
+    def empty(self) -> bool:
+        """Nothing tracked: ``gone`` is a no-op and ``first`` is None until a trailing object
+        is stored."""
+        return not (self.trailing or self._reads or self._by or self._of)
+
     def stored(self, key: str, obj_type: ObjectType) -> None:
         """``key`` was set (new or again): a trailing one is tracked and not superseded."""
         if obj_type in TRAILING_TYPES and self._reads.get(key, 0) < 2:
