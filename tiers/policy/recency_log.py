@@ -118,10 +118,14 @@ class RecencyLog:
         if self._bound_tick == _PAST_THE_END:  # the boundary was at the end: it is this entry now
             self._bound_tick = tick
         if not in_shadow:
-            self._shadow += 1
-            if self._shadow > shadow_size:
-                self._move_bound(self._next_live(self._bound) + 1)
-                self._shadow -= 1
+            if self._shadow < shadow_size:
+                self._shadow += 1
+            else:  # the oldest live entry of the shadow leaves it (usually the one at the boundary)
+                i = self._bound
+                value = last.get(fps[i])
+                if value is None or value >> self._bits != self._ticks[i]:
+                    i = self._next_live(i + 1)
+                self._move_bound(i + 1)
         expired = self._expire_oldest() if last.entries > limit else None
         if self._pass is not None:
             self._pass.wait -= 1
