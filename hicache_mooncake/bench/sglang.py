@@ -499,14 +499,22 @@ def _plot(rows: list[dict[str, Any]], out: str) -> None:
     x = np.arange(len(rows))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, op in zip(axes, ("set", "get"), strict=True):
-        for k, (name, key) in enumerate(
-            (
-                ("hicache-mooncake (DRAM)", f"ours_{op}_gbps"),
-                ("SGLang file", f"file_{op}_gbps"),
-                ("memcpy", f"memcpy_{op}_gbps"),
+        series = [  # (label, field, colour: one per series in both panels)
+            ("hicache-mooncake (DRAM)", f"ours_{op}_gbps", "C0"),
+            ("SGLang file", f"file_{op}_gbps", "C1"),
+            ("memcpy", f"memcpy_{op}_gbps", "C2"),
+        ]
+        if op == "set":  # the legend is the set panel's: it names every series
+            series.insert(1, ("hicache-mooncake, full cache (each set evicts)", "full_cache_set_gbps", "C3"))
+        width = 0.8 / len(series)
+        for k, (name, key, colour) in enumerate(series):
+            ax.bar(
+                x + (k - (len(series) - 1) / 2) * width,
+                [r[key] for r in rows],
+                width,
+                label=name,
+                color=colour,
             )
-        ):
-            ax.bar(x + (k - 1) * 0.27, [r[key] for r in rows], 0.27, label=name)
         ax.set_xticks(x, labels)
         ax.set_title(f"batch_{op} through SGLang's interface")
         ax.set_xlabel("page size")

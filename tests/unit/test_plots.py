@@ -62,4 +62,17 @@ def test_the_sglang_bench_figure_has_its_legend_under_the_axes(
         assert box.y1 <= ax.get_window_extent(renderer).y0  # below every plot area: covers no bar
         assert ax.get_legend() is None  # one legend for the figure, not one inside an axes
     labels = [t.get_text() for t in legend.get_texts()]
-    assert labels == ["hicache-mooncake (DRAM)", "SGLang file", "memcpy"]
+    full = "hicache-mooncake, full cache (each set evicts)"
+    assert labels == ["hicache-mooncake (DRAM)", full, "SGLang file", "memcpy"]
+    # one colour per series in both panels (the legend is the set panel's); sets only for the full cache
+    colours: dict[str, set[tuple[float, ...]]] = {}
+    for ax in fig.axes:
+        for bars in ax.containers:
+            colours.setdefault(bars.get_label(), set()).update(p.get_facecolor() for p in bars)
+    assert set(colours) == set(labels) and all(len(c) == 1 for c in colours.values())
+    assert len({next(iter(c)) for c in colours.values()}) == len(labels)
+    assert [b.get_label() for b in fig.axes[1].containers] == [
+        "hicache-mooncake (DRAM)",
+        "SGLang file",
+        "memcpy",
+    ]
