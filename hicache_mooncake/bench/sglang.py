@@ -222,9 +222,10 @@ def _bench_size(page_bytes: int, total: int, repeats: int, file_dir: str | None)
 
     cheapest = {**extra, "tiers": {**extra["tiers"], "policy": "lru"}}
     # the steady state: DRAM a quarter of the pages (whole slabs: the preset's where the run is
-    # large enough for two), filled with other keys first, so that every timed set evicts
+    # large enough for two; else slabs that hold a page with its header, so that a page stays one
+    # object as in the other legs), filled with other keys first, so that every timed set evicts
     quarter = pages * page_bytes // 4
-    slab = 64 << 20 if quarter >= 128 << 20 else max(page_bytes, 1 << 20)
+    slab = 64 << 20 if quarter >= 128 << 20 else max(2 * page_bytes, 1 << 20)
     full_bytes = max(2 * slab, quarter // slab * slab)
     full_dram = {**extra["tiers"]["dram"], "capacity": full_bytes, "slab_size": slab}
     full = {**extra, "tiers": {**extra["tiers"], "dram": full_dram}}

@@ -60,7 +60,7 @@ def test_bench_sglang_verifies_every_page_and_reports_each_side(tmp_path):
         assert 1 <= r["full_cache_pages_per_call"] <= max(1, dram_pages // 4)
         assert r["full_cache_not_admitted_per_set_page"] == 0
         assert 0 < verified["full"] <= dram_pages // 2
-        assert r["full_cache_evicted_per_set_page"] > 0.9  # (nearly) every timed set evicted
+        assert 0.9 < r["full_cache_evicted_per_set_page"] <= 1  # every timed page evicted one page
         for key in (
             "set_ratio_vs_file", "get_ratio_vs_file", "dram_set_ratio_vs_memcpy", "dram_get_ratio_vs_memcpy",
             "default_set_ratio_vs_memcpy", "default_get_ratio_vs_memcpy", "busy_set_ratio_vs_alone",
