@@ -29,6 +29,7 @@ from typing import Any
 
 from .allocator import RegionAllocator
 from .attach import attach, release
+from .buffer import reserve_staging
 from .core import EngineCore
 from .epoch import EpochKeeper
 from .io import IoPool
@@ -72,6 +73,7 @@ class SsdEngine:
         try:
             self._recover_seconds, to_scan = attach(core, self._epochs, self._lock_fds, progress)
             core.pool = IoPool(options.io_threads)
+            reserve_staging(core.buffers, options)
             self._rescan = BackgroundScan(
                 core, to_scan, lambda rid: rid in self._epochs.maps[rid % len(options.dirs)],
                 self._alloc.summaries.maybe_summarize,

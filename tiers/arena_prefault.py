@@ -1,9 +1,10 @@
 """Faulting memory in ahead of use with the GIL released: ``populate_range`` now, in the caller's
 thread; ``ArenaPrefault`` in a background thread, front to back, stoppable.
 
-``madvise(MADV_POPULATE_WRITE)`` (Linux >= 5.14) is called through ctypes, which releases the
-GIL for the call. ``mmap.madvise`` holds the GIL, so faulting GiBs in from a background thread
-with it would stall every Python thread for seconds. The work is cut into ``CHUNK`` (2 MiB)
+``madvise(MADV_POPULATE_WRITE)`` (Linux >= 5.14) is called through ctypes
+(:func:`~hicache_mooncake.ssd.io.advise_populate`), which releases the GIL for the call.
+``mmap.madvise`` holds the GIL, so faulting GiBs in from a background thread with it would stall
+every Python thread for seconds. The work is cut into ``CHUNK`` (2 MiB)
 pieces: the advice holds the process's mmap lock while it faults a piece in, and every thread
 that maps memory meanwhile (Python's allocator does) waits behind it; with 32 MiB pieces a
 1M-entry SSD index load beside it ran 2.5x slower here, with 2 MiB ones ~20%. ``stop`` returns
@@ -19,43 +20,26 @@ touches each page (its callers pass memory no slot uses yet). A range the kernel
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import logging
 import mmap
-import os
 import threading
 
 import numpy as np
 
+from hicache_mooncake.ssd.io import PopulateUnsupported, advise_populate
+
 log = logging.getLogger(__name__)
 PAGE = mmap.PAGESIZE
 CHUNK = 2 << 20
-_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 _STOP_WAIT_S = 10.0
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_madvise = _libc.madvise
-_madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-_madvise.restype = ctypes.c_int
-
-
-class _Unsupported(Exception):
-    """The kernel does not know MADV_POPULATE_WRITE."""
+_Unsupported = PopulateUnsupported
 
 
 def _advise_populate(view: np.ndarray) -> None:
     """Fault the pages under ``view`` in for writing (GIL released). Raises _Unsupported or
     OSError."""
-    addr = view.ctypes.data
-    start = addr - addr % PAGE
-    length = addr + view.nbytes - start
-    if _madvise(start, length, _MADV_POPULATE_WRITE) == 0:
-        return
-    err = ctypes.get_errno()
-    if err == errno.EINVAL:
-        raise _Unsupported()
-    raise OSError(err, os.strerror(err))
+    advise_populate(view.ctypes.data, view.nbytes)
 
 
 def populate_range(view: np.ndarray) -> None:
