@@ -4,11 +4,10 @@ thread; ``ArenaPrefault`` in a background thread, front to back, stoppable.
 ``madvise(MADV_POPULATE_WRITE)`` (Linux >= 5.14) is called through ctypes
 (:func:`~hicache_mooncake.ssd.io.advise_populate`), which releases the GIL for the call.
 ``mmap.madvise`` holds the GIL, so faulting GiBs in from a background thread with it would stall
-every Python thread for seconds. The work is cut into ``CHUNK`` (2 MiB)
-pieces: the advice holds the process's mmap lock while it faults a piece in, and every thread
-that maps memory meanwhile (Python's allocator does) waits behind it; with 32 MiB pieces a
-1M-entry SSD index load beside it ran 2.5x slower here, with 2 MiB ones ~20%. ``stop`` returns
-within one piece.
+every Python thread for seconds. The work is cut into ``CHUNK`` (2 MiB) pieces: the advice holds
+the process's mmap lock while it faults a piece in, and every thread that maps memory meanwhile
+(Python's allocator does) waits behind it; with 32 MiB pieces a 1M-entry SSD index load beside it
+ran 2.5x slower here, with 2 MiB ones ~20%. ``stop`` returns within one piece.
 
 Failure semantics: the advice never changes a byte, so the background fault-in may run while
 sets write into the arena. On a kernel without the advice the background fault-in does nothing
