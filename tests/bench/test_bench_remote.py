@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -78,7 +79,9 @@ def test_reason_recorded_when_install_fails(tmp_path: Path, monkeypatch: pytest.
     assert remote.run(_args(tmp_path, mooncake_spec=missing, pip_install_mooncake=True)) == 0
     res = json.loads((tmp_path / "r.json").read_text())
     reason = res["mooncake"]["reason"]
-    assert reason.startswith(f"pip install --no-deps {missing} failed (rc ")
+    spec = reason.removeprefix("pip install --no-deps ").split(" failed (rc ")[0]
+    assert reason.startswith("pip install --no-deps ") and " failed (rc " in reason, reason
+    assert os.path.samefile(os.path.dirname(spec), tmp_path) and spec.endswith(Path(missing).name), spec
     assert any("No module named 'mooncake'" in s for s in res["mooncake"]["setup_steps"])
     entry = res["pages"]["1MiB"]
     _check_our_figures(entry)
