@@ -121,23 +121,14 @@ class BufferPool:
     def reserve(self, size: int, count: int) -> int:
         """Make ``count`` buffers of ``size``'s class and pool them, as far as the pool's cap
         allows; returns how many were made. Costs the page faults now (about 0.1 s per GB)
-        instead of in the first calls that need the memory."""
+        instead of in the first calls that need the memory. Meant for engine open (nothing takes
+        from the pool yet)."""
         c = self.size_class(size)
         made = 0
-        for _ in range(count):
+        while made < count and self._pooled + c <= self._max:
             with self._lock:
-                if self._pooled + c > self._max:
-                    break
-                self._pooled += c  # claimed before the (lock-free) fault-in
                 self.allocated += 1
-            try:
-                mem = self._make(c)
-            except BaseException:
-                with self._lock:
-                    self._pooled -= c
-                raise
-            with self._lock:
-                self._free.setdefault(c, []).append(mem)
+            self.give(self._make(c))
             made += 1
         return made
 

@@ -32,11 +32,9 @@ PAGE = mmap.PAGESIZE
 CHUNK = 2 << 20
 _STOP_WAIT_S = 10.0
 
-_Unsupported = PopulateUnsupported
-
 
 def _advise_populate(view: np.ndarray) -> None:
-    """Fault the pages under ``view`` in for writing (GIL released). Raises _Unsupported or
+    """Fault the pages under ``view`` in for writing (GIL released). Raises PopulateUnsupported or
     OSError."""
     advise_populate(view.ctypes.data, view.nbytes)
 
@@ -48,7 +46,7 @@ def populate_range(view: np.ndarray) -> None:
         part = view[start : start + CHUNK]
         try:
             _advise_populate(part)
-        except _Unsupported:
+        except PopulateUnsupported:
             part[::PAGE] |= 0  # a ufunc writes every element (an assignment to itself is skipped)
 
 
@@ -72,7 +70,7 @@ class ArenaPrefault:
                     return
                 _advise_populate(view[start : start + CHUNK])
             self.completed = True
-        except _Unsupported:
+        except PopulateUnsupported:
             log.info("DRAM arena: the kernel has no MADV_POPULATE_WRITE; pages fault in as sets use them")
         except OSError as exc:
             log.warning("DRAM arena: prefault stopped at an unbacked range (%s); sets fault in the rest", exc)

@@ -96,7 +96,7 @@ def test_without_the_kernel_advice_the_background_prefault_writes_nothing_and_sa
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     def unsupported(view: np.ndarray) -> None:
-        raise arena_prefault._Unsupported()
+        raise arena_prefault.PopulateUnsupported()
 
     monkeypatch.setattr(arena_prefault, "_advise_populate", unsupported)
     before = _rss()
