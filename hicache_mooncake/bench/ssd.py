@@ -4,8 +4,9 @@ For each page size (1 MiB and 8 MiB by default) and each of ``--repeats`` rounds
 
 1. **fio** (``_fio``): sequential O_DIRECT write then read of ``--total`` bytes in the directory,
    block size = page size, buffers on 2 MiB huge pages (``--iomem=shmhuge``; ``--hugepages``
-   lets the kernel allocate them for the run, as root), each of 1 and 4 jobs x I/O depth 16 and 32;
-   the best configuration of the round is the ceiling (reported with the configuration that won);
+   lets the kernel allocate them for the run, as root), each of 1 and 4 jobs x I/O depth 16 and
+   32 and 4 jobs x depth 1; the best configuration of the round is the ceiling (reported with the
+   configuration that won);
 2. **ours**: a real SGLang host pool; our backend created by SGLang's ``StorageBackendFactory``
    (``dynamic``) with an SSD-only configuration (``tiers.dram.enabled: false``) whose path is in
    the directory; ``batch_set_v1`` / ``batch_get_v1`` in batches of up to 128 pages. Every page of

@@ -35,7 +35,14 @@ def test_bench_ssd_end_to_end(tmp_path: Path) -> None:
     assert data["fio_engine"] in ("io_uring", "libaio", "psync")
     assert data["fio_iomem"] in ("shmhuge", "malloc")
     assert data["fio_iomem"] == "shmhuge" or data["fio_iomem_reason"]  # ordinary memory is explained
-    assert len(data["fio_configs_tried"]) == 4
+    tried = {
+        "1 job x depth 16",
+        "1 job x depth 32",
+        "4 jobs x depth 1",
+        "4 jobs x depth 16",
+        "4 jobs x depth 32",
+    }
+    assert set(data["fio_configs_tried"]) == tried  # deep and shallow: more in flight is not always faster
     assert isinstance(data["cache_drop_ok"], bool)
     assert data["recover_within_bound"] is True
     assert data["disk_quiet_s"] == 0.2  # the smoke run says it waited less for the disk
