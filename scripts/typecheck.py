@@ -7,6 +7,7 @@ a throw-away tree of symlinks shaped like the installed package and checks that.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,8 @@ MAPPED = {"tiers": "tiers", "ssd": "ssd", "transport": "transport"}
 
 
 def main() -> int:
-    shadow = ROOT / "build" / "typecheck"
+    # TYPECHECK_DIR lets concurrent runs (several checkouts' worth of edits on one tree) keep apart.
+    shadow = Path(os.environ.get("TYPECHECK_DIR", ROOT / "build" / "typecheck")).resolve()
     shutil.rmtree(shadow, ignore_errors=True)
     pkg = shadow / "hicache_mooncake"
     pkg.mkdir(parents=True)
