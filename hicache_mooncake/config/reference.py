@@ -1,5 +1,5 @@
 """Render the configuration reference (every key, its default, its meaning) from the schema, so
-the README's table can not drift from the code (a test compares them)."""
+the table in ``docs/configuration.md`` can not drift from the code (a test compares them)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .schema import BackendConfig
 
 _SIZE_NAMES = {"capacity", "max_meta", "max_payload"}
 
-BEGIN = "<!-- config-reference:begin (generated: python -m hicache_mooncake.config.reference --write README.md) -->"
+BEGIN = "<!-- config-reference:begin (generated: python -m hicache_mooncake.config.reference --write docs/configuration.md) -->"
 END = "<!-- config-reference:end -->"
 
 
@@ -60,7 +60,7 @@ def markdown() -> str:
 
 
 def update_file(path: str) -> None:
-    """Replace the generated section of ``path`` (the README) in place."""
+    """Replace the generated section of ``path`` (``docs/configuration.md``) in place."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
     start, end = text.index(BEGIN), text.index(END) + len(END)

@@ -124,8 +124,10 @@ def test_removed_keys_say_what_replaces_them(data, match):
         validate_config(data)
 
 
-def test_readme_configuration_reference_is_current():
+def test_docs_configuration_reference_is_current():
     from hicache_mooncake.config.reference import markdown
 
-    readme = (CONFIGS.parent / "README.md").read_text()
-    assert markdown() in readme, "regenerate: python -m hicache_mooncake.config.reference --write README.md"
+    page = (CONFIGS.parent / "docs" / "configuration.md").read_text()
+    assert markdown() in page, (
+        "regenerate: python -m hicache_mooncake.config.reference --write docs/configuration.md"
+    )
