@@ -56,15 +56,26 @@ class Endpoint:
         return self.url.rsplit("/", 1)[0] + "/healthz"
 
 
-def _private_dir(path: Path) -> None:
+def private_dir(path: Path) -> None:
+    """Create ``path`` (0700) if needed and check that nobody else can touch what is in it: it is
+    a directory (not a link) owned by us, not writable by group or others, and every directory
+    above it is owned by us or root and, when others may write it, sticky (as ``/tmp``). OSError
+    naming the directory otherwise."""
     os.makedirs(path, mode=0o700, exist_ok=True)
+    uid = os.geteuid()
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
         raise OSError(f"{path} is not a directory")
-    if st.st_uid != os.geteuid():
+    if st.st_uid != uid:
         raise OSError(f"{path} belongs to uid {st.st_uid}, not to us")
     if st.st_mode & 0o022:
         raise OSError(f"{path} is writable by others (mode {st.st_mode & 0o777:o})")
+    for parent in Path(os.path.abspath(path)).parents:
+        pst = os.stat(parent)
+        if pst.st_uid not in (uid, 0):
+            raise OSError(f"{parent} (above {path}) belongs to uid {pst.st_uid}: others could replace {path}")
+        if pst.st_mode & 0o022 and not pst.st_mode & stat.S_ISVTX:
+            raise OSError(f"{parent} (above {path}) is writable by others and not sticky")
 
 
 def _alive(pid: int) -> bool:
@@ -80,7 +91,7 @@ def _alive(pid: int) -> bool:
 def register(directory: Path, endpoint: Endpoint, port: int) -> Path:
     """Write ``endpoint``'s file atomically (removing files of dead processes first); returns its
     path. OSError when the directory cannot be used."""
-    _private_dir(directory)
+    private_dir(directory)
     for stale in _entries(directory):
         if not _alive(stale[1].pid):
             with contextlib.suppress(OSError):

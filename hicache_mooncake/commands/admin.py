@@ -18,15 +18,18 @@ import os
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from hicache_mooncake.admin.auth import read_token_file, token_path
 from hicache_mooncake.admin.client import AdminClient, AdminError, RankEndpoint, rank_endpoints
 from hicache_mooncake.admin.hint_routes import MAX_PAGE_HASHES
 from hicache_mooncake.admin.server import discovery_dir
 from hicache_mooncake.commands import UsageError
 from hicache_mooncake.config.admin import TOKEN_ENV, AdminConfig
+from hicache_mooncake.config.errors import ConfigError
 from hicache_mooncake.config.loader import deep_merge
 from hicache_mooncake.sizes import format_size
 
@@ -44,7 +47,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--url", action="append", default=[], help="an admin endpoint (repeatable)")
     parser.add_argument("--discovery-dir", default="", help="where the ranks register (default: admin's)")
     parser.add_argument(
-        "--token-file", default="", help=f"file with the bearer token (default: ${TOKEN_ENV})"
+        "--token-file",
+        default="",
+        help=f"file with the bearer token (default: ${TOKEN_ENV}, else the admin.token the ranks generated in the discovery directory)",
     )
     parser.add_argument("--json", action="store_true", help="print the answers as JSON")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds an operation may take")
@@ -155,23 +160,37 @@ def _hint(client: AdminClient, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _token(args: argparse.Namespace) -> str | None:
+    """--token-file, else $HICACHE_MOONCAKE_ADMIN_TOKEN, else the token the ranks generated in the
+    discovery directory (``admin.token``; absent: None, and the endpoint will answer 401)."""
     if args.token_file:
         try:
             with open(os.path.expanduser(args.token_file), encoding="utf-8") as f:
                 return f.readline().strip() or None
         except OSError as exc:
             raise UsageError(f"--token-file: {exc.strerror or exc}") from None
-    return os.environ.get(TOKEN_ENV, "").strip() or None
+    from_env = os.environ.get(TOKEN_ENV, "").strip()
+    if from_env:
+        return from_env
+    try:
+        return read_token_file(token_path(_directory(args)))
+    except FileNotFoundError:
+        return None
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _directory(args: argparse.Namespace) -> Path:
+    return discovery_dir(
+        AdminConfig(discovery_dir=os.path.abspath(args.discovery_dir))
+        if args.discovery_dir
+        else AdminConfig()
+    )
 
 
 def _ranks(args: argparse.Namespace) -> list[RankEndpoint]:
     if args.url:
         return [RankEndpoint(u) for u in args.url]
-    directory = discovery_dir(
-        AdminConfig(discovery_dir=os.path.abspath(args.discovery_dir))
-        if args.discovery_dir
-        else AdminConfig()
-    )
+    directory = _directory(args)
     found = rank_endpoints(directory)
     if not found:
         raise UsageError(f"no admin endpoint registered in {directory} (is admin.port set? or pass --url)")

@@ -189,10 +189,10 @@ def test_freeze_returns_once_the_sets_in_flight_are_over(tmp_path, stores):
     inside, release = threading.Event(), threading.Event()
     real_put = dram.put_batch
 
-    def held_put(items, deadline=None):  # type: ignore[no-untyped-def]
+    def held_put(items, *args, **kwargs):  # type: ignore[no-untyped-def]
         inside.set()
         release.wait(10)
-        return real_put(items, deadline)
+        return real_put(items, *args, **kwargs)
 
     dram.put_batch = held_put  # type: ignore[method-assign]
     page = np.full(64 << 10, 7, dtype=np.uint8)
