@@ -111,6 +111,9 @@ class ArenaStore:
         return start >= 0 and self.dram.committed_extent(start, length)
 
     # ------------------------------------------------------------------ writers
+    def fits(self, nbytes: int) -> bool:
+        return self.dram.fits(nbytes)
+
     def reserve(
         self, items: Sequence[tuple[str, int, int]], owner: object, hint: SetHint, deadline: float
     ) -> list[tuple[int, Reserved | None]]:

@@ -8,7 +8,8 @@ cache; the file is created 0600 and every peer's kernel credentials are checked)
 authenticated connection then gets its own worker thread (socket I/O releases the GIL), at
 most ``max_connections`` (when full, the longest-idle one makes room). PUT bodies are received
 straight into arena slots and GET bodies sent straight from them; every request must complete
-within ``request_timeout_s`` once its header arrived. A heartbeat thread keeps the node registered
+within ``request_timeout_s`` once its header arrived. An object larger than the store's largest
+slot (``ServedStore.fits``) is refused before the store is asked, so nothing is evicted for it. A heartbeat thread keeps the node registered
 in the metadata service. ``drain()`` (SIGTERM in the CLI) deregisters, stops accepting, lets
 in-flight requests finish and closes.
 
@@ -44,8 +45,9 @@ from .handshake_gate import GateLimits, HandshakeGate
 from .metadata.base import MetadataService, NodeInfo
 from .node_config import NodeConfig
 from .rdma_handshake import QpInfo
-from .served_store import RESERVED_NEW, RESERVED_PRESENT, Reserved, ServedStore
+from .served_store import RESERVED_NEW, RESERVED_NO_SPACE, RESERVED_PRESENT, Reserved, ServedStore
 from .sockio import discarded, drain, recv_exact, recv_into_all, recv_into_exact, send_all, zeros
+from .throttle import worth_logging
 from .wire import FrameHeader, Op, Status
 
 log = logging.getLogger(__name__)
@@ -511,7 +513,7 @@ class NodeServer:
         oks: list[bool] = []
         if h.payload_len:
             _wait_readable(sock, deadline)  # reserve nothing for a body that never comes
-        reserved = self.store.reserve(items, conn, hint, deadline)
+        reserved = self._reserve(conn, items, hint, deadline)
         self._count(conn, **self._reserved_counts(reserved))
         try:
             into: list[memoryview] = []  # the bodies in order: one scatter receive, not one per object
@@ -532,6 +534,35 @@ class NodeServer:
             oks.append(next(committed) if slot is not None else status == RESERVED_PRESENT)
         self._send(sock, Op.PUT, Status.OK, h.req_id, wire.encode_flags(oks), deadline=deadline)
         return True
+
+    def _reserve(
+        self, conn: _Conn, items: list[tuple[str, int, int]], hint: wire.SetHint, deadline: float
+    ) -> list[tuple[int, Reserved | None]]:
+        """``store.reserve`` of the objects the store ``fits``. One larger than its largest slot
+        (an ALLOC of 2^64-1 bytes, a PUT over the slab) is "no space" at once, before the store is
+        asked: a store makes room for what it reserves (it evicts), and no eviction could make
+        room for that object. Each refusal is counted (``errors["too_large"]``); they are logged
+        with bounded repetition. The rest of the batch is served as usual."""
+        unfit = {size for size in {size for _key, size, _otype in items} if not self.store.fits(size)}
+        if not unfit:
+            return self.store.reserve(items, conn, hint, deadline)
+        fit = [i for i, (_key, size, _otype) in enumerate(items) if size not in unfit]
+        refused = len(items) - len(fit)
+        with self._lock:
+            self.errors["too_large"] += refused
+            total = self.errors["too_large"]
+        if worth_logging(total):
+            log.warning(
+                "refused %d object(s) of up to %d bytes from %s: larger than the largest slot of "
+                "this node's arena, nothing evicted (%d refused so far)",
+                refused, max(unfit), conn.client, total,
+            )  # fmt: skip
+        out: list[tuple[int, Reserved | None]] = [(RESERVED_NO_SPACE, None)] * len(items)
+        if fit:
+            got = self.store.reserve([items[i] for i in fit], conn, hint, deadline)
+            for i, result in zip(fit, got, strict=True):
+                out[i] = result
+        return out
 
     @staticmethod
     def _reserved_counts(reserved: list[tuple[int, Reserved | None]]) -> dict[str, int]:
@@ -571,7 +602,7 @@ class NodeServer:
 
     def _alloc(self, conn: _Conn, meta: bytearray, deadline: float) -> bytes:
         items, hint = wire.decode_put_request(meta, None, self.limits)
-        reserved = self.store.reserve(items, conn, hint, deadline)
+        reserved = self._reserve(conn, items, hint, deadline)
         self._count(conn, **self._reserved_counts(reserved))
         return wire.encode_alloc_reply(
             [(status, slot.offset if slot else 0, slot.version if slot else 0) for status, slot in reserved]

@@ -6,7 +6,9 @@ The store owns one arena (anonymous memory, or a shared-memory file created from
 ``ArenaSpec`` so same-host clients map it). Offsets on the wire index ``view``, the whole mapping.
 
 - Writers ``reserve`` slots (two-sided: the server receives the body into the slot; one-sided: the
-  client writes it), then ``commit`` (visible from then on) or ``abort``. A reservation belongs to
+  client writes it), then ``commit`` (visible from then on) or ``abort``. Only objects the store
+  ``fits`` are asked for: the server refuses larger ones itself, so a store may make room (evict)
+  for every object it is asked to reserve. A reservation belongs to
   an ``owner`` (the connection): ``release_owner`` aborts what a dropped connection still holds, so
   a client that dies leaves no space reserved.
 - One-sided readers ``lookup`` (the store may bring the object into the arena first, e.g. from
@@ -68,6 +70,12 @@ class ServedStore(Protocol):
     @property
     def data_offset(self) -> int:
         """Where objects start in ``view`` (after the arena's header page when shared)."""
+        ...
+
+    def fits(self, nbytes: int) -> bool:
+        """Could an object of ``nbytes`` ever be reserved (it fits the largest slot, however much
+        is evicted)? The server refuses the others before ``reserve``, so nothing is evicted for
+        a reservation that cannot be granted. Cheap and lock-free: asked per object size."""
         ...
 
     def exists(self, keys: Sequence[str]) -> list[bool]: ...
