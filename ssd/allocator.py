@@ -3,8 +3,8 @@
 Keeps one *active* region per directory and up to :data:`STANDBY_DEPTH` *standby* regions, opened
 in advance one after the other, so that a batch that does not fit moves on to the next standby at
 once instead of waiting for a region to be opened (preallocation and a header write, which queue
-behind the data on a busy disk: ~15 ms each on the project's VM, while a put of 256 MiB fills four
-64 MiB regions; with one standby such a put waited for opens 30-77 ms per GiB at 8 MiB pages). A
+behind the data on a busy disk, while one large put fills several regions; the figures that chose
+the depth are in docs/performance-notes.md). A
 standby is only ever a free region (never one emptied by eviction), so a full cache holds no more
 empty regions than reclaim frees. A region
 is opened from a free allocated region first, then a not yet allocated one while the free-space

@@ -142,8 +142,8 @@ def reserve_staging(pool: BufferPool, options: SsdOptions) -> int:
     """Fill ``pool`` at engine open with the staging buffers one write window and one read
     window use at once (``io_threads + 2`` jobs each, a job of up to ``write_chunk_bytes`` /
     ``staged_read_run_bytes`` with its header blocks), so a fresh engine's first batches copy
-    into memory already faulted in: measured here, the first set of a fresh engine spent about a
-    third of its CPU zeroing fresh huge pages. Never more than a quarter of ``capacity_bytes``
+    into memory already faulted in (otherwise a fresh engine's first sets spend much of their CPU
+    zeroing fresh huge pages). Never more than a quarter of ``capacity_bytes``
     (a small engine never has that much in flight) nor the pool's cap. Returns buffers made."""
     job = max(options.write_chunk_bytes, options.staged_read_run_bytes) + 2 * BLOCK
     count = min(2 * (options.io_threads + 2), options.capacity_bytes // 4 // BufferPool.size_class(job))

@@ -6,15 +6,14 @@ an object and four ints (this index holds every entry on the disk: 10M entries a
 The dict holds that int as a plain ``int``, not as the :class:`Location` it was given: an instance
 of an ``int`` subclass is tracked by the garbage collector (~88 bytes where the plain int takes
 56), and so is the dict that holds one (a dict of strs and plain ints is not), and every full
-collection visits them with the GIL held: 200k indexed Locations added ~85 ms to each full
-collection, so 10M would have stopped every thread of SGLang for seconds each time the collector
-ran one.
+collection visits them with the GIL held, a pause that grows with the entries indexed: at
+millions of entries it would stop every thread of SGLang each time the collector ran one.
 
 Entries a reopen loads from a region's summary (:meth:`Index.load_region`) are stored as a
 reference instead: a negative int ``~(load << 32 | i)`` into that summary's columns (numpy arrays
 the index keeps, 24 bytes per entry, dropped when none of their entries is indexed any more).
-Making them takes one C-level pass (``zip`` with a ``range``), where packing every location cost
-~0.4 us per entry and an int subclass ~0.7 us more: a reopen of 1M entries spent ~1.1 s on it.
+Making them takes one C-level pass (``zip`` with a ``range``), where packing every location in
+Python (and making an int subclass of it) cost time per entry that dominated a large reopen.
 A packed location is never negative, so the sign tells the two apart. Every method hands out
 :class:`Location` values, equal (``==``, not ``is``) to what was stored.
 

@@ -12,9 +12,9 @@ low ``depth`` bits; a segment of *local depth* ``d`` serves every directory inde
 with it on the low ``d`` bits. A full segment below the largest size doubles; at the largest
 size it splits in two by bit ``d`` (the directory doubles first when ``d`` is its depth: a list
 concatenation). So growth never moves more than one segment's entries (at most ~40k): a caller
-waits for one segment's rebuild (20-26 ms on the project's VM, most of it faulting in 2 MiB of
-new arrays), where one table of millions of entries stalled its caller for seconds once per
-doubling (measured on that VM: 0.3-2 s from 1.3M to 5M entries). Keys
+waits for one segment's rebuild (bounded by one segment's size, most of it faulting in its new
+arrays), where one table of millions of entries stalls its caller once per doubling for a time
+that grows with the table. Keys
 that share their low bits beyond what splitting separates (not a hash's fingerprints) make their
 segment grow past the largest size instead: correct, just not bounded.
 

@@ -482,8 +482,8 @@ class ReusePolicy(EvictionPolicy):
         policy that never sweeps. A sweep starts when the run lists hold more than
         ``2 * resident + _SLACK`` entries and takes one step per access (at most
         ``_SWEEP_STEP`` runs, and the entries of the longest), so it ends after about
-        (entries + runs) / ``_SWEEP_STEP`` accesses. One pass over every run at once stalled
-        the store for 0.5-5 s at a million residents."""
+        (entries + runs) / ``_SWEEP_STEP`` accesses. One pass over every run at once would stall
+        the store for a time that grows with the residents."""
         rids, i = self._sweep_rids, self._sweep_at
         assert rids is not None
         runs, where = self._runs, self._where
