@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from hicache_mooncake.config import BackendConfig
+from hicache_mooncake.config import BackendConfig, ConfigError
 from hicache_mooncake.host_cache.service_config import service_config_problem
 from hicache_mooncake.host_ram import memory_available, memory_limit
 from hicache_mooncake.keys import tenant_reader
@@ -107,16 +107,19 @@ def build_ssd(config: BackendConfig, rank_tag: str) -> Tier | None:
     if not ssd.enabled:
         return None
     from hicache_mooncake.ssd import SsdEngine, SsdOptions
+    from hicache_mooncake.ssd.private_dir import SsdUnsafePathError, make_private_dir, secure_entries
     from hicache_mooncake.tiers.rate_budget import RateBudget
     from hicache_mooncake.tiers.ssd_tier import SsdTier
 
     dirs = []
     for base in ssd.paths:
         path = os.path.join(os.path.expanduser(base), rank_tag)
-        try:
-            os.makedirs(path, exist_ok=True)
-        except OSError as exc:
-            raise ValueError(f"tiers.ssd.path: cannot create {path}: {exc.strerror or exc}") from None
+        try:  # ours alone (another local user must neither read it nor plant a store there)
+            make_private_dir(os.path.expanduser(base), "tiers.ssd.path")
+            make_private_dir(path, "tiers.ssd.path")
+            secure_entries(path, "tiers.ssd.path")
+        except SsdUnsafePathError as exc:
+            raise ConfigError(str(exc)) from None
         dirs.append(path)
     if len({os.path.realpath(d) for d in dirs}) != len(dirs):
         raise ValueError(f"tiers.ssd.path: two entries name the same directory ({', '.join(ssd.paths)})")

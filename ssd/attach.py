@@ -5,7 +5,8 @@ refused), choose the I/O mode (O_DIRECT probe), load the epoch, delete region fi
 belong to this layout (wrong id for the directory or beyond the capacity), then rebuild the index
 by scanning the region files (:func:`.recover.recover`): sealed regions join the FIFO oldest
 generation first. Raises only here (bad directory, in use, ``direct_io="on"`` refused, ``strict``
-recovery finding corruption).
+recovery finding corruption, a directory or file another user owns or may write:
+:mod:`.private_dir`).
 
 ``release``: fdatasync regions written since open, close every fd, drop the locks.
 """
@@ -36,6 +37,7 @@ from .format import (
 )
 from .health import prepare_probe
 from .io import run_with_deadline
+from .private_dir import FILE_MODE, O_NOFOLLOW, make_private_dir, secure_entries
 from .recover import EntryRecord, recover, region_loss
 from .region import Region, RegionState, open_region_fd
 from .rescan import index_entries
@@ -53,10 +55,15 @@ def _raise_nofile(need: int) -> None:
 
 
 def lock_dirs(dirs: tuple[str, ...], lock_fds: list[int]) -> None:
-    """Create and ``flock`` each directory's lock file, appending the fds to ``lock_fds``."""
+    """Create (0700) each directory, check that only we can touch it and its entries
+    (:mod:`.private_dir`: :class:`SsdUnsafePathError` otherwise), and ``flock`` its lock file,
+    appending the fds to ``lock_fds``."""
     for d in dirs:
-        os.makedirs(d, exist_ok=True)
-        fd = os.open(os.path.join(d, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        make_private_dir(d, "SSD directory")
+        secure_entries(d, "SSD directory")
+        fd = os.open(
+            os.path.join(d, LOCK_NAME), os.O_RDWR | os.O_CREAT | O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
+        )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

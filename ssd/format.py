@@ -205,7 +205,7 @@ class Superblock:
             {"magic": "hicache-mooncake-ssd", "format": self.format, "epoch": self.epoch,
              "boot": self.boot, "region_size": self.region_size}
         ).encode()  # fmt: skip
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
             if os.write(fd, data) != len(data):
                 raise OSError(errno.ENOSPC, "short superblock write")

@@ -17,6 +17,8 @@ import os
 import threading
 import time
 
+from .private_dir import FILE_MODE, O_NOFOLLOW
+
 log = logging.getLogger("hicache_mooncake.ssd")
 
 PROBE_NAME = "hicache-ssd.probe"
@@ -30,7 +32,7 @@ def prepare_probe(directory: str) -> None:
         if os.path.getsize(path) == _PROBE_BYTES:
             return
     with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW, FILE_MODE)
         try:
             os.pwrite(fd, bytes(_PROBE_BYTES), 0)
             os.fsync(fd)
@@ -42,7 +44,7 @@ def probe_once(directory: str) -> None:
     """Write, fsync and read back the probe file; raises OSError on failure."""
     path = os.path.join(directory, PROBE_NAME)
     stamp = time.time_ns().to_bytes(8, "little") * (_PROBE_BYTES // 8)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW, FILE_MODE)
     try:
         if os.pwrite(fd, stamp, 0) != len(stamp):
             raise OSError("short probe write")

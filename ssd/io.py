@@ -43,7 +43,7 @@ def probe_direct_io(directory: str) -> tuple[bool, str]:
     path = os.path.join(directory, f".direct-probe-{os.getpid()}")
     buf = aligned_buffer(BLOCK)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | O_DIRECT, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | O_DIRECT, 0o600)
     except OSError as e:
         return False, f"open(O_DIRECT) failed: {e.strerror}"
     try:

@@ -26,6 +26,7 @@ from enum import Enum
 
 from .format import BLOCK, RegionHeader, region_file_name
 from .io import O_DIRECT, aligned_buffer, pwritev_full
+from .private_dir import FILE_MODE, O_NOFOLLOW
 
 
 class RegionState(Enum):
@@ -70,8 +71,9 @@ class Region:
 
 
 def open_region_fd(path: str, direct: bool, create: bool) -> int:
-    flags = os.O_RDWR | (os.O_CREAT if create else 0) | (O_DIRECT if direct else 0)
-    return os.open(path, flags, 0o644)
+    """Open a region file (``create``: make it, 0600); never follows a link (ELOOP)."""
+    flags = os.O_RDWR | O_NOFOLLOW | (os.O_CREAT if create else 0) | (O_DIRECT if direct else 0)
+    return os.open(path, flags, FILE_MODE)
 
 
 def preallocate(fd: int, size: int) -> str:

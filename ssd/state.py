@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import xxhash
 
 from .format import BLOCK, align_up
+from .private_dir import FILE_MODE, O_NOFOLLOW
 
 STATE_NAME = "hicache-ssd.state"
 MAGIC = b"HCMSTAT1"
@@ -101,7 +102,7 @@ class StateFile:
         self._counter = current.counter if current is not None else 0
         self._unsynced = False
         need = slot_size_for(nregions)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW, FILE_MODE)
         try:
             size = os.fstat(self.fd).st_size
             if size < 2 * need or size % (2 * BLOCK):
@@ -115,7 +116,7 @@ class StateFile:
         """(Re)build the file at ``2 * slot`` bytes, written out in full (no holes, no unwritten
         extents: later overwrites need no allocation)."""
         tmp = f"{self.path}.tmp"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | O_NOFOLLOW, FILE_MODE)
         try:
             rec = current or State()
             slots = [bytes(slot), bytes(slot)]

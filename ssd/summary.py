@@ -84,7 +84,7 @@ def write_summary(
     path = summary_path(region_path)
     tmp = f"{path}.tmp"
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "wb") as f:
             f.write(body)
         os.replace(tmp, path)
     except OSError:

@@ -172,7 +172,7 @@ def write_snapshot(directory: str, header: dict[str, Any], pages: Sequence[Page]
     data = encode(header, pages)
     path = snapshot_path(directory)
     tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
         view = memoryview(data)
         while view:

@@ -68,7 +68,10 @@ def start(paths: HostCachePaths, config: BackendConfig) -> int | None:
         return None
     try:
         write_snapshot(paths, config)
-        with open(paths.log, "ab") as out:
+        log_fd = os.open(
+            paths.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
+        with os.fdopen(log_fd, "ab") as out:
             proc = subprocess.Popen(
                 service_command(paths.config, fd),
                 stdin=subprocess.DEVNULL,
