@@ -41,6 +41,7 @@ from .format import (
     region_file_name,
 )
 from .io import aligned_buffer, preadv_full, pwritev_full
+from .private_dir import FILE_MODE, O_NOFOLLOW, inspect_entries
 from .recover import RegionScan, recover, region_loss
 from .state import STATE_NAME, load_dir
 
@@ -155,7 +156,7 @@ def _guess_region_size(files: list[tuple[int, str]]) -> int:
 
 def _repair(scan: RegionScan) -> int:
     fixed = 0
-    fd = os.open(scan.path, os.O_RDWR)
+    fd = os.open(scan.path, os.O_RDWR | O_NOFOLLOW)
     try:
         blk = memoryview(aligned_buffer(BLOCK))
         if scan.status == "bad_header":
@@ -183,6 +184,19 @@ def _check_dir(d: str, report: FsckReport, repair: bool, bar: Any) -> None:
     """Read ``d`` exactly as the engine's recovery does (same epoch, same scan, same verdicts)."""
     info = load_dir(d)
     files = _region_files(d)
+    links: dict[str, int] = {}  # region files that are symbolic links: path -> region id
+    for path, kind, reason in inspect_entries(d):  # what the engine refuses or tightens at attach
+        rid = parse_region_file_name(os.path.basename(path))
+        if kind == "link" and rid is not None:
+            links[path] = rid  # never followed: the engine refuses the directory
+            report.lost_regions.append(
+                {"region": rid, "path": path, "reason": f"{reason}: the engine refuses to attach; remove it"}
+            )
+        elif kind == "loose":
+            report.warnings.append(f"{reason}: the engine makes it private (0600/0700) at attach")
+        else:
+            report.warnings.append(f"{reason}: the engine refuses to attach until it is removed")
+    files = [(rid, path) for rid, path in files if path not in links]
     rsize = info.region_size or _guess_region_size(files)
     if info.source == "none":
         if not files:
@@ -199,7 +213,7 @@ def _check_dir(d: str, report: FsckReport, repair: bool, bar: Any) -> None:
             f"{d}: the JSON superblock is missing or unreadable (the state file is intact)"
         )
     if info.mapped is not None:
-        present = {rid for rid, _ in files}
+        present = {rid for rid, _ in files} | set(links.values())
         for rid in sorted(info.mapped - present):
             report.lost_regions.append(
                 {
@@ -248,7 +262,7 @@ def fsck(paths: list[str] | tuple[str, ...], repair: bool = False, progress: boo
                 report.errors.append(f"{d}: not a directory")
                 continue
             fd = (
-                os.open(os.path.join(d, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+                os.open(os.path.join(d, LOCK_NAME), os.O_RDWR | os.O_CREAT | O_NOFOLLOW, FILE_MODE)
                 if _is_engine_dir(d)
                 else -1
             )

@@ -7,7 +7,9 @@
   of a region does not hide the entries after it;
 * a header with the magic but a bad checksum or impossible length is a *problem*;
 * a valid header of another generation is *stale* (left by an earlier life of the region) and
-  silently ignored;
+  silently ignored when it lies past this life's last live entry; before it (inside this life's
+  entries, which lie back to back) or when written after the region was opened (a sequence
+  above its generation) it is a *misdirected* problem: it replaced an entry of this life;
 * a valid header whose payload runs past the end of the file, or (when payloads are verified)
   whose payload hash mismatches, is a *problem*; its length is trusted (the header hash is
   good) to continue after it.
@@ -198,6 +200,7 @@ def scan_region(
             return scan
         scan.status = "live"
         end = min(size, region_size)
+        stale_at: list[int] = []
         pos = BLOCK
         while True:
             cand = _find_magic(reader, pos, end)
@@ -217,7 +220,7 @@ def scan_region(
                                 misdirected=True)
                     )  # fmt: skip
                 else:
-                    scan.stale += 1  # left by an earlier life of the region
+                    stale_at.append(cand)  # left by an earlier life of the region (unless below)
                 pos = cand + BLOCK
                 continue
             esize = hdr.size
@@ -243,6 +246,16 @@ def scan_region(
             pos = cand + esize
             scan.end_offset = pos
         last_live = scan.entries[-1].offset if scan.entries else -1
+        # This life's entries lie back to back from the region's start: a header of an older
+        # generation before its last live entry is no leftover; it replaced an entry of this life
+        # (a misdirected write over it, or a write lost in a crash): a loss, never "clean".
+        for off in stale_at:
+            if off < last_live:
+                why = "misdirected entry (an older generation's header inside this life's entries)"
+                scan.problems.append(Problem(off, why, 0, misdirected=True))
+            else:
+                scan.stale += 1
+        scan.problems.sort(key=lambda p: p.offset)
         for p in scan.problems:
             p.kind = "corrupt" if p.misdirected or p.offset < last_live else "torn"
         return scan
