@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .object_header import HEADER_SIZE
 from .rdma_options import RdmaOptions
+from .secret_file import read_secret_file
 from .wire import Limits
 
 
@@ -113,7 +114,6 @@ class NodeConfig(BaseModel):
         return min(self.arena_slab_bytes - HEADER_SIZE, self.max_payload)
 
     def secret(self) -> bytes:
-        if self.secret_file:
-            with open(self.secret_file, "rb") as f:
-                return f.read().strip()
+        if self.secret_file:  # ValueError naming node.secret_file when it cannot be read
+            return read_secret_file(self.secret_file, "node.secret_file")
         return os.environ.get(self.secret_env, "").encode()

@@ -14,6 +14,7 @@ from hicache_mooncake.tiers.pool_providers.mooncake_config import MooncakeConfig
 from hicache_mooncake.transport.metadata import MetadataConfig
 from hicache_mooncake.transport.node_config import NodeConfig
 from hicache_mooncake.transport.rdma_options import RdmaOptions
+from hicache_mooncake.transport.secret_file import read_secret_file
 
 from .metrics import ExporterConfig
 
@@ -134,7 +135,6 @@ class RemoteTierConfig(BaseModel):
         return self
 
     def secret(self) -> bytes:
-        if self.secret_file:
-            with open(self.secret_file, "rb") as f:
-                return f.read().strip()
+        if self.secret_file:  # ValueError naming tiers.remote.secret_file when it cannot be read
+            return read_secret_file(self.secret_file, "tiers.remote.secret_file")
         return os.environ.get(self.secret_env, "").encode()
