@@ -52,7 +52,7 @@ _STAT_KEYS = (
     "recover_stale_epoch_regions", "recover_bad_region_headers", "recover_from_summaries",
     "recover_lost_regions", "recover_missing_regions", "late_writes", "skipped_puts", "skipped_gets",
 )  # fmt: skip
-_REJECT_REASONS = ("no_space", "floor", "too_large", "io_error", "bad_key")
+_REJECT_REASONS = ("no_space", "floor", "too_large", "io_error", "bad_key", "stale_epoch")
 
 
 class SsdEngine:
@@ -158,18 +158,23 @@ class SsdEngine:
         """Store one object (gather-write of ``parts``); True once its bytes are in the region file."""
         return self.put_batch([(key, parts)], deadline)[0]
 
-    def put_batch(self, items: Sequence[tuple[str, Parts]], deadline: float | None = None) -> list[bool]:
+    def put_batch(
+        self, items: Sequence[tuple[str, Parts]], deadline: float | None = None, epoch: int | None = None
+    ) -> list[bool]:
         """Store objects; per-item True/False (True: the bytes are in the region file; values are
         immutable, so a key already stored is True without a write). ``deadline``
         (``time.monotonic()``): what is not written by then is False, and the engine is degraded
-        (see :mod:`.health`); while degraded, every item is False at once."""
+        (see :mod:`.health`); while degraded, every item is False at once. ``epoch``: the
+        :attr:`epoch` the caller read before it took the bytes (a demotion, a write-through copy);
+        once a ``clear`` has bumped it, nothing of the call is ever indexed (counted
+        ``rejected.stale_epoch``), so bytes from before a clear never land in the epoch after it."""
         c = self._core
         results = [False] * len(items)
         if not self._usable("put", len(items)) or not c.enter():
             return results
         try:
             di = self._alloc.pick_dir()
-            if self._writer.put_batch(items, results, di, deadline=deadline) and c.usable():
+            if self._writer.put_batch(items, results, di, deadline=deadline, epoch=epoch) and c.usable():
                 self._reclaimer.maybe_reclaim(di, deadline)
         except Exception:  # noqa: BLE001 - never raise from the data path
             log.exception("ssd put_batch failed")
@@ -223,11 +228,22 @@ class SsdEngine:
         return results
 
     def _usable(self, op: str, n: int) -> bool:
+        """Whether a data call may go to the disk; if not, its ``n`` items are counted as skipped,
+        in total (``skipped_puts``) and by why (``skipped_puts_clearing``: a clear's new epoch is
+        not on disk yet; ``skipped_puts_clear_failed``: a clear failed, refused until an operator
+        acts; ``skipped_puts_degraded``: a deadline was missed, no health probe passed since)."""
         c = self._core
         if c.usable():
             return True
         with c.lock:
             c.counts[f"skipped_{op}s"] += n
+            if c.health.degraded:
+                why = "degraded"
+            elif c.refusing.startswith("clear:"):
+                why = "clearing"
+            else:
+                why = "clear_failed"
+            c.counts[f"skipped_{op}s_{why}"] += n
         return False
 
     # ------------------------------------------------------------------ metadata ops

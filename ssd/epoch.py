@@ -14,12 +14,15 @@ entries are still recovered, and it is mapped again when the engine next opens i
 boot records are always flushed before they count.
 
 ``clear`` is fail closed: under the lock it bumps the epoch in memory, drops the index and frees
-the regions, and refuses every data call (``core.refusing``) until the new epoch is on disk in
-every directory. If that write does not finish by the deadline (a stalled disk), ``clear``
-returns False and the write goes on in the background; serving resumes when it lands. If it
-fails, the engine stays refusing for the rest of its life (logged as an error) and the old
-region files are unlinked (no free space needed), so the cleared pages cannot come back after a
-restart either.
+the regions (nothing written before the clear is served from then on: pages written since go
+to regions of the new epoch), then writes the new epoch to every directory. Data calls go on
+while that write runs: a crash before it lands means the clear never completed (``clear`` had
+not returned). If the write does not finish by the deadline (a stalled disk), ``clear`` returns
+False and every data call is refused (``core.refusing``) until it lands in the background. If it
+fails, the engine refuses every call for the rest of its life, the old region files are
+unlinked where the filesystem still allows it, and the failure is recorded durably
+(``clear_record``: in the directory, or outside it when the filesystem went read-only), so a
+restart refuses too, until an operator runs the repair the error line names.
 """
 
 from __future__ import annotations
@@ -30,6 +33,14 @@ import os
 import threading
 
 from .allocator import RegionAllocator
+from .clear_record import (
+    REPAIR_COMMAND,
+    find_failures,
+    operator_action,
+    record_failure,
+    records_dir,
+    refusal_message,
+)
 from .core import EngineCore
 from .format import Superblock, region_files_in
 from .io import WRITE, run_with_deadline
@@ -52,12 +63,20 @@ class EpochKeeper:
         self.files: list[StateFile | None] = []
         self.maps: list[set[int]] = []  # per directory: region ids whose files the engine made
         self.missing: list[tuple[str, int]] = []  # (directory, region id) in the map, file gone
+        self._landed = 0  # the highest epoch a clear made durable (under core.lock)
 
     def load(self) -> None:
-        """At open: take the highest epoch and boot found, count this boot, and write them."""
+        """At open: take the highest epoch and boot found, count this boot, and write them. A
+        recorded failed clear (``clear_record``) makes the engine refuse every call."""
         c = self.core
         o = c.options
         n = o.num_regions
+        records = find_failures(o.dirs)
+        if records:
+            msg = refusal_message(o.dirs, records)
+            c.refusing = "clear failed before this start: " + msg
+            c.counts["clear_failed_at_open"] += 1
+            log.error("%s", msg)
         found = [load_dir(d) for d in o.dirs]
         c.epoch = max([f.epoch for f in found] + [0])
         c.boot = max([f.boot for f in found] + [0]) + 1
@@ -160,7 +179,6 @@ class EpochKeeper:
             with c.lock:
                 if c.closed or c.refusing.startswith("clear failed"):
                     return False
-                c.refusing = "clear: new epoch not on disk yet"
                 c.epoch += 1
                 new_epoch = c.epoch
                 c.index.clear()
@@ -175,6 +193,10 @@ class EpochKeeper:
             done, ok = run_with_deadline(
                 lambda: self._persist_epoch(new_epoch), deadline, "hicache-ssd-clear"
             )
+            if not done:
+                with c.lock:  # refused until the write lands (unless it landed just now)
+                    if self._landed < new_epoch and not c.refusing:
+                        c.refusing = "clear: new epoch not on disk yet"
         if not done:
             c.timed_out("clear", deadline or 0.0)
             return False
@@ -186,14 +208,15 @@ class EpochKeeper:
             for di in range(len(c.options.dirs)):
                 self._persist(di)
         except OSError as e:
-            self._fail_closed(e)
+            self._fail_closed(e, epoch)
             return False
         with c.lock:
+            self._landed = max(self._landed, epoch)
             if c.epoch == epoch and c.refusing.startswith("clear:"):
                 c.refusing = ""
         return True
 
-    def _fail_closed(self, err: OSError) -> None:
+    def _fail_closed(self, err: OSError, epoch: int) -> None:
         c = self.core
         with c.lock:
             c.refusing = f"clear failed: {err}"
@@ -211,11 +234,23 @@ class EpochKeeper:
                     os.fsync(dfd)
                 finally:
                     os.close(dfd)
-        log.error(
-            "ssd %s: clear could not write the new epoch (%s): the SSD tier refuses every call "
-            "from now on, and %d old region files were deleted so the cleared pages cannot come back",
-            ",".join(c.options.dirs), err, removed,
-        )  # fmt: skip
+        dirs = c.options.dirs
+        records = record_failure(dirs, epoch, str(err))
+        if records:  # one record refuses the whole engine at the next open
+            log.error(
+                "ssd %s: clear could not write the new epoch (%s): the SSD tier refuses every call "
+                "from now on and after every restart (recorded in %s), %s; %d of %d old region "
+                "files deleted",
+                ",".join(dirs), err, ", ".join(records), operator_action(dirs, records), removed, len(paths),
+            )  # fmt: skip
+        else:
+            log.error(
+                "ssd %s: clear could not write the new epoch (%s): the SSD tier refuses every call "
+                "from now on (%d of %d old region files deleted), and the failure could be recorded "
+                "in no place a restart reads (directory and %s not writable): do not restart before "
+                "the filesystem is writable, then run `%s %s`",
+                ",".join(dirs), err, removed, len(paths), records_dir(), REPAIR_COMMAND, " ".join(dirs),
+            )  # fmt: skip
 
     def close(self) -> None:
         for f in self.files:

@@ -138,13 +138,15 @@ class WritePath:
         reinsert_rid: int | None = None,
         deadline: float | None = None,
         open_regions: bool = False,
+        epoch: int | None = None,
     ) -> bool:
         """Store ``items`` into directory ``di``, setting ``results[i]``; returns whether anything
         new was written (the caller then gives the reclaimer a chance). ``reinsert_rid``: rewrite
         entries of that region (reclaim), only into the active region (unless ``open_regions``:
         a resize moving entries out of retired regions) and only if still indexed there.
         ``deadline`` (``time.monotonic()``): what is not written by then is False (the I/O
-        may finish later; it is then not indexed, see :meth:`_finish`)."""
+        may finish later; it is then not indexed, see :meth:`_finish`). ``epoch``: the epoch the
+        caller's operation started in; if a clear bumped it, nothing is indexed (False)."""
         c = self.core
         o = c.options
         prepared: list[tuple[int, str, bytes, list[memoryview], int]] = []
@@ -169,6 +171,9 @@ class WritePath:
                 c.counts["puts"] += len(items)
             if not floor_ok:
                 c.counts["rejected_floor"] += len(prepared)
+                prepared = []
+            if epoch is not None and epoch != c.epoch:
+                c.counts["rejected_stale_epoch"] += len(prepared)
                 prepared = []
             for i, key, kb, views, size in prepared:
                 loc = c.index.get(key)
@@ -203,6 +208,9 @@ class WritePath:
         try:
             for sub, n in subs:
                 state = self._start_batch(di, sub, n, results, reinsert_rid, deadline, window, open_regions)
+                if epoch is not None:  # written for that epoch: not indexed once a clear bumped it
+                    for g in state.groups:
+                        g.res.epoch = epoch
                 started.append(state)
                 # filled before the next sub-batch reserves: a region open it may need runs on
                 # the I/O pool, whose threads must not all be waiting for fills of this put

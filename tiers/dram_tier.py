@@ -82,6 +82,8 @@ class Reservation(NamedTuple):
     version: int
     obj_type: int
     body: np.ndarray
+    generation: int = 0
+    """``DramTier.generation`` at reservation: ``publish`` refuses it after a clear (``clear``)."""
 
 
 class Located(NamedTuple):
@@ -131,6 +133,8 @@ class DramTier(Tier):
         self._zombies: dict[int, int] = {}
         self._versions = itertools.count(time.time_ns() // 1000)
         self._lock = threading.Lock()
+        # the clear fence: even while open, odd while a clear runs; bumped only under _lock
+        self._generation = 0
         self._closed = False
         self._counts = dict.fromkeys(
             (
@@ -144,6 +148,7 @@ class DramTier(Tier):
                 "rejected_no_space",
                 "size_mismatch",
                 "relocated",
+                "refused_after_clear",
             ),
             0,
         )
@@ -266,12 +271,17 @@ class DramTier(Tier):
         return self.put_batch([(key, parts, ctx)])[0]
 
     def put_batch(
-        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
+        self,
+        items: Sequence[tuple[str, Parts, AccessContext]],
+        deadline: float | None = None,
+        generation: int | None = None,
     ) -> list[bool]:
         """Reserve free slots for the whole batch under one lock hold, copy outside it, publish
         under one hold. A key already present is True (values are immutable); an item with no
         free slot of its class is False. Memory copies finish quickly, so ``deadline`` is only
-        part of the contract."""
+        part of the contract. ``generation``: the ``generation`` the caller's operation started
+        in; unless it is still the current one and no clear runs, nothing is published (every
+        item False, slots freed): bytes read before a clear never land after it."""
         n = len(items)
         keys = list(map(_ITEM_KEY, items))
         with self._lock:
@@ -298,6 +308,10 @@ class DramTier(Tier):
         with self._lock:
             if self._closed:
                 return results
+            if generation is not None and not self._open_locked(generation):
+                self._free_unpublished_locked(offsets, sizes)
+                self._counts["refused_after_clear"] += n
+                return [False] * n
             versions = self._versions
             if reserved is None:
                 self._publish_new_locked(
@@ -332,18 +346,33 @@ class DramTier(Tier):
                 if self.headers:
                     self._write_header(offset, nbytes, STATE_WRITING, version, key, obj_type)
                 out.append(
-                    Reservation(key, offset, nbytes, version, obj_type, self._arena.view(offset, nbytes))
+                    Reservation(
+                        key,
+                        offset,
+                        nbytes,
+                        version,
+                        obj_type,
+                        self._arena.view(offset, nbytes),
+                        self._generation,
+                    )
                 )
         return out
 
     def publish(self, reservations: Sequence[Reservation]) -> list[Located | None]:
         """Make filled reservations visible; returns where each key lives now. A key published
         meanwhile by someone else keeps its first value (this slot is freed, that one is
-        returned); None only when the tier is closed."""
+        returned); None when the tier is closed, or when a clear ran (or runs) since the slot was
+        reserved (its slot is freed: bytes filled before a clear never land after it)."""
         out: list[Located | None] = []
         with self._lock:
             for res in reservations:
                 if self._closed:
+                    out.append(None)
+                    continue
+                if not self._open_locked(res.generation):
+                    self._invalidate(res.offset, res.nbytes)
+                    self._allocator.free(res.offset, self._slot_bytes(res.nbytes))
+                    self._counts["refused_after_clear"] += 1
                     out.append(None)
                     continue
                 self._publish_locked(((res.key, res.offset, res.nbytes, res.version, res.obj_type),))
@@ -391,12 +420,50 @@ class DramTier(Tier):
             self.release_retired()
         return removed
 
-    def clear(self) -> None:
+    # ------------------------------------------------------------------ clear (the fence)
+    @property
+    def generation(self) -> int:
+        """The clear fence: what an operation that may publish later (a promotion, a set, a
+        re-warm, a served reservation) reads when it starts, before it reads any bytes. Even
+        while no clear runs; odd from ``begin_clear`` to ``end_clear``. An operation publishes
+        only if the generation is still the one it read and even."""
+        return self._generation
+
+    def begin_clear(self) -> None:
+        """Close the fence: nothing started before now or until ``end_clear`` publishes."""
         with self._lock:
+            if not self._generation & 1:
+                self._generation += 1
+
+    def end_clear(self) -> None:
+        """Open the fence again (operations starting from now on publish)."""
+        with self._lock:
+            if self._generation & 1:
+                self._generation += 1
+
+    def _open_locked(self, generation: int) -> bool:
+        return generation == self._generation and not generation & 1
+
+    def _free_unpublished_locked(self, offsets: Sequence[int | None], sizes: Sequence[int]) -> None:
+        for offset, nbytes in zip(offsets, sizes, strict=True):
+            if offset is not None:
+                self._invalidate(offset, nbytes)
+                self._allocator.free(offset, self._slot_bytes(nbytes))
+
+    def clear(self) -> None:
+        """Drop every entry. Operations that started before (``generation``) never publish after
+        it; inside ``begin_clear``/``end_clear`` (the store's clear of all tiers) the fence stays
+        closed until ``end_clear``."""
+        with self._lock:
+            began = not self._generation & 1
+            if began:
+                self._generation += 1
             for offset, nbytes, _version, _otype in self._index.values():
                 self._release_locked(offset, nbytes)
             self._index.clear()
             self._hits.clear()
+            if began:
+                self._generation += 1
 
     # ------------------------------------------------------------------ reads
     def get_into(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:

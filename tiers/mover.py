@@ -14,6 +14,9 @@ without the store being told, so the placement never believes in a page no tier 
 
 ``pause`` holds the queues (the store is frozen: nothing is written) until ``resume``.
 
+Clear: every move reads the SSD epoch before it pins DRAM entries and writes for that epoch
+only, so a page pinned before a ``clear`` is never written into the epoch after it.
+
 Failure semantics: a failed SSD write loses only that page's local copy (counted); the thread
 logs and keeps going. Every SSD call carries a deadline (``timeout_s``). ``close`` stops the
 thread within ``join_timeout_s``; a thread stuck in a stalled disk call is a daemon and never
@@ -138,9 +141,10 @@ class Mover:
                 break
             batch = keys[start : start + self.batch_items]
             chunk = [k for k, on_ssd in zip(batch, self.ssd.contains_batch(batch), strict=True) if not on_ssd]
+            epoch = self.ssd.epoch  # before the pin: bytes pinned before a clear are not written after it
             pinned = [p for p in self.dram.pin_entries(chunk) if p is not None]
             try:
-                self._write(pinned, "flushed", deadline)
+                self._write(pinned, "flushed", deadline, epoch)
             finally:
                 self.dram.release(pinned)
         return self.counts["flushed"] - before
@@ -186,15 +190,17 @@ class Mover:
 
     def _copy(self, keys: list[str], deadline: float) -> None:
         todo = [k for k, on_ssd in zip(keys, self.ssd.contains_batch(keys), strict=True) if not on_ssd]
+        epoch = self.ssd.epoch
         pinned = [p for p in self.dram.pin_entries(todo) if p is not None]
         try:
-            self._write(pinned, "copied", deadline)
+            self._write(pinned, "copied", deadline, epoch)
         finally:
             self.dram.release(pinned)
 
     def _demote(self, keys: list[str], deadline: float) -> None:
         if not keys:
             return
+        epoch = self.ssd.epoch
         pinned_or_none = self.dram.pin_entries(keys)
         pinned = [p for p in pinned_or_none if p is not None]
         moved: list[str] = []
@@ -208,7 +214,7 @@ class Mover:
                     lost.append(key)  # neither in DRAM nor on SSD any more
                 else:
                     todo.append(p)
-            written = self._write(todo, "demoted", deadline)
+            written = self._write(todo, "demoted", deadline, epoch)
             moved.extend(written)
             done = set(written)
             lost.extend(p.key for p in todo if p.key not in done)
@@ -220,13 +226,16 @@ class Mover:
             self.counts["lost"] += len(lost)
             self.listener.lost(lost)
 
-    def _write(self, entries: Sequence[Pinned], label: str, deadline: float) -> list[str]:
-        """Write admitted entries to SSD; returns the keys written."""
+    def _write(self, entries: Sequence[Pinned], label: str, deadline: float, epoch: int) -> list[str]:
+        """Write admitted entries to SSD; returns the keys written. ``epoch``: the SSD epoch read
+        before the entries were pinned (a clear since: nothing is written, ``SsdEngine.put_batch``)."""
         admitted = [p for p in entries if self.ssd.admit(p.key, p.nbytes, p.hits)]
         self.counts[f"{label}_refused"] += len(entries) - len(admitted)
         if not admitted:
             return []
-        ok = self.ssd.put_batch([(p.key, [p.data.data], _CTX) for p in admitted], deadline=deadline)
+        ok = self.ssd.put_batch(
+            [(p.key, [p.data.data], _CTX) for p in admitted], deadline=deadline, epoch=epoch
+        )
         self.counts[label] += sum(ok)
         self.counts[f"{label}_failed"] += len(ok) - sum(ok)
         return [p.key for p, good in zip(admitted, ok, strict=True) if good]

@@ -341,6 +341,7 @@ class WarmKeeper:
                     return False
             left -= piece
         bufs = [np.empty(size, dtype=np.uint8) for _, size in todo]
+        generation = dram.generation  # before the read: pages read before a clear never land after it
         deadline = time.monotonic() + store.options.timeout_s
         got = ssd.engine.get_batch_into(
             [(key, [b.data]) for (key, _), b in zip(todo, bufs, strict=True)], deadline
@@ -351,7 +352,7 @@ class WarmKeeper:
             for (key, size), b, ok in zip(todo, bufs, got, strict=True)
             if ok
         ]
-        landed = dram.put_batch(items, deadline) if items else []
+        landed = dram.put_batch(items, deadline, generation) if items else []
         full = False
         with store._lock:
             placement = store._placement

@@ -129,12 +129,24 @@ class SsdTier(Tier):
     ) -> bool:
         return self.put_batch([(key, parts, ctx)], deadline=deadline)[0]
 
+    @property
+    def epoch(self) -> int:
+        """The engine's clear epoch: read it before taking bytes that are to be written later
+        (``put_batch``'s ``epoch``)."""
+        return self.engine.epoch
+
     def put_batch(
-        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
+        self,
+        items: Sequence[tuple[str, Parts, AccessContext]],
+        deadline: float | None = None,
+        epoch: int | None = None,
     ) -> list[bool]:
+        """``epoch``: as ``SsdEngine.put_batch`` (bytes taken before a clear are never indexed after it)."""
         if not items:
             return []
-        return self.engine.put_batch([(key, parts) for key, parts, _ in items], self._deadline(deadline))
+        return self.engine.put_batch(
+            [(key, parts) for key, parts, _ in items], self._deadline(deadline), epoch=epoch
+        )
 
     def get_into(
         self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT, deadline: float | None = None

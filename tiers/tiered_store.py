@@ -181,6 +181,9 @@ class TieredStore:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hicache-placement")
         self._regions: list[memoryview] = []
         self.clearing: set[str] = set()  # tenants being cleared: their sets are refused meanwhile
+        # the clear fence (``clear``): even while open, odd while a clear runs; bumped under _lock
+        self._clear_epoch = 0
+        self._clear_mutex = threading.Lock()  # one clear at a time
         self._ops = RuntimeOps(self)
         lay = self._layout
         if lay.dram is not None and lay.ssd is not None:
@@ -402,18 +405,25 @@ class TieredStore:
             return []
         deadline = self._deadline(deadline)
         sizes = pages_sizes(parts)
+        dram = self.dram
+        # the fence, read before any byte is: a promotion of bytes read before a clear never lands
+        generation = dram.generation if dram is not None else None
         with self._lock:
             request_len = self._request_len.get(keys[0], 0)
+            epoch = self._clear_epoch
         ctxs = get_contexts(keys, sizes, request_len, obj_type=obj_type)
         done, level_of = self._read_through(keys, parts, ctxs, deadline)
         self._tenant_count(keys[0], get_pages=len(keys), get_hit_pages=sum(done))
-        promote = self._note_reads(keys, ctxs, done, level_of, sizes[0])
-        if promote and (dram := self.dram) is not None:
-            landed = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in promote], deadline)
+        promote = self._note_reads(keys, ctxs, done, level_of, sizes[0], epoch)
+        if promote and dram is not None:
+            landed = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in promote], deadline, generation)
             failed = [keys[i] for i, ok in zip(promote, landed, strict=True) if not ok]
             self.counts["promotions"] += len(promote) - len(failed)
             if failed:
-                self.counts["promotions_skipped_full"] += len(failed)
+                if dram.generation != generation:
+                    self.counts["promotions_skipped_clear"] += len(failed)
+                else:
+                    self.counts["promotions_skipped_full"] += len(failed)
                 self._reconcile(failed)
         with self._lock:
             drops, demote = self._placement.settle() if self._placement is not None else ([], [])
@@ -492,9 +502,12 @@ class TieredStore:
         done: Sequence[bool],
         level_of: Sequence[Tier | None],
         nbytes: int,
+        epoch: int | None = None,
     ) -> list[int]:
         """Placement bookkeeping of a read (one placement call per key read); returns the
-        indexes of the pages to copy into DRAM from the caller's buffers."""
+        indexes of the pages to copy into DRAM from the caller's buffers. ``epoch``: the clear
+        fence read when the read started; if a clear ran (or runs) since, the read is not told
+        to the placement (nothing adopted, nothing promoted)."""
         if not self.local:
             return []
         # frozen, or the tenant being cleared: nothing is written, promotions included
@@ -503,6 +516,8 @@ class TieredStore:
         if dram is not None and level_of.count(dram) == len(keys) and all(done):
             # every page read from DRAM (the usual hit): nothing to promote, one placement call
             with self._lock:
+                if epoch is not None and epoch != self._clear_epoch:
+                    return []
                 placement = self._placement_for(nbytes)
                 self._forget_reclaimed(placement)
                 if placement.hit_in_dram_batch(keys, ctxs):
@@ -520,6 +535,9 @@ class TieredStore:
         ]
         promote: list[int] = []
         with self._lock:
+            if epoch is not None and (epoch != self._clear_epoch or epoch & 1):
+                self.counts["reads_across_clear"] += 1
+                return []
             placement = self._placement_for(nbytes)
             self._forget_reclaimed(placement)
             hit = placement.hit
@@ -565,11 +583,14 @@ class TieredStore:
             self.counts["refused_frozen"] += len(keys)
             self._tenant_count(keys[0], set_pages=len(keys), set_refused_frozen=len(keys))
             return [False] * len(keys)
+        if self._clear_epoch & 1:  # a clear runs: nothing is published until it is done
+            self.counts["refused_clearing"] += len(keys)
+            return [False] * len(keys)
         deadline = self._deadline(deadline)
         sizes = pages_sizes(parts)
         ctxs = set_contexts(keys, prefix_len or 0, prev_key, sizes, obj_type=obj_type)
         kept = (
-            self._put_local(keys, parts, ctxs, sizes, deadline, supersedes)
+            self._put_local(keys, parts, ctxs, sizes, deadline, supersedes, self._fence())
             if self.local
             else [None] * len(keys)
         )
@@ -607,9 +628,11 @@ class TieredStore:
         sizes: Sequence[int],
         deadline: float,
         supersedes: Sequence[str] = (),
+        fence: tuple[int | None, int | None] = (None, None),
     ) -> list[bool | None]:
         """Local placement of a set; per key: True placed, None refused, False no room in time
-        or too large for a local tier (then the policy is not asked and nothing moves for it)."""
+        or too large for a local tier (then the policy is not asked and nothing moves for it).
+        ``fence``: ``_fence()`` read when the set started (a clear since: nothing published)."""
         unfit = self._too_large(sizes)
         if unfit:
             fit = [i for i in range(len(keys)) if i not in unfit]
@@ -617,7 +640,7 @@ class TieredStore:
             if fit:
                 placed = self._put_local(
                     [keys[i] for i in fit], [parts[i] for i in fit], [ctxs[i] for i in fit],
-                    [sizes[i] for i in fit], deadline, supersedes,
+                    [sizes[i] for i in fit], deadline, supersedes, fence,
                 )  # fmt: skip
                 for i, k in zip(fit, placed, strict=True):
                     kept[i] = k
@@ -640,7 +663,7 @@ class TieredStore:
                 if len(new) == n
                 else [(keys[i], parts[i], ctxs[i]) for i in new]
             )
-            ok = dram.put_batch(items, deadline)
+            ok = dram.put_batch(items, deadline, fence[0])
             outcomes, drops, demote = self._decide_sets(keys, ctxs, sizes[0], supersedes)
             landed = set(compress(new, ok))
             dropped = {key for key, _tier in drops}
@@ -666,9 +689,11 @@ class TieredStore:
                 if key in dropped:
                     kept[i] = None
         if to_dram and dram is not None:
-            failed.extend(self._copy_into_dram(dram, keys, parts, ctxs, to_dram, landed, deadline))
+            failed.extend(self._copy_into_dram(dram, keys, parts, ctxs, to_dram, landed, deadline, fence[0]))
         if to_ssd and (ssd := self.ssd) is not None:
-            ok = ssd.put_batch([(keys[i], parts[i], ctxs[i]) for i in to_ssd], deadline=deadline)
+            ok = ssd.put_batch(
+                [(keys[i], parts[i], ctxs[i]) for i in to_ssd], deadline=deadline, epoch=fence[1]
+            )
             failed.extend(i for i, good in zip(to_ssd, ok, strict=True) if not good)
         if failed:
             self._unplace(keys, outcomes, failed, kept)
@@ -711,13 +736,15 @@ class TieredStore:
         idx: list[int],
         landed: set[int],
         deadline: float,
+        generation: int | None = None,
     ) -> list[int]:
         """Copy pages ``idx`` into free DRAM (adding them to ``landed``); returns those that found
         no room in time (``_with_dram_room``). ``dram``: the tier the call started with (a runtime
-        detach may have published a new layout since; the tier stays usable until the call ends)."""
+        detach may have published a new layout since; the tier stays usable until the call ends).
+        ``generation``: DRAM's clear fence when the set started (``DramTier.put_batch``)."""
 
         def attempt(missing: list[int]) -> list[bool]:
-            ok = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in missing], deadline)
+            ok = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in missing], deadline, generation)
             landed.update(i for i, good in zip(missing, ok, strict=True) if good)
             return ok
 
@@ -840,16 +867,47 @@ class TieredStore:
                 self._placement.remove(key)
         return any([tier.remove(key) for tier in self.tiers])
 
+    def _fence(self) -> tuple[int | None, int | None]:
+        """What an operation reads before it takes any bytes it may publish later: DRAM's clear
+        fence and the SSD epoch (None for a tier the store lacks)."""
+        dram, ssd = self.dram, self.ssd
+        return (dram.generation if dram is not None else None, ssd.epoch if ssd is not None else None)
+
+    @property
+    def clear_epoch(self) -> int:
+        """How many clears started and finished: even while none runs, odd during one."""
+        return self._clear_epoch
+
     @_gated
     def clear(self) -> None:
+        """Drop every page of every tier: a barrier. Under the store lock the fence closes
+        (``clear_epoch`` odd, DRAM's ``begin_clear``); then every tier is cleared; then the fence
+        opens. A get, promotion, demotion, re-warm or set that read the fence before it closed
+        (or while it was closed) never publishes a page into any local tier after it: DRAM
+        refuses its publish (``DramTier.generation``), the SSD engine does not index its write
+        (``SsdEngine.put_batch``'s ``epoch``), and sets arriving meanwhile are refused (False,
+        counted ``refused_clearing``). A page written before the clear is never served after it.
+        Where the SSD's new epoch cannot be made durable, the SSD tier refuses every call from
+        then on (``ssd.epoch``)."""
         if self.warm is not None:
             self.warm.stop_rewarm()
-        with self._lock:
-            if self._placement is not None:
-                self._placement.clear()
-            self._reclaimed.clear()
-        for tier in self.tiers:
-            tier.clear()
+        with self._clear_mutex:
+            dram = self.dram
+            with self._lock:
+                self._clear_epoch += 1
+                if dram is not None:
+                    dram.begin_clear()
+                if self._placement is not None:
+                    self._placement.clear()
+                self._reclaimed.clear()
+            try:
+                for tier in self.tiers:
+                    tier.clear()
+            finally:
+                with self._lock:
+                    self._clear_epoch += 1
+                    if dram is not None:
+                        dram.end_clear()
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until deferred bookkeeping and background moves are done (tests, replay)."""

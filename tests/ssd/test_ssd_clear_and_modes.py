@@ -152,9 +152,15 @@ def test_a_failed_epoch_write_fails_closed_and_loud(
     assert not e.contains("o0") and not check_get(e, "o0", 100_000)
     assert e.put("n", [memoryview(value_for("n", 1000))]) is False
     e.close()
-    with open_engine(ssd_dir) as e2:
+    with open_engine(ssd_dir) as e2:  # a restart does not undo the failed clear: still refused
         assert all(not e2.contains(f"o{i}") for i in range(8))
-        assert e2.put("n", [memoryview(value_for("n", 1000))]) and check_get(e2, "n", 1000)
+        assert e2.put("n", [memoryview(value_for("n", 1000))]) is False
+    from hicache_mooncake.ssd.clear_record import main as repair_main
+
+    assert repair_main(["--repair", ssd_dir]) == 0  # the operator's action the log names
+    with open_engine(ssd_dir) as e3:
+        assert all(not e3.contains(f"o{i}") for i in range(8))
+        assert e3.put("n", [memoryview(value_for("n", 1000))]) and check_get(e3, "n", 1000)
 
 
 def test_state_file_slots_survive_a_torn_write(ssd_dir: str) -> None:
