@@ -10,8 +10,8 @@ Invariants and failure semantics:
 
 - At most ``max_connections`` connections are open, at most ``max_per_peer`` from one address.
   A new connection over either limit evicts the oldest connection of that peer (or of anyone, for
-  the global limit) that has not finished sending its head; when none can be evicted it is
-  answered 503 and closed. A client that sends its head promptly is never evicted.
+  the global limit) that has not finished sending its head (or was already refused); when none
+  can be evicted it is answered 503 and closed. A client that sends its head promptly is never evicted.
 - The head must arrive within ``header_timeout_s`` of the accept (else 408) and fit in
   ``max_header_bytes`` (else 431).
 - ``authorize`` sees the head before any byte of the body is read; a refusal is 401 and the body
@@ -72,6 +72,7 @@ class Request:
 
 
 Reply = tuple[int, dict[str, Any]]
+_EVICTABLE = ("head", "linger")  # a connection still sending its head, or already refused
 Authorize = Callable[[Request], bool]
 Handle = Callable[[Request], Reply]
 
@@ -220,11 +221,11 @@ class BoundedHTTPServer:
             mine = [c for c in self._conns if c.peer == peer]
             victim: _Conn | None = None
             if len(mine) >= self.limits.max_per_peer:
-                victim = next((c for c in mine if c.state == "head"), None)
+                victim = next((c for c in mine if c.state in _EVICTABLE), None)
                 if victim is None:
                     return False
             elif len(self._conns) >= self.limits.max_connections:
-                victim = next((c for c in self._conns if c.state == "head"), None)
+                victim = next((c for c in self._conns if c.state in _EVICTABLE), None)
                 if victim is None:
                     return False
             if victim is not None:

@@ -37,4 +37,5 @@ class MetricsConfig(ExporterConfig):
     port: int | None = Field(default=None, ge=0, le=65535)
     """Base port: the rank with index ``i`` (``tp_rank + tp_size * (pp_rank + pp_size * dp_rank)``)
     serves ``port + i``, so one YAML serves every rank of a TP/PP group; 0: each rank takes any free
-    port (logged, and written to ``discovery_dir``); None: do not serve."""
+    port (logged, and written to ``discovery_dir``); None: do not serve. The shipped presets set 0
+    on loopback, so ``hicache-mooncake stats`` finds every rank without configuration."""
