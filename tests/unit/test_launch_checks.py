@@ -151,7 +151,7 @@ def test_show_prints_the_effective_configuration(capsys):
     shown = yaml.safe_load(capsys.readouterr().out)
     config = load_config_file(path).config
     assert load_backend_config(shown, environ={}) == config
-    assert shown["io"]["timeout_s"] == config.io.timeout_s and shown["metrics"]["port"] is None
+    assert shown["io"]["timeout_s"] == config.io.timeout_s and shown["metrics"]["port"] == 0
     assert main(["config", "show", "--json", str(path)]) == 0
     assert json.loads(capsys.readouterr().out) == shown
 
