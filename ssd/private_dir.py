@@ -5,8 +5,9 @@ would be served as ours. So, for every directory the engine keeps files in:
 
 * it is created 0700 (files 0600, see :data:`FILE_MODE`), and checked after creation with
   ``lstat`` (a link or a directory someone else made first is seen, not followed);
-* it must be owned by the effective user and not writable by group or others; otherwise
-  :class:`SsdUnsafePathError` names the directory, its owner and mode, and the fix;
+* it must be owned by the effective user and not writable by group or others, and its parent
+  must not let others swap it (writable by others only with the sticky bit, as /var/tmp);
+  otherwise :class:`SsdUnsafePathError` names the directory, its owner and mode, and the fix;
 * every entry in it is checked at attach: a symbolic link is refused (never followed out of the
   directory), an entry another user owns is refused, and our own entries with group or other
   permission bits (stores written before this rule: 0644 files, 0755 directories) are tightened
@@ -79,6 +80,17 @@ def check_dir(path: str, what: str) -> None:
         raise SsdUnsafePathError(
             f"{what}: {path} is writable by group or others (mode {mode:04o}): another user could "
             f"plant or swap files in it. Run `chmod 700 {path}`, or choose another {what}"
+        )
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        pst = os.stat(parent)
+    except OSError as exc:
+        raise SsdUnsafePathError(f"{what}: {parent} (above {path}): {exc.strerror or exc}") from None
+    if pst.st_mode & _OTHERS_WRITE and not pst.st_mode & stat.S_ISVTX:
+        raise SsdUnsafePathError(
+            f"{what}: {parent} (above {path}) is writable by others and not sticky (mode "
+            f"{stat.S_IMODE(pst.st_mode):04o}): another user could swap {path} for a directory of "
+            f"theirs. Run `chmod +t {parent}` or `chmod go-w {parent}`, or choose another {what}"
         )
 
 

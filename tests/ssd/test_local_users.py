@@ -1,5 +1,6 @@
-"""The SSD tier against other local users: its files are the serving user's alone, and a store
-someone else planted (or a link out of the directory) is refused at attach, never served.
+"""The SSD tier (and the host cache's directory) against other local users: its files are the
+serving user's alone, and a store someone else planted (or a link out of the directory) is
+refused at attach, never served.
 
 A second OS user is created per test run (``useradd``; removed in a ``finally``) and runs real
 processes under its uid; the stores are built by the real store builder (the backend's) over the
@@ -24,6 +25,8 @@ import pytest
 
 from hicache_mooncake.config import BackendConfig, ConfigError
 from hicache_mooncake.config.loader import validate_config
+from hicache_mooncake.host_cache.lock import try_lock
+from hicache_mooncake.host_cache.paths import HostCachePaths
 from hicache_mooncake.ssd import SsdEngine, SsdOptions
 from hicache_mooncake.ssd.format import parse_region_file_name
 from hicache_mooncake.ssd.private_dir import SsdUnsafePathError
@@ -229,3 +232,50 @@ def test_a_link_as_the_base_directory_is_followed_only_when_ours(other_user: Any
     os.chown(theirs, other_user.pw_uid, other_user.pw_gid, follow_symlinks=False)
     with pytest.raises(ConfigError, match=r"symbolic link owned by uid \d+"):
         _served(theirs)
+
+
+def test_a_base_directory_others_could_swap_is_refused(tmp_path: Path) -> None:
+    """Its parent is writable by others and not sticky: the directory could be renamed away and
+    replaced by another user's between the check and an open."""
+    parent = tmp_path / "open"
+    parent.mkdir()
+    parent.chmod(0o777)
+    base = parent / "ssd"
+    with pytest.raises(ConfigError) as err:
+        _served(base)
+    msg = str(err.value)
+    assert "tiers.ssd.path" in msg and str(parent) in msg and "not sticky" in msg and "chmod +t" in msg, msg
+    parent.chmod(0o1777)  # sticky, as /var/tmp: only the owner may rename or remove what is in it
+    assert _served(base) == 0
+
+
+# the host cache's directory: socket, lock, log and the YAML it runs
+
+
+def test_a_host_cache_directory_another_user_made_first_is_refused(other_user: Any, shared_tmp: Path) -> None:
+    shared_tmp.chmod(0o1777)  # as /tmp, where the default directory lives without XDG_RUNTIME_DIR
+    planted = shared_tmp / "hicache-mooncake-0"
+    made = _as_user(other_user, "mkdir", "-m", "700", str(planted))
+    assert made.returncode == 0, made.stderr
+    with pytest.raises(ValueError) as err:
+        HostCachePaths(str(planted), "default").ensure_dir()
+    msg = str(err.value)
+    assert "host_cache.dir" in msg and str(planted) in msg and f"uid {other_user.pw_uid}" in msg, msg
+    assert "chown" in msg and "choose another host_cache.dir" in msg, msg
+
+
+def test_an_old_host_cache_directory_others_could_read_is_made_private(
+    other_user: Any, shared_tmp: Path
+) -> None:
+    paths = HostCachePaths(str(shared_tmp / "hc"), "default")
+    Path(paths.dir).mkdir(mode=0o755)
+    Path(paths.dir).chmod(0o755)
+    Path(paths.log).write_text("host cache log\n")
+    Path(paths.log).chmod(0o644)  # as an earlier version left it
+    assert _as_user(other_user, "cat", paths.log).returncode == 0  # readable before the start
+    paths.ensure_dir()
+    fd = try_lock(paths.lock)
+    assert fd is not None
+    for path in (paths.log, paths.lock):
+        r = _as_user(other_user, "cat", path)
+        assert r.returncode != 0 and "Permission denied" in r.stderr, (path, r.stderr)
