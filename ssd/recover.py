@@ -173,7 +173,7 @@ def scan_region(
 ) -> RegionScan:
     """Scan one region file (read only). ``epoch=None`` accepts any epoch (fsck)."""
     try:
-        fd = os.open(path, os.O_RDONLY | (O_DIRECT if direct else 0))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | (O_DIRECT if direct else 0))
     except OSError as e:
         return RegionScan(rid, path, "unreadable", header_reason=str(e))
     reader = _Reader(fd, 0)
