@@ -23,10 +23,12 @@ import textwrap
 import traceback
 from collections.abc import Iterator, Sequence
 from importlib import metadata
+from typing import Any
 
 from hicache_mooncake import commands, logs
 from hicache_mooncake.commands import UsageError
 from hicache_mooncake.config.errors import ConfigError
+from hicache_mooncake.optional_deps import MissingDependency, missing_from_import_error
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 70, 130
 log = logging.getLogger("hicache_mooncake.cli")
@@ -72,13 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hicache-mooncake",
         description="Tiered KV-cache storage backend for SGLang HiCache (DRAM, remote DRAM pool, SSD).",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="debug logging of hicache-mooncake's own loggers (libraries stay at warnings)",
-    )
+    _add_global_options(parser, default=False)
     parser.set_defaults(exit_findings="the command found something wrong (see its --help)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -88,10 +84,25 @@ def build_parser() -> argparse.ArgumentParser:
         if register is not None:
             register(sub)
     for each in _all_parsers(parser):
+        if each is not parser:  # before or after the subcommand: `bench ssd -v`, `demo --version`
+            _add_global_options(each, default=argparse.SUPPRESS)
         each.formatter_class = HelpFormatter
         text = exit_codes_text(each.get_default("exit_findings"))
         each.epilog = f"{each.epilog}\n\n{text}" if each.epilog else text
     return parser
+
+
+def _add_global_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    """``--version`` and ``-v``. On a subcommand's parser ``-v`` defaults to SUPPRESS, so a
+    ``-v`` given before the subcommand is not reset by the subcommand's parser."""
+    parser.add_argument("--version", action="version", version=f"hicache-mooncake {package_version()}")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="debug logging of hicache-mooncake's own loggers (libraries stay at warnings)",
+    )
 
 
 def _all_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
@@ -115,12 +126,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
-    name = f"hicache-mooncake {args.command}"
+    name = " ".join(
+        ["hicache-mooncake", args.command, *([args.target] if getattr(args, "target", None) else [])]
+    )
     log.debug("%s %s (python %s)", name, package_version(), sys.version.split()[0])
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, UsageError) as exc:
+    except (ConfigError, UsageError, MissingDependency) as exc:
         _error(name, str(exc), args.verbose)
+        return EXIT_USAGE
+    except ModuleNotFoundError as exc:  # a command that forgot to ``require`` an optional module
+        missing = missing_from_import_error(exc)
+        if missing is None:
+            return _internal_error(name)
+        _error(name, str(missing), args.verbose)
         return EXIT_USAGE
     except OSError as exc:  # the environment: a path, a permission, a port, a full disk
         _error(name, str(exc), args.verbose)
@@ -129,11 +148,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception:
-        traceback.print_exc()
-        print(f"{name}: internal error (a bug; please report the traceback above)", file=sys.stderr)
-        return EXIT_INTERNAL
+        return _internal_error(name)
     finally:
         logs.flush()
+
+
+def _internal_error(name: str) -> int:
+    traceback.print_exc()
+    print(f"{name}: internal error (a bug; please report the traceback above)", file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 def _error(name: str, message: str, verbose: bool) -> None:

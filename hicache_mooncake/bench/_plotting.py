@@ -11,3 +11,18 @@ def legend_below(fig: Any, ax: Any, fontsize: int = 8) -> None:
     handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False, fontsize=fontsize)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
+
+
+def legend_under(ax: Any, fontsize: int = 8) -> None:
+    """The axes' legend in rows under its x labels, so it never covers a bar or a line (the figure
+    needs ``layout="constrained"`` to keep room for it)."""
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(
+        handles,
+        labels,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16),
+        ncol=min(len(labels), 2),
+        frameon=False,
+        fontsize=fontsize,
+    )

@@ -689,22 +689,42 @@ def _ratios_and_print(result: dict[str, Any], engines: list[str], base: str, rea
         )
 
 
+def replot(result: dict[str, Any], out: str) -> None:
+    """The figure from a JSON this target wrote (``bench remote --replot JSON --plot OUT``; either
+    kind: the nodes run, or ``--provider mooncake``'s)."""
+    if result.get("provider") == "mooncake":
+        from hicache_mooncake.bench._remote_provider import plot_provider
+
+        plot_provider(result, out)
+        return
+    first = next(iter(result["pages"].values()))
+    engines = [k for k, v in first.items() if isinstance(v, dict) and k not in ("socket", "mooncake")]
+    _plot(result, out, engines, "tcp" if "tcp" in engines else engines[0])
+
+
+#: How the ``mooncake`` series of this target stores a page (``--provider mooncake`` differs).
+MOONCAKE_SERIES = "mooncake (1 buffer/object: batch_put_from, batch_get_into)"
+
+
 def _plot(result: dict[str, Any], path: str, engines: list[str], base: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from hicache_mooncake.bench._plotting import legend_under
+
     pages = list(result["pages"])
     series = ["socket", *engines]
     if any("mooncake" in result["pages"][pg] for pg in pages):
         series.append("mooncake")
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5.2), layout="constrained")
     width = 0.8 / len(series)
     for ax, op in zip(axes, ("get", "put"), strict=True):
         for i, s in enumerate(series):
             vals = [result["pages"][pg].get(s, {}).get(op, 0.0) for pg in pages]
-            bars = ax.bar([p + i * width for p in range(len(pages))], vals, width, label=s)
+            label = MOONCAKE_SERIES if s == "mooncake" else s
+            bars = ax.bar([p + i * width for p in range(len(pages))], vals, width, label=label)
             ax.bar_label(bars, fmt="%.2f", fontsize=7)
         labels = []
         for pg in pages:
@@ -715,12 +735,15 @@ def _plot(result: dict[str, Any], path: str, engines: list[str], base: str) -> N
                 + (f", /mooncake {vs_mc:.2f}x" if vs_mc is not None else ", mooncake n/a")
             )
         ax.set_xticks([p + 0.4 - width / 2 for p in range(len(pages))], labels, fontsize=8)
-        ax.set_title(f"{op}: batched, loopback, median of {result['repeats']}")
+        ax.set_title(op)
         ax.set_ylabel("GB/s")
-        ax.legend(fontsize=8)
+        legend_under(ax)
+    fig.suptitle(
+        f"bench remote: our transports vs a raw socket and Mooncake Store, batched, loopback TCP, "
+        f"median of {result['repeats']}"
+    )
     reason = result.get("mooncake", {}).get("reason")
     if reason:
-        fig.text(0.01, 0.01, f"Mooncake: {reason[:150]}", fontsize=7)
-    fig.tight_layout()
+        fig.supxlabel(f"Mooncake: {reason[:150]}", fontsize=7)
     fig.savefig(path)
     plt.close(fig)

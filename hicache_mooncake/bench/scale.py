@@ -70,6 +70,8 @@ from hicache_mooncake.bench._disk import (
 from hicache_mooncake.results_json import write_json
 from hicache_mooncake.sizes import format_size, parse_size
 
+REQUIRES = ("torch", "sglang")  # optional modules, checked by ``bench`` before any work
+
 EXISTS_KEYS = 128
 TARGET_BYTES_PER_ENTRY = 400
 TARGET_EXISTS_P99_US = 100.0
@@ -527,14 +529,21 @@ def _while_scanning(row: dict[str, Any]) -> str:
     return f"batch_exists meanwhile p99 {p99:.0f} us"
 
 
+def replot(result: dict[str, Any], out: str) -> None:
+    """The figure from a JSON this target wrote (``bench scale --replot JSON --plot OUT``)."""
+    _plot(result["per_entries"], out)
+
+
 def _plot(rows: list[dict[str, Any]], out: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from hicache_mooncake.bench._plotting import legend_under
+
     labels = [f"{r['entries']:,}" for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.6), layout="constrained")
     x = range(len(rows))
     axes[0].bar([i - 0.2 for i in x], [r["bytes_per_entry"] for r in rows], 0.4, label="after the fill")
     steady = [r["bytes_per_entry_steady_estimate"] for r in rows]
@@ -542,20 +551,17 @@ def _plot(rows: list[dict[str, Any]], out: str) -> None:
     axes[0].axhline(TARGET_BYTES_PER_ENTRY, color="k", ls="--", lw=1, label="target")
     axes[0].set_xticks(list(x), labels)
     axes[0].set_title("RAM per stored entry (bytes)")
-    axes[0].legend(fontsize=8)
     axes[1].bar([i - 0.2 for i in x], [r["exists_p50_us"] for r in rows], 0.4, label="p50")
     axes[1].bar([i + 0.2 for i in x], [r["exists_p99_us"] for r in rows], 0.4, label="p99")
-    axes[1].axhline(TARGET_EXISTS_P99_US, color="k", ls="--", lw=1)
+    axes[1].axhline(TARGET_EXISTS_P99_US, color="k", ls="--", lw=1, label="p99 target")
     axes[1].set_xticks(list(x), labels)
     axes[1].set_title(f"batch_exists of {EXISTS_KEYS} keys (us)")
-    axes[1].legend(fontsize=8)
     axes[2].bar([i - 0.2 for i in x], [r["reopen_after_kill_s"] for r in rows], 0.4, label="after kill -9")
     axes[2].bar([i + 0.2 for i in x], [r["reopen_clean_s"] for r in rows], 0.4, label="clean close")
     axes[2].set_xticks(list(x), labels)
     axes[2].set_title("reopen (attach) seconds")
-    axes[2].legend(fontsize=8)
     for ax in axes:
         ax.set_xlabel("entries")
-    fig.tight_layout()
+        legend_under(ax)
     fig.savefig(out, dpi=120)
     plt.close(fig)

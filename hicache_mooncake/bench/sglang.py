@@ -57,6 +57,8 @@ from hicache_mooncake.commands import UsageError
 from hicache_mooncake.results_json import write_json
 from hicache_mooncake.sizes import format_size
 
+REQUIRES = ("torch", "sglang")  # optional modules, checked by ``bench`` before any work
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--total", default="512MiB", help="bytes written per page size and backend")

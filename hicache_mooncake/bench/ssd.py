@@ -86,6 +86,8 @@ from hicache_mooncake.commands import UsageError
 from hicache_mooncake.results_json import write_json
 from hicache_mooncake.sizes import format_size, parse_size
 
+REQUIRES = ("torch", "sglang")  # optional modules, checked by ``bench`` before any work
+
 BATCH_PAGES = 128
 TARGET_VS_FIO = 0.9
 TARGET_VS_FILE = 5.0

@@ -105,10 +105,63 @@ def _causes(stats: dict[str, Any]) -> list[tuple[int, str]]:
                 else ""
             ),
         ),
-        (placement.get("forgotten", 0), "evicted from the SSD by region reclaim"),
+        (placement.get("forgotten", 0), "evicted from the SSD by region reclaim while writing"),
         (
             placement.get("dropped_on_demotion", 0),
             "lost on their way from DRAM to the SSD" + (f" ({detail})" if detail else ""),
         ),
         (placement.get("not_admitted", 0), "not admitted by the placement policy"),
     ]
+
+
+def ssd_use_lines(tiers: dict[str, Any], pages: int, page_bytes: int) -> list[str]:
+    """Whether the write phase reached the SSD tier (``tiers``: ``tier_stats()["tiers"]`` at its
+    end). Pages go to the SSD only once DRAM fills to its high watermark (the placement's
+    ``dram_capacity``), so a small ``--pages`` never touches it: said so, with the page count that
+    would."""
+    ssd = tiers.get("ssd")
+    if not ssd or "tier" not in ssd:
+        return []
+    demoted = (ssd.get("background") or {}).get("demoted", 0)
+    if demoted or ssd.get("puts", 0):
+        return [
+            f"SSD tier: {demoted} pages moved there from DRAM ({format_size(ssd.get('bytes_written', 0))} written)"
+        ]
+    dram_room = (tiers.get("placement") or {}).get("dram_capacity") or (tiers.get("dram") or {}).get(
+        "capacity_bytes", 0
+    )
+    reach = f"; about {dram_room // page_bytes + 1} pages or more reach it" if dram_room else ""
+    return [
+        f"SSD tier: not used: all {pages} pages ({format_size(pages * page_bytes)}) fit in DRAM "
+        f"below its high watermark ({format_size(dram_room)}){reach}"
+    ]
+
+
+def tier_rows(after: dict[str, Any], before: dict[str, Any]) -> list[str]:
+    """One row per local tier: what it holds, what the read phase served from it, and what left it
+    over the whole demo, with the same counters ``explain_misses`` reads: DRAM pages moved to the
+    SSD (demotions), SSD pages evicted by region reclaim (``placement.forgotten``), and pages the
+    placement policy dropped from each tier."""
+    placement = after.get("placement") or {}
+    rows = ["tiers (hits: pages the read phase served from each tier; the rest counts the whole demo):"]
+    for name, st in after.items():
+        if "tier" not in st:
+            continue
+        served = st.get("hits", 0) - before.get(name, {}).get("hits", 0)
+        left = []
+        if name == "dram" and "ssd" in after:
+            left.append(f"moved_to_ssd={placement.get('demotions', 0)}")
+        if name == "ssd":
+            left.append(f"evicted_by_region_reclaim={placement.get('forgotten', 0)}")
+        left.append(f"dropped_by_policy={placement.get(f'dropped_{name}', 0)}")
+        extra = ""
+        if name == "ssd":
+            extra = (
+                f" io={st.get('io_mode')} demoted={st.get('background', {}).get('demoted', 0)}"
+                f" written={format_size(st.get('bytes_written', 0))}"
+            )
+        rows.append(
+            f"  {name:6s} entries={st.get('entries', 0):6d} used={format_size(st.get('used_bytes', 0))}"
+            f" of {format_size(st.get('capacity_bytes', 0))} hits={served} {' '.join(left)}{extra}"
+        )
+    return rows

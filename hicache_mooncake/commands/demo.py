@@ -1,15 +1,21 @@
 """``hicache-mooncake demo``: SGLang's own host pool and factory, our default YAML, real pages.
 
-Builds a real SGLang host KV pool on CPU, creates our backend through SGLang's
-``StorageBackendFactory`` exactly as the ``dynamic`` loader does with the shipped ``default.yaml``
-(or ``--config``), writes a few thousand pages through the zero-copy v1 interface, then reads back
+Builds a real SGLang host KV pool on CPU, reads the shipped ``default.yaml`` (or ``--config``) with
+SGLang's own extra-config parser (``@FILE``, as ``--hicache-storage-backend-extra-config`` does;
+loader keys a partial file lacks are filled in from their defaults), creates our backend through
+SGLang's ``StorageBackendFactory`` with the ``dynamic`` backend, as SGLang's cache controller does,
+writes a few thousand pages through the zero-copy v1 interface, then reads back
 every page the store still holds (newest first; each run of present pages in one call, as SGLang
 reads a prefix), checks every byte, and prints what each tier holds and served and, from the
 tiers' counters, why the other pages are gone.
 
 The SSD tier writes into a temporary directory of its own (under $TMPDIR), removed at the end
 unless ``--keep``; ``--ssd-dir DIR`` uses DIR instead and leaves it in place. The demo says where
-it wrote and how much.
+it wrote and how much, and whether the SSD tier was used at all (pages go there only once DRAM
+fills to its high watermark).
+
+Needs torch and SGLang (the ``sglang`` extra), checked before anything else: exit status 2 and
+one line naming the extra when either is missing.
 """
 
 from __future__ import annotations
@@ -25,8 +31,17 @@ from pathlib import Path
 from typing import Any
 
 from hicache_mooncake.commands import UsageError
-from hicache_mooncake.commands._demo_report import explain_misses, leading_run, present_runs
+from hicache_mooncake.commands._demo_report import (
+    explain_misses,
+    leading_run,
+    present_runs,
+    ssd_use_lines,
+    tier_rows,
+)
 from hicache_mooncake.config import CONFIG_ENV, deep_merge, load_config_file
+from hicache_mooncake.config.loader import LoadedConfig
+from hicache_mooncake.config.schema import LOADER_KEYS
+from hicache_mooncake.optional_deps import require
 from hicache_mooncake.sizes import format_size
 
 BATCH_PAGES = 128
@@ -62,13 +77,14 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.pages < 1 or args.layers < 1:
         raise UsageError("--pages and --layers must be at least 1")
+    require("torch", "sglang")
     from hicache_mooncake.presets import preset_path
 
     loaded = load_config_file(args.config or preset_path("default"))
     print(f"config: {loaded.path}")
     if os.environ.pop(CONFIG_ENV, None):
         print(f"(${CONFIG_ENV} is ignored here: the demo uses --config)")
-    extra = loaded.extra_config()
+    extra = sglang_extra_config(loaded)
     ssd_dir: Path | None = None
     temporary = False
     if loaded.config.tiers.ssd.enabled:
@@ -87,6 +103,24 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if ssd_dir is not None:
             _report_ssd_dir(ssd_dir, remove=temporary and not args.keep)
+
+
+def sglang_extra_config(loaded: LoadedConfig) -> dict[str, Any]:
+    """The extra config as SGLang's cache controller hands it to the ``dynamic`` loader: the file
+    read by SGLang's own parser (``@FILE``; it removes the keys SGLang consumes, such as
+    ``prefetch_threshold``, and refuses what SGLang refuses: UsageError naming it), plus the loader
+    keys a partial file lacks, from their defaults (SGLang itself would refuse such a file)."""
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
+
+    try:
+        parsed, *_ = HybridCacheController.parse_storage_backend_extra_config(f"@{loaded.path}")
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"SGLang's loader refuses {loaded.path}: {exc}") from None
+    defaults = loaded.extra_config()
+    added = sorted(k for k in LOADER_KEYS if k not in parsed)
+    if added:
+        print(f"(loader keys not in the file, filled in from their defaults: {', '.join(added)})")
+    return {**{k: defaults[k] for k in added}, **parsed}
 
 
 def _demo(args: argparse.Namespace, extra: dict[str, Any]) -> int:
@@ -110,6 +144,10 @@ def _demo(args: argparse.Namespace, extra: dict[str, Any]) -> int:
     host = make_host_pool("page_first", False, shape)
     backend = StorageBackendFactory.create_backend("dynamic", make_storage_config(extra), host)
     backend.register_mem_pool_host(host)
+    print(
+        f"backend: {type(backend).__module__}.{type(backend).__name__}, made by SGLang's "
+        f"StorageBackendFactory ('dynamic', {extra['module_path']}.{extra['class_name']})"
+    )
     try:
         src = host.alloc(BATCH_PAGES * ps)
         dst = host.alloc(BATCH_PAGES * ps)
@@ -126,11 +164,14 @@ def _demo(args: argparse.Namespace, extra: dict[str, Any]) -> int:
             stored += sum(ok)
             if mover is not None and not args.no_pace:
                 mover.flush()  # a write rate the SSD absorbs (prefill is slower than memcpy)
+        if mover is not None and mover.queued:
+            print(f"waiting for background demotion DRAM -> SSD ({mover.queued} pages queued) ...")
         if mover is not None:
-            print("waiting for background demotion DRAM -> SSD ...")
             mover.flush()
         before_read = backend.tier_stats()
         before = before_read["tiers"]
+        for line in ssd_use_lines(before, args.pages, page_bytes):
+            print(line)
         found = mismatched = vanished = 0
         t_get = 0.0
         want = host.kv_buffer[:, src[0] : src[0] + BATCH_PAGES * ps].clone()
@@ -155,31 +196,13 @@ def _demo(args: argparse.Namespace, extra: dict[str, Any]) -> int:
             f"byte check: {'OK' if not mismatched else f'{mismatched} reads differ'}"
         )
         stats = backend.tier_stats()
-        _print_tiers(stats["tiers"], before)
+        for line in tier_rows(stats["tiers"], before):
+            print(line)
         for line in explain_misses(before_read, stats, args.pages, stored, found, vanished):
             print(line)
         return 0 if not mismatched else 1
     finally:
         backend.close()
-
-
-def _print_tiers(after: dict[str, Any], before: dict[str, Any]) -> None:
-    print("tiers (hits: pages the read phase served from each tier):")
-    for name, st in after.items():
-        if "tier" not in st:
-            continue
-        served = st.get("hits", 0) - before.get(name, {}).get("hits", 0)
-        extra = ""
-        if name == "ssd":
-            extra = (
-                f" io={st.get('io_mode')} demoted={st.get('background', {}).get('demoted', 0)}"
-                f" written={format_size(st.get('bytes_written', 0))}"
-            )
-        print(
-            f"  {name:6s} entries={st.get('entries', 0):6d} used={format_size(st.get('used_bytes', 0))}"
-            f" of {format_size(st.get('capacity_bytes', 0))} hits={served} evictions={st.get('evictions', 0)}"
-            f"{extra}"
-        )
 
 
 def _report_ssd_dir(path: Path, remove: bool) -> None:

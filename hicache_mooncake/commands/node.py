@@ -26,6 +26,7 @@ from hicache_mooncake.commands import UsageError
 from hicache_mooncake.config import load_config_file
 from hicache_mooncake.config.cluster import NodeSection
 from hicache_mooncake.metrics_node import serve_node_metrics
+from hicache_mooncake.optional_deps import require
 from hicache_mooncake.store_builder import build_node_store
 from hicache_mooncake.transport.arena_files import collect_stale
 from hicache_mooncake.transport.metadata import MetadataConfig, make_metadata
@@ -64,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     node_cfg, meta_cfg = load(args.config) if args.config else (NodeSection(), MetadataConfig())
     if args.gc:
         return gc(node_cfg.shm_dir)
+    if meta_cfg.backend == "redis":  # before anything starts: one line naming the extra, exit 2
+        require("redis", needed_for="metadata.backend: redis")
     if args.port is not None:
         node_cfg = node_cfg.model_copy(update={"port": args.port})
     if args.ready_file:

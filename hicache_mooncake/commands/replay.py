@@ -1,14 +1,16 @@
 """``hicache-mooncake replay TRACE``: replay a Mooncake trace against a policy, LRU and OPT.
 
 ``--json`` is written as soon as the replays are done, before the plot; ``--plot`` needs
-matplotlib, checked before any work. A trace without requests is an error. The progress bar (on
-stderr, only when it is a terminal) counts the requests of each replay.
+matplotlib, checked before any work. A trace without requests, or a line without ``hash_ids``,
+is an error naming it (exit status 2). OPT is Belady's furthest-next-use with the deepest block
+of a request going first: an upper bound on every policy for a prefix-closed trace (Mooncake's),
+a heuristic otherwise (said so). The progress bar (on stderr, only when it is a terminal) counts
+the requests of each replay.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_mooncake.commands import UsageError
+from hicache_mooncake.optional_deps import require
 
 
 def register(sub: Any) -> None:
@@ -125,8 +128,8 @@ def run(args: argparse.Namespace) -> int:
     dram_fraction = DEFAULT_DRAM_FRACTION if args.dram_fraction is None else args.dram_fraction
     if not 0.0 <= dram_fraction <= 1.0 or args.capacity_fraction <= 0:
         raise UsageError("--dram-fraction must be in [0, 1] and --capacity-fraction > 0")
-    if args.plot_out and importlib.util.find_spec("matplotlib") is None:
-        raise UsageError("--plot needs matplotlib (pip install 'hicache-mooncake[bench]')")
+    if args.plot_out:
+        require("matplotlib", needed_for="--plot")
     hints = None
     if args.hints == "simulated":
         if not (0 <= args.hint_recall <= 1 and 0 <= args.hint_fpr <= 1 and args.hint_horizon > 0):
@@ -184,6 +187,11 @@ def run(args: argparse.Namespace) -> int:
             else ""
         )
     )
+    if not result["opt_is_upper_bound"]:
+        print(
+            "note: OPT is not an upper bound here: some block id follows different ids in different "
+            "requests (Mooncake's hash_ids hash the whole prefix, so they never do)"
+        )
     if "sidecars" in result:
         side = result["sidecars"]
         print(

@@ -8,8 +8,15 @@ Hit rate = hits / all blocks. Capacity is a number of blocks.
   block goes.
 - OPT: on each insertion beyond capacity, evict the cached block (the one just inserted
   included) whose next use, by request index, is furthest in the future (never used again =
-  infinitely far). Ties are broken by the smaller (older) heap entry; any tie-break gives the same
-  hit count for the prefix rule only up to ties, which the issue allows.
+  infinitely far); among blocks next used by the same request, the one deepest in it (a hit
+  needs every block before it, so a deeper block is worth no more than a shallower one). Without
+  that tie-break OPT could keep the last block of a prefix and drop its first, and report fewer
+  hits than LRU or a policy.
+
+  On a prefix-closed trace (every block id always follows the same id: Mooncake's ``hash_ids``,
+  which hash the whole prefix) this is optimal under the replay rule, so no policy reaches more
+  hits (checked against exhaustive search on small traces, tests/unit/test_replay_opt_bound.py).
+  On other traces it is a heuristic, not a bound: ``is_prefix_closed`` tells them apart.
 """
 
 from __future__ import annotations
@@ -76,26 +83,54 @@ def next_uses(reqs: Blocks) -> list[list[int]]:
     return out
 
 
+def next_use_positions(reqs: Blocks) -> list[list[int]]:
+    """``out[i][j]``: where ``reqs[i][j]`` stands in the next request that contains it (0 when
+    none does)."""
+    last: dict[int, int] = {}
+    out: list[list[int]] = [[] for _ in reqs]
+    for i in range(len(reqs) - 1, -1, -1):
+        out[i] = [last.get(b, 0) for b in reqs[i]]
+        seen: dict[int, int] = {}  # a block twice in one request: its first place
+        for j, b in enumerate(reqs[i]):
+            seen.setdefault(b, j)
+        last.update(seen)
+    return out
+
+
+def is_prefix_closed(reqs: Blocks) -> bool:
+    """Whether every block id always follows the same id (the first block of a request: none)."""
+    parent: dict[int, int | None] = {}
+    for req in reqs:
+        prev: int | None = None
+        for b in req:
+            if parent.setdefault(b, prev) != prev:
+                return False
+            prev = b
+    return True
+
+
 def opt_hits(reqs: Blocks, capacity: int, nxt: list[list[int]] | None = None) -> int:
-    """Number of block hits of Belady's OPT (furthest next use by request index)."""
+    """Number of block hits of Belady's OPT under the replay rule (furthest next use by request
+    index; among the same next use, the deepest block in that request goes first)."""
     if nxt is None:
         nxt = next_uses(reqs)
-    cache: dict[int, int] = {}  # block -> its next use
-    heap: list[tuple[int, int]] = []  # (-next use, block); stale entries skipped lazily
+    depth = next_use_positions(reqs)
+    cache: dict[int, tuple[int, int]] = {}  # block -> (its next use, its position there)
+    heap: list[tuple[int, int, int]] = []  # (-next use, -position, block); stale entries skipped lazily
     hits = 0
     for i, req in enumerate(reqs):
         hits += _leading_hits(req, cache)
-        row = nxt[i]
+        row, at = nxt[i], depth[i]
         for j, b in enumerate(req):
-            nu = row[j]
-            cache[b] = nu
-            heapq.heappush(heap, (-nu, b))
+            nu, pos = row[j], at[j]
+            cache[b] = (nu, pos)
+            heapq.heappush(heap, (-nu, -pos, b))
             while len(cache) > capacity:
-                neg, victim = heapq.heappop(heap)
-                if cache.get(victim) == -neg:
+                neg_nu, neg_pos, victim = heapq.heappop(heap)
+                if cache.get(victim) == (-neg_nu, -neg_pos):
                     del cache[victim]
         if len(heap) > 4 * capacity + 1024:  # drop stale entries now and then
-            heap = [(-nu, b) for b, nu in cache.items()]
+            heap = [(-nu, -pos, b) for b, (nu, pos) in cache.items()]
             heapq.heapify(heap)
     return hits
 

@@ -12,7 +12,14 @@ from hicache_mooncake.tiers.policy import EvictionPolicy
 from hicache_mooncake.tiers.policy.hints import Hints
 
 from .hints import SimulatedHints, apply_hint, replay_hints, trace_hints, with_errors
-from .reference import capacity_blocks, lru_hit_rate, next_uses, opt_hit_rate, unique_blocks
+from .reference import (
+    capacity_blocks,
+    is_prefix_closed,
+    lru_hit_rate,
+    next_uses,
+    opt_hit_rate,
+    unique_blocks,
+)
 from .sidecars import SIDECAR_KINDS, MambaSidecars
 from .sim import ReplayStore, SimTieredStore, drive
 from .timing import CallRecorder, us_per_access
@@ -111,6 +118,8 @@ class Replay:
     _nxt: list[list[int]] | None = None
     full_blocks: list[int] | None = None
     """Per request, its full blocks (``input_length // BLOCK_TOKENS``); None: all."""
+    prefix_closed: bool | None = None
+    """Every block id always follows the same id (OPT is then an upper bound); None: not known yet."""
 
     @classmethod
     def load(cls, path: str | Path) -> Replay:
@@ -118,6 +127,13 @@ class Replay:
         blocks = [r.hash_ids for r in reqs]
         full = [r.input_length // BLOCK_TOKENS for r in reqs]
         return cls(str(path), blocks, unique_blocks(blocks), full_blocks=full)
+
+    @property
+    def opt_is_bound(self) -> bool:
+        """OPT is an upper bound on every policy's hit rate (the trace is prefix-closed)."""
+        if self.prefix_closed is None:
+            self.prefix_closed = is_prefix_closed(self.blocks)
+        return self.prefix_closed
 
     @property
     def nxt(self) -> list[list[int]]:
@@ -171,6 +187,11 @@ class Replay:
         )
         lru = lru_hit_rate(self.blocks, cap)
         opt = opt_hit_rate(self.blocks, cap, self.nxt)
+        if self.opt_is_bound and out.hit_rate > opt + 1e-12:
+            raise AssertionError(
+                f"{policy} hit rate {out.hit_rate:.6f} above OPT {opt:.6f} at {cap} blocks: OPT is an "
+                "upper bound on a prefix-closed trace, so one of them is wrong"
+            )
         stats = store.replay_stats()
         hits = out.hits
         tier_hits = stats.get("dram_hits", 0) + stats.get("ssd_hits", 0)
@@ -192,6 +213,7 @@ class Replay:
             "hit_rate": out.hit_rate,
             "lru_hit_rate": lru,
             "opt_hit_rate": opt,
+            "opt_is_upper_bound": self.opt_is_bound,
             "gap_fraction": (out.hit_rate - lru) / gap if gap > 0 else 0.0,
             "dram_hits": stats.get("dram_hits", 0),
             "ssd_hits": stats.get("ssd_hits", 0),

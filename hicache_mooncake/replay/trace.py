@@ -34,6 +34,13 @@ class Request:
 def parse_request(line: str, lineno: int = 0) -> Request:
     try:
         obj = json.loads(line)
+        if not isinstance(obj, dict):
+            raise ValueError(f"a JSON object per line expected, got {type(obj).__name__}")
+        if "hash_ids" not in obj:
+            have = ", ".join(sorted(obj)) or "none"
+            raise ValueError(
+                f"no 'hash_ids' field (a Mooncake trace gives each request's block ids there; fields: {have})"
+            )
         ids = obj["hash_ids"]
         if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
             raise ValueError("hash_ids must be a list of integers")
