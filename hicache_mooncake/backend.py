@@ -45,6 +45,7 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage  # noqa: E402
 from hicache_mooncake import logs  # noqa: E402
 from hicache_mooncake.config import BackendConfig, load_backend_config  # noqa: E402
 from hicache_mooncake.config.tenants import check_tenant_name  # noqa: E402
+from hicache_mooncake.environment_checks import check_at_attach  # noqa: E402
 from hicache_mooncake.failures import FailureLog  # noqa: E402
 from hicache_mooncake.host_cache.mode import use_host_cache  # noqa: E402
 from hicache_mooncake.host_memory import HostRangeError  # noqa: E402
@@ -61,6 +62,7 @@ from hicache_mooncake.object_split import (  # noqa: E402
 )
 from hicache_mooncake.pools import PoolSet, RegisteredPool  # noqa: E402
 from hicache_mooncake.pools.names import KV, pool_name  # noqa: E402
+from hicache_mooncake.sglang_settings_check import log_differences  # noqa: E402
 from hicache_mooncake.store_builder import build_client_store  # noqa: E402
 from hicache_mooncake.tiers.parts import pages_nbytes  # noqa: E402
 
@@ -87,6 +89,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             dcp_size=int(config_field(storage_config, "dcp_size", 1)),
             replicated_kv=is_mla,
         )
+        check_at_attach(self.config, self.ranks.tp_size * self.ranks.pp_size)  # SSD dirs, shm: this host
         self.model_name = (
             self.config.namespace.model or config_field(storage_config, "model_name", "") or "model"
         )
@@ -206,6 +209,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     # ------------------------------------------------------------------ registration
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         super().register_mem_pool_host(mem_pool_host)
+        log_differences(self.config.sglang, mem_pool_host)  # the YAML's sglang: vs what SGLang runs
         self._register(KV, mem_pool_host)
 
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:

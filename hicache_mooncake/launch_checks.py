@@ -18,10 +18,10 @@ tier's own attach check does; SGLang's rules are those of its 0.5.23 host pool
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from hicache_mooncake.config import BackendConfig
 from hicache_mooncake.config.sglang_section import SglangSection
+from hicache_mooncake.findings import Finding, Level
 from hicache_mooncake.host_ram import memory_available, memory_limit
 from hicache_mooncake.sizes import format_size
 
@@ -34,16 +34,7 @@ ZERO_COPY_LAYOUTS = ("page_first", "page_first_direct", "page_head", "layer_firs
 """Host-pool layouts whose pages our ``interface_v1`` path is tested with (tests/sglang)."""
 SMALL_PAGE = 16
 
-Level = Literal["error", "warning", "note"]
-
-
-@dataclass(frozen=True)
-class Finding:
-    level: Level
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.level}: {self.message}"
+__all__ = ["Finding", "HostMemory", "Level", "check"]
 
 
 @dataclass(frozen=True)

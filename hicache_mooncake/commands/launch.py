@@ -6,7 +6,9 @@ Builds ``python -m sglang.launch_server --enable-hierarchical-cache --hicache-st
 holds it against SGLang's own argument parser, and checks the combination first: the host-pool
 layout against our zero-copy path, the host pool against SGLang's GPU pool and its own memory rule,
 and the DRAM tiers of every rank on this host (TP x PP x DP / nodes, from SGLANG_ARGS) beside
-SGLang's host pools against the host's memory. Each problem names the key to change. With errors
+SGLang's host pools against the host's memory, SGLang's own parsing of the file, and this host
+(SSD directories and space, shared memory, ports), as ``config validate`` does; a
+``$HICACHE_MOONCAKE_CONFIG`` naming another file is refused. Each problem names the key to change. With errors
 nothing is started (exit 2); warnings are printed and SGLang starts. ``--dry-run`` prints the
 command line instead of running it (it replaces this process, so SGLang's exit status is ours).
 """
@@ -21,7 +23,11 @@ from typing import Any
 
 from hicache_mooncake.commands import UsageError
 from hicache_mooncake.config import CONFIG_ENV, load_config_file
-from hicache_mooncake.launch_checks import Finding, check
+from hicache_mooncake.config.sglang_parse import sglang_refusals
+from hicache_mooncake.config_validation import env_override
+from hicache_mooncake.environment_checks import environment_findings
+from hicache_mooncake.findings import Finding, errors
+from hicache_mooncake.launch_checks import check
 from hicache_mooncake.launch_command import LaunchCommand, LaunchError, build
 
 
@@ -42,20 +48,26 @@ def register(sub: Any) -> None:
 
 
 def prepare(config: str, rest: list[str]) -> tuple[LaunchCommand, list[Finding]]:
-    """The command and the findings of its checks (``launch`` and tests)."""
+    """The command and the findings of its checks (``launch`` and tests): those of ``config
+    validate`` (SGLang's own parsing of the file, our loader, the sglang: section, this host) for
+    the ranks SGLANG_ARGS start here; ``$HICACHE_MOONCAKE_CONFIG`` naming another file is an error
+    (the backend would run a file that was not checked, nor the one on the command line)."""
     loaded = load_config_file(config)
     try:
         command = build(loaded, rest)
     except LaunchError as exc:
         raise UsageError(str(exc)) from None
-    findings = check(loaded.config, command.ranks_per_host())
-    other = os.environ.get(CONFIG_ENV)
-    if other:
+    ranks = command.ranks_per_host()
+    parsed = sglang_refusals(loaded.path)  # its note (whose parser ran) only beside its errors
+    findings = [*(parsed if errors(parsed) else []), *check(loaded.config, ranks)]
+    findings += environment_findings(loaded.config, ranks)
+    other = env_override(loaded.path, os.environ)
+    if other is not None:
         findings.append(
             Finding(
-                "warning",
-                f"${CONFIG_ENV}={other} is set: the backend in SGLang will read that file instead of "
-                f"{loaded.path} (unset it to use one YAML)",
+                "error",
+                f"${CONFIG_ENV}={other} is set: the backend in SGLang would read that file instead of "
+                f"{loaded.path}; unset it (or set it to {loaded.path.resolve()}) so one checked YAML runs",
             )
         )
     return command, findings

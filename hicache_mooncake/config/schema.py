@@ -140,6 +140,14 @@ class TiersConfig(StrictModel):
     def _known_policy(cls, name: str) -> str:
         return _check_policy(name)
 
+    @field_validator("host_cache", mode="before")
+    @classmethod
+    def _yaml_boolean(cls, value: Any) -> Any:
+        # YAML 1.1 reads an unquoted on / off (yes / no) as a boolean: take it as the word written
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return value
+
     @model_validator(mode="before")
     @classmethod
     def _removed(cls, data: Any) -> Any:

@@ -28,6 +28,7 @@ def small_extra(**tiers: Any) -> dict[str, Any]:
     extra["tiers"]["host_cache"] = "off"
     extra["tiers"]["dram"].update({"capacity": "32MiB", "slab_size": "1MiB"})
     extra["tiers"]["ssd"]["enabled"] = False  # tests that want the SSD tier give it a temp dir
+    extra.pop("sglang", None)  # the harness sizes its own pools: the preset's sglang: section is not them
     for name, overrides in tiers.items():
         if isinstance(overrides, dict):
             extra["tiers"].setdefault(name, {}).update(overrides)

@@ -84,7 +84,11 @@ def test_dry_run_of_each_preset_is_what_sglang_parses(preset, capsys):
 
 def write(tmp_path: Path, sglang: dict[str, Any], **top: Any) -> Path:
     path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({**top, "tiers": {"dram": {"capacity": "64MiB"}}, "sglang": sglang}))
+    loader = {"backend_name": "hicache-mooncake", "module_path": "hicache_mooncake.backend"}
+    loader["class_name"] = "HiCacheMooncakeBackend"  # SGLang refuses a file without its loader keys
+    path.write_text(
+        yaml.safe_dump({**loader, **top, "tiers": {"dram": {"capacity": "64MiB"}}, "sglang": sglang})
+    )
     return path
 
 
@@ -137,10 +141,15 @@ def test_launch_replaces_itself_with_sglangs_launch_server(tmp_path):
     assert "sglang/srt/arg_groups" in out.stderr and "hicache-mooncake launch" not in out.stderr
 
 
-def test_a_config_from_the_environment_is_pointed_out(tmp_path, capsys, monkeypatch):
-    """$HICACHE_MOONCAKE_CONFIG would make the backend read another file than the one launched."""
+def test_a_config_from_the_environment_is_refused(tmp_path, capsys, monkeypatch):
+    """$HICACHE_MOONCAKE_CONFIG would make the backend read another file than the one launched (and
+    checked): launch refuses until it is unset or names the launched file."""
     other = tmp_path / "other.yaml"
     other.write_text("{}\n")
     monkeypatch.setenv("HICACHE_MOONCAKE_CONFIG", str(other))
-    code, _argv, err = dry_run(capsys, write(tmp_path, {"page_size": 64}), *CPU)
-    assert code == 0 and f"$HICACHE_MOONCAKE_CONFIG={other} is set" in err
+    config = write(tmp_path, {"page_size": 64})
+    code, _argv, err = dry_run(capsys, config, *CPU)
+    assert code == 2 and f"$HICACHE_MOONCAKE_CONFIG={other} is set" in err and "SGLang was not started" in err
+    monkeypatch.setenv("HICACHE_MOONCAKE_CONFIG", str(config))
+    code, _argv, err = dry_run(capsys, config, *CPU)
+    assert code == 0 and "HICACHE_MOONCAKE_CONFIG" not in err

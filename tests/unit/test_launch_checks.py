@@ -135,7 +135,7 @@ def test_validate_words_errors_as_the_backend_does(tmp_path: Path, capsys):
     assert main(["config", "validate", str(good), str(bad)]) == 1
     out = capsys.readouterr()
     assert f"{good}: ok" in out.out
-    assert f"{bad}: {backend_error.value}" in out.err
+    assert f"{bad}: error: {backend_error.value}" in out.err
 
 
 def test_validate_counts_ranks(tmp_path: Path, capsys):
@@ -153,7 +153,7 @@ def test_show_prints_the_effective_configuration(capsys):
     assert load_backend_config(shown, environ={}) == config
     assert shown["io"]["timeout_s"] == config.io.timeout_s and shown["metrics"]["port"] == 0
     assert main(["config", "show", "--json", str(path)]) == 0
-    assert json.loads(capsys.readouterr().out) == shown
+    assert load_backend_config(json.loads(capsys.readouterr().out), environ={}) == config  # JSON: bytes
 
 
 def test_the_readme_sizing_example_fits_and_its_limit_is_right():
