@@ -15,6 +15,9 @@ Promises to SGLang:
   (of every registered pool) and rank (``keys.py``), so incompatible runs never read each other's bytes;
 - host indices are checked against the registered pool before any pointer is made: a count that
   is not ``keys x page_size`` or an index outside the pool is a miss / False, logged once;
+- a page key that is not a string of 1..512 characters (``keys.page_key_ok``) is a miss / a
+  refused set of its own (False for that key, counted and logged once per cause); the rest of its
+  batch is served (``batch_exists`` counts the pages before it);
 - with a rank-replicated KV (MLA), only the storage writer (TP rank 0) stores; every rank reads
   (``tiers.host_cache: auto`` puts every rank's tiers in the host cache, so they find its pages);
 - ``close()`` releases every buffer, thread, socket and file, is idempotent and never raises;
@@ -27,6 +30,7 @@ operations at runtime on this backend's store). A call whose ``extra_info`` name
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -50,7 +54,14 @@ from hicache_mooncake.failures import FailureLog  # noqa: E402
 from hicache_mooncake.host_cache.mode import use_host_cache  # noqa: E402
 from hicache_mooncake.host_memory import HostRangeError  # noqa: E402
 from hicache_mooncake.hybrid import SidecarIO  # noqa: E402
-from hicache_mooncake.keys import KeySpace, RankInfo, request_tenant  # noqa: E402
+from hicache_mooncake.keys import (  # noqa: E402
+    PAGE_KEY_RULE,
+    KeySpace,
+    RankInfo,
+    bad_page_keys,
+    page_key_ok,
+    request_tenant,
+)
 from hicache_mooncake.metrics import BackendMetrics, backend_labels  # noqa: E402
 from hicache_mooncake.object_split import (  # noqa: E402
     chunk_count,
@@ -255,9 +266,24 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     @staticmethod
     def _prev_key(keys: KeySpace, extra_info: Any) -> str | None:
         prefix = getattr(extra_info, "prefix_keys", None)
-        if isinstance(prefix, list) and prefix and isinstance(prefix[-1], str):
+        if isinstance(prefix, list) and prefix and page_key_ok(prefix[-1]):
             return keys.key(prefix[-1])
         return None
+
+    def _valid_keys(self, op: str, keys: Sequence[Any]) -> list[bool] | None:
+        """None when ``KeySpace.key`` accepts every key (the usual call: C-level passes);
+        otherwise which keys it accepts. Each refused key is counted under one cause per call
+        kind (``FailureLog``: logged once per interval); the caller makes it a miss / a refused
+        set of its own and serves the rest of the batch."""
+        bad = bad_page_keys(keys)
+        if not bad:
+            return None
+        for _ in bad:
+            self._failures.record(f"{op}: {PAGE_KEY_RULE}; each other one is a miss / not stored")
+        ok = [True] * len(keys)
+        for i in bad:
+            ok[i] = False
+        return ok
 
     @property
     def _keys(self) -> KeySpace | None:
@@ -306,7 +332,11 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             if not self._kv_pool().holds_bytes:
                 return [True] * len(keys)  # a logical KV anchor: its sidecar pools hold the bytes
             page = self._kv_pool().page_nbytes
-            return self._put(self._space_for(space, extra_info), keys, parts, extra_info, page)
+            space = self._space_for(space, extra_info)
+            valid = self._valid_keys("batch_set_v1", keys)
+            if valid is None:
+                return self._put(space, keys, parts, extra_info, page)
+            return _spread(self._put(space, _kept(keys, valid), _kept(parts, valid), extra_info, page), valid)
         except HostRangeError as exc:
             self._failures.record(f"batch_set_v1 refused host indices: {exc.reason}")
             log.debug("batch_set_v1: %s", exc)
@@ -327,7 +357,11 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             if not self._kv_pool().holds_bytes:
                 return [True] * len(keys)  # a logical KV anchor: nothing to read
             page = self._kv_pool().page_nbytes
-            return self._get(self._space_for(space, extra_info), keys, parts, extra_info, page)
+            space = self._space_for(space, extra_info)
+            valid = self._valid_keys("batch_get_v1", keys)
+            if valid is None:
+                return self._get(space, keys, parts, extra_info, page)
+            return _spread(self._get(space, _kept(keys, valid), _kept(parts, valid), extra_info, page), valid)
         except HostRangeError as exc:
             self._failures.record(f"batch_get_v1 refused host indices: {exc.reason}")
             log.debug("batch_get_v1: %s", exc)
@@ -414,7 +448,8 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         if space is None:
             return 0
         try:
-            return self._kv_prefix(self._space_for(space, extra_info), keys)
+            keys = _leading_valid(keys, self._valid_keys("batch_exists", keys))
+            return self._kv_prefix(self._space_for(space, extra_info), keys) if keys else 0
         except Exception as exc:
             self._failures.record("batch_exists failed", exc)
             return 0
@@ -491,6 +526,9 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         if space is None:
             return _pool_result(PoolTransferResult, 0, {}, [])
         try:
+            keys = _leading_valid(keys, self._valid_keys("batch_exists_v2", keys))
+            if not keys:
+                return _pool_result(PoolTransferResult, 0, {}, [])
             kv_pages = self._kv_prefix(space, keys) if self._kv_pool().holds_bytes else len(keys)
             result = self.sidecars.exists(keys, transfers, kv_pages)
         except Exception as exc:
@@ -513,9 +551,32 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             if not self._closed:
                 self._failures.record(f"batch_{op}_v2 before register_mem_pool_host")
             return {t.name: [False] * len(t.keys or []) for t in transfers}
-        if op == "get":
-            return self.sidecars.get(transfers, extra_info)
-        return self.sidecars.set(transfers, extra_info)
+        kept, valid = self._transfers_of_valid_keys(f"batch_{op}_v2", transfers)
+        done = self.sidecars.get(kept, extra_info) if op == "get" else self.sidecars.set(kept, extra_info)
+        for name, ok in valid.items():
+            done[name] = _spread(done[name], ok) if name in done else [False] * len(ok)
+        return done
+
+    def _transfers_of_valid_keys(
+        self, op: str, transfers: list[Any]
+    ) -> tuple[list[Any], dict[Any, list[bool]]]:
+        """``transfers`` less their refused keys (``_valid_keys``), each with the host indices of
+        its kept pages, and which keys each changed transfer kept (by name). A transfer whose
+        indices do not split into one equal run per key keeps no key (all False)."""
+        kept: list[Any] = []
+        valid: dict[Any, list[bool]] = {}
+        for t in transfers:
+            ok = self._valid_keys(op, list(t.keys or []))
+            if ok is None:
+                kept.append(t)
+                continue
+            valid[t.name] = ok
+            indices = t.host_indices
+            if indices is None or indices.dim() != 1 or len(indices) % len(ok):
+                continue
+            rows = indices.reshape(len(ok), -1)[torch.tensor(ok, dtype=torch.bool)].reshape(-1)
+            kept.append(dataclasses.replace(t, keys=_kept(t.keys, ok), host_indices=rows))
+        return kept, valid
 
     # ------------------------------------------------------------------ admin
     def clear(self) -> None:
@@ -574,6 +635,22 @@ def _pool_result(cls: Any, kv_hit_pages: int, hits: dict[Any, int], restorable: 
     if "restorable_prefix_pages" in getattr(cls, "__dataclass_fields__", {}):
         return cls(kv_hit_pages, hits, restorable)
     return cls(kv_hit_pages, hits)
+
+
+def _kept(items: Sequence[Any], valid: list[bool]) -> list[Any]:
+    """The items whose key is valid (``_valid_keys``), in order."""
+    return [item for item, ok in zip(items, valid, strict=True) if ok]
+
+
+def _spread(done: list[bool], valid: list[bool]) -> list[bool]:
+    """Results of the kept keys back at their positions; False (a miss, not stored) at the others."""
+    results = iter(done)
+    return [next(results) if ok else False for ok in valid]
+
+
+def _leading_valid(keys: list[str], valid: list[bool] | None) -> list[str]:
+    """The keys before the first refused one (an existence check counts a leading run)."""
+    return keys if valid is None else keys[: valid.index(False)]
 
 
 def _tensor_bytes(tensor: torch.Tensor, writable: bool = False) -> memoryview:

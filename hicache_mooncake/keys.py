@@ -23,14 +23,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import xxhash
 
 KEY_FORMAT = "hm1"
 MAX_PAGE_KEY_CHARS = 512
+PAGE_KEY_RULE = f"a page key must be a non-empty string of at most {MAX_PAGE_KEY_CHARS} characters"
+
+
+def page_key_ok(page_hash: object) -> bool:
+    """Does ``KeySpace.key`` accept ``page_hash`` (a non-empty ``str`` of at most
+    ``MAX_PAGE_KEY_CHARS`` characters)?"""
+    return isinstance(page_hash, str) and 0 < len(page_hash) <= MAX_PAGE_KEY_CHARS
+
+
+def bad_page_keys(page_hashes: Sequence[object]) -> list[int]:
+    """Indices of the hashes ``KeySpace.key`` refuses (``page_key_ok``), in order; a batch in
+    which every hash is fine (the usual call) costs C-level passes only. Callers that serve a
+    batch (the backend) make each refused hash a miss of its own and serve the rest."""
+    if not page_hashes:
+        return []
+    if set(map(type, page_hashes)) == {str}:
+        lengths = list(map(len, cast(Sequence[str], page_hashes)))
+        if min(lengths) > 0 and max(lengths) <= MAX_PAGE_KEY_CHARS:
+            return []
+    return [i for i, h in enumerate(page_hashes) if not page_key_ok(h)]
 
 
 @dataclass(frozen=True)
@@ -77,19 +97,18 @@ class KeySpace:
         return replace(self, prefix=f"{self.model}/{_tenant_digest(self.base, tenant)}/")
 
     def key(self, page_hash: str) -> str:
-        if not isinstance(page_hash, str) or not 0 < len(page_hash) <= MAX_PAGE_KEY_CHARS:
-            raise ValueError(f"page key must be a non-empty string of at most {MAX_PAGE_KEY_CHARS} chars")
+        if not page_key_ok(page_hash):
+            raise ValueError(PAGE_KEY_RULE)
         return f"{self.prefix}{page_hash}{self.tag}{self.suffix}"
 
     def keys(self, page_hashes: list[str]) -> list[str]:
         """``key`` of each hash; the checks run as C-level passes over the batch (this is on
-        every ``batch_exists``): one bad hash fails the whole batch, naming the first one."""
+        every ``batch_exists``): one bad hash raises ``ValueError`` for the whole call. The
+        backend takes bad hashes out first (``bad_page_keys``): each is a miss of its own."""
         if not page_hashes:
             return []
-        lengths = list(map(len, page_hashes)) if set(map(type, page_hashes)) == {str} else None
-        if lengths is None or min(lengths) == 0 or max(lengths) > MAX_PAGE_KEY_CHARS:
-            for h in page_hashes:
-                self.key(h)  # raises, naming the rule
+        if bad_page_keys(page_hashes):
+            raise ValueError(PAGE_KEY_RULE)
         head, tail = self.prefix, self.tag + self.suffix
         return [f"{head}{h}{tail}" for h in page_hashes]  # one allocation per key
 
