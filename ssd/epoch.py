@@ -110,13 +110,17 @@ class EpochKeeper:
 
     def _persist(self, di: int) -> None:
         """Write the current epoch, boot and region map of directory ``di`` (state file, then the
-        JSON superblock best effort). Serialised, and the epoch is read inside, so a newer epoch
-        is never overwritten by an older one."""
+        JSON superblock best effort). Serialised with the map writes (``_map_writer``), and the
+        record is taken inside the turn, so a newer epoch is never overwritten by an older one.
+        The map lock is held only for the snapshot, never during the write: a put that opens a
+        region while a clear writes its epoch does not wait for the disk."""
         c = self.core
         d = c.options.dirs[di]
         f = self.files[di]
-        with self._map_lock:
-            rec = State(c.epoch, c.boot, c.options.region_size, set(self.maps[di]))
+        with self._map_writer:
+            with self._map_lock:
+                self._map_queued.discard(di)
+                rec = State(c.epoch, c.boot, c.options.region_size, set(self.maps[di]))
             if f is not None:
                 f.write(rec)
             try:
