@@ -233,9 +233,7 @@ class Mover:
         self.counts[f"{label}_refused"] += len(entries) - len(admitted)
         if not admitted:
             return []
-        ok = self.ssd.put_batch(
-            [(p.key, [p.data.data], _CTX) for p in admitted], deadline=deadline, epoch=epoch
-        )
+        ok = self.ssd.put_batch([(p.key, [p.data.data], _CTX) for p in admitted], deadline, epoch)
         self.counts[label] += sum(ok)
         self.counts[f"{label}_failed"] += len(ok) - sum(ok)
         return [p.key for p, good in zip(admitted, ok, strict=True) if good]

@@ -691,9 +691,7 @@ class TieredStore:
         if to_dram and dram is not None:
             failed.extend(self._copy_into_dram(dram, keys, parts, ctxs, to_dram, landed, deadline, fence[0]))
         if to_ssd and (ssd := self.ssd) is not None:
-            ok = ssd.put_batch(
-                [(keys[i], parts[i], ctxs[i]) for i in to_ssd], deadline=deadline, epoch=fence[1]
-            )
+            ok = ssd.put_batch([(keys[i], parts[i], ctxs[i]) for i in to_ssd], deadline, fence[1])
             failed.extend(i for i, good in zip(to_ssd, ok, strict=True) if not good)
         if failed:
             self._unplace(keys, outcomes, failed, kept)
