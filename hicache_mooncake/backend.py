@@ -484,6 +484,10 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             return True
         try:
             parts = [[_tensor_bytes(v)] for v in values]
+            valid = self._valid_keys("batch_set", keys)
+            if valid is not None:
+                self._put(space, _kept(keys, valid), _kept(parts, valid), None)
+                return False  # the other pages are stored, but not every page
             return all(self._put(space, keys, parts, None))
         except Exception as exc:
             self._failures.record("batch_set failed", exc)
@@ -506,7 +510,11 @@ class HiCacheMooncakeBackend(HiCacheStorage):
                 t if t is not None else self.mem_pool_host.get_dummy_flat_data_page() for t in given
             ]
             parts = [[_tensor_bytes(t, writable=True)] for t in targets]
-            ok = self._get(space, keys, parts, None)
+            valid = self._valid_keys("batch_get", keys)
+            if valid is None:
+                ok = self._get(space, keys, parts, None)
+            else:
+                ok = _spread(self._get(space, _kept(keys, valid), _kept(parts, valid), None), valid)
             return [t if hit else None for t, hit in zip(targets, ok, strict=True)]
         except Exception as exc:
             self._failures.record("batch_get failed", exc)
@@ -552,6 +560,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
                 self._failures.record(f"batch_{op}_v2 before register_mem_pool_host")
             return {t.name: [False] * len(t.keys or []) for t in transfers}
         kept, valid = self._transfers_of_valid_keys(f"batch_{op}_v2", transfers)
+        extra_info = _without_bad_prefix(extra_info)
         done = self.sidecars.get(kept, extra_info) if op == "get" else self.sidecars.set(kept, extra_info)
         for name, ok in valid.items():
             done[name] = _spread(done[name], ok) if name in done else [False] * len(ok)
@@ -646,6 +655,16 @@ def _spread(done: list[bool], valid: list[bool]) -> list[bool]:
     """Results of the kept keys back at their positions; False (a miss, not stored) at the others."""
     results = iter(done)
     return [next(results) if ok else False for ok in valid]
+
+
+def _without_bad_prefix(extra_info: Any) -> Any:
+    """``extra_info`` without its ``prefix_keys`` when one of them is not a valid page key (the
+    chain before the call is then unknown: its hints and supersessions are left out, the pages
+    are stored all the same)."""
+    prefix = getattr(extra_info, "prefix_keys", None)
+    if not isinstance(prefix, list) or not bad_page_keys(prefix) or not dataclasses.is_dataclass(extra_info):
+        return extra_info
+    return dataclasses.replace(extra_info, prefix_keys=None)  # type: ignore[type-var]
 
 
 def _leading_valid(keys: list[str], valid: list[bool] | None) -> list[str]:

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from sglang_helpers import SMALL, make_backend
+from sglang_helpers import SMALL, make_backend, small_extra
 from test_remote_cluster import cluster_extra
 from transport_procs import SECRET
 
@@ -58,7 +58,12 @@ def test_v1_set_get_and_exists_serve_every_key_but_the_long_one():
 
 
 def test_v2_transfers_serve_every_key_but_the_long_one(sglang_runtime):
-    from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+    from sglang.srt.mem_cache.hicache_storage import (
+        HiCacheStorageExtraInfo,
+        PoolHitPolicy,
+        PoolName,
+        PoolTransfer,
+    )
 
     backend, host = make_backend()
     try:
@@ -81,6 +86,36 @@ def test_v2_transfers_serve_every_key_but_the_long_one(sglang_runtime):
         hit = backend.batch_exists_v2(batch, [])
         assert hit.kv_hit_pages == 1  # the leading run before the long key
         assert backend.batch_exists_v2(ks, []).kv_hit_pages == 3
+        # a long key in the chain before the call (prefix_keys) fails no transfer either
+        more = keys("v2more", 2)
+        idx = host.alloc(2 * PS)
+        info = HiCacheStorageExtraInfo(prefix_keys=[*ks, LONG])
+        transfer = PoolTransfer(
+            name=PoolName.KV, host_indices=idx, keys=more, hit_policy=PoolHitPolicy.ALL_PAGES
+        )
+        assert backend.batch_set_v2([transfer], info) == {PoolName.KV: [True, True]}
+        assert backend.batch_exists(more) == 2
+    finally:
+        backend.close()
+
+
+def test_legacy_copy_path_serves_every_key_but_the_long_one():
+    extra = small_extra()
+    extra["interface_v1"] = 0
+    backend, host = make_backend(extra=extra)
+    try:
+        ks = keys("legacy", 2)
+        batch = [ks[0], LONG, ks[1]]
+        src = host.alloc(len(batch) * PS)
+        fill_random_pages(host, src, seed=8)
+        want = page_snapshot(host, src)
+        values = [host.get_data_page(int(src[i * PS]), flat=True) for i in range(len(batch))]
+        assert backend.batch_set(batch, values) is False  # not every page was stored ...
+        assert backend.batch_exists(ks) == 2  # ... but every other one was
+        got = backend.batch_get(batch, [host.get_dummy_flat_data_page() for _ in batch])
+        assert got[1] is None and got[0] is not None and got[2] is not None
+        assert torch.equal(got[0].contiguous().view(torch.uint8), want[0])
+        assert torch.equal(got[2].contiguous().view(torch.uint8), want[2])
     finally:
         backend.close()
 
