@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import select
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -255,7 +257,10 @@ def _as_second_user(tmp_path, serve, pw, base) -> None:  # type: ignore[no-untyp
             os._exit(code)
     os.close(write_end)
     try:
-        seen = json.loads(os.read(read_end, 65536) or b"{}")
+        ready, _, _ = select.select([read_end], [], [], 60)  # the child's calls have 5 s deadlines
+        if not ready:
+            os.kill(pid, signal.SIGKILL)  # ours, by its pid
+        seen = json.loads(os.read(read_end, 65536) or b"{}") if ready else {"child": "no answer in 60 s"}
         assert seen == {
             "attach": 401, "freeze": 401, "detach": 401, "show": 401,
             "token": "PermissionError", "listing": "PermissionError",
@@ -265,6 +270,8 @@ def _as_second_user(tmp_path, serve, pw, base) -> None:  # type: ignore[no-untyp
     finally:
         os.write(go_w, b"x")
         _, status = os.waitpid(pid, 0)
+        for fd in (read_end, go_r, go_w):
+            os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 0
     assert [t.name for t in store.tiers] == tiers and not store.frozen  # nothing attached or detached
     assert server.context.operations.all() == []
