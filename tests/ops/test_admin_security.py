@@ -217,6 +217,8 @@ def _as_second_user(tmp_path, serve, pw, base) -> None:  # type: ignore[no-untyp
         "detach": ("POST", "/v1/detach", {"tier": "ssd", "mode": "drop"}),
         "show": ("GET", "/v1/tiers", None),
     }
+    with pytest.raises(AdminError):  # every module the child needs is imported before it loses /root
+        AdminClient(server.url, timeout_s=5).request(*attempts["attach"])
     read_end, write_end = os.pipe()
     go_r, go_w = os.pipe()
     pid = os.fork()
@@ -253,6 +255,8 @@ def _as_second_user(tmp_path, serve, pw, base) -> None:  # type: ignore[no-untyp
             os.close(write_end)
             os.read(go_r, 1)
             code = 0
+        except BaseException as exc:  # say why, in the parent's assertion
+            os.write(write_end, json.dumps({"child": repr(exc)}).encode())
         finally:
             os._exit(code)
     os.close(write_end)
