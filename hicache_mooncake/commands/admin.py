@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from hicache_mooncake.admin.auth import read_token_file, token_path
+from hicache_mooncake.admin.auth import TOKEN_FILE, read_token_file, token_path
 from hicache_mooncake.admin.client import AdminClient, AdminError, RankEndpoint, rank_endpoints
 from hicache_mooncake.admin.hint_routes import MAX_PAGE_HASHES
 from hicache_mooncake.admin.server import discovery_dir
@@ -268,7 +268,10 @@ def run(args: argparse.Namespace) -> int:
             return answer
         except AdminError as exc:
             if exc.status == 401:
-                raise UsageError(f"{ranks[i].url}: {exc} (--token-file, or ${TOKEN_ENV})") from None
+                raise UsageError(
+                    f"{ranks[i].url}: {exc} (--token-file, ${TOKEN_ENV}, or the {TOKEN_FILE} the ranks "
+                    f"generated in {_directory(args)}: run as the user the ranks run as)"
+                ) from None
             if exc.status == 0:
                 raise UsageError(str(exc)) from None
             return {"error": str(exc), "status": exc.status}
