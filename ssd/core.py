@@ -10,8 +10,9 @@ same core. Invariants:
   back into the engine);
 * regions ``[0, region_limit)`` may be opened for writing; the others are *retired* (``resize``):
   their entries stay readable until reclaimed, and no new bytes go there;
-* ``refusing`` (a reason) is set while no data call may touch the disk: an epoch bump that has
-  not reached the disk yet, or one that failed (fail closed: cleared pages are never served).
+* ``refusing`` (a reason) is set while no data call may touch the disk: an epoch bump that
+  missed its deadline and has not reached the disk yet, or one that failed, in this life or a
+  recorded earlier one (fail closed: cleared pages are never served; ``epoch``, ``clear_record``).
 """
 
 from __future__ import annotations

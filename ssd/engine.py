@@ -15,7 +15,10 @@ Failure semantics: data-path calls never raise for I/O or space problems; they r
 in use, ``direct_io="on"`` refused, ``strict`` recovery finding corruption).
 
 Durability of ``remove``: it only drops the index entry; after a restart a removed key may come
-back with its (correct, immutable) bytes. ``clear`` is durable (epoch bump in the superblocks).
+back with its (correct, immutable) bytes. ``clear`` is durable (epoch bump in the superblocks)
+and a barrier: a ``put_batch`` given the ``epoch`` its bytes were taken in is never indexed
+after a clear; a clear whose epoch cannot be written stays refused across restarts until an
+operator repairs it (``clear_record``).
 """
 
 from __future__ import annotations

@@ -45,6 +45,12 @@ resized before a tier's role changes, so a call never gets a decision for a tier
 A closed tier answers miss / False, so a call that outlives the bounded wait misses, it never
 reads wrong bytes.
 
+Clear is a barrier (``clear``): every operation that may publish later (a get's promotion, a
+set, a demotion, a re-warm, a served reservation) reads the clear fence before it takes bytes:
+DRAM's ``generation`` and the SSD ``epoch``. A clear closes the fence under the store lock, clears
+every tier, then opens it; a publish checks the fence under the lock that publishes (DRAM's, the
+SSD engine's), so no page written before a clear is served after it, in any tier.
+
 Tenants: ``tenant_of(key)`` names a key's tenant; the placement's ``TenantLedger`` counts each
 tenant's bytes per tier and enforces the shares; ``tenant_counts`` counts each tenant's calls
 (a call is one tenant's: that of its first key).
@@ -583,7 +589,8 @@ class TieredStore:
             self.counts["refused_frozen"] += len(keys)
             self._tenant_count(keys[0], set_pages=len(keys), set_refused_frozen=len(keys))
             return [False] * len(keys)
-        if self._clear_epoch & 1:  # a clear runs: nothing is published until it is done
+        epoch = self._clear_epoch
+        if epoch & 1:  # a clear runs: nothing is published until it is done
             self.counts["refused_clearing"] += len(keys)
             return [False] * len(keys)
         deadline = self._deadline(deadline)
@@ -606,6 +613,9 @@ class TieredStore:
             want = [i for i, k in enumerate(kept) if pool.write_through or k is not True]
             if not want:
                 continue
+            if self._clear_epoch != epoch:  # a clear since the set began: its pages stay out
+                self.counts["pool_writes_skipped_clear"] += len(want)
+                break
             if pool.put_skips_present:
                 found = [False] * len(want)
             else:
