@@ -73,6 +73,7 @@ def test_four_threads_mixed_ops_no_stale_reads(ssd_dir: str) -> None:
     )
     assert not errors, errors[:5]
     assert st["read_checksum_errors"] == 0
+    assert st["skipped_puts"] == 0, st  # a clear's epoch write refuses no put (issue 48, item 7)
     assert counts["hit"] > 100 and counts["put"] > 100, counts
     assert st["reclaimed_regions"] > 0
     # after all that, a reopen is consistent: every served byte right
