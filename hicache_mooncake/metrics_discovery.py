@@ -60,7 +60,9 @@ def private_dir(path: Path) -> None:
     """Create ``path`` (0700) if needed and check that nobody else can touch what is in it: it is
     a directory (not a link) owned by us, not writable by group or others, and every directory
     above it is owned by us or root and, when others may write it, sticky (as ``/tmp``). OSError
-    naming the directory otherwise."""
+    naming the directory otherwise. A parent it creates (``/tmp/hicache-mooncake-<uid>``) is 0700
+    too."""
+    os.makedirs(path.parent, mode=0o700, exist_ok=True)
     os.makedirs(path, mode=0o700, exist_ok=True)
     uid = os.geteuid()
     st = os.lstat(path)

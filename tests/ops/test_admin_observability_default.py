@@ -49,6 +49,8 @@ def test_stats_and_admin_show_work_with_no_flag_after_the_default_preset(
         assert "rank 0 (" in capsys.readouterr().out
         token = runtime / "hicache-mooncake" / "admin" / TOKEN_FILE
         assert stat.S_IMODE(token.stat().st_mode) == 0o600
+        for private in (token.parent, token.parent.parent, runtime / "hicache-mooncake" / "metrics"):
+            assert stat.S_IMODE(private.stat().st_mode) == 0o700, private
     finally:
         admin.close()
         metrics.close()
