@@ -202,6 +202,7 @@ class BoundedHTTPServer:
                 return
             except OSError as exc:  # EMFILE and the like: the connection stays queued; try later
                 log.warning("admin endpoint: accept failed: %s", exc)
+                time.sleep(0.05)  # the listener stays readable: do not spin
                 return
             sock.setblocking(False)
             now = time.monotonic()

@@ -279,3 +279,26 @@ def _as_second_user(tmp_path, serve, pw, base) -> None:  # type: ignore[no-untyp
     assert os.waitstatus_to_exitcode(status) == 0
     assert [t.name for t in store.tiers] == tiers and not store.frozen  # nothing attached or detached
     assert server.context.operations.all() == []
+
+
+def test_a_peer_over_its_limit_is_told_so_and_served_again_once_under(tmp_path, serve):
+    limits = Limits(max_per_peer=2, body_timeout_s=30.0)
+    server = serve(tmp_path, tmp_path / "disc", token_file=_token_file(tmp_path), limits=limits)
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    head = (
+        f"POST /v1/freeze HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 20\r\n\r\n{{".encode()
+    )
+    slow = []
+    try:
+        for _ in range(2):  # authorised, their bodies under way: not evictable
+            sock = socket.create_connection((host, int(port)), timeout=5)
+            sock.sendall(head)
+            slow.append(sock)
+        time.sleep(0.3)
+        status, body = raw(server.url, b"GET /v1/tiers HTTP/1.1\r\n\r\n")
+        assert status == 503 and b"too many connections" in body
+    finally:
+        for sock in slow:
+            sock.close()
+    time.sleep(0.3)
+    assert AdminClient(server.url, TOKEN).show()["frozen"] is False
