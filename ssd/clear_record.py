@@ -7,9 +7,10 @@ fsynced), in the first place that takes it:
 
 1. ``hicache-ssd.clear-failed`` in the SSD directory itself;
 2. the records directory outside it (``HICACHE_MOONCAKE_CLEAR_RECORDS``; by default
-   ``/var/lib/hicache-mooncake/clear-records`` when that can be made, else
-   ``~/.local/state/hicache-mooncake/clear-records``), one file per SSD directory, named by a
-   digest of its real path; this is what holds when the SSD filesystem itself went read-only.
+   ``/var/lib/hicache-mooncake/clear-records`` for root, else
+   ``~/.local/state/hicache-mooncake/clear-records`` or its ``$XDG_STATE_HOME`` equivalent), one
+   file per SSD directory, named by a digest of its real path; this is what holds when the SSD
+   filesystem itself went read-only (put it on another filesystem than the SSD directories).
 
 An engine that opens a directory with a record refuses every call from the start and logs the
 operator action. Nothing but that action lifts the refusal: ``python -m
@@ -43,16 +44,13 @@ _SYSTEM_DIR = "/var/lib/hicache-mooncake/clear-records"
 
 
 def records_dir() -> str:
-    """The records directory outside the SSD directories (see the module docstring)."""
+    """The records directory outside the SSD directories (see the module docstring); made only
+    when a record is written."""
     given = os.environ.get(RECORDS_ENV)
     if given:
         return given
-    try:
-        os.makedirs(_SYSTEM_DIR, mode=0o700, exist_ok=True)
-        if os.access(_SYSTEM_DIR, os.W_OK):
-            return _SYSTEM_DIR
-    except OSError:
-        pass
+    if os.geteuid() == 0:
+        return _SYSTEM_DIR
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return os.path.join(base, "hicache-mooncake", "clear-records")
 

@@ -16,6 +16,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,6 +24,9 @@ import pytest
 from hicache_mooncake.ssd import SsdEngine, SsdOptions
 from hicache_mooncake.ssd.clear_record import RECORDS_ENV, REPAIR_COMMAND, find_failures
 from hicache_mooncake.ssd.clear_record import main as clear_record_main
+from hicache_mooncake.ssd.state import StateFile
+
+real_state_write = StateFile.write
 
 PAGE = 64 << 10
 PAGES = 180
@@ -43,11 +47,11 @@ class Ext4:
         with open(self.image, "wb") as f:
             f.truncate(96 << 20)
         run("mkfs.ext4", "-q", "-F", str(self.image))
-        self.mounted = False
+        self.mounted = self.read_only = False
 
     def mount(self) -> None:
         run("mount", "-o", "loop,errors=remount-ro", str(self.image), str(self.mnt))
-        self.mounted = True
+        self.mounted, self.read_only = True, False
 
     def umount(self) -> None:
         if self.mounted:
@@ -56,6 +60,8 @@ class Ext4:
 
     def go_read_only(self) -> None:
         """ext4's error path: the filesystem is remounted read-only under every open file."""
+        if self.read_only:
+            return
         source = subprocess.run(
             ["findmnt", "-n", "-o", "SOURCE", str(self.mnt)], capture_output=True, text=True, check=True
         ).stdout.strip()
@@ -63,6 +69,7 @@ class Ext4:
             f.write("hicache-mooncake test: the disk went bad\n")
         with pytest.raises(OSError):
             (self.mnt / "probe").write_bytes(b"x")
+        self.read_only = True
 
     def check(self) -> None:
         """e2fsck after the error (what an operator does before mounting again)."""
@@ -103,8 +110,9 @@ def served(engine: SsdEngine, keys: list[str]) -> list[str]:
     return out
 
 
+@pytest.mark.parametrize("when", ["before_the_clear", "during_the_epoch_write"])
 def test_a_clear_that_fails_on_a_read_only_filesystem_stays_refused_across_a_restart(
-    ext4: Ext4, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ext4: Ext4, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, when: str
 ) -> None:
     monkeypatch.setenv(RECORDS_ENV, str(tmp_path / "records"))  # outside the ext4 filesystem
     d = ext4.mnt / "ssd"
@@ -116,9 +124,20 @@ def test_a_clear_that_fails_on_a_read_only_filesystem_stays_refused_across_a_res
             assert all(e.put_batch([(k, [memoryview(page(k))]) for k in keys[i : i + 12]]))
         assert e.sync()
         os.sync()  # the pages are on the device before it fails
-        ext4.go_read_only()
+        if when == "before_the_clear":
+            ext4.go_read_only()
+        else:  # the clear has dropped everything in memory; its epoch write meets the error
+            real_write = StateFile.write
+
+            def failing_disk(self: StateFile, state: Any, durable: bool = True) -> None:
+                if durable:
+                    ext4.go_read_only()
+                real_write(self, state, durable)
+
+            monkeypatch.setattr(StateFile, "write", failing_disk)
         with caplog.at_level(logging.ERROR, logger="hicache_mooncake.ssd"):
             assert e.clear() is False
+        monkeypatch.setattr(StateFile, "write", real_state_write)
         st = e.stats()
         assert st["refusing"].startswith("clear failed")
         assert served(e, keys) == []
