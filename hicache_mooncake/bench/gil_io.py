@@ -1,23 +1,7 @@
 """Python's own ceiling on the disk: O_DIRECT I/O threads, alone and next to what shares the GIL.
 
-The SSD tier moves its bytes on Python threads (``ssd.io.IoPool``): each gives the GIL up inside
-its ``pwritev`` / ``preadv`` and needs it back before it can take its next job. While another
-thread holds the GIL, that wait lasts up to a switch interval (``sys.getswitchinterval()``, 5 ms
-by default), once per I/O. fio's figure (``bench ssd``) is the device without Python; this is
-what any Python I/O thread of the process reaches on the same directory, in these cases:
-
-* ``alone``: nothing else runs;
-* ``busy_python``: one thread running Python throughout (SGLang's scheduler thread while it serves);
-* ``hashing_threads_N``: N threads copying 1 MiB parts and hashing them in 32 KiB slices, as the
-  SSD tier's callers fill writes and verify reads (the GIL held almost throughout);
-* ``cpu_processes_N``: N processes doing the same work: the cores busy, this interpreter's GIL free;
-* ``busy_python_switch_Xms``: ``busy_python`` with the interpreter's switch interval at X ms
-  (set for the case, restored after).
-
-Each case runs writes alone, reads alone, then both at once (half the I/O threads each, measured
-until the first finishes), each I/O ``--size-mib`` from huge-page memory, ``--total-mb`` per leg,
-on two files laid out first; the ratios are against ``alone``. Measures in the system temp dir
-unless ``--dir``; everything it writes is removed and every process it starts is stopped.
+How it measures, its cases and what to read into the figures: docs/benchmarks-notes.md
+(``bench gil_io`` section; ``bench --help`` shows the line above).
 """
 
 from __future__ import annotations

@@ -1,37 +1,7 @@
 """Remote DRAM pool over loopback: NodeClient get/put vs a raw socket baseline and Mooncake Store.
 
-For each page size, ``--total-mib`` bytes move in batched calls of ``--batch-mib`` bytes between
-this process and a separate process holding the memory, over loopback:
-
-- ``socket``: plain sockets to a server process (one thread per connection, as the node) doing
-  the node's job with no protocol: it keeps every page put at its own place in one store as large
-  as the data, and a get sends those bytes back, with the same sendmsg/recv_into calls, over 1, 2
-  and 4 connections (a batch split evenly over them, one client thread each); the best of the
-  three per direction is the ceiling of Python + loopback TCP here (``by_connections`` keeps each,
-  ``*_connections`` the winner). Until 2026-12-02 its server received every put into one reused
-  buffer of one batch and answered gets from another buffer that nothing wrote (not the bytes
-  put, and nothing checked them);
-- ``tcp`` / ``local`` / ``rdma``: our ``NodeClient`` against a memory node started as its own
-  process (``hicache-mooncake node``), tcp, same-host shared-memory and (``--engine rdma``, where
-  the host has an RDMA device, e.g. soft-RoCE ``rxe0``; buffers registered once) RDMA engines;
-- ``busy_*`` (our engines): the same puts and gets again next to a thread running Python
-  throughout, as SGLang's scheduler thread runs while its cache controller's threads call the
-  backend: a call that gives the GIL up waits up to a switch interval (5 ms) to get it back, so
-  ``busy_*_ratio_vs_alone`` shows how many times a batch does (about 0.5 is a fair share);
-- ``mooncake``: Mooncake Store's Python client (``batch_put_from`` / ``batch_get_into`` from
-  registered buffers) over its Transfer Engine TCP transport, against ``mooncake_master`` and a
-  separate segment-holder process, all in one private network namespace (``unshare -n``; see
-  ``_mooncake_runner``). It runs when ``mooncake.store`` imports (``--no-mooncake``: never).
-  Nothing is installed unless asked: ``--pip-install-mooncake`` pip-installs the pinned wheel
-  (``requirements/mooncake.txt``, ``--no-deps``) into this environment when missing, and
-  ``--apt-install-ibverbs`` apt-installs Debian's ``libibverbs1`` (root) when missing. Without
-  them, or when anything fails, the reason (naming the flag) is printed and recorded as
-  ``mooncake_reason``, and the rest of the benchmark still runs.
-
-Every measurement (the socket series, ours and Mooncake's alike, through one harness:
-``timed_batches``): one untimed warm-up pass, then per repeat the sum of the batch calls' own
-durations (page stamping and verification of every page read back are not timed); the median over
-repeats is reported (GB/s = 1e9 B/s) with all samples. Ratios are our ``tcp`` over each baseline.
+How it measures, its cases and what to read into the figures: docs/benchmarks-notes.md
+(``bench remote`` section; ``bench --help`` shows the line above).
 """
 
 from __future__ import annotations

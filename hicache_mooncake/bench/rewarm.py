@@ -1,29 +1,7 @@
 """Warm restart: time to 90 percent of the pre-restart DRAM hit rate, cold restart vs warm restart.
 
-A trace (``--trace``: a Mooncake-format file; default: the generated ``chat`` shape) is replayed
-against the real store (a real ``DramTier`` and ``SsdTier`` over region files in ``--dir``, one
-policy, 4 KiB payloads written, read back and byte-checked), with SGLang's call sequence
-(``batch_exists``, ``batch_get`` of the hit run, ``batch_set`` of the rest). At ``--restart-at``
-(a fraction of the requests) the store is closed (demotions flushed, the SSD closed cleanly, the
-warm snapshot written) and opened again on the same directory, then the replay goes on:
-
-- ``cold``: warm restart off (``tiers.warm.enabled: false``): the SSD reopens from its region
-  summaries, the policy knows nothing, DRAM is empty;
-- ``warm``: the policy starts from the snapshot and the re-warmer copies the pages that were in
-  DRAM back from SSD in the background while the replay runs.
-
-The DRAM hit rate is DRAM hits per requested page. ``pre`` is its value over the ``--window``
-requests before the restart; after the restart the rate over a sliding window of ``--window``
-requests is followed until it first reaches 90 percent of ``pre``. Reported per mode: the requests it
-took, the trace time they span (the figure that matters), the wall seconds of the replay, and the
-DRAM hit rate of the first window. Both modes replay the same trace prefix into identical stores,
-so only the restart differs.
-
-Time: before the restart the replay runs as fast as it can; after it, requests arrive at their
-trace timestamps sped up ``--speedup`` times, and the re-warmer's read budget is scaled the same
-way from real figures: ``--ssd-read-mbps`` of ``--block-bytes`` pages (a page here carries 4 KiB),
-so the re-warm takes the trace time it would take on that disk with pages of that size, while
-SGLang's traffic goes on.
+How it measures, its cases and what to read into the figures: docs/benchmarks-notes.md
+(``bench rewarm`` section; ``bench --help`` shows the line above).
 """
 
 from __future__ import annotations

@@ -1,45 +1,7 @@
 """Costs at scale: RAM per stored entry, batch_exists latency, reopen times (clean and after kill -9).
 
-For each ``--entries`` count (100k and 1M by default) of small pages (``--page-bytes``, 4 KiB by
-default), through SGLang's interface on the real store (``configs/default.yaml``: the ``reuse``
-policy over DRAM + SSD, with ``tiers.ssd.mode: write_through`` so every page also gets an SSD
-copy, and a DRAM tier of ``--dram``):
-
-1. a **writer process** builds a real SGLang host pool and our backend (SGLang's factory), sets
-   every page with ``batch_set_v1`` in batches of ``--batch``, waits until every page has its SSD
-   copy, and measures
-
-   - **bytes of RAM per stored entry**: growth of the process's resident memory (``VmRSS``) from
-     after the first batch to after the last, over the entries stored (the arena and the host
-     pool are allocated and faulted in before: this is the bookkeeping: keys, indexes, policy);
-   - **objects tracked by the garbage collector** per stored entry, and how long one full
-     collection takes before and after the fill (every thread of SGLang stops, the GIL held, while
-     it visits them);
-   - **batch_exists** of 128 keys: ``--samples`` calls on runs of consecutive stored keys at
-     random places (as SGLang asks for a request's pages), p50 / p99 in microseconds;
-
-   then it is killed with SIGKILL (after its last acknowledged set and its last SSD copy);
-2. a **reopen process** times the backend's construction on that directory (**after kill -9**:
-   attach, and until every region is indexed, with batch_exists timed back to back meanwhile: a
-   busy thread, as SGLang's are, while the regions open at the kill are scanned in the
-   background), checks the entries found and times batch_exists
-   again, closes it cleanly and times a second construction (**clean close**).
-
-3. a **policy process** runs the configuration's placement policy alone to its steady state:
-   ``n`` keys set (the store's key length, chained in batches of ``--batch`` as SGLang's sets
-   are), then ``horizon + 1`` more capacities of new keys with the policy's victims evicted, so
-   that everything it keeps per key it has seen (the ``reuse`` policy observes ``horizon`` = 4
-   capacities of keys, resident or not) is at its full size. The writer never evicts, so its
-   figure lacks that growth: **bytes per entry at steady state** is the writer's figure plus the
-   policy's growth per resident key from the fill to the steady state (an estimate from two
-   measurements, labelled so in the JSON). Then it reads runs of the newest capacity's pages
-   again (``horizon + 1`` capacities of page reads, as hot prefixes are read): stale entries pile
-   up and the policy compacts. Each batch's policy calls are timed, sets and re-reads apart: what
-   one store call waits for its policy (p50, p99 and the **longest call**, where a growth or a
-   compaction of the policy's structures shows as a stall of the store lock).
-
-The page cache is dropped before each reopen with ``--drop-caches`` (root; the whole host's).
-Everything written is removed. Each count runs in fresh processes, so figures do not mix.
+How it measures, its cases and what to read into the figures: docs/benchmarks-notes.md
+(``bench scale`` section; ``bench --help`` shows the line above).
 """
 
 from __future__ import annotations

@@ -1,32 +1,7 @@
 """Through SGLang's interface: our backend vs SGLang's `file` backend, and the DRAM tier vs memcpy.
 
-For each page size (64 KiB .. 8 MiB) a real SGLang host pool is built on CPU. Our backend is
-created by SGLang's factory (``dynamic``, zero-copy v1 path); SGLang's ``file`` backend
-(``HiCacheFile``) is driven the way the cache controller drives it (legacy path: flat pages out,
-dummy pages in + ``set_from_flat_data_page``). The memcpy baseline copies the same parts of the
-same host pages with numpy into (set) and out of (get) fresh memory as large as the run, of the
-same kind as the DRAM tier's arena, every page at its own place (as the tier holds them), so no
-destination is cache-resident at any page size.
-
-Every page of every batch is stamped uniquely before its set and every page of every get is
-compared with what was set (ours, the DRAM tier, ``file`` and memcpy alike); both happen outside
-the timed calls: a figure is the bytes over the time spent inside the calls. Each figure is the
-median of ``--repeats`` runs, measured side by side in one process; ratios are what to read on a
-noisy box.
-
-The default config also runs next to a thread running Python throughout (``busy_*``), as SGLang's
-scheduler thread does while its cache controller's threads call the backend: every time a call
-gives the GIL up it waits up to a switch interval (5 ms) to get it back, so ``busy_*_ratio_vs_alone``
-shows how the calls fare there (about 0.5 is a fair share of the GIL).
-
-All of these run into a cache with room for every page. A running cache is full: each set
-evicts. ``full_cache_*`` is the default config's sets in that steady state (DRAM a quarter of the
-pages, filled with other pages before the timed sets; the newest calls, half of DRAM, are read
-back and checked). Its calls hold at most a quarter of its DRAM, as a backup call holds a small part
-of a running cache: a call larger than DRAM would evict its own first pages within the call, and
-the store rightly copies no page it would drop again before returning (``not_admitted``), so such
-a call would move fewer bytes than it is timed for. ``full_cache_not_admitted_per_set_page`` says
-that no timed page was left out this way (0).
+How it measures, its cases and what to read into the figures: docs/benchmarks-notes.md
+(``bench sglang`` section; ``bench --help`` shows the line above).
 """
 
 from __future__ import annotations

@@ -1,47 +1,7 @@
 """SSD tier vs fio (raw O_DIRECT, at its best) vs SGLang's `file` backend, on one directory, in one run.
 
-For each page size (1 MiB and 8 MiB by default) and each of ``--repeats`` rounds:
-
-1. **fio** (``_fio``): sequential O_DIRECT write then read of ``--total`` bytes in the directory,
-   block size = page size, buffers on 2 MiB huge pages (``--iomem=shmhuge``; ``--hugepages``
-   lets the kernel allocate them for the run, as root), each of 1 and 4 jobs x I/O depth 16 and
-   32 and 4 jobs x depth 1; the best configuration of the round is the ceiling (reported with the
-   configuration that won);
-2. **ours**: a real SGLang host pool; our backend created by SGLang's ``StorageBackendFactory``
-   (``dynamic``) with an SSD-only configuration (``tiers.dram.enabled: false``) whose path is in
-   the directory; ``batch_set_v1`` / ``batch_get_v1`` in batches of up to 128 pages. Every page of
-   every batch is stamped uniquely before its set and every page of every get is compared with
-   what was set (both outside the timed calls); then the backend is closed and constructed again on
-   the full tier (the reopen time). These sets go into fresh region files (a cold fill);
-   **steady state**: the tier then gets throwaway pages untimed until it reclaims a region
-   (every region has now been written once: ``fill_until_reclaim``), and ``--total`` more timed,
-   into reused regions, against fio writing over its laid-out file at its best configuration
-   (``steady_set_ratio_vs_fio``). A
-   cold fill makes the filesystem allocate blocks and convert extents, journal work whose commit
-   flushes the device (on this project's VM, stalls of seconds); a tier in use does none;
-   **next to a busy Python thread** (SGLang's scheduler thread runs Python while its cache
-   controller's threads call us): the gets again and one more steady-state ``--total`` of sets,
-   with a thread running Python throughout (``busy_*_ratio_vs_alone``: about 0.5 is a fair share
-   of the GIL; less means the calls wait for it, up to a switch interval each time they give it up);
-3. **file**: SGLang's ``file`` backend (``HiCacheFile``) on the same directory, driven the way
-   its cache controller drives it (flat pages out, dummy pages in), stamped and checked the same way.
-
-Then (``--concurrency``, default on) SGLang's threads together on the SSD tier in its steady
-state (every region written once): one backup thread (``batch_set_v1`` of new pages) and two
-prefetch threads (``batch_get_v1`` of stored pages), each alone and then all at once, next to fio's
-mixed ceiling (one job writing over a laid-out file and one reading, at once), ``--repeats`` times
-(medians; each run in ``runs``).
-
-With ``--drop-caches`` (root) the page cache of the whole host is dropped before every read;
-without it nothing is dropped, and SGLang's ``file`` backend (buffered) may read from memory;
-the output, the JSON (``cache_drop_requested``) and the plot say which. The default directory is
-the system temp dir (``/var/tmp`` when that is tmpfs); everything written is removed, and every
-timed step starts on an idle disk (``_disk.wait_disk_idle``: the trims of deleted files done).
-
-GB/s are bytes over the time spent inside the calls. CPU seconds per GB are the process's CPU
-during those calls (ours, file: all threads) or the fio children's. Ratios per page size are the
-medians of the per-round ratios (each round measures all three side by side, which cancels most
-of the noise of a shared machine); raw figures are medians too.
+How it measures, its cases and what to read into the figures: docs/benchmarks-notes.md
+(``bench ssd`` section; ``bench --help`` shows the line above).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Raw SSD engine throughput: put/get MB/s and CPU s/GB per object size, O_DIRECT vs buffered.
 
-Writes ``--total-mb`` of objects of each ``--sizes`` (MiB) with ``put_batch`` (``--batch`` objects
-per call, ``--threads`` caller threads), reopens the engine (recovery time is reported), drops the
-page cache with ``--drop-caches`` (root; the whole host's), then reads everything back with
-``get_batch_into`` into page-aligned memory. Measures in the system temp dir unless ``--dir``
-(``/var/tmp`` when that is tmpfs); everything written is removed. Imports only the engine (no
-SGLang).
+How it measures, its cases and what to read into the figures: docs/benchmarks-notes.md
+(``bench ssd_engine`` section; ``bench --help`` shows the line above).
 """
 
 from __future__ import annotations
