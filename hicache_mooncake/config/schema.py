@@ -5,7 +5,8 @@ One document carries SGLang's ``dynamic`` loader keys (``backend_name``, ``modul
 --hicache-storage-backend-extra-config @$(hicache-mooncake config path default)`` is the whole
 setup. Unknown keys are refused (a typo never silently falls back to a default), except the keys
 SGLang itself adds (``SGLANG_INJECTED_KEYS``). Sizes take ints (bytes) or strings such as
-``64GiB`` / ``512MB``.
+``64GiB`` / ``512MB``: one convention, SGLang's (GiB, MiB, KiB, TiB: powers of 1024; GB, MB, KB,
+TB: powers of 1000); a bare ``G`` / ``M`` / ``K`` / ``T`` is refused naming both spellings.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from hicache_mooncake.tiers.policy import policy_names
 
 from .admin import AdminConfig
 from .cluster import MetadataConfig, NodeSection, RemoteTierConfig
+from .events import EventsConfig
 from .host_cache import HostCacheConfig
 from .metrics import MetricsConfig
 from .sglang_section import SglangSection
@@ -210,6 +212,8 @@ class BackendConfig(StrictModel):
     io: IoConfig = IoConfig()
     metrics: MetricsConfig = MetricsConfig()
     admin: AdminConfig = AdminConfig()
+    events: EventsConfig = EventsConfig()
+    """KV events for routers: what the tiers store and drop, in SGLang's event format (off by default)."""
     tenants: TenantsConfig = TenantsConfig()
     log_level: LogLevel = "unset"
     """Level of the ``hicache_mooncake`` loggers; ``unset``: follow SGLang's ``--log-level``."""
