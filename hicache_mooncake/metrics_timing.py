@@ -126,17 +126,19 @@ class TierTiming:
         clock = time.perf_counter
 
         def get_batch_into(
-            items: Sequence[tuple[str, Any, Any]], deadline: float | None = None
+            items: Sequence[tuple[str, Any, Any]], deadline: float | None = None, *more: Any, **named: Any
         ) -> list[bool]:
             start = clock()
-            result = get(items, deadline)
+            result = get(items, deadline, *more, **named)
             self.observe(name, "get", clock() - start)
             self.read(name, items, result)
             return result
 
-        def put_batch(items: Sequence[tuple[str, Any, Any]], deadline: float | None = None) -> list[bool]:
+        def put_batch(
+            items: Sequence[tuple[str, Any, Any]], deadline: float | None = None, *more: Any, **named: Any
+        ) -> list[bool]:  # ``more``/``named``: what the tier's own put_batch takes beyond these (passed on)
             start = clock()
-            result = put(items, deadline)
+            result = put(items, deadline, *more, **named)
             self.observe(name, "set", clock() - start)
             self.wrote(name, items, result)
             return result

@@ -53,6 +53,7 @@ setup() {
     echo "==> installing the pinned stack into $VENV (first time: ~4 min, ~6 GB)"
     "$VENV/bin/pip" install -q -r requirements/torch.txt
     "$VENV/bin/pip" install -q --no-deps -r requirements/sglang-cpu.txt
+    "$VENV/bin/pip" install -q --no-deps -r requirements/sglang-server.txt   # tests/e2e: SGLang's HTTP server
     "$VENV/bin/pip" install -q -r requirements/dev.txt
     "$VENV/bin/pip" install -q --no-deps -r requirements/mooncake.txt
     "$VENV/bin/pip" install -q --no-deps -e .

@@ -1,0 +1,220 @@
+"""Start and stop a real SGLang HTTP server (``python -m sglang.launch_server``) for the e2e tests.
+
+A server runs in its own session (process group), so stopping it reaches SGLang's scheduler and
+detokenizer processes too: SIGTERM to the group, SIGKILL after a deadline, then a check that no
+process of the group is left. Start-up waits for ``/health`` with a deadline while watching the log:
+a crashed scheduler takes about a minute to bring the server down, so the log's traceback ends the
+wait early. On a CPU-only host the server gets the CPU flags and the patches of
+``sglang_cpu_patches`` (on its PYTHONPATH); on a CUDA host (``HICACHE_E2E_DEVICE=cuda``) neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+PATCHES_DIR = HERE / "sglang_cpu_patches"
+DEVICE = os.environ.get("HICACHE_E2E_DEVICE", "cpu")
+START_TIMEOUT_S = float(os.environ.get("HICACHE_E2E_START_TIMEOUT_S", "300"))
+CRASH_MARKERS = ("Traceback (most recent call last)", "CpuPatchOutdated", "Scheduler hit an exception")
+
+CPU_FLAGS = [
+    "--device",
+    "cpu",
+    "--attention-backend",
+    "torch_native",
+    "--sampling-backend",
+    "pytorch",
+    "--disable-cuda-graph",
+    "--dtype",
+    "float32",
+]
+"""What SGLang's CPU path needs on a host without a GPU (and without a CPU build of sgl_kernel)."""
+
+
+def device_flags() -> list[str]:
+    return CPU_FLAGS if DEVICE == "cpu" else []
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def server_env(torch_extensions_dir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("HICACHE_MOONCAKE_CONFIG", None)
+    if DEVICE == "cpu":
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PATCHES_DIR), env.get("PYTHONPATH", "")) if p)
+        env["HICACHE_E2E_CPU_PATCHES"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    env.update(extra or {})
+    return env
+
+
+def http(
+    method: str, url: str, body: Any = None, headers: dict[str, str] | None = None, timeout: float = 120.0
+) -> tuple[int, Any]:
+    """(status, decoded JSON or text); HTTP errors are returned, not raised."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    for key, value in (headers or {}).items():
+        req.add_header(key, value)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    text = raw.decode(errors="replace")
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+@dataclass
+class Server:
+    """One running server: its URL, log and the seconds it took to answer /health."""
+
+    argv: list[str]
+    port: int
+    log_path: Path
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+    start_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self, chars: int = 6000) -> str:
+        return self.log()[-chars:]
+
+    def start(self) -> Server:
+        started = time.monotonic()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=str(REPO),
+                start_new_session=True,
+            )
+        deadline = started + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(
+                    f"server exited with {self.proc.returncode} before /health:\n{self.log_tail()}"
+                )
+            text = self.log()
+            if any(marker in text for marker in CRASH_MARKERS):
+                self.stop()
+                raise RuntimeError(f"server crashed during start-up:\n{self.log_tail()}")
+            try:
+                status, _ = http("GET", f"{self.url}/health", timeout=5)
+            except OSError:
+                status = 0
+            if status == 200:
+                self.start_s = time.monotonic() - started
+                return self
+            time.sleep(1.0)
+        self.stop()
+        raise RuntimeError(f"server did not answer /health within {START_TIMEOUT_S:.0f}s:\n{self.log_tail()}")
+
+    def group_pids(self) -> list[int]:
+        """PIDs still in the server's process group (session)."""
+        if self.proc is None:
+            return []
+        pgid = self.proc.pid
+        out = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                out.append(int(entry.name))
+        return out
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM to the server's process group, SIGKILL after ``timeout_s``; raises if a process of
+        the group is still alive after that."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.group_pids():
+            self.proc.poll()
+            time.sleep(0.3)
+        if self.group_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            end = time.monotonic() + 10
+            while time.monotonic() < end and self.group_pids():
+                self.proc.poll()
+                time.sleep(0.2)
+        self.proc.poll()
+        if self.proc.returncode is None:
+            self.proc.wait(timeout=10)
+        left = self.group_pids()
+        if left:
+            raise RuntimeError(f"processes of the server's group still alive after SIGKILL: {left}")
+
+    # ---- requests -------------------------------------------------------------------------------
+    def generate(self, text: str, max_new_tokens: int = 8, timeout: float = 300.0) -> dict[str, Any]:
+        body = {
+            "text": text,
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
+        }
+        status, reply = http("POST", f"{self.url}/generate", body, timeout=timeout)
+        if status != 200 or not isinstance(reply, dict):
+            raise AssertionError(f"/generate answered {status}: {reply!r}")
+        return reply
+
+    def metrics(self) -> dict[str, float]:
+        """SGLang's ``/metrics`` as {name{labels}: value} (samples only)."""
+        status, text = http("GET", f"{self.url}/metrics")
+        assert status == 200, text
+        out: dict[str, float] = {}
+        for line in str(text).splitlines():
+            if not line or line.startswith("#"):
+                continue
+            name, _, value = line.rpartition(" ")
+            try:
+                out[name] = float(value)
+            except ValueError:
+                continue
+        return out
+
+
+def python() -> str:
+    return sys.executable
