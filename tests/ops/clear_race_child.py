@@ -8,7 +8,8 @@ one line per event; clears fsynced) says what happened, and survives the kill:
 - ``W w s``: the set of write ``w`` returned True when ``s`` clears had started (so it completed
   before clear ``s + 1`` started: once clear ``s + 1`` has completed, ``w`` must never be served);
 - ``V ...``: a violation (a page served after a clear that completed after its write);
-- ``G n``: pages served and checked; ``R n``: SSD regions reclaimed so far in this life.
+- ``G n``: pages served and checked; ``R n``: SSD regions reclaimed so far in this life;
+- ``O pid``: this life opened the store and read every key back.
 
 A get reads the number of completed clears ``d`` before it starts; a page ``w`` it serves is a
 violation when ``s(w) + 1 <= d``. Writes whose ``W`` line is missing (not yet returned) are not
@@ -111,6 +112,7 @@ def main() -> int:
     log = Log(path)
     store = open_store(d)
     log.line(f"G {read_all(log, store)}")
+    log.line(f"O {os.getpid()}")  # open and read back: the parent's clock for this life starts
     if mode == "verify":
         store.close()
         return 0

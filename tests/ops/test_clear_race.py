@@ -18,6 +18,10 @@ RUN_S = 62.0
 CHILD = Path(__file__).with_name("clear_race_child.py")
 
 
+def text_of(log: Path) -> str:
+    return log.read_text(errors="replace") if log.exists() else ""
+
+
 def test_no_page_written_before_a_completed_clear_is_served_after_it_across_kill_9(tmp_path: Path) -> None:
     d = tmp_path / "ssd"
     d.mkdir()
@@ -34,7 +38,11 @@ def test_no_page_written_before_a_completed_clear_is_served_after_it_across_kill
         )  # fmt: skip
         lives += 1
         try:
-            time.sleep(min(rng.uniform(3.0, 7.0), max(0.5, end - time.monotonic())))
+            opened = time.monotonic() + 60
+            while f"O {child.pid}\n" not in text_of(log) and child.poll() is None:
+                assert time.monotonic() < opened, "the child did not open the store in 60 s"
+                time.sleep(0.05)
+            time.sleep(min(rng.uniform(1.5, 5.0), max(0.5, end - time.monotonic())))
             if child.poll() is None:
                 os.kill(child.pid, signal.SIGKILL)
                 kills += 1
