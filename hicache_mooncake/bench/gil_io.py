@@ -214,6 +214,11 @@ def measure(
     }
 
 
+def replot(result: dict[str, Any], out: str) -> None:
+    """The figure from a JSON this target wrote (``bench gil_io --replot JSON --plot OUT``)."""
+    _plot(result, out)
+
+
 def _plot(result: dict[str, Any], path: str) -> None:
     import matplotlib
 

@@ -465,6 +465,11 @@ def _timed(fn: Any) -> float:
     return time.perf_counter() - start
 
 
+def replot(result: dict[str, Any], out: str) -> None:
+    """The figure from a JSON this target wrote (``bench sglang --replot JSON --plot OUT``)."""
+    _plot(result["per_page_size"], out)
+
+
 def _plot(rows: list[dict[str, Any]], out: str) -> None:
     import matplotlib
 

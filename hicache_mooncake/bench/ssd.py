@@ -597,6 +597,13 @@ def _bench_size_in_child(args: argparse.Namespace, base: str, size: int) -> dict
     return row
 
 
+def replot(result: dict[str, Any], out: str) -> None:
+    """The figure from a JSON this target wrote (``bench ssd --replot JSON --plot OUT``)."""
+    rows = result["per_page_size"]
+    with_file = any("get_ratio_vs_sglang_file" in r for r in rows)
+    _plot(rows, out, with_file, bool(result["cache_drop_requested"]))
+
+
 def _plot(rows: list[dict[str, Any]], out: str, with_file: bool, dropped: bool) -> None:
     import matplotlib
 

@@ -19,7 +19,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-FIGURES = [("remote", "bench_remote"), ("remote", "bench_remote_mooncake"), ("scale", "bench_scale")]
+FIGURES = [
+    ("remote", "bench_remote"),
+    ("remote", "bench_remote_mooncake"),
+    ("scale", "bench_scale"),
+    ("sglang", "bench_sglang"),
+    ("ssd", "bench_ssd"),
+    ("gil_io", "bench_gil_io"),
+]
 
 
 def drawn(monkeypatch: pytest.MonkeyPatch, target: str, name: str, out: Path) -> Any:
