@@ -2,10 +2,11 @@
 
 A target module defines ``add_arguments(parser)`` and ``run(args) -> int``, ``REQUIRES`` (the
 optional modules it imports: torch, sglang; ``hicache_mooncake.optional_deps``) where it needs
-any, and ``replot(result, out)`` where its figure can be redrawn from its JSON (``--replot JSON
---plot OUT``: nothing measured, a JSON of another shape refused with exit status 2); the common options (``--json OUT``, ``--plot OUT.png``) are added here for all of them. Its
-optional modules, and ``--plot``'s (matplotlib), are checked before any work: a missing one is
-one line naming the extra to install, exit status 2. No target installs anything or drops the
+any, and ``replot(result, out)`` where it draws a figure (``--replot JSON --plot OUT`` redraws it
+from its JSON, nothing measured, a JSON of another shape refused with exit status 2; a target
+without one says that ``--plot`` is not written). The common options (``--json OUT``, ``--plot
+OUT.png``) are added here for all of them. Its optional modules, and ``--plot``'s (matplotlib),
+are checked before any work: a missing one is one line naming the extra to install, exit status 2. No target installs anything or drops the
 page cache unless a flag says so; each says what it skipped without it.
 
 Help stays short: ``bench --help`` lists one line per target, ``bench TARGET --help`` shows the
@@ -75,6 +76,9 @@ def _runner(module: Any) -> Any:
         if getattr(args, "replot", None):
             return _replot(module, args)
         require(*getattr(module, "REQUIRES", ()))
+        if args.plot_out and not hasattr(module, "replot"):
+            print(f"(bench {args.target} draws no figure: --plot {args.plot_out} is not written)")
+            args.plot_out = None
         if args.plot_out:
             require("matplotlib", needed_for="--plot")
         return int(module.run(args) or 0)
