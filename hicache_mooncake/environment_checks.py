@@ -86,13 +86,16 @@ def _ssd(config: BackendConfig, ranks: int, before_start: bool) -> list[Finding]
     copies = 1 if config.tiers.host_cache == "on" else ranks
     share = ssd.capacity * copies // len(usable)
     by_filesystem: dict[int, list[str]] = {}
-    for path in usable:
-        by_filesystem.setdefault(os.stat(_existing_ancestor(path)).st_dev, []).append(path)
-    for paths in by_filesystem.values():
-        st = os.statvfs(_existing_ancestor(paths[0]))
+    try:
+        for path in usable:
+            by_filesystem.setdefault(os.stat(_existing_ancestor(path)).st_dev, []).append(path)
+        spaces = [(paths, os.statvfs(_existing_ancestor(paths[0]))) for paths in by_filesystem.values()]
+    except OSError as exc:
+        return [Finding("error", f"tiers.ssd.path: cannot inspect its filesystem: {exc.strerror or exc}")]
+    for paths, st in spaces:
         free = st.f_bavail * st.f_frsize
-        held = sum(_bytes_under(p) for p in paths)
         need = share * len(paths) + ssd.min_free
+        held = sum(_bytes_under(p) for p in paths) if free < need else 0  # a restart's regions count
         if free + held < need:
             per = f" x {copies} ranks" if copies > 1 else ""
             split = f" / {len(usable)} paths x {len(paths)} on this filesystem" if len(usable) > 1 else ""
