@@ -191,6 +191,11 @@ class DramTier(Tier):
         with self._lock:
             return list(map(self._index.__contains__, keys))
 
+    def stored_sizes(self, keys: Sequence[str]) -> list[int | None]:
+        """The published size of each key (None: absent); no hit or miss is counted."""
+        with self._lock:
+            return [None if (e := self._index.get(k)) is None else e[1] for k in keys]
+
     def entry_count(self) -> int:
         return len(self._index)
 

@@ -47,7 +47,7 @@ class ServedArena:
             return [False] * len(keys)
         dram = self.store.dram
         deadline = self.store._deadline(deadline)
-        held = dram.contains_batch(keys)
+        held = self._held_same_size(dram, keys, ctxs)
         out: list[Reservation | bool] = list(held)
         old = [i for i, h in enumerate(held) if h]
         if old:
@@ -64,6 +64,25 @@ class ServedArena:
         for i, res in got.items():
             out[i] = res
         return out
+
+    def _held_same_size(
+        self, dram: DramTier, keys: Sequence[str], ctxs: Sequence[AccessContext]
+    ) -> list[bool]:
+        """Per key: does DRAM hold it at the size of this set? An entry of another size under the
+        same key (a page of another geometry) is removed from every tier and reserved anew, so a
+        set never reports a page stored that a read of its size would miss."""
+        sizes = dram.stored_sizes(keys)
+        other = [k for k, s, c in zip(keys, sizes, ctxs, strict=True) if s is not None and s != c.size]
+        if other:
+            log.warning(
+                "%d set(s) replace an entry of another size under the same key (e.g. %s)",
+                len(other),
+                other[0],
+            )
+            self.store.counts["replaced_other_size"] += len(other)
+            for key in other:
+                self.store.remove(key)
+        return [s is not None and s == c.size for s, c in zip(sizes, ctxs, strict=True)]
 
     @staticmethod
     def _reserver(

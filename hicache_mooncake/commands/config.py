@@ -84,6 +84,12 @@ def _register_validate(actions: Any) -> None:
     parser.add_argument(
         "--ranks", type=int, default=1, help="SGLang scheduler processes on this host (TP x PP x DP / nodes)"
     )
+    parser.add_argument(
+        "--against-running",
+        action="store_true",
+        help="also compare each file with the host cache service running on this host (its configuration wins: "
+        "one line per key that differs, and whether tiers.host_cache: auto would join it)",
+    )
     parser.set_defaults(func=_validate, exit_findings="a file is refused (its errors are printed)")
 
 
@@ -98,6 +104,11 @@ def _validate(args: argparse.Namespace) -> int:
         result = validate_file(file, args.ranks)
         for finding in result.findings:
             print(f"{file}: {finding}", file=sys.stderr if finding.level == "error" else sys.stdout)
+        if getattr(args, "against_running", False) and result.config is not None:
+            from hicache_mooncake.host_cache.authority import report_against_running
+
+            for line in report_against_running(result.config):
+                print(f"{file}: {line}")
         if result.refused:
             refused += 1
         else:

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from hicache_mooncake.host_cache import service
 
     try:
-        return service.run(config, args.lock_fd)
+        return service.run(config, args.lock_fd, args.config)
     except (OSError, ValueError) as exc:
         print(f"{args.config}: cannot run the host cache: {exc}", file=sys.stderr)
         return 2

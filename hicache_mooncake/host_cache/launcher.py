@@ -41,12 +41,15 @@ def reachable(paths: HostCachePaths, timeout_s: float = 0.2) -> bool:
     return True
 
 
-def write_snapshot(paths: HostCachePaths, config: BackendConfig) -> None:
+def write_snapshot(paths: HostCachePaths, config: BackendConfig, source: str = "") -> None:
+    """The service's configuration file (``authority``: what every client compares with), 0600,
+    replaced atomically. ``source``: the file an operator started the service with."""
     data = config.model_dump(mode="json")
     tmp = f"{paths.config}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write("# written by the backend that started the host cache; the service runs exactly this\n")
+        origin = f"from {source}" if source else "written by the backend that started it"
+        f.write(f"# the running host cache's configuration ({origin}); the service runs exactly this\n")
         yaml.safe_dump(data, f, sort_keys=False)
     os.replace(tmp, paths.config)
 

@@ -31,6 +31,7 @@ from hicache_mooncake.transport.node_config import NodeConfig
 from hicache_mooncake.transport.node_server import NodeServer
 
 from . import lock
+from .launcher import write_snapshot
 from .paths import HostCachePaths
 
 log = logging.getLogger("hicache_mooncake.host_cache")
@@ -52,11 +53,14 @@ def node_config(config: BackendConfig, paths: HostCachePaths) -> NodeConfig:
 
 
 class HostCacheService:
-    def __init__(self, config: BackendConfig, lock_fd: int) -> None:
+    def __init__(self, config: BackendConfig, lock_fd: int, config_file: str | None = None) -> None:
         self.config = config
         self.paths = HostCachePaths.of(config.host_cache)
         self._lock_fd = lock_fd
         lock.write_pid(lock_fd)
+        if config_file is None or os.path.realpath(config_file) != os.path.realpath(self.paths.config):
+            # started from another file (an operator's): clients read the service's configuration here
+            write_snapshot(self.paths, config, config_file or "")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.paths.socket)  # we hold the lock: a socket file left there is a dead one's
         self.server = NodeServer(
@@ -93,8 +97,10 @@ class HostCacheService:
         return 0
 
 
-def run(config: BackendConfig, lock_fd: int | None = None) -> int:
-    """Serve until stopped; 0 also when another service already holds the lock."""
+def run(config: BackendConfig, lock_fd: int | None = None, config_file: str | None = None) -> int:
+    """Serve until stopped; 0 also when another service already holds the lock. ``config_file``:
+    the file ``config`` was read from (the service's configuration file is written from it when
+    it is not that file: ``authority``)."""
     paths = HostCachePaths.of(config.host_cache)
     paths.ensure_dir()
     if lock_fd is not None and not lock.adopt(lock_fd):
@@ -103,7 +109,7 @@ def run(config: BackendConfig, lock_fd: int | None = None) -> int:
     if fd is None:
         log.info("host cache %s already runs (pid %s)", paths.name, lock.holder_pid(paths.lock))
         return 0
-    service = HostCacheService(config, fd)
+    service = HostCacheService(config, fd, config_file)
 
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("signal %d: stopping", signum)
