@@ -62,6 +62,8 @@ from hicache_mooncake.keys import (  # noqa: E402
     page_key_ok,
     request_tenant,
 )
+from hicache_mooncake.kv_events.attach import start_backend_publisher  # noqa: E402
+from hicache_mooncake.kv_events.publisher import KvEventPublisher  # noqa: E402
 from hicache_mooncake.metrics import BackendMetrics, backend_labels  # noqa: E402
 from hicache_mooncake.object_split import (  # noqa: E402
     chunk_count,
@@ -150,6 +152,12 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             )
         if self.config.admin.port is not None:
             self._start_admin(dp_rank)
+        self.events: KvEventPublisher | None = None
+        try:
+            self.events = start_backend_publisher(self.config.events, self.store, r, dp_rank, self.host_cache)
+        except ValueError as exc:  # the endpoint cannot be bound: release what was built
+            self.close()
+            raise RuntimeError(str(exc)) from exc
         if is_mla and self.ranks.tp_size > 1 and not self.host_cache and not self.config.tiers.remote.enabled:
             log.warning(
                 "MLA with tp_size=%d and %s: only TP rank 0 stores, and no tier is shared between rank "
@@ -222,6 +230,8 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         super().register_mem_pool_host(mem_pool_host)
         log_differences(self.config.sglang, mem_pool_host)  # the YAML's sglang: vs what SGLang runs
         self._register(KV, mem_pool_host)
+        if self.events is not None:  # BlockStored.block_size: tokens per page
+            self.events.block_size = int(getattr(mem_pool_host, "page_size", 0) or 0)
 
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
         super().register_mem_host_pool_v2(host_pool, host_pool_name)
@@ -627,6 +637,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         steps = (
             ("admin", admin.close if admin is not None else lambda: None),
             ("store", lambda: self.store.close(flush_s)),
+            ("events", self.events.close if self.events is not None else lambda: None),
             ("metrics", self.metrics.close),
         )
         for name, step in steps:

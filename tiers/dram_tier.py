@@ -401,6 +401,7 @@ class DramTier(Tier):
             self._hits.pop(key, None)
             self._counts["removals"] += 1
             self._release_locked(entry[0], entry[1])
+            self.events.removed(self.name, (key,))
         if self._allocator.released:
             self.release_retired()
         return True
@@ -414,12 +415,16 @@ class DramTier(Tier):
             if fast is not None:
                 removed = fast
                 keys = ()
+            gone: list[str] = []
             for key in keys:
                 entry = self._index.pop(key, None)
                 if entry is not None:
                     self._hits.pop(key, None)
                     self._release_locked(entry[0], entry[1])
-                    removed += 1
+                    gone.append(key)
+            removed += len(gone)
+            if gone:
+                self.events.removed(self.name, gone)
             self._counts["removals"] += removed
         if self._allocator.released:
             self.release_retired()
@@ -467,6 +472,7 @@ class DramTier(Tier):
                 self._release_locked(offset, nbytes)
             self._index.clear()
             self._hits.clear()
+            self.events.cleared(self.name)
             if began:
                 self._generation += 1
 
@@ -673,6 +679,7 @@ class DramTier(Tier):
         meanwhile by another writer keeps its first (immutable) value; this slot is freed."""
         index, headers = self._index, self.headers
         puts = put_bytes = 0
+        published: list[str] = []
         for key, offset, nbytes, version, otype in entries:
             if key in index:
                 self._invalidate(offset, nbytes)
@@ -681,8 +688,11 @@ class DramTier(Tier):
             if headers:
                 self._write_header(offset, nbytes, STATE_VALID, version, key, otype)
             index[key] = (offset, nbytes, version, otype)
+            published.append(key)
             puts += 1
             put_bytes += nbytes
+        if published:
+            self.events.stored(self.name, published)
         self._counts["puts"] += puts
         self._counts["put_bytes"] += put_bytes
 
@@ -697,6 +707,7 @@ class DramTier(Tier):
             self._publish_locked(zip(keys, offsets, sizes, versions, types, strict=True))
             return
         index.update(zip(keys, zip(offsets, sizes, versions, types, strict=True), strict=True))
+        self.events.stored(self.name, keys)
         self._counts["puts"] += len(keys)
         self._counts["put_bytes"] += sum(sizes)
 
@@ -716,6 +727,7 @@ class DramTier(Tier):
         (nbytes,) = sizes
         deque(map(index.__delitem__, present), maxlen=0)
         deque(map(self._hits.pop, present, repeat(None)), maxlen=0)
+        self.events.removed(self.name, present)
         if self.headers and not self._closed:
             deque(map(self._invalidate, offsets, repeat(nbytes)), maxlen=0)
         self._allocator.free_many(offsets, self._slot_bytes(nbytes))

@@ -140,6 +140,7 @@ class RemoteDramTier(Tier):
         self._count("put_keys", len(plain))
         self._count("put_stored", sum(ok))
         self._count("put_bytes", pages_nbytes([ps for _, ps in plain], ok))
+        self.events.stored(self.name, [key for (key, _), done in zip(plain, ok, strict=True) if done])
         return ok
 
     def get_into(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
@@ -158,10 +159,14 @@ class RemoteDramTier(Tier):
         return ok
 
     def remove(self, key: str) -> bool:
-        return self._call("remove", lambda: self.provider.remove_batch([key]), 1, False)[0]
+        gone = self._call("remove", lambda: self.provider.remove_batch([key]), 1, False)[0]
+        if gone:
+            self.events.removed(self.name, (key,))
+        return gone
 
     def clear(self) -> None:
         self._call("clear", lambda: [self.provider.clear()], 1, None)
+        self.events.cleared(self.name)
 
     def close(self) -> None:
         """Close the provider, waiting at most ``timeout_s`` for it (a provider stuck in native

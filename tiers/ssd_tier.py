@@ -18,10 +18,12 @@ promotion rules of hot/cold movement.
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from itertools import compress
 from typing import Any
 
 from hicache_mooncake.ssd import SsdEngine
@@ -31,6 +33,8 @@ from .parts import Parts
 from .policy import DEFAULT_CONTEXT, AccessContext
 from .rate_budget import RateBudget
 from .tier import Tier
+
+_ITEM_KEY = operator.itemgetter(0)
 
 
 class SsdTier(Tier):
@@ -69,6 +73,7 @@ class SsdTier(Tier):
         """The engine dropped ``key`` (region reclaim): forget it here and tell listeners."""
         with self._lock:
             self._reads.pop(key, None)
+        self.events.removed(self.name, (key,))
         for listener in self.evict_listeners:
             listener(key)
 
@@ -144,9 +149,11 @@ class SsdTier(Tier):
         """``epoch``: as ``SsdEngine.put_batch`` (bytes taken before a clear are never indexed after it)."""
         if not items:
             return []
-        return self.engine.put_batch(
+        done = self.engine.put_batch(
             [(key, parts) for key, parts, _ in items], self._deadline(deadline), epoch=epoch
         )
+        self.events.stored(self.name, list(compress(map(_ITEM_KEY, items), done)))
+        return done
 
     def get_into(
         self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT, deadline: float | None = None
@@ -170,14 +177,20 @@ class SsdTier(Tier):
     def remove(self, key: str) -> bool:
         with self._lock:
             self._reads.pop(key, None)
-        return self.engine.remove(key)
+        gone = self.engine.remove(key)
+        if gone:
+            self.events.removed(self.name, (key,))
+        return gone
 
     def clear(self) -> None:
         """Durable clear within ``timeout_s``; if the new epoch is not on disk by then the tier
         serves nothing until it is (see ``SsdEngine.clear``)."""
         with self._lock:
             self._reads.clear()
-        self.engine.clear(self._deadline())
+        try:
+            self.engine.clear(self._deadline())
+        finally:  # a failed clear serves nothing until it is durable (``SsdEngine.clear``)
+            self.events.cleared(self.name)
 
     def close(self) -> None:
         self.engine.close(self._deadline())

@@ -23,6 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
+from .events_sink import NULL_SINK, EventsSink
 from .parts import Parts
 from .policy.base import DEFAULT_CONTEXT, AccessContext
 
@@ -36,6 +37,8 @@ class Tier(ABC):
     put_skips_present: bool = False
     """``put_batch`` answers True for keys it holds without taking their bytes again (the store then
     skips asking ``contains_batch`` first: one round trip less per set)."""
+    events: EventsSink = NULL_SINK
+    """Told what this tier stores, drops and clears (``events_sink``; ``TieredStore.set_events``)."""
 
     def register_memory(self, regions: Sequence[memoryview]) -> None:  # noqa: B027
         """Caller buffers pages will move from/into (see ``TieredStore.register_memory``);

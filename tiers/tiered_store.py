@@ -79,6 +79,7 @@ from operator import not_
 from typing import Any, TypeVar, cast
 
 from .dram_tier import DramTier
+from .events_sink import NULL_SINK, EventsSink
 from .layout import CallGate, TierLayout
 from .mover import Mover
 from .parts import Parts, pages_sizes
@@ -147,6 +148,9 @@ class StoreOptions:
 
 
 class TieredStore:
+    events: EventsSink = NULL_SINK
+    """Where the tiers' KV events go (``set_events``)."""
+
     def __init__(
         self,
         tiers: Sequence[Tier],
@@ -946,8 +950,16 @@ class TieredStore:
             tier.close()
 
     # ------------------------------------------------------------------ runtime changes (runtime_ops.py)
+    def set_events(self, sink: EventsSink) -> None:
+        """From now on every tier (and every tier attached later) tells ``sink`` what it stores,
+        drops and clears (``events_sink``: KV events for routers)."""
+        self.events = sink
+        for tier in self.tiers:
+            tier.events = sink
+
     def attach_tier(self, tier: Tier, timeout_s: float = 60.0, progress: Progress | None = None) -> None:
         """Add a tier the store did not start with (an SSD directory, a remote pool, DRAM)."""
+        tier.events = self.events
         self._ops.attach(tier, progress or Progress(), time.monotonic() + timeout_s)
 
     def detach_tier(

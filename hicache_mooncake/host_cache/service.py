@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from hicache_mooncake.config import BackendConfig
+from hicache_mooncake.kv_events.attach import start_service_publisher
 from hicache_mooncake.store_builder import build_service_store
 from hicache_mooncake.transport.node_config import NodeConfig
 from hicache_mooncake.transport.node_server import NodeServer
@@ -66,6 +67,7 @@ class HostCacheService:
         self.server = NodeServer(
             node_config(config, self.paths), functools.partial(build_service_store, config)
         )
+        self.events = start_service_publisher(config.events, self.server.store)  # KV events (issue 47)
         self.stop = threading.Event()
 
     def run(self) -> int:
@@ -91,6 +93,8 @@ class HostCacheService:
                 log.info("no client for %.0f s: stopping", idle_limit)
                 break
         self.server.drain()
+        if self.events is not None:
+            self.events.close()
         if exporter is not None:
             exporter.close()
         os.close(self._lock_fd)

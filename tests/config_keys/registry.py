@@ -227,6 +227,26 @@ KEY_TESTS: dict[str, list[str]] = {
     "admin.operation_timeout_s": [
         f"{CK}/test_sglang_side_keys.py::test_operation_timeout_s_is_the_admin_default_deadline"
     ],
+    # ---- events (KV events for routers) --------------------------------------------------------
+    "events.endpoint": [
+        "tests/sglang/test_kv_events_backend.py::test_the_backend_publishes_what_sglang_stores_and_clears"
+    ],
+    "events.topic": [
+        "tests/sglang/test_kv_events_backend.py::test_the_backend_publishes_what_sglang_stores_and_clears",
+        "tests/unit/test_kv_events.py::test_sets_are_block_stored_under_the_hash_sglang_publishes",
+    ],
+    "events.replay_endpoint": [
+        "tests/unit/test_kv_events.py::test_replay_returns_missed_batches_in_sglang_s_protocol"
+    ],
+    "events.max_queue": [
+        "tests/unit/test_kv_events.py::test_a_full_queue_drops_and_counts_and_the_data_path_never_waits"
+    ],
+    "events.batch_max": [
+        "tests/unit/test_kv_events.py::test_four_threads_of_sets_and_gets_every_stored_page_is_published"
+    ],
+    "events.flush_interval_s": [
+        "tests/unit/test_kv_events.py::test_a_full_queue_drops_and_counts_and_the_data_path_never_waits"
+    ],
     "tenants.shares": [
         "tests/ops/test_tenant_shares_store.py::test_a_tenant_stays_within_its_dram_share_under_load"
     ],
