@@ -11,6 +11,7 @@ from hicache_mooncake.tiers.tiered_store import TieredStore
 from .publisher import KvEventPublisher
 
 log = logging.getLogger(__name__)
+_ANNOUNCE_CHUNK = 1024
 
 
 def offset_endpoint(endpoint: str, dp_rank: int) -> str:
@@ -42,6 +43,7 @@ def start_publisher(
         block_size=block_size,
     )
     store.set_events(publisher)
+    announce_contents(publisher, store)
     log.info(
         "hicache-mooncake KV events: %s (topic %r%s)",
         publisher.endpoint,
@@ -49,6 +51,23 @@ def start_publisher(
         f", replay {publisher.replay_endpoint}" if publisher.replay_endpoint else "",
     )
     return publisher
+
+
+def announce_contents(publisher: KvEventPublisher, store: TieredStore) -> None:
+    """Publish what the local tiers already hold (the SSD recovered from disk, a warm restore into
+    DRAM) as ``BlockStored``, so a router learns about a restarted host's cache; at most
+    ``events.max_queue`` keys (the rest counted ``dropped_keys``). Called right after
+    ``set_events``, before the store serves anyone: an event of a change made meanwhile follows
+    the announcement of its tier or repeats it (events are idempotent)."""
+    dram, ssd = store.dram, store.ssd
+    held = []
+    if dram is not None:
+        held.append((dram.name, dram.keys()))
+    if ssd is not None:
+        held.append((ssd.name, list(ssd.engine.keys())))
+    for tier, keys in held:
+        for start in range(0, len(keys), _ANNOUNCE_CHUNK):  # what fits the queue is announced
+            publisher.stored(tier, keys[start : start + _ANNOUNCE_CHUNK])
 
 
 def start_backend_publisher(

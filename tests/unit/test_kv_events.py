@@ -298,3 +298,40 @@ def test_the_subscriber_module_prints_the_events(make_store: Callable[..., Any])
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert f"BlockStored medium={DRAM} n=3 {hash_str_to_int64(sha(0))}" in done.stdout, done.stdout
+
+
+def test_what_the_ssd_recovered_at_start_is_announced(tmp_path: Path) -> None:
+    """A restarted host: the SSD tier's pages found on disk are BlockStored DISK when the publisher
+    starts (read back through the replay socket: nobody was subscribed yet)."""
+    opts = SsdOptions(dirs=(str(tmp_path),), capacity_bytes=8 * MiB, region_size=MiB, direct_io="off")
+    first = TieredStore([SsdTier(SsdEngine(opts))], lambda: make_policy("lru"), StoreOptions())
+    hashes = [sha(i, "disk") for i in range(5)]
+    assert put(first, [key(h) for h in hashes]) == [True] * 5
+    first.close()
+    store = TieredStore([SsdTier(SsdEngine(opts))], lambda: make_policy("lru"), StoreOptions())
+    config = EventsConfig(
+        endpoint=f"tcp://127.0.0.1:{free_port()}", replay_endpoint=f"tcp://127.0.0.1:{free_port()}"
+    )
+    publisher = start_publisher(config, store)
+    assert publisher is not None
+    req = zmq.Context.instance().socket(zmq.DEALER)
+    req.setsockopt(zmq.LINGER, 0)
+    try:
+        deadline = time.monotonic() + 10
+        while publisher.stats()["published_batches"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        req.connect(publisher.replay_endpoint)
+        req.send_multipart((b"", (0).to_bytes(8, "big")))
+        events: list[Any] = []
+        while True:
+            assert req.poll(10_000), "no replay answer"
+            _empty, _topic, seq, payload = req.recv_multipart()
+            if seq == (-1).to_bytes(8, "big", signed=True):
+                break
+            events.extend(DECODE.decode(payload).events)
+    finally:
+        req.close(linger=0)
+        store.close()
+        publisher.close()
+    got = {h for e in events if type(e) is BlockStored and e.medium == DISK for h in e.block_hashes}
+    assert {hash_str_to_int64(h) for h in hashes} <= got
