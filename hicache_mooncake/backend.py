@@ -34,7 +34,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -49,6 +49,7 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage  # noqa: E402
 from hicache_mooncake import logs  # noqa: E402
 from hicache_mooncake.config import BackendConfig, load_backend_config  # noqa: E402
 from hicache_mooncake.config.tenants import check_tenant_name  # noqa: E402
+from hicache_mooncake.cross_tp import HeadGroupPages, group_suffixes, head_groups_for  # noqa: E402
 from hicache_mooncake.environment_checks import check_at_attach  # noqa: E402
 from hicache_mooncake.failures import FailureLog  # noqa: E402
 from hicache_mooncake.host_cache.mode import use_host_cache  # noqa: E402
@@ -66,11 +67,9 @@ from hicache_mooncake.kv_events.attach import start_backend_publisher  # noqa: E
 from hicache_mooncake.kv_events.publisher import KvEventPublisher  # noqa: E402
 from hicache_mooncake.metrics import BackendMetrics, backend_labels  # noqa: E402
 from hicache_mooncake.object_split import (  # noqa: E402
+    PageCut,
     chunk_count,
-    chunk_keys,
-    chunked,
     max_object_bytes,
-    split_pages,
     whole,
 )
 from hicache_mooncake.pools import PoolSet, RegisteredPool  # noqa: E402
@@ -107,10 +106,19 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             self.config.namespace.model or config_field(storage_config, "model_name", "") or "model"
         )
         tp_lcm = config_field(storage_config, "tp_lcm_size", None) or extra.get("tp_lcm_size")
-        if tp_lcm:
-            log.warning(
-                "tp_lcm_size=%s: hicache-mooncake does not split pages by heads, so instances of different "
-                "TP sizes do not share pages (keys carry the TP rank and size); each TP size keeps its own",
+        groups = head_groups_for(tp_lcm, self.ranks.tp_size, is_mla, bool(self.config.interface_v1))
+        self.ranks = dataclasses.replace(self.ranks, head_groups=groups)  # cross_tp.py: KV keys, digest
+        self._head_groups: HeadGroupPages | None = None  # set when the KV host pool registers
+        if groups:
+            log.info(
+                "tp_lcm_size=%d: MHA pages are stored as %d head-group objects; this rank (TP %d of %d) "
+                "holds %s, shared with every TP size that divides %d",
+                groups, groups, self.ranks.tp_rank, self.ranks.tp_size,
+                ",".join(group_suffixes(groups, self.ranks.tp_rank, self.ranks.tp_size)), groups,
+            )  # fmt: skip
+        elif tp_lcm and is_mla:
+            log.info(
+                "tp_lcm_size=%s: the KV is rank-replicated (MLA): pages are shared across TP sizes as is",
                 tp_lcm,
             )
         self.io_path = "v1" if self.config.interface_v1 else "flat"
@@ -129,7 +137,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         )
         self.metrics.instrument(self.store.tiers)
         self._max_object_bytes = max_object_bytes(self.config)
-        self._kv_chunk_count: tuple[RegisteredPool, int] | None = None  # _kv_chunks' (pool, count)
+        self._kv_page_cut: tuple[RegisteredPool, PageCut] | None = None  # _kv_cut's (pool, cut)
         self.sidecars = SidecarIO(
             self.store,
             self.pools,
@@ -212,7 +220,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         if space is None:
             raise ValueError("SGLang has not registered its host pools yet: no key space")
         owner = space.for_tenant(check_tenant_name(tenant)) if tenant is not None else space
-        return chunked(owner.keys(page_hashes), self._kv_chunks())
+        return self._kv_cut().keys(owner.keys(page_hashes))
 
     def _space_for(self, space: KeySpace, extra_info: Any) -> KeySpace:
         """The key space of a call: the tenant it names (``request_tenant``), else the backend's."""
@@ -229,6 +237,8 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         super().register_mem_pool_host(mem_pool_host)
         log_differences(self.config.sglang, mem_pool_host)  # the YAML's sglang: vs what SGLang runs
+        if self.ranks.head_groups:  # ConfigError: a pool that cannot be cut by heads fails the attach
+            self._head_groups = HeadGroupPages.of(mem_pool_host, self.ranks.head_groups, self.ranks.tp_size)
         self._register(KV, mem_pool_host)
         if self.events is not None:  # BlockStored.block_size: tokens per page
             self.events.block_size = int(getattr(mem_pool_host, "page_size", 0) or 0)
@@ -307,26 +317,49 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         return kv
 
     def _kv_chunks(self) -> int:
-        """Objects per KV page: 1, unless a page is larger than some local tier accepts; then it
-        is stored in chunks (``object_split``), as a sidecar page is (logged once)."""
+        """Chunks per KV object: 1, unless an object is larger than some local tier accepts."""
+        return self._kv_cut().count
+
+    def _kv_cut(self) -> PageCut:
+        """How a KV page becomes objects: one object, or this rank's head groups (``cross_tp``),
+        each in chunks when larger than some local tier accepts (``object_split``), as a sidecar
+        page is (logged once)."""
         kv = self.pools.kv
+        groups = group_suffixes(self.ranks.head_groups, self.ranks.tp_rank, self.ranks.tp_size)
         if kv is None:
-            return 1
-        cached = self._kv_chunk_count
+            return PageCut(1, groups)
+        cached = self._kv_page_cut
         if cached is not None and cached[0] is kv:
             return cached[1]
-        count = chunk_count(kv.page_nbytes, self._max_object_bytes)
-        self._kv_chunk_count = (kv, count)
+        object_bytes = kv.page_nbytes // max(1, len(groups))
+        count = chunk_count(object_bytes, self._max_object_bytes)
+        cut = PageCut(count, groups)
+        self._kv_page_cut = (kv, cut)
         if count > 1:
             log.info(
-                "hicache-mooncake: a KV page (%d bytes) is larger than a local tier's largest "
+                "hicache-mooncake: a KV %s (%d bytes) is larger than a local tier's largest "
                 "object (%d bytes): each page is stored as %d objects",
-                kv.page_nbytes, self._max_object_bytes, count,
+                "head group" if groups else "page", object_bytes, self._max_object_bytes, cut.per_page,
             )  # fmt: skip
-        return count
+        return cut
 
-    def _v1_parts(self, keys: Sequence[str], host_indices: Any) -> list[list[memoryview]]:
-        return self._kv_pool().page_parts(host_indices, len(keys))
+    def _v1_parts(
+        self, keys: Sequence[str], host_indices: Any, reading: bool = False
+    ) -> tuple[list[list[memoryview]], Callable[[Sequence[bool]], None]]:
+        """Each page's byte views, and what to run on the per-page results: with head groups
+        (``cross_tp``) a get into a staging buffer then writes the pages read into the pool."""
+        kv = self._kv_pool()
+        if not self.ranks.head_groups or not kv.holds_bytes:
+            return kv.page_parts(host_indices, len(keys)), _no_finish
+        groups = self._head_groups
+        if groups is None:  # the KV pool came through register_mem_host_pool_v2 alone
+            groups = self._head_groups = HeadGroupPages.of(
+                kv.pool, self.ranks.head_groups, self.ranks.tp_size
+            )
+        pages = groups.page_numbers(kv.check_indices(host_indices, len(keys)), len(keys)).tolist()
+        if reading:
+            return groups.get_parts(pages)
+        return groups.set_parts(pages), _no_finish
 
     # ------------------------------------------------------------------ zero-copy path
     def batch_set_v1(self, keys: list[str], host_indices: torch.Tensor, extra_info: Any = None) -> list[bool]:
@@ -338,7 +371,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         if not self.is_storage_writer:
             return [True] * len(keys)  # replicated KV: the writer rank stores the one copy
         try:
-            parts = self._v1_parts(keys, host_indices)
+            parts, _ = self._v1_parts(keys, host_indices)
             if not self._kv_pool().holds_bytes:
                 return [True] * len(keys)  # a logical KV anchor: its sidecar pools hold the bytes
             page = self._kv_pool().page_nbytes
@@ -363,15 +396,20 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         if space is None:
             return [False] * len(keys)
         try:
-            parts = self._v1_parts(keys, host_indices)
+            parts, finish = self._v1_parts(keys, host_indices, reading=True)
             if not self._kv_pool().holds_bytes:
                 return [True] * len(keys)  # a logical KV anchor: nothing to read
             page = self._kv_pool().page_nbytes
             space = self._space_for(space, extra_info)
             valid = self._valid_keys("batch_get_v1", keys)
             if valid is None:
-                return self._get(space, keys, parts, extra_info, page)
-            return _spread(self._get(space, _kept(keys, valid), _kept(parts, valid), extra_info, page), valid)
+                done = self._get(space, keys, parts, extra_info, page)
+            else:
+                done = _spread(
+                    self._get(space, _kept(keys, valid), _kept(parts, valid), extra_info, page), valid
+                )
+            finish(done)
+            return done
         except HostRangeError as exc:
             self._failures.record(f"batch_get_v1 refused host indices: {exc.reason}")
             log.debug("batch_get_v1: %s", exc)
@@ -389,26 +427,28 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         extra_info: Any,
         page_nbytes: int = 0,
     ) -> list[bool]:
-        """Store whole pages, or each page's chunks (``_kv_chunks``) at most
-        ``io.max_batch_pages`` objects per store call; a page is stored when all its chunks are.
+        """Store each page's objects (``_kv_cut``: the page, its head groups, their chunks), at
+        most ``io.max_batch_pages`` pages' worth of chunks per store call (the head groups of a
+        page count as one page: a batch is one call); a page is stored when all its objects are.
         ``page_nbytes``: every page's size when all are of one pool (0: the parts say)."""
         start = time.perf_counter()
         prefix = getattr(extra_info, "prefix_keys", None)
         prefix_len = len(prefix) if isinstance(prefix, list) else None
-        count = self._kv_chunks()
-        store_keys = chunked(space.keys(list(keys)), count)
+        cut = self._kv_cut()
+        per = cut.per_page
+        store_keys = cut.keys(space.keys(list(keys)))
         session = session_of(extra_info)  # SGLang's per-request session id, where it passes one
         if session is not None:
             self.store.hints.attach(session, store_keys)
         prev = self._prev_key(space, extra_info)
-        prev = chunk_keys(prev, count)[-1] if prev is not None else None
+        prev = cut.keys([prev])[-1] if prev is not None else None
         result: list[bool] = []
-        step = self._chunked_step(count)
+        step = self._chunked_step(cut.count)
         for first in range(0, len(keys), step):
-            flat = store_keys[first * count : (first + step) * count]
-            at = (prefix_len + first) * count if prefix_len is not None else None  # in objects
-            done = self.store.put_batch(flat, split_pages(parts[first : first + step], count), prev, at)
-            result.extend(whole(done, count))
+            flat = store_keys[first * per : (first + step) * per]
+            at = (prefix_len + first) * per if prefix_len is not None else None  # in objects
+            done = self.store.put_batch(flat, cut.parts(parts[first : first + step]), prev, at)
+            result.extend(whole(done, per))
             prev = flat[-1]
         nbytes = page_nbytes * sum(result) if page_nbytes else pages_nbytes(parts, result)
         self.metrics.record(
@@ -424,18 +464,19 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         extra_info: Any,
         page_nbytes: int = 0,
     ) -> list[bool]:
-        """Read whole pages, or each page's chunks, as ``_put`` stored them; a page is read when
-        all its chunks are, and reading stops at the first page that is not (SGLang uses the
-        leading run). ``page_nbytes`` as for ``_put``."""
+        """Read each page's objects as ``_put`` stored them; a page is read when all its objects
+        are, and reading stops at the first page that is not (SGLang uses the leading run).
+        ``page_nbytes`` as for ``_put``."""
         start = time.perf_counter()
-        count = self._kv_chunks()
-        store_keys = chunked(space.keys(list(keys)), count)
+        cut = self._kv_cut()
+        per = cut.per_page
+        store_keys = cut.keys(space.keys(list(keys)))
         result: list[bool] = []
-        step = self._chunked_step(count)
+        step = self._chunked_step(cut.count)
         for first in range(0, len(keys), step):
-            flat = store_keys[first * count : (first + step) * count]
-            done = self.store.get_batch_into(flat, split_pages(parts[first : first + step], count))
-            result.extend(whole(done, count))
+            flat = store_keys[first * per : (first + step) * per]
+            done = self.store.get_batch_into(flat, cut.parts(parts[first : first + step]))
+            result.extend(whole(done, per))
             if not result[-1] and len(result) < len(keys):
                 result.extend([False] * (len(keys) - len(result)))
                 break
@@ -446,8 +487,8 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         return result
 
     def _chunked_step(self, count: int) -> int:
-        """Pages per store call when each page is ``count`` objects: at most
-        ``io.max_batch_pages`` objects per call (one call for a batch of whole pages)."""
+        """Pages per store call when each page (or head group) is ``count`` chunks: at most
+        ``io.max_batch_pages`` chunks per call (one call for a batch of unchunked pages)."""
         return max(1, self.config.io.max_batch_pages // count)
 
     # ------------------------------------------------------------------ existence
@@ -467,12 +508,12 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     def _kv_prefix(self, space: KeySpace, keys: list[str]) -> int:
         """Leading stored KV pages, asked ``io.max_batch_pages`` at a time: SGLang 0.5.23's
         HybridCacheController asks for a whole request at once (thousands of pages)."""
-        count = self._kv_chunks()
-        step = self._chunked_step(count)
+        cut = self._kv_cut()
+        step = self._chunked_step(cut.count)
         found = 0
         for start in range(0, len(keys), step):
             chunk = keys[start : start + step]
-            hit = self.store.exists_prefix(chunked(space.keys(chunk), count)) // count
+            hit = self.store.exists_prefix(cut.keys(space.keys(chunk))) // cut.per_page
             found += hit
             if hit < len(chunk):
                 break
@@ -655,6 +696,10 @@ def _pool_result(cls: Any, kv_hit_pages: int, hits: dict[Any, int], restorable: 
     if "restorable_prefix_pages" in getattr(cls, "__dataclass_fields__", {}):
         return cls(kv_hit_pages, hits, restorable)
     return cls(kv_hit_pages, hits)
+
+
+def _no_finish(_done: Sequence[bool]) -> None:
+    """Nothing to do after a call whose views are the pool's own (zero copy)."""
 
 
 def _kept(items: Sequence[Any], valid: list[bool]) -> list[Any]:

@@ -19,6 +19,11 @@
 - ``rank_suffix`` names the shard a rank holds: ``@tp{rank}of{size}`` unless the object is
   replicated across TP ranks (MLA KV and its replicated sidecars), plus ``@pp``/``@cp``/``@dcp``
   when those are split.
+
+With head groups (SGLang's ``tp_lcm_size = L`` on an MHA model, ``cross_tp.py``) the KV pool's keys
+carry no ``@tp``: a page is ``L`` objects ``{page key}@hg{g}of{L}``, and the digest covers the
+model's whole head count (``head_num x tp_size``) and ``L`` instead of one rank's heads, so ranks
+of every TP size that divides ``L`` read and write the same objects. Sidecar pools keep ``@tp``.
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ class RankInfo:
     dcp_rank: int = 0
     dcp_size: int = 1
     replicated_kv: bool = False
+    head_groups: int = 0
+    """``tp_lcm_size`` when the KV pool is stored as head-group objects (``cross_tp.py``), else 0."""
 
     def suffix(self, replicated: bool | None = None) -> str:
         """The rank suffix of an object; ``replicated`` overrides ``replicated_kv`` (a sidecar
@@ -78,6 +85,11 @@ class RankInfo:
         if self.dcp_size > 1:
             parts.append(f"@dcp{self.dcp_rank}of{self.dcp_size}")
         return "".join(parts)
+
+    def kv_suffix(self) -> str:
+        """The KV pool's suffix: without ``@tp`` when pages are head-group objects (each object
+        key then names its group: ``cross_tp.group_suffixes``)."""
+        return self.suffix(True if self.head_groups else None)
 
 
 @dataclass(frozen=True)
@@ -183,12 +195,24 @@ def build_keyspace(
 ) -> KeySpace:
     """The KV pool's key space; ``sidecars`` (pool name -> geometry) joins the digest when any."""
     identity: dict[str, Any] = {**geometry, "io_path": io_path, "tenant": "", "format": KEY_FORMAT}
+    if ranks.head_groups:
+        identity.update(tp_independent_geometry(geometry, ranks))
     if sidecars:
         identity["sidecars"] = tuple(sorted((name, geometry_digest(g)) for name, g in sidecars.items()))
     base = xxhash.xxh64_hexdigest(repr(sorted(identity.items())).encode())
     model_slug = model.replace("/", "-") or "model"
     prefix = f"{model_slug}/{_tenant_digest(base, tenant)}/"
-    return KeySpace(prefix=prefix, suffix=ranks.suffix(), model=model_slug, base=base)
+    return KeySpace(prefix=prefix, suffix=ranks.kv_suffix(), model=model_slug, base=base)
+
+
+def tp_independent_geometry(geometry: Mapping[str, Any], ranks: RankInfo) -> dict[str, Any]:
+    """The per-rank KV facts of ``geometry`` restated for the whole model (heads and bytes per
+    token times ``tp_size``) plus the head-group count: the same at every TP size."""
+    out: dict[str, Any] = {"head_groups": ranks.head_groups}
+    for name in ("head_num", "bytes_per_token"):
+        value = geometry.get(name)
+        out[name] = value * ranks.tp_size if isinstance(value, int) else value
+    return out
 
 
 def _tenant_digest(base: str, tenant: str) -> str:

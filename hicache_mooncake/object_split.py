@@ -9,11 +9,16 @@ slab. So can a KV page: 256 tokens x 80 layers x 8 KV heads x 128 x (K, V) in bf
 ``{key}#{i}of{n}``. A page exists only when all its
 chunks do; the chunk count is part of every chunk key, so a page cut differently (another slab
 size) is a miss, never a mix of two cuts. A page that fits keeps its plain key.
+
+``PageCut`` is the whole rule for one pool: a page is first split into head-group objects where
+the KV pool is stored by head groups (``cross_tp.py``: suffix ``@hg{g}of{L}``, one equal share of
+the page's bytes each, in order), then each object into chunks as above (``...@hg{g}of{L}#{i}of{n}``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from hicache_mooncake.transport.node_config import NodeConfig
@@ -91,3 +96,30 @@ def split_parts(parts: Sequence[memoryview], count: int) -> list[list[memoryview
             start += take
             room -= take
     return chunks
+
+
+@dataclass(frozen=True)
+class PageCut:
+    """How one page becomes store objects, in order: for each of ``groups`` (key suffixes of the
+    head-group objects; empty: the page is one object) an equal share of the page's bytes, each
+    cut into ``count`` chunks. ``keys`` and ``parts`` list a batch's objects page after page."""
+
+    count: int = 1
+    groups: tuple[str, ...] = ()
+
+    @property
+    def per_page(self) -> int:
+        return max(1, len(self.groups)) * self.count
+
+    def keys(self, page_keys: Sequence[str]) -> list[str]:
+        """The store keys of the objects of pages whose (whole-page) keys are ``page_keys``."""
+        if not self.groups:
+            return chunked(page_keys, self.count)
+        return chunked([k + g for k in page_keys for g in self.groups], self.count)
+
+    def parts(self, pages: Sequence[list[memoryview]]) -> list[list[memoryview]]:
+        """Each page's ``parts`` cut into its objects (``keys``' order)."""
+        if not self.groups:
+            return split_pages(pages, self.count)
+        share = len(self.groups)
+        return split_pages([g for page in pages for g in split_parts(page, share)], self.count)

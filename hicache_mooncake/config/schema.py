@@ -201,8 +201,9 @@ class BackendConfig(StrictModel):
     hicache_storage_pass_prefix_keys: bool | None = None
     """SGLang's own: pass each call's prefix page hashes (policies then see chain parents)."""
     tp_lcm_size: int | None = None
-    """SGLang's own: head splitting across TP sizes (page_head layout). hicache-mooncake does not
-    split heads: set, it is logged at attach that instances of different TP sizes do not share pages."""
+    """SGLang's own: the least common multiple of the TP sizes sharing the store. Set, an MHA page is
+    stored as ``tp_lcm_size`` head-group objects that ranks of every TP size dividing it share
+    (``cross_tp.py``); a ``tp_size`` that does not divide it is refused at attach. MLA: no change."""
 
     config_file: str | None = None
     """Inline (JSON) extra config may point at a YAML file; its keys are the base, inline keys win."""

@@ -31,7 +31,8 @@ KEY_TESTS: dict[str, list[str]] = {
         "tests/sglang/test_policy_inputs.py::test_the_policy_receives_chain_parents_through_the_controller"
     ],
     "tp_lcm_size": [
-        "tests/config_keys/test_sglang_side_keys.py::test_tp_lcm_size_is_answered_with_what_we_do_instead"
+        "tests/config_keys/test_sglang_side_keys.py::test_tp_lcm_size_stores_mha_pages_by_head_groups",
+        "tests/sglang/test_cross_tp.py::test_mha_pages_cross_tp_sizes_both_ways_byte_exact",
     ],
     "config_file": ["tests/unit/test_config.py::test_inline_json_pointing_at_yaml_merges_inline_over_file"],
     # ---- namespace ----------------------------------------------------------------------------

@@ -118,16 +118,18 @@ def test_operation_timeout_s_is_the_admin_default_deadline(timeout_s: float, tmp
         backend.close()
 
 
-def test_tp_lcm_size_is_answered_with_what_we_do_instead(printed_lines: Any) -> None:
-    """SGLang consumes ``tp_lcm_size`` (heads split across TP sizes); we do not split heads, and an
-    operator who sets it is told at attach that TP sizes keep separate caches."""
+def test_tp_lcm_size_stores_mha_pages_by_head_groups() -> None:
+    """SGLang's ``tp_lcm_size`` (heads split across TP sizes): MHA pages become head-group objects
+    that every TP size dividing it shares (tests/sglang/test_cross_tp.py proves the bytes); a rank
+    holds its share of the groups."""
     from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
     host = make_host_pool("page_head", False, SMALL)
-    for lcm, said in ((None, 0), (4, 1)):
-        cfg = make_storage_config(small_extra(), tp_size=2, layout="page_head", tp_lcm_size=lcm)
+    for lcm, groups in ((None, ()), (4, ("@hg2of4", "@hg3of4"))):
+        cfg = make_storage_config(small_extra(), tp_rank=1, tp_size=2, layout="page_head", tp_lcm_size=lcm)
         backend = StorageBackendFactory.create_backend("dynamic", cfg, host)
         try:
-            assert len(printed_lines.matching("tp_lcm_size=4: hicache-mooncake does not split pages")) == said
+            assert backend.ranks.head_groups == (lcm or 0)
+            assert backend._kv_cut().groups == groups
         finally:
             backend.close()
