@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 from e2e_requests import ADMIN_API_KEY
-from e2e_server import REPO, Server, device_flags, free_port, server_env
+from e2e_server import DEVICE, REPO, Server, device_flags, free_port, server_env
 
 E2E_TIMINGS: dict[str, float] = {}
 TORCH_EXTENSIONS = REPO / "build" / "e2e-torch-extensions"
@@ -32,7 +32,7 @@ def preset_yaml(preset: str, root: Path, edits: dict[str, Any] | None = None) ->
     config["admin"] = {"port": free_port(), "discovery_dir": str(root / "admin")}
     config["metrics"] = {"port": free_port(), "discovery_dir": str(root / "metrics")}
     section = config.setdefault("sglang", {})
-    if device_flags():
+    if DEVICE == "cpu":
         section.update(hicache_mem_layout="page_first_direct", hicache_io_backend="direct")
     _merge(config, edits or {})
     path = root / f"{preset}.yaml"

@@ -79,3 +79,47 @@ def make_llama(out: Path, seed: int = 0) -> Path:
             param.normal_(0.0, 0.2)
     model.save_pretrained(str(out), safe_serialization=True)
     return out
+
+
+def make_deepseek(out: Path, seed: int = 0) -> Path:
+    """A tiny DeepSeek-V3-architecture (MLA) model: 2 dense layers (no MoE layer), the same
+    word-level tokenizer; idempotent."""
+    if (out / "model.safetensors").exists():
+        return out
+    import torch
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = _write_tokenizer(out)
+    config = DeepseekV3Config(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        first_k_dense_replace=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        n_routed_experts=4,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        kv_lora_rank=32,
+        q_lora_rank=None,
+        qk_rope_head_dim=16,
+        qk_nope_head_dim=16,
+        v_head_dim=16,
+        max_position_embeddings=4096,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=3,
+        num_mtp_layers=0,
+    )
+    torch.manual_seed(seed)
+    model = DeepseekV3ForCausalLM(config).to(torch.float32)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0.0, 0.2)
+    model.save_pretrained(str(out), safe_serialization=True)
+    return out

@@ -11,6 +11,7 @@ wait early. On a CPU-only host the server gets the CPU flags and the patches of
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,8 +47,12 @@ CPU_FLAGS = [
 """What SGLang's CPU path needs on a host without a GPU (and without a CPU build of sgl_kernel)."""
 
 
+GPU_FLAGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch"]
+"""On a GPU: backends that take the tiny model's head_dim of 16 (FlashInfer's kernels want 64+)."""
+
+
 def device_flags() -> list[str]:
-    return CPU_FLAGS if DEVICE == "cpu" else []
+    return CPU_FLAGS if DEVICE == "cpu" else GPU_FLAGS
 
 
 def free_port() -> int:
@@ -68,10 +74,51 @@ def server_env(torch_extensions_dir: Path, extra: dict[str, str] | None = None) 
     return env
 
 
+_CLONE_NEWNET = 0x40000000
+NETNS_FD: int | None = None
+"""A network namespace (open fd) the e2e HTTP calls are made in (the Mooncake test runs its cluster
+and server in a private one); None: this process's own."""
+
+
+@contextlib.contextmanager
+def _in_netns(fd: int | None) -> Iterator[None]:
+    """This thread in network namespace ``fd`` (setns is per thread); sockets made inside stay there."""
+    if fd is None:
+        yield
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns into the test's network namespace failed")
+        try:
+            yield
+        finally:
+            if libc.setns(own, _CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns back to this process's network namespace failed")
+    finally:
+        os.close(own)
+
+
+def _enter_netns(fd: int) -> Any:
+    def preexec() -> None:
+        if ctypes.CDLL(None, use_errno=True).setns(fd, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns(CLONE_NEWNET) failed")
+
+    return preexec
+
+
 def http(
     method: str, url: str, body: Any = None, headers: dict[str, str] | None = None, timeout: float = 120.0
 ) -> tuple[int, Any]:
     """(status, decoded JSON or text); HTTP errors are returned, not raised."""
+    with _in_netns(NETNS_FD):
+        return _http(method, url, body, headers, timeout)
+
+
+def _http(
+    method: str, url: str, body: Any, headers: dict[str, str] | None, timeout: float
+) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method)
     req.add_header("Content-Type", "application/json")
@@ -122,6 +169,8 @@ class Server:
                 env=self.env,
                 cwd=str(REPO),
                 start_new_session=True,
+                preexec_fn=None if NETNS_FD is None else _enter_netns(NETNS_FD),
+                pass_fds=() if NETNS_FD is None else (NETNS_FD,),
             )
         deadline = started + START_TIMEOUT_S
         while time.monotonic() < deadline:

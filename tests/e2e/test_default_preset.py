@@ -37,7 +37,8 @@ from e2e_server import Server
 
 pytestmark = pytest.mark.e2e
 
-SOAK_S = float(os.environ.get("HICACHE_E2E_SOAK_S", "120"))
+SOAK_S = float(os.environ.get("HICACHE_E2E_SOAK_S", "60"))
+"""60 s in CI (the tier's time budget); HICACHE_E2E_SOAK_S=120 for the 2-minute soak."""
 CLEAR_EVERY_S = 20.0
 PROMPT_PAGES = (896 + 124 + 8) // PAGE
 """Full pages of one prompt and its answer (SGLang backs up the answer's tokens too)."""
@@ -259,7 +260,7 @@ def test_soak_concurrent_clients_with_background_clear(stack: Stack) -> None:
 
 def test_restart_finds_pages_on_the_ssd(stack: Stack) -> None:
     """Stop the server, start a new one on the same YAML and SSD directory: the pages come back
-    from the SSD tier and the answers are the same."""
+    from the SSD tier (and the warm snapshot, on in the default preset) with the same answers."""
     prompts = shared_prefix_prompts(seed=7)
     first = [generate(stack.server, ids) for ids in prompts]
     stack.answers_match(prompts, first)
@@ -277,7 +278,14 @@ def test_restart_finds_pages_on_the_ssd(stack: Stack) -> None:
     after = ours.tier_hits()
     hit_tokens = [storage_tokens(r) for r in second]
     print(f"restart: storage tokens per request {hit_tokens}, our tier hits {after} (before {before})")
+    status, shown = ours.call("GET", "/v1/tiers")
+    assert status == 200, shown
+    print(f"restart: warm snapshot {shown['warm']}")
     assert hit_tokens[0] == 15 * PAGE, second[0]["meta_info"]
-    assert after.get("ssd", 0) - before.get("ssd", 0) >= 15, after
+    # a new process's DRAM holds only what the warm snapshot re-warmed from the SSD at start; the
+    # rest is read from the SSD itself: together every page SGLang took from L3
+    assert after.get("ssd", 0) - before.get("ssd", 0) > 0, after
+    assert sum(after.values()) - sum(before.values()) >= 15, after
+    assert shown["warm"], "the default preset's warm snapshot reported nothing after a restart"
     for a, b in zip(first, second, strict=True):
         assert a["output_ids"] == b["output_ids"]
