@@ -106,24 +106,68 @@ def build_ssd(config: BackendConfig, rank_tag: str) -> Tier | None:
     ssd = config.tiers.ssd
     if not ssd.enabled:
         return None
-    from hicache_mooncake.ssd import SsdEngine, SsdOptions
+    from hicache_mooncake.ssd import SsdInUseError
     from hicache_mooncake.ssd.private_dir import SsdUnsafePathError, make_private_dir, secure_entries
     from hicache_mooncake.tiers.rate_budget import RateBudget
     from hicache_mooncake.tiers.ssd_tier import SsdTier
 
-    dirs = []
-    for base in ssd.paths:
-        path = os.path.join(os.path.expanduser(base), rank_tag)
-        try:  # ours alone (another local user must neither read it nor plant a store there)
-            make_private_dir(os.path.expanduser(base), "tiers.ssd.path")
-            make_private_dir(path, "tiers.ssd.path")
-            secure_entries(path, "tiers.ssd.path")
-        except SsdUnsafePathError as exc:
-            raise ConfigError(str(exc)) from None
-        dirs.append(path)
-    if len({os.path.realpath(d) for d in dirs}) != len(dirs):
-        raise ValueError(f"tiers.ssd.path: two entries name the same directory ({', '.join(ssd.paths)})")
-    engine = SsdEngine(
+    def rank_dirs(tag: str) -> list[str]:
+        dirs = []
+        for base in ssd.paths:
+            path = os.path.join(os.path.expanduser(base), tag)
+            try:  # ours alone (another local user must neither read it nor plant a store there)
+                make_private_dir(os.path.expanduser(base), "tiers.ssd.path")
+                make_private_dir(path, "tiers.ssd.path")
+                secure_entries(path, "tiers.ssd.path")
+            except SsdUnsafePathError as exc:
+                raise ConfigError(str(exc)) from None
+            dirs.append(path)
+        if len({os.path.realpath(d) for d in dirs}) != len(dirs):
+            raise ValueError(f"tiers.ssd.path: two entries name the same directory ({', '.join(ssd.paths)})")
+        return dirs
+
+    # Several SGLang servers of one host with the same YAML ask for the same rank directory: the
+    # directory is one engine's (its lock), so a later one takes ``<tag>-1``, ``-2``... and says so.
+    # Each directory holds up to tiers.ssd.capacity: the host's SSD use is capacity x directories.
+    first = rank_dirs(rank_tag)
+    for attempt in range(_INSTANCE_DIRS):
+        dirs = first if attempt == 0 else rank_dirs(f"{rank_tag}-{attempt}")
+        try:
+            engine = _ssd_engine(config, dirs)
+        except SsdInUseError:
+            if attempt + 1 < _INSTANCE_DIRS:
+                continue
+            raise ValueError(
+                f"tiers.ssd.path: {', '.join(first)} and {_INSTANCE_DIRS - 1} alternatives are all in use by "
+                "other processes of this host; give this server its own tiers.ssd.path"
+            ) from None
+        if attempt:
+            log.warning(
+                "tiers.ssd.path: %s is in use by another process of this host (another server with the same "
+                "tiers.ssd.path): this process keeps its SSD cache in %s (up to tiers.ssd.capacity more on disk)",
+                ", ".join(first), ", ".join(dirs),
+            )  # fmt: skip
+        break
+    budget = RateBudget(ssd.write_budget_mbps * 1e6 if ssd.write_budget_mbps else None)
+    return SsdTier(
+        engine,
+        admit_min_hits=ssd.admit_min_hits,
+        promote_min_hits=ssd.promote_min_hits,
+        write_budget=budget,
+        timeout_s=config.io.timeout_s,
+    )
+
+
+_INSTANCE_DIRS = 64
+"""Rank directories tried per ``tiers.ssd.path`` when the first ones are other processes' (``build_ssd``)."""
+
+
+def _ssd_engine(config: BackendConfig, dirs: list[str]) -> Any:
+    """The SSD engine over ``dirs`` (``SsdInUseError`` when another engine holds one)."""
+    from hicache_mooncake.ssd import SsdEngine, SsdOptions
+
+    ssd = config.tiers.ssd
+    return SsdEngine(
         SsdOptions(
             dirs=tuple(dirs),
             capacity_bytes=ssd.capacity,
@@ -137,14 +181,6 @@ def build_ssd(config: BackendConfig, rank_tag: str) -> Tier | None:
             probe_timeout_s=config.io.timeout_s,
             max_capacity_bytes=ssd.max_capacity or 0,
         )
-    )
-    budget = RateBudget(ssd.write_budget_mbps * 1e6 if ssd.write_budget_mbps else None)
-    return SsdTier(
-        engine,
-        admit_min_hits=ssd.admit_min_hits,
-        promote_min_hits=ssd.promote_min_hits,
-        write_budget=budget,
-        timeout_s=config.io.timeout_s,
     )
 
 
@@ -260,7 +296,7 @@ def build_client_store(config: BackendConfig, rank_tag: str, host_cache: bool) -
     factory = _policy(config)
     tier = open_host_cache_tier(config)
     try:
-        return TieredStore([tier], factory, StoreOptions(timeout_s=config.io.timeout_s))
+        return TieredStore([tier], factory, StoreOptions(timeout_s=config.io.timeout_s), hints=tier.hints)
     except BaseException:
         tier.close()
         raise

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from host_cache_procs import PrivateHostCache
+from host_cache_procs import PrivateHostCache, stop_services_under
 from log_lines import Lines
 from transport_procs import NodeProc, RedisProc, free_port
 
@@ -22,6 +22,25 @@ REPO = Path(__file__).resolve().parent.parent
 def _no_config_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests choose their config explicitly; an operator's $HICACHE_MOONCAKE_CONFIG must not leak in."""
     monkeypatch.delenv("HICACHE_MOONCAKE_CONFIG", raising=False)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _own_runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite's own $XDG_RUNTIME_DIR: a host cache (and the admin and metrics registries) that a
+    test reaches by the default paths is the suite's, never a service already running on the host
+    (CI starts one first: scripts/dev.sh). Host cache services left there are stopped by PID."""
+    runtime = tmp_path_factory.mktemp("xdg-runtime")
+    runtime.chmod(0o700)
+    old = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+    try:
+        yield
+    finally:
+        stop_services_under(runtime)
+        if old is None:
+            os.environ.pop("XDG_RUNTIME_DIR", None)
+        else:
+            os.environ["XDG_RUNTIME_DIR"] = old
 
 
 def open_fd_count() -> int:

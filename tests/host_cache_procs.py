@@ -51,6 +51,24 @@ def service_pids(config_marker: str) -> list[int]:
     return sorted(found)
 
 
+def stop_services_under(directory: Path, timeout: float = 10.0) -> list[int]:
+    """Stop every host cache service whose lock lies under ``directory`` (the pid its lock names,
+    checked to be a ``host-cache`` process): SIGTERM, then SIGKILL. Returns the pids stopped."""
+    stopped = []
+    for lock in sorted(directory.rglob("*.lock")):
+        pid = holder_pid(str(lock))
+        if pid is None or pid not in service_pids("host-cache"):
+            continue
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        stopped.append(pid)
+    return stopped
+
+
 class PrivateHostCache:
     def __init__(self, tmp: Path, **host_cache: Any) -> None:
         self.tmp = tmp

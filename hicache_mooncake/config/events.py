@@ -3,6 +3,8 @@ SGLang's own KV event format over ZMQ (``hicache_mooncake.kv_events``)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
@@ -27,6 +29,13 @@ class EventsConfig(BaseModel):
     """Most block hashes per published ``KVEventBatch``; a queue this long is published at once."""
     flush_interval_s: float = Field(default=0.05, gt=0, le=60)
     """Longest time an event waits in the queue before it is published."""
+    dram_medium: Literal["CPU_PINNED", "EXTERNAL"] = "CPU_PINNED"
+    """``medium`` of our host DRAM tier's events (the SSD tier is ``DISK``, a remote pool
+    ``EXTERNAL``). ``CPU_PINNED``: host memory of this host, one copy away from SGLang's host pool,
+    which a router weights as host memory. SGLang's own events use ``CPU_PINNED`` for its host pool
+    (L2): a consumer that merges SGLang's stream and ours under one worker and tracks blocks per
+    medium should set ``EXTERNAL`` (without a remote pool), so that neither stream's removals undo
+    the other's stores."""
 
     @field_validator("endpoint", "replay_endpoint")
     @classmethod

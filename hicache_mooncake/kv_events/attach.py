@@ -41,6 +41,7 @@ def start_publisher(
         flush_interval_s=cfg.flush_interval_s,
         dp_rank=dp_rank,
         block_size=block_size,
+        dram_medium=cfg.dram_medium,
     )
     store.set_events(publisher)
     announce_contents(publisher, store)

@@ -20,7 +20,7 @@ Invariants:
   is idempotent and never raises.
 - consecutive clears (one per tier of a store's clear) are published as one ``AllBlocksCleared``.
 - medium per tier: ``dram`` (our host DRAM tier, in this process or the host cache service's
-  shared memory) -> ``CPU_PINNED``; ``ssd`` -> ``DISK``; a pool tier (``remote``: memory nodes,
+  shared memory) -> ``CPU_PINNED`` (or ``EXTERNAL``: ``events.dram_medium``); ``ssd`` -> ``DISK``; a pool tier (``remote``: memory nodes,
   Mooncake Store) -> ``EXTERNAL``. ``AllBlocksCleared`` has no medium in SGLang's schema: a clear
   of any tier is published as one, so a consumer forgets this publisher's blocks; it may then
   under-count what is held, never over-count.
@@ -44,7 +44,8 @@ from .schema import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch, S
 log = logging.getLogger(__name__)
 
 MEDIUM_OF_TIER = {"dram": StorageMedium.CPU.value, "ssd": StorageMedium.DISK.value}
-"""Medium of a tier's events by tier name; any other tier (a pool) is ``EXTERNAL``."""
+"""Medium of a tier's events by tier name (``dram`` as ``events.dram_medium`` says); any other tier
+(a pool) is ``EXTERNAL``."""
 REPLAY_BATCHES = 1024
 """Batches kept for the replay socket."""
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
@@ -52,14 +53,16 @@ _STORED, _REMOVED, _CLEARED = 0, 1, 2
 _HWM = 100_000
 
 
-def medium_of(tier: str) -> str:
+def medium_of(tier: str, dram_medium: str = StorageMedium.CPU.value) -> str:
+    if tier == "dram":
+        return dram_medium
     return MEDIUM_OF_TIER.get(tier, StorageMedium.EXTERNAL.value)
 
 
 class KvEventPublisher:
     """Publishes what the tiers report (module docstring). ``block_size``: tokens per page, written
     in ``BlockStored.block_size`` (0 until known: ``block_size`` may be set later); ``dp_rank``:
-    ``KVEventBatch.attn_dp_rank``. Raises ``ValueError`` naming the endpoint when a socket cannot
+    ``KVEventBatch.attn_dp_rank``; ``dram_medium``: the medium of the ``dram`` tier. Raises ``ValueError`` naming the endpoint when a socket cannot
     bind."""
 
     def __init__(
@@ -72,9 +75,11 @@ class KvEventPublisher:
         flush_interval_s: float = 0.05,
         dp_rank: int = 0,
         block_size: int = 0,
+        dram_medium: str = StorageMedium.CPU.value,
         close_timeout_s: float = 2.0,
     ) -> None:
         self.block_size = block_size
+        self.dram_medium = dram_medium
         self.dp_rank = dp_rank
         self._topic = topic.encode()
         self._max_queue = max_queue
@@ -180,7 +185,7 @@ class KvEventPublisher:
             ids = [i for i in map(block_id, keys) if i is not None]
             if not ids:
                 continue
-            medium = medium_of(tier)
+            medium = medium_of(tier, self.dram_medium)
             if last == (kind, medium):
                 events[-1].block_hashes.extend(ids)
             elif kind == _STORED:

@@ -248,6 +248,9 @@ KEY_TESTS: dict[str, list[str]] = {
     "events.flush_interval_s": [
         "tests/unit/test_kv_events.py::test_a_full_queue_drops_and_counts_and_the_data_path_never_waits"
     ],
+    "events.dram_medium": [
+        "tests/unit/test_kv_events.py::test_dram_medium_external_for_consumers_that_merge_sglang_s_own_stream"
+    ],
     "tenants.shares": [
         "tests/ops/test_tenant_shares_store.py::test_a_tenant_stays_within_its_dram_share_under_load"
     ],

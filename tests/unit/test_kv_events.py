@@ -335,3 +335,17 @@ def test_what_the_ssd_recovered_at_start_is_announced(tmp_path: Path) -> None:
         publisher.close()
     got = {h for e in events if type(e) is BlockStored and e.medium == DISK for h in e.block_hashes}
     assert {hash_str_to_int64(h) for h in hashes} <= got
+
+
+def test_dram_medium_external_for_consumers_that_merge_sglang_s_own_stream(
+    make_store: Callable[..., Any],
+) -> None:
+    store, _publisher, sub = make_store(dram_mib=2, ssd_mib=8, dram_medium="EXTERNAL")
+    joined(sub, store)
+    hashes = [sha(i, "ext") for i in range(40)]  # more than DRAM holds: some are demoted to DISK
+    for i in range(0, len(hashes), 10):
+        put(store, [key(h) for h in hashes[i : i + 10]])
+    ids = {hash_str_to_int64(h) for h in hashes}
+    sub.wait_for(lambda ev: ids <= sub.hashes(BlockStored, StorageMedium.EXTERNAL.value))
+    sub.wait_for(lambda ev: bool(ids & sub.hashes(BlockStored, DISK)))
+    assert not sub.hashes(BlockStored, DRAM) & ids  # CPU_PINNED stays SGLang's host pool's
