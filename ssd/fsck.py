@@ -10,7 +10,9 @@ harmless) and repaired ones. A path that is a ``tiers.ssd.path`` (rank directori
 expanded to those directories. A missing or unreadable superblock is a warning, not an error,
 when the engine opens the directory anyway.
 
-``repair=True`` makes bad entries unreachable without moving anything: an entry whose header is
+A failed clear (``clear_record``: a clear whose new epoch could not be written, after which the
+engine refuses every call) is reported as not clean, naming the repair; ``repair=True`` finishes
+it first (``clear_record.repair``). ``repair=True`` also makes bad entries unreachable without moving anything: an entry whose header is
 intact is re-marked ``DEAD`` (its header is rewritten with the dead flag and a fresh header hash,
 so scans still step over its payload); a header block that cannot be parsed is zeroed; a region
 whose header is corrupt has its header zeroed (the region becomes empty). Repair takes the
@@ -26,6 +28,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .clear_record import REPAIR_COMMAND, find_failures
+from .clear_record import repair as finish_clear
 from .errors import SsdInUseError
 from .format import (
     BLOCK,
@@ -76,10 +80,18 @@ class FsckReport:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     in_use: list[str] = field(default_factory=list)
+    failed_clears: list[str] = field(default_factory=list)  # records (``clear_record``) left standing
+    clears_finished: list[str] = field(default_factory=list)  # directories whose clear --repair finished
 
     @property
     def clean(self) -> bool:
-        return self.corrupt == 0 and self.torn == 0 and not self.lost_regions and not self.errors
+        return (
+            self.corrupt == 0
+            and self.torn == 0
+            and not self.lost_regions
+            and not self.errors
+            and not self.failed_clears
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -102,6 +114,15 @@ class FsckReport:
                     lines.append(f"    {r.path} offset {p['offset']}: {p['kind']}: {p['reason']}")
         for lost in self.lost_regions:
             lines.append(f"  LOST region {lost['region']} ({lost['path']}): {lost['reason']}")
+        if self.failed_clears:
+            lines.append(
+                f"  FAILED CLEAR: an earlier clear could not write its new epoch (recorded in "
+                f"{', '.join(self.failed_clears)}); the engine refuses every call until "
+                f"`hicache-mooncake fsck --repair {' '.join(self.paths)}` (or `{REPAIR_COMMAND} DIR...`) "
+                f"finishes the clear, with the engine stopped"
+            )
+        for d in self.clears_finished:
+            lines.append(f"  clear finished: {d} (a new epoch written; the failed-clear record removed)")
         for d in self.in_use:
             lines.append(f"  warning: {d} is in use by a running engine (writes in flight may look torn)")
         for w in self.warnings:
@@ -212,7 +233,9 @@ def _check_dir(d: str, report: FsckReport, repair: bool, bar: Any) -> None:
         report.warnings.append(
             f"{d}: the JSON superblock is missing or unreadable (the state file is intact)"
         )
-    if info.mapped is not None:
+    if info.mapped is not None and info.state is not None and info.state.epoch == info.epoch:
+        # (a region map of an epoch a clear ended since, e.g. one a repair finished, lists files
+        # of that epoch: the clear removed them, nothing is lost)
         present = {rid for rid, _ in files} | set(links.values())
         for rid in sorted(info.mapped - present):
             report.lost_regions.append(
@@ -244,6 +267,28 @@ def _check_dir(d: str, report: FsckReport, repair: bool, bar: Any) -> None:
         report.dead += rr.dead
     report.entries += len(rec.winners)
     report.bytes += sum(e.payload_len for _rid, e in rec.winners.values())
+
+
+def _failed_clears(dirs: list[str], report: FsckReport, repair: bool) -> None:
+    """Records of clears that could not write their new epoch (``clear_record``): the engine
+    refuses every call while one stands. Reported (not clean); with ``repair`` the clear is
+    finished first (``clear_record.repair``: a new epoch above every epoch found, in every
+    directory with a record, then the records removed), so the scan that follows sees what a
+    restarted engine will serve (nothing written before the clear)."""
+    records = find_failures(dirs)
+    if not records:
+        return
+    if not repair:
+        report.failed_clears.extend(records)
+        return
+    recorded = [d for d in dirs if find_failures([d])]
+    try:
+        epoch = finish_clear(recorded)
+    except OSError as e:
+        report.failed_clears.extend(find_failures(dirs))
+        report.errors.append(f"{', '.join(recorded)}: cannot finish the failed clear: {e}")
+        return
+    report.clears_finished.extend(f"{d} (epoch {epoch})" for d in recorded)
 
 
 def fsck(paths: list[str] | tuple[str, ...], repair: bool = False, progress: bool = False) -> FsckReport:
@@ -286,6 +331,7 @@ def fsck(paths: list[str] | tuple[str, ...], repair: bool = False, progress: boo
                     desc="fsck",
                     unit="region",
                 )
+        _failed_clears([d for d in dirs if os.path.isdir(d)], report, repair)
         for d in dirs:
             if os.path.isdir(d):
                 _check_dir(d, report, repair, bar)

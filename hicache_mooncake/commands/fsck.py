@@ -2,8 +2,10 @@
 
 A PATH is an SSD engine directory or a ``tiers.ssd.path`` (every rank directory under it is
 checked). Exit status: 0 clean; 1 data lost or damaged (corrupt, torn or misdirected entries,
-dropped when ``--repair``; region files missing, truncated or swapped); 2 when a path is not an SSD
-engine directory or is in use during ``--repair``. A superblock the engine tolerates (it opens
+dropped when ``--repair``; region files missing, truncated or swapped) or a failed clear recorded
+(``ssd.clear_record``: the engine refuses every call until ``--repair`` finishes the clear); 2 when
+a path is not an SSD engine directory, is in use during ``--repair``, or a failed clear cannot be
+finished. A superblock the engine tolerates (it opens
 the directory anyway) is a warning, not an error.
 """
 
@@ -23,7 +25,11 @@ def register(sub: Any) -> None:
         metavar="PATH",
         help="SSD engine directory, or a tiers.ssd.path (checks every rank directory under it)",
     )
-    parser.add_argument("--repair", action="store_true", help="drop bad entries (marks them dead on disk)")
+    parser.add_argument(
+        "--repair",
+        action="store_true",
+        help="drop bad entries (marks them dead on disk); finish a clear that could not write its epoch",
+    )
     parser.add_argument(
         "--json",
         dest="json_out",
@@ -33,7 +39,10 @@ def register(sub: Any) -> None:
         help="write the report as JSON (to a file, or stdout)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.set_defaults(func=run, exit_findings="corrupt or torn entries found (dropped with --repair)")
+    parser.set_defaults(
+        func=run,
+        exit_findings="corrupt or torn entries, lost regions or a failed clear found (--repair fixes)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
