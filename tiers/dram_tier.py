@@ -51,6 +51,7 @@ from hicache_mooncake.transport.object_header import (
 from .dram_arena import DramArena
 from .parts import Parts, gather, gather_at, pages_sizes, scatter_from
 from .policy import DEFAULT_CONTEXT, AccessContext
+from .policy.dram_room import RoomPlan
 from .slab_allocator import SlabAllocator, slot_size_for
 from .tier import Tier
 
@@ -61,6 +62,10 @@ _ITEM_CTX = operator.itemgetter(2)
 _ENTRY_OFFSET = operator.itemgetter(0)
 _ENTRY_NBYTES = operator.itemgetter(1)
 _CTX_TYPE = operator.attrgetter("obj_type")
+
+
+def _no_class(_nbytes: int) -> bool:
+    return False
 
 
 class Pinned(NamedTuple):
@@ -84,6 +89,8 @@ class Reservation(NamedTuple):
     body: np.ndarray
     generation: int = 0
     """``DramTier.generation`` at reservation: ``publish`` refuses it after a clear (``clear``)."""
+    tag: int = 0
+    """The caller's own mark (``reserve``'s ``tag``; the store: its tenant-clear fence)."""
 
 
 class Located(NamedTuple):
@@ -233,6 +240,43 @@ class DramTier(Tier):
             free = sum(len(v) for v in cls.free_by_slab.values()) if cls is not None else 0
             return free + self._allocator.free_slab_count * (self._allocator.slab_size // slot)
 
+    def room_plan(self, nbytes: int) -> RoomPlan | None:
+        """What could make room for objects of ``nbytes`` (``dram_room``), or None when taking out
+        pages of any size helps: a slot of its class or a whole slab is free (or the store
+        must free bytes for another reason). Pages of other classes are listed only for
+        slabs every used slot of which holds a published page no reader pins; the index is
+        walked only when other classes hold slabs."""
+        need = self._slot_bytes(nbytes)
+        if not self._allocator.fits(need):
+            return RoomPlan(_no_class, 0, {}, {})
+        slot = slot_size_for(need)
+        slab_size = self._allocator.slab_size
+
+        def same_class(size: int) -> bool:
+            return slot_size_for(self._slot_bytes(size)) == slot
+
+        slab_of: dict[str, int] = {}
+        slab_keys: dict[int, list[str]] = {}
+        with self._lock:
+            alloc = self._allocator
+            cls = alloc.classes.get(slot)
+            if alloc.free_slab_count or (cls is not None and cls.free_by_slab):
+                return None
+            used: dict[int, int] = {}
+            for other in alloc.classes.values():
+                if other.slot_size != slot:
+                    used.update((s, n) for s, n in other.used_by_slab.items() if s < alloc.slab_count)
+            if used:
+                pinned = {offset // slab_size for offset in self._pins}
+                for key, (offset, _size, _version, _otype) in self._index.items():
+                    slab = offset // slab_size
+                    if slab in used and slab not in pinned:
+                        slab_keys.setdefault(slab, []).append(key)
+                for slab in [s for s, keys in slab_keys.items() if len(keys) != used[s]]:
+                    del slab_keys[slab]  # a reserved or removed-while-read slot keeps it
+                slab_of = {key: slab for slab, keys in slab_keys.items() for key in keys}
+        return RoomPlan(same_class, slab_size // slot, slab_of, slab_keys)
+
     @property
     def used_fraction(self) -> float:
         return self._allocator.used_bytes / self._allocator.capacity
@@ -334,10 +378,10 @@ class DramTier(Tier):
                 results[i] = True
         return results
 
-    def reserve(self, items: Sequence[tuple[str, int, int]]) -> list[Reservation | None]:
+    def reserve(self, items: Sequence[tuple[str, int, int]], tag: int = 0) -> list[Reservation | None]:
         """Slots for ``(key, nbytes, obj_type)`` that the caller fills through ``Reservation.body``
         (None: no free slot of its class, too large, or closed), under one lock hold. Nobody finds
-        them until ``publish``."""
+        them until ``publish``. ``tag``: kept in each ``Reservation`` for the caller."""
         out: list[Reservation | None] = []
         with self._lock:
             if self._closed:
@@ -359,6 +403,7 @@ class DramTier(Tier):
                         obj_type,
                         self._arena.view(offset, nbytes),
                         self._generation,
+                        tag,
                     )
                 )
         return out

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 _CHUNK = 4096  # keys per hold of the store lock
 _COPY_BATCH = 32  # pages per read/write batch when pages move between tiers
+TENANT_CLEAR_LOG = 256  # tenant clears the store remembers (``TieredStore.tenants_cleared_since``)
 MODES = ("drain", "drop")
 
 
@@ -404,25 +405,58 @@ class RuntimeOps:
     # ------------------------------------------------------------------ tenants
     def clear_tenant(self, tenant: str, progress: Progress, deadline: float) -> None:
         """Remove every page of ``tenant`` from every local tier (and from the pools, for the pages
-        known here). The tenant's sets are refused while it runs; other tenants are untouched."""
+        known here). The tenant's sets are refused while it runs; other tenants are untouched.
+
+        A barrier for the tenant's pages: the tenant is marked and the store's ``tenant_fence``
+        bumped (under the store lock); a first sweep removes its pages; then everything that may
+        have taken one of its pages before the mark finishes (data calls, served commits and
+        lookups included: ``CallGate.quiesce``; the mover's batch in flight, with the mover held
+        until the end; the store's deferred work, pool copies of served commits included); then a
+        final sweep removes what they published; then the fence is bumped again. A served
+        reservation made before the mark is refused at its commit (``tenants_cleared_since``).
+        Waits are bounded by ``deadline``; one that runs out is counted (``quiesce_timeouts``)."""
         store = self.store
         with store._changes:
             self._open()
-            store.clearing.add(tenant)  # from now on: no set, no promotion of the tenant's pages
+            with store._lock:
+                store.clearing.add(tenant)  # from now on: no set, no promotion of the tenant's pages
+                store._tenant_fence += 1
+            mover = store.mover
+            held = mover is not None and not mover.paused
             try:
                 removed = left = 0
                 for sweep in ("remove", "final sweep"):
-                    # the final sweep runs once every call that started before the tenant was
-                    # marked is over (a read of it could still copy a page up into DRAM)
                     if sweep == "final sweep":
-                        store._gate.quiesce(store._gate.advance(), deadline)
+                        self._wait_for_takers(mover, held, deadline)
                     todo = self._tenant_keys(tenant)
                     progress.phase(sweep, len(todo), "pages")
                     done = self._remove_keys(todo, progress, deadline)
                     removed, left = removed + done, len(todo) - done
                 progress.note(pages_removed=removed, pages_left=left)
             finally:
-                store.clearing.discard(tenant)
+                with store._lock:
+                    store._tenant_fence += 1
+                    store._tenant_clears.append((tenant, store._tenant_fence))
+                    del store._tenant_clears[:-TENANT_CLEAR_LOG]
+                    store.clearing.discard(tenant)
+                if held and mover is not None:
+                    mover.resume()
+
+    def _wait_for_takers(self, mover: Mover | None, hold: bool, deadline: float) -> None:
+        """Wait (until ``deadline``) for everything that may have taken a page before a tenant was
+        marked: data calls that started before (a read could copy a page up into DRAM), the
+        mover's batch in flight (a demotion or copy pinned before; with ``hold`` the mover is
+        paused, ``clear_tenant`` resumes it), then the store's deferred work."""
+        store = self.store
+        ok = store._gate.quiesce(store._gate.advance(), deadline)
+        if mover is not None and hold:
+            mover.pause()
+            while mover._busy and time.monotonic() < deadline:  # the batch in flight finishes
+                time.sleep(0.005)
+            ok = ok and not mover._busy
+        store._settle_deferred(deadline)
+        if not ok:
+            store.counts["quiesce_timeouts"] += 1
 
     def _tenant_keys(self, tenant: str) -> list[str]:
         """Every key of ``tenant`` the placement, the DRAM tier or the SSD tier knows."""

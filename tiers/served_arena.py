@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from .tiered_store import TieredStore
 
 log = logging.getLogger(__name__)
+_TAG = operator.attrgetter("tag")
 
 
 class ServedArena:
@@ -47,6 +49,7 @@ class ServedArena:
             return [False] * len(keys)
         dram = self.store.dram
         deadline = self.store._deadline(deadline)
+        tag = self.store.tenant_fence  # before any slot: a tenant clear since refuses the commit
         held = self._held_same_size(dram, keys, ctxs)
         out: list[Reservation | bool] = list(held)
         old = [i for i, h in enumerate(held) if h]
@@ -56,10 +59,11 @@ class ServedArena:
             )
             self.store._apply(drops, demote)
         got: dict[int, Reservation] = {}
-        attempt = self._reserver(dram, keys, ctxs, got)
+        attempt = self._reserver(dram, keys, ctxs, got, tag)
         new = [i for i, h in enumerate(held) if not h]
         if new:
-            failed = self.store._with_dram_room(keys, ctxs, new, attempt, deadline)
+            new = self._fitting(dram, ctxs, new)  # nothing is evicted for a page no slot holds
+            failed = self.store._with_dram_room(keys, ctxs, new, attempt, deadline) if new else []
             self.store.counts["reservations_no_room"] += len(failed)
         for i, res in got.items():
             out[i] = res
@@ -85,13 +89,31 @@ class ServedArena:
         return [s is not None and s == c.size for s, c in zip(sizes, ctxs, strict=True)]
 
     @staticmethod
+    def _fitting(dram: DramTier, ctxs: Sequence[AccessContext], idx: list[int]) -> list[int]:
+        """``idx`` less the pages no DRAM slot can hold (``DramTier.fits``; counted there as
+        ``rejected_too_large``): making room for them would evict pages and still store nothing.
+        One check per distinct size."""
+        sizes = {ctxs[i].size for i in idx}
+        unfit = {size for size in sizes if not dram.fits(size)}
+        if not unfit:
+            return idx
+        out = [i for i in idx if ctxs[i].size not in unfit]
+        dram.count_too_large(len(idx) - len(out))
+        return out
+
+    @staticmethod
     def _reserver(
-        dram: DramTier, keys: Sequence[str], ctxs: Sequence[AccessContext], into: dict[int, Reservation]
+        dram: DramTier,
+        keys: Sequence[str],
+        ctxs: Sequence[AccessContext],
+        into: dict[int, Reservation],
+        tag: int = 0,
     ) -> Callable[[list[int]], list[bool]]:
-        """An ``attempt`` for ``_with_dram_room`` that reserves DRAM slots ``into`` a dict."""
+        """An ``attempt`` for ``_with_dram_room`` that reserves DRAM slots ``into`` a dict (each
+        tagged with ``tag``: the store's ``tenant_fence`` when the reservation began)."""
 
         def attempt(missing: list[int]) -> list[bool]:
-            got = dram.reserve([(keys[i], ctxs[i].size, int(ctxs[i].obj_type)) for i in missing])
+            got = dram.reserve([(keys[i], ctxs[i].size, int(ctxs[i].obj_type)) for i in missing], tag)
             for i, res in zip(missing, got, strict=True):
                 if res is not None:
                     into[i] = res
@@ -109,28 +131,72 @@ class ServedArena:
         (one placement call per key): a page the policy refuses is removed again (True: a
         decision, not a failure); write-through copies and pool tiers follow as for ``put_batch``.
         The placement runs on the worker after the caller returns (it costs the writer nothing),
-        unless pools take copies. False: not stored."""
+        unless pools take copies. False: not stored, or reserved before a clear of its tenant
+        (``clear_tenant``: given back). A data call (``CallGate``): a tenant clear waits for it."""
         if self.store.dram is None or not reservations:
             return [False] * len(reservations)
+        gen = self.store._gate.enter()
+        try:
+            keep = self._not_cleared(reservations)
+            if keep is None:  # the usual commit: no tenant clear since the reservations
+                return self._commit(reservations, ctxs, deadline)
+            self.abort_batch([r for r, k in zip(reservations, keep, strict=True) if not k])
+            out = [False] * len(reservations)
+            idx = [i for i, k in enumerate(keep) if k]
+            if idx:
+                done = self._commit([reservations[i] for i in idx], [ctxs[i] for i in idx], deadline)
+                for i, ok in zip(idx, done, strict=True):
+                    out[i] = ok
+            return out
+        finally:
+            self.store._gate.exit(gen)
+
+    def _not_cleared(self, reservations: Sequence[Reservation]) -> list[bool] | None:
+        """Per reservation, whether no clear of its key's tenant ran since it was made (counted
+        ``commits_refused_tenant_clear`` otherwise); None when no tenant clear ran since any of
+        them (one C-level pass over the tags)."""
+        fence = self.store.tenant_fence
+        if set(map(_TAG, reservations)) == {fence}:
+            return None
+        since: dict[int, set[str] | None] = {}
+        tenant_of = self.store.tenant_of
+        keep: list[bool] = []
+        for res in reservations:
+            if res.tag not in since:
+                since[res.tag] = self.store.tenants_cleared_since(res.tag)
+            gone = since[res.tag]
+            keep.append(gone is not None and tenant_of(res.key) not in gone)
+        self.store.counts["commits_refused_tenant_clear"] += keep.count(False)
+        return keep
+
+    def _commit(
+        self, reservations: Sequence[Reservation], ctxs: Sequence[AccessContext], deadline: float | None
+    ) -> list[bool]:
+        assert self.store.dram is not None
         deadline = self.store._deadline(deadline)
+        epoch = self.store.clear_epoch  # before the publish: a clear after it keeps pool copies out
         located = self.store.dram.publish(reservations)
         live = [(reservations[i].key, ctxs[i]) for i, loc in enumerate(located) if loc is not None]
         if live:
             if any(p.write_through for p in self.store.pools):
-                self._place_committed(live, deadline)
+                self._place_committed(live, deadline, epoch)
             else:
                 with contextlib.suppress(RuntimeError):  # closing: nothing to place any more
-                    self.store._worker.submit(self._place_committed_later, live, deadline)
+                    self.store._worker.submit(self._place_committed_later, live, deadline, epoch)
         return [loc is not None for loc in located]
 
-    def _place_committed_later(self, live: Sequence[tuple[str, AccessContext]], deadline: float) -> None:
+    def _place_committed_later(
+        self, live: Sequence[tuple[str, AccessContext]], deadline: float, epoch: int
+    ) -> None:
         try:
-            self._place_committed(live, deadline)
+            self._place_committed(live, deadline, epoch)
         except Exception:
             self.store.counts["bookkeeping_errors"] += 1
             log.exception("placement of served sets failed")
 
-    def _place_committed(self, live: Sequence[tuple[str, AccessContext]], deadline: float) -> None:
+    def _place_committed(
+        self, live: Sequence[tuple[str, AccessContext]], deadline: float, epoch: int
+    ) -> None:
         assert self.store.dram is not None
         keys = [k for k, _ in live]
         live_ctxs = [c for _, c in live]
@@ -144,14 +210,19 @@ class ServedArena:
                 [k for k, o in zip(keys, outcomes, strict=True) if o == SetOutcome.NEW_DRAM]
             )
         gone = set(unwanted)
-        self._copy_to_pools([(k, c) for k, c in live if k not in gone], deadline)
+        self._copy_to_pools([(k, c) for k, c in live if k not in gone], deadline, epoch)
 
     def abort_batch(self, reservations: Sequence[Reservation]) -> None:
         if self.store.dram is not None:
             self.store.dram.cancel(reservations)
 
-    def _copy_to_pools(self, items: Sequence[tuple[str, AccessContext]], deadline: float) -> None:
-        """Write-through pools get the DRAM copies of ``items`` they lack."""
+    def _copy_to_pools(
+        self, items: Sequence[tuple[str, AccessContext]], deadline: float, epoch: int
+    ) -> None:
+        """Write-through pools get the DRAM copies of ``items`` they lack. ``epoch``: the store's
+        ``clear_epoch`` read before the pages were published; once a clear has started since, no
+        pool gets a copy of them (counted ``pool_writes_skipped_clear``), the same fence as a set's
+        pool writes (``TieredStore.put_batch``)."""
         pools = [p for p in self.store.pools if p.write_through]
         if not pools or not items or self.store.dram is None:
             return
@@ -161,6 +232,9 @@ class ServedArena:
             for pool in pools:
                 found = pool.contains_batch([p.key for p in pinned])
                 todo = [p for p, f in zip(pinned, found, strict=True) if not f]
+                if todo and self.store.clear_epoch != epoch:  # a clear overtook the commit
+                    self.store.counts["pool_writes_skipped_clear"] += len(todo)
+                    return
                 if todo:
                     pool.put_batch([(p.key, [p.data.data], ctx_of[p.key]) for p in todo], deadline=deadline)
         finally:
@@ -176,9 +250,20 @@ class ServedArena:
         """Where each page lives in DRAM, for a client that copies it out itself (``sizes``: the
         expected sizes, 0 = any). Pages another tier holds (SSD, pool) are first read into
         reserved DRAM slots within the deadline. Results after the first page no tier could
-        serve are None (SGLang uses only the leading run). One placement call per page read."""
+        serve are None (SGLang uses only the leading run). One placement call per page read. A
+        data call (``CallGate``): a tenant clear waits for it (it may publish staged pages)."""
         if self.store.dram is None or not keys:
             return [None] * len(keys)
+        gen = self.store._gate.enter()
+        try:
+            return self._locate(keys, sizes, deadline, obj_type)
+        finally:
+            self.store._gate.exit(gen)
+
+    def _locate(
+        self, keys: Sequence[str], sizes: Sequence[int], deadline: float | None, obj_type: ObjectType
+    ) -> list[Located | None]:
+        assert self.store.dram is not None
         dram = self.store.dram
         deadline = self.store._deadline(deadline)
         located: list[Located | None] = dram.locate(keys, sizes)
@@ -253,7 +338,7 @@ class ServedArena:
         assert self.store.dram is not None
         dram = self.store.dram
         reserved: dict[int, Reservation] = {}
-        sized = [i for i in want if ctxs[i].size > 0]
+        sized = self._fitting(dram, ctxs, [i for i in want if ctxs[i].size > 0])
         attempt = self._reserver(dram, keys, ctxs, reserved)
         if sized:
             self.store.counts["staging_no_room"] += len(

@@ -90,7 +90,7 @@ from .policy.placement import DRAM, SSD, SetOutcome, TierPlacement
 from .policy.quotas import TenantLedger, TenantShare, default_tenant
 from .progress import Progress
 from .rewarm import WarmKeeper, WarmOptions
-from .runtime_ops import RuntimeOps
+from .runtime_ops import TENANT_CLEAR_LOG, RuntimeOps
 from .served_arena import ServedArena
 from .ssd_tier import SsdTier
 from .tier import Tier
@@ -194,6 +194,10 @@ class TieredStore:
         # the clear fence (``clear``): even while open, odd while a clear runs; bumped under _lock
         self._clear_epoch = 0
         self._clear_mutex = threading.Lock()  # one clear at a time
+        # the tenant-clear fence (``clear_tenant``): bumped under _lock when one starts and ends;
+        # each finished clear is logged with the fence value at its end (``tenants_cleared_since``)
+        self._tenant_fence = 0
+        self._tenant_clears: list[tuple[str, int]] = []
         self._ops = RuntimeOps(self)
         lay = self._layout
         if lay.dram is not None and lay.ssd is not None:
@@ -774,7 +778,9 @@ class TieredStore:
         the deadline passes; returns those without. When DRAM has no free slot, queued demotions
         run in this thread (``wait_for_room``) and, if DRAM is still full, the placement frees room
         (``free_dram``: the writing tenant's own pages first when it has a share, then its least
-        recent DRAM pages are demoted, or victims dropped without an SSD)."""
+        recent DRAM pages are demoted, or victims dropped without an SSD). When the pages' size
+        class has no free slot and no slab is free, only pages that make room leave
+        (``DramTier.room_plan``, ``TierPlacement.free_dram_room``): none when none can."""
         missing = idx
         mover = self.mover  # one layout for the whole call (a runtime change publishes a new one)
         for step in range(3):
@@ -783,9 +789,18 @@ class TieredStore:
                 mover.make_room(ctxs[missing[0]].size, len(missing), deadline)
             elif step == 2:
                 self._settle_deferred(deadline)
+                size = ctxs[missing[0]].size
+                # short of slots, not bytes: only pages that make room for this class leave
+                plan = dram.room_plan(size) if (dram := self.dram) is not None else None
+                strays: list[str] = []
                 with self._lock:
-                    placement = self._placement_for(ctxs[missing[0]].size)
-                    drops, demote = placement.free_dram(sum(ctxs[i].size for i in missing), keys[missing[0]])
+                    placement = self._placement_for(size)
+                    if plan is None:
+                        drops, demote = placement.free_dram(sum(ctxs[i].size for i in missing), keys[missing[0]])
+                    else:
+                        drops, demote, strays = placement.free_dram_room(plan, len(missing), keys[missing[0]])
+                if strays and dram is not None:
+                    dram.remove_batch(strays)  # DRAM held them, the placement did not know them
                 self._apply(drops, demote)
                 if demote and mover is not None and self.options.wait_for_room:
                     mover.make_room(ctxs[missing[0]].size, len(missing), deadline)
@@ -884,6 +899,23 @@ class TieredStore:
         fence and the SSD epoch (None for a tier the store lacks)."""
         dram, ssd = self.dram, self.ssd
         return (dram.generation if dram is not None else None, ssd.epoch if ssd is not None else None)
+
+    @property
+    def tenant_fence(self) -> int:
+        """The tenant-clear fence: what an operation that may publish a page after the call that
+        took it (a served reservation) reads before it takes bytes; odd while a tenant clear runs."""
+        return self._tenant_fence
+
+    def tenants_cleared_since(self, fence: int) -> set[str] | None:
+        """Tenants whose clear ran (or runs) since ``tenant_fence`` read ``fence``: their pages
+        taken before must not be published. None: every tenant (older than the log)."""
+        with self._lock:
+            if fence == self._tenant_fence:
+                return set()
+            log_ = self._tenant_clears
+            if len(log_) >= TENANT_CLEAR_LOG and fence < log_[0][1]:
+                return None
+            return {tenant for tenant, end in log_ if end > fence} | set(self.clearing)
 
     @property
     def clear_epoch(self) -> int:

@@ -40,6 +40,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .base import TRAILING_TYPES, AccessContext, EvictionPolicy
+from .dram_room import RoomPlan, choose
 from .hints import Hints
 from .quotas import TenantLedger
 from .superseded import SupersededSet
@@ -463,6 +464,38 @@ class TierPlacement:
             self._drops.append((victim, DRAM))
             freed += size
         return self.settle()
+
+    def free_dram_room(
+        self, plan: RoomPlan, slots: int, for_key: str | None = None
+    ) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+        """``free_dram`` when DRAM's slabs, not its bytes, are what is short (``dram_room``):
+        only pages that make room for ``slots`` slots of the set's class leave DRAM (demoted
+        with an SSD, dropped without), chosen in the order ``free_dram`` takes them (superseded
+        sidecars, the tenant's own pages when it has a share, then the least recently used);
+        when none can make room, none leaves. Returns ``(drops, demotions, strays)``: strays are
+        pages of an emptied slab that DRAM holds but the placement does not know (the caller
+        removes them from DRAM)."""
+        dram = self._dram
+        first = [k for k in self.superseded.oldest() if k in dram]
+        if for_key is not None and self.ledger.shares:
+            first.extend(self.ledger.own_dram_pages(for_key, 1 << 62))
+        order = itertools.chain(((k, dram[k]) for k in first if k in dram), dram.items())
+        chosen = choose(plan, order, slots)
+        to_ssd = self.dram_capacity < self.capacity
+        demote: list[str] = []
+        strays: list[str] = []
+        for key in chosen:
+            if key not in dram:
+                if key not in self._size:
+                    strays.append(key)
+                continue
+            if to_ssd:
+                self.leave_dram(key)
+                demote.append(key)
+            else:
+                self._forget(key)
+                self._drops.append((key, DRAM))
+        return self.settle()[0], demote, strays
 
     def clear(self) -> None:
         self.policy.clear()
