@@ -148,6 +148,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             max_object_bytes=self._max_object_bytes,
         )
         self.admin: Any = None
+        self.admin_error: str | None = None  # why the admin endpoint did not start (not fatal)
         self.metrics_port: int | None = None
         if self.config.metrics.port is not None:
             try:
@@ -185,10 +186,19 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         )
 
     def _start_admin(self, dp_rank: int) -> None:
-        """The admin endpoint of this rank; a refusal (no token off loopback, port taken) fails the
-        attach with the key, after releasing what was built."""
+        """The admin endpoint of this rank. A refusal the operator's YAML causes (no token off
+        loopback, an unreadable token file, a fixed port taken) fails the attach with the key,
+        after releasing what was built; one another local user can cause (an unsafe generated-token
+        directory) or no free port with ``admin.port: 0`` does not (``start_failure_fatal``): the
+        backend runs without its endpoint (``admin_error``) and logs one ERROR with the fix."""
+        from hicache_mooncake.admin.layout import backend_layout
         from hicache_mooncake.admin.routes import AdminContext
-        from hicache_mooncake.admin.server import AdminServer, rank_index
+        from hicache_mooncake.admin.server import (
+            AdminServer,
+            rank_index,
+            start_failure_fatal,
+            unavailable_message,
+        )
         from hicache_mooncake.admin.tier_factory import TierFactory
 
         r = self.ranks
@@ -199,11 +209,17 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             labels={"model": self.model_name, "rank": str(index)},
             timeout_s=self.config.admin.operation_timeout_s,
             store_keys=self._store_keys,
+            layout=lambda: backend_layout(self),
         )
         server = AdminServer(self.config.admin, context, index)
         try:
             server.start()
         except Exception as exc:
+            if not start_failure_fatal(self.config.admin, exc):
+                server.close()
+                self.admin_error = str(exc)
+                log.error("%s", unavailable_message(self.config.admin, exc))
+                return
             self.metrics.close()
             self.store.close()
             raise RuntimeError(
@@ -666,7 +682,17 @@ class HiCacheMooncakeBackend(HiCacheStorage):
 
     def tier_stats(self) -> dict[str, Any]:
         """Per-tier figures plus failure counts (for operators; SGLang does not call this)."""
-        return {"tiers": self.store.stats(), "failures": self._failures.snapshot(), "closed": self._closed}
+        admin: dict[str, Any] = {"enabled": self.config.admin.port is not None}
+        if self.admin is not None:
+            admin["url"] = self.admin.url
+        elif self.admin_error is not None:
+            admin["unavailable"] = self.admin_error
+        return {
+            "tiers": self.store.stats(),
+            "failures": self._failures.snapshot(),
+            "closed": self._closed,
+            "admin": admin,
+        }
 
     def close(self) -> None:
         with self._close_lock:

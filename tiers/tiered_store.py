@@ -391,6 +391,25 @@ class TieredStore:
                 present[i] = True
         return present
 
+    @_gated
+    def where_batch(self, keys: Sequence[str], pools: bool = False) -> list[str | None]:
+        """Per key, the name of the fastest tier holding it (read order: DRAM, SSD, then the pools
+        when ``pools``), else None. Read-only: one index lookup batch per tier (each tier asked only
+        for the keys the ones before lack), no store lock, no policy call, no count: a lookup is
+        not a hit. Without ``pools`` no I/O runs; a pool is asked once for the batch (its deadline)."""
+        lay = self._layout
+        local = [t for t in (lay.dram, lay.ssd) if t is not None]
+        where: list[str | None] = [None] * len(keys)
+        pending = list(range(len(keys)))
+        for tier in (*local, *lay.pools) if pools else local:
+            if not pending:
+                break
+            found = tier.contains_batch([keys[i] for i in pending])
+            for i in compress(pending, found):
+                where[i] = tier.name
+            pending = [i for i, hit in zip(pending, found, strict=True) if not hit]
+        return where
+
     def _existence_order(self) -> tuple[Tier, ...]:
         """The order ``_contains`` asks the tiers in: the local ones (in-memory index lookups)
         first, the one holding more entries before the other, then the pools in read order.

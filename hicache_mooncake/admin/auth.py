@@ -29,6 +29,12 @@ from hicache_mooncake.metrics_discovery import private_dir
 TOKEN_FILE = "admin.token"
 
 
+class TokenPlaceError(ConfigError):
+    """The generated token cannot be kept private: its directory or file could be read or replaced
+    by someone else (or cannot be made). Another local user can cause it (a planted
+    ``/tmp/hicache-mooncake-<uid>``), so it never fails a backend's attach (``server.start_failure_fatal``)."""
+
+
 def load_token(config: AdminConfig, environ: Mapping[str, str] | None = None) -> str | None:
     """The operator's token, or None when none is configured. ConfigError naming the key when the
     token file cannot be read or is empty."""
@@ -59,7 +65,7 @@ def generated_token(directory: Path) -> str:
     try:
         private_dir(directory)
     except OSError as exc:
-        raise ConfigError(f"admin token: cannot keep it private: {exc}") from None
+        raise TokenPlaceError(f"admin token: cannot keep it private: {exc}") from None
     path = token_path(directory)
     with contextlib.suppress(FileNotFoundError):
         return read_token_file(path)
@@ -74,7 +80,7 @@ def generated_token(directory: Path) -> str:
         with contextlib.suppress(FileExistsError):
             os.link(tmp, path)  # atomic: the first rank's token wins
     except OSError as exc:
-        raise ConfigError(f"admin token: cannot create {path}: {exc.strerror or exc}") from None
+        raise TokenPlaceError(f"admin token: cannot create {path}: {exc.strerror or exc}") from None
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -89,11 +95,11 @@ def read_token_file(path: Path) -> str:
     except FileNotFoundError:
         raise
     except OSError as exc:
-        raise ConfigError(f"admin token: cannot read {path}: {exc.strerror or exc}") from None
+        raise TokenPlaceError(f"admin token: cannot read {path}: {exc.strerror or exc}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o077:
-            raise ConfigError(
+            raise TokenPlaceError(
                 f"admin token: {path} must be a regular file owned by uid {os.geteuid()} with mode 0600 "
                 f"(it is uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}); remove it to get a new one"
             )
@@ -102,7 +108,7 @@ def read_token_file(path: Path) -> str:
         os.close(fd)
     token = text.splitlines()[0].strip() if text.strip() else ""
     if not token:
-        raise ConfigError(f"admin token: {path} is empty; remove it to get a new one")
+        raise TokenPlaceError(f"admin token: {path} is empty; remove it to get a new one")
     return token
 
 

@@ -31,6 +31,8 @@ class RankEndpoint:
     @property
     def name(self) -> str:
         rank = self.labels.get("rank")
+        if rank is None and self.labels.get("role") == "host-cache":
+            return f"host cache {self.labels.get('host_cache', '')}"
         return f"rank {rank}" if rank is not None else self.url
 
 
@@ -117,6 +119,19 @@ class AdminClient:
         if page_hashes:
             body["page_hashes"] = page_hashes
         return self.request("POST", "/v1/hints/session", _hint(body, tenant))
+
+    def lookup(
+        self, keys: list[str], tenant: str | None = None, remote: bool | None = None
+    ) -> dict[str, Any]:
+        """Where this rank holds each page (``lookup_routes``)."""
+        body: dict[str, Any] = {"keys": keys}
+        if remote is not None:
+            body["remote"] = remote
+        return self.request("POST", "/v1/lookup", _hint(body, tenant))
+
+    def layout(self) -> dict[str, Any]:
+        """What this rank stores and how its keys are made (``layout``)."""
+        return self.request("GET", "/v1/layout")
 
     def wait(
         self,

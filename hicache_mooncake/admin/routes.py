@@ -45,6 +45,9 @@ class AdminContext:
     """SGLang page hashes (and a tenant; None: the backend's) -> the store's keys for them. None on
     an endpoint without an SGLang backend; the backend's raises ValueError until SGLang registered
     its host pool (the key space is not known before)."""
+    layout: Callable[[], dict[str, Any]] | None = None
+    """What the backend stores and how its keys are made (``layout.backend_layout``); None on an
+    endpoint without an SGLang backend."""
 
 
 def route(method: str, path: str) -> Callable[[Handler], Handler]:

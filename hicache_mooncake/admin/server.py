@@ -28,7 +28,7 @@ from hicache_mooncake.config.errors import ConfigError
 from hicache_mooncake.metrics_discovery import APP_DIR, Endpoint, register, unregister
 from hicache_mooncake.tiers.runtime_ops import OperationError
 
-from . import auth, hint_routes  # noqa: F401 - registers the hint routes
+from . import auth, hint_routes, layout_routes, lookup_routes  # noqa: F401 - register their routes
 from .http_loop import BoundedHTTPServer, Limits, Reply, Request
 from .operations import Busy
 from .routes import AdminContext, BadRequest, find
@@ -54,6 +54,32 @@ def discovery_dir(config: AdminConfig) -> Path:
         else Path(f"/tmp/{APP_DIR}-{os.geteuid()}")
     )
     return base / "admin"
+
+
+def start_failure_fatal(config: AdminConfig, exc: BaseException) -> bool:
+    """Whether an endpoint that cannot start must fail the backend's attach. Fatal: what the
+    operator set explicitly and fixes in the YAML: a fixed ``admin.port`` that cannot be bound, an
+    operator token that cannot be read, a host off loopback without a token (``ConfigError``).
+    Not fatal: the generated token's private directory or file is unsafe (``TokenPlaceError``:
+    another local user can plant ``/tmp/hicache-mooncake-<uid>``, and must not stop SGLang from
+    starting), or no port is free with ``admin.port: 0`` (the presets' default). The backend then
+    runs without its endpoint and logs one ERROR naming the problem and the fix."""
+    if isinstance(exc, auth.TokenPlaceError):
+        return False
+    if isinstance(exc, ConfigError):
+        return True
+    return bool(config.port)
+
+
+def unavailable_message(config: AdminConfig, exc: BaseException) -> str:
+    """The ERROR a backend logs when it runs without its endpoint (``start_failure_fatal``)."""
+    where = discovery_dir(config)
+    return (
+        f"hicache-mooncake admin endpoint NOT started ({exc}); the cache works, but 'hicache-mooncake "
+        f"admin', lookups and hints cannot reach this rank. Fix: remove or repair {where.parent} (it "
+        "must be a 0700 directory of this user), or set admin.discovery_dir to a private directory, "
+        "or admin.token_file to an operator token; then re-attach the backend"
+    )
 
 
 def _handle(admin: AdminServer, request: Request) -> Reply:
