@@ -95,6 +95,17 @@ class Subscriber:
         return {h for e in self.events if type(e) is cls and e.medium == medium for h in e.block_hashes}
 
 
+def settled(sub: Subscriber, publisher: KvEventPublisher, timeout_s: float = 20.0) -> None:
+    """Receive until the publisher's queue is empty and two quiet rounds pass."""
+    end = time.monotonic() + timeout_s
+    quiet = 0
+    while quiet < 2 and time.monotonic() < end:
+        before = len(sub.events)
+        sub.pump(0.25)
+        idle = len(sub.events) == before and publisher.stats()["queue_keys"] == 0
+        quiet = quiet + 1 if idle else 0
+
+
 def joined(sub: Subscriber, store: TieredStore) -> None:
     """Wait out ZMQ's slow joiner: store probe pages until the subscriber sees one."""
     for i in range(200):
@@ -149,7 +160,7 @@ def test_sets_are_block_stored_under_the_hash_sglang_publishes(make_store: Calla
 def test_demotions_move_blocks_from_dram_to_disk_and_evictions_remove_them(
     make_store: Callable[..., Any],
 ) -> None:
-    store, _publisher, sub = make_store(dram_mib=2, ssd_mib=4)
+    store, publisher, sub = make_store(dram_mib=2, ssd_mib=4)
     joined(sub, store)
     hashes = [sha(i) for i in range(150)]  # 150 pages of 64 KiB: DRAM holds ~28, SSD ~56
     for i in range(0, len(hashes), 10):
@@ -163,8 +174,8 @@ def test_demotions_move_blocks_from_dram_to_disk_and_evictions_remove_them(
     assert demoted
     # eviction: the host cannot hold 150 pages, so pages leave the SSD too
     sub.wait_for(lambda ev: len(ids & sub.hashes(BlockRemoved, DISK)) >= 10)
-    # what the subscriber believes is held is what the store holds
-    sub.pump(0.3)
+    # what the subscriber believes is held is what the store holds, once everything is published
+    settled(sub, publisher)
     held = {m: set() for m in (DRAM, DISK)}  # type: dict[str, set[int]]
     for e in sub.events:
         if type(e) in (BlockStored, BlockRemoved):
