@@ -47,6 +47,11 @@ class ServedArena:
         ``ctxs``: the set contexts (``set_contexts``), sizes included."""
         if self.store.dram is None or not keys:
             return [False] * len(keys)
+        store = self.store
+        if store.frozen or (store.clearing and store.tenant_of(keys[0]) in store.clearing):
+            # frozen (admin freeze), or the tenant is being cleared: refused as ``put_batch`` does
+            store.counts["refused_frozen"] += len(keys)
+            return [False] * len(keys)
         dram = self.store.dram
         deadline = self.store._deadline(deadline)
         tag = self.store.tenant_fence  # before any slot: a tenant clear since refuses the commit
@@ -156,7 +161,7 @@ class ServedArena:
         ``commits_refused_tenant_clear`` otherwise); None when no tenant clear ran since any of
         them (one C-level pass over the tags)."""
         fence = self.store.tenant_fence
-        if set(map(_TAG, reservations)) == {fence}:
+        if not fence & 1 and set(map(_TAG, reservations)) == {fence}:
             return None
         since: dict[int, set[str] | None] = {}
         tenant_of = self.store.tenant_of

@@ -927,9 +927,10 @@ class TieredStore:
 
     def tenants_cleared_since(self, fence: int) -> set[str] | None:
         """Tenants whose clear ran (or runs) since ``tenant_fence`` read ``fence``: their pages
-        taken before must not be published. None: every tenant (older than the log)."""
+        taken before must not be published (a tenant being cleared counts, also for a ``fence``
+        read during its clear). None: every tenant (older than the log)."""
         with self._lock:
-            if fence == self._tenant_fence:
+            if fence == self._tenant_fence and not fence & 1:
                 return set()
             log_ = self._tenant_clears
             if len(log_) >= TENANT_CLEAR_LOG and fence < log_[0][1]:

@@ -131,3 +131,47 @@ def test_a_demotion_pinned_before_a_tenant_clear_is_not_left_on_ssd(
     store.close()
     with engine_in(d) as engine:  # the restart finds none of them either
         assert [k for k in keys if engine.contains(k)] == []
+
+
+def test_a_reservation_made_while_its_tenant_is_cleared_is_refused() -> None:
+    store = TieredStore(
+        [DramTier(4 * MiB, MiB, prefault=False)],
+        lambda: make_policy("lru"),
+        StoreOptions(timeout_s=5.0),
+        tenant_of=tenant,
+    )
+    dram = store.dram
+    assert dram is not None
+    try:
+        assert store.put_batch(["b/old"], [parts("b/old")]) == [True]
+        held, release = threading.Event(), threading.Event()
+        real_get = dram.get_batch_into
+
+        def held_get(*args: Any, **kwargs: Any) -> Any:
+            if threading.current_thread().name == "held-get" and not release.is_set():
+                held.set()
+                release.wait(HOLD_S)  # a data call in flight: the tenant clear waits for it
+            return real_get(*args, **kwargs)
+
+        dram.get_batch_into = held_get  # type: ignore[method-assign]
+        buf = np.zeros(PAGE, np.uint8)
+        getter = threading.Thread(
+            target=store.get_batch_into, args=(["b/old"], [[memoryview(buf)]]), name="held-get"
+        )
+        getter.start()
+        assert held.wait(HOLD_S)
+        clearing = threading.Thread(target=store.clear_tenant, args=("a",))
+        clearing.start()
+        while "a" not in store.clearing:
+            time.sleep(0.005)
+        reserved = [reserve(store, k) for k in ("a/k0", "b/k0")]  # during the clear of tenant a
+        ctxs = set_contexts(["a/k0", "b/k0"], 0, None, [PAGE, PAGE])
+        assert store.served.commit_batch(reserved, ctxs) == [False, True]
+        release.set()
+        getter.join(HOLD_S)
+        clearing.join(HOLD_S)
+        assert not getter.is_alive() and not clearing.is_alive()
+        del dram.get_batch_into
+        assert dram.contains_batch(["a/k0", "b/k0", "b/old"]) == [False, True, True]
+    finally:
+        store.close()

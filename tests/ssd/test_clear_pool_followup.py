@@ -3,8 +3,9 @@ of the follow-ups): a page a client committed into the host cache before a clear
 into a write-through pool after it.
 
 The commit is held between its DRAM publish and its pool write (a hook around the real pool
-tier's ``contains_batch``, released by an event; a real memory-node process on loopback is the
-pool), a real ``clear`` runs meanwhile, then the commit finishes: the pool must not hold the page."""
+tier's ``contains_batch``, released by an event; the pool is a real memory-node server on
+loopback, in this process), a real ``clear`` runs meanwhile, then the commit finishes: the pool
+must not hold the page."""
 
 from __future__ import annotations
 
@@ -17,25 +18,26 @@ import pytest
 from transport_procs import SECRET
 
 from hicache_mooncake.config import validate_config
-from hicache_mooncake.store_builder import build_remote
+from hicache_mooncake.store_builder import build_node_store, build_remote
 from hicache_mooncake.tiers.dram_tier import DramTier, Reservation
 from hicache_mooncake.tiers.policy import make_policy
 from hicache_mooncake.tiers.policy.contexts import set_contexts
 from hicache_mooncake.tiers.tier import Tier
 from hicache_mooncake.tiers.tiered_store import StoreOptions, TieredStore
+from hicache_mooncake.transport import NodeConfig, NodeServer
 
 PAGE = 64 << 10
 MiB = 1 << 20
 HOLD_S = 10.0
 
 
-def remote_pool(port: int) -> Tier:
+def remote_pool(node: NodeServer) -> Tier:
     cfg = validate_config(
         {
             "tiers": {"remote": {"enabled": True, "timeout_s": 5.0, "write_through": True}},
             "metadata": {
                 "backend": "embedded",
-                "nodes": [{"node_id": "n0", "host": "127.0.0.1", "port": port}],
+                "nodes": [{"node_id": "n0", "host": node.host, "port": node.port}],
             },
         }
     )
@@ -45,16 +47,19 @@ def remote_pool(port: int) -> Tier:
 
 
 @pytest.fixture
-def store(node_factory: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[TieredStore]:
+def store(monkeypatch: pytest.MonkeyPatch) -> Iterator[TieredStore]:
     monkeypatch.setenv("HICACHE_NODE_SECRET", SECRET)
-    node = node_factory("n0")
+    node_cfg = NodeConfig(port=0, capacity=16 * MiB, slab_size=MiB, shm=False)
+    node = NodeServer(node_cfg, lambda spec: build_node_store(node_cfg, spec))
+    node.start()
     s = TieredStore(
-        [DramTier(4 * MiB, MiB, prefault=False), remote_pool(node.port)],
+        [DramTier(4 * MiB, MiB, prefault=False), remote_pool(node)],
         lambda: make_policy("lru"),
         StoreOptions(timeout_s=5.0),
     )
     yield s
     s.close()
+    node.drain(2)
 
 
 def reserved(store: TieredStore, key: str) -> tuple[Reservation, Any]:
