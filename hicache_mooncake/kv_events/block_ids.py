@@ -28,9 +28,9 @@ import re
 
 import xxhash
 
-_RANK = re.compile(r"@(tp|pp|cp|dcp|hg)(\d+)of\d+")
+_RANK = re.compile(r"(?:^|@)(tp|pp|cp|dcp|hg)(\d+)of\d+")
 _POOL_TAG = re.compile(r"\.[^./~@]+~[0-9a-f]+$")
-_HEX = re.compile(r"[0-9a-fA-F]{16}")
+_FIRST_SHARD: dict[str, bool] = {}  # rank suffix -> is it the first shard (few distinct suffixes)
 
 
 def signed64(value: int) -> int:
@@ -38,26 +38,36 @@ def signed64(value: int) -> int:
 
 
 def page_block_id(page_hash: str) -> int:
-    """SGLang's ``hash_str_to_int64`` for a hex page hash; an xxh64-based id otherwise."""
-    if _HEX.match(page_hash):
-        return signed64(int(page_hash[:16], 16))
+    """SGLang's ``hash_str_to_int64`` (the first 16 hex digits as a signed int64) for a page hash
+    that starts with 16 hex digits; an xxh64-based id otherwise."""
+    if len(page_hash) >= 16:
+        try:
+            return signed64(int(page_hash[:16], 16))
+        except ValueError:
+            pass
     return signed64(xxhash.xxh64_intdigest(page_hash.encode()))
+
+
+def _first_shard(suffix: str) -> bool:
+    known = _FIRST_SHARD.get(suffix)
+    if known is None:
+        known = all(match.group(2) == "0" for match in _RANK.finditer(suffix))
+        if len(_FIRST_SHARD) < 4096:
+            _FIRST_SHARD[suffix] = known
+    return known
 
 
 def block_id(key: str) -> int | None:
     """The published block hash of object ``key``; None for an object that is not published (a
-    sidecar pool's object, a shard of a rank other than 0)."""
+    sidecar pool's object, a shard of a rank other than 0, a chunk other than the first)."""
     rest = key.split("/", 2)[-1]
     if "#" in rest:
         rest, chunk = rest.rsplit("#", 1)
         if not chunk.startswith("0of"):
             return None
-    at = rest.find("@")
-    if at >= 0:
-        for match in _RANK.finditer(rest, at):
-            if match.group(2) != "0":
-                return None
-        rest = rest[:at]
-    if not rest or _POOL_TAG.search(rest):
+    page, at, suffix = rest.partition("@")
+    if at and not _first_shard(suffix):
         return None
-    return page_block_id(rest)
+    if not page or ("." in page and _POOL_TAG.search(page)):
+        return None
+    return page_block_id(page)

@@ -284,6 +284,8 @@ def test_only_kv_pages_of_the_first_shard_are_published() -> None:
     assert block_id(f"m/d/{h}.mamba~0a1b2c@tp0of1") is None  # a sidecar pool's object
     assert block_id(f"m/d/{h}@tp0of1#0of2") == hash_str_to_int64(h)
     assert block_id(f"m/d/{h}@tp0of1#1of2") is None
+    opaque = block_id("m/d/not-sglang@tp0of1")  # a key a tool or a test wrote: a stable opaque id
+    assert opaque is not None and opaque == block_id("x/y/not-sglang") and -(1 << 63) <= opaque < 1 << 63
 
 
 def test_a_taken_endpoint_is_refused_naming_the_key() -> None:
