@@ -133,7 +133,7 @@ def test_a_demotion_pinned_before_a_tenant_clear_is_not_left_on_ssd(
         assert [k for k in keys if engine.contains(k)] == []
 
 
-def test_a_reservation_made_while_its_tenant_is_cleared_is_refused() -> None:
+def test_a_commit_while_its_tenant_is_cleared_is_refused() -> None:
     store = TieredStore(
         [DramTier(4 * MiB, MiB, prefault=False)],
         lambda: make_policy("lru"),
@@ -144,6 +144,7 @@ def test_a_reservation_made_while_its_tenant_is_cleared_is_refused() -> None:
     assert dram is not None
     try:
         assert store.put_batch(["b/old"], [parts("b/old")]) == [True]
+        reserved = [reserve(store, k) for k in ("a/k0", "b/k0")]  # before the clear of tenant a
         held, release = threading.Event(), threading.Event()
         real_get = dram.get_batch_into
 
@@ -164,9 +165,9 @@ def test_a_reservation_made_while_its_tenant_is_cleared_is_refused() -> None:
         clearing.start()
         while "a" not in store.clearing:
             time.sleep(0.005)
-        reserved = [reserve(store, k) for k in ("a/k0", "b/k0")]  # during the clear of tenant a
         ctxs = set_contexts(["a/k0", "b/k0"], 0, None, [PAGE, PAGE])
-        assert store.served.commit_batch(reserved, ctxs) == [False, True]
+        assert store.served.commit_batch(reserved, ctxs) == [False, True]  # during the clear
+        assert store.served.reserve_batch(["a/k1"], ctxs[:1])[0] is False  # a new one: refused
         release.set()
         getter.join(HOLD_S)
         clearing.join(HOLD_S)
