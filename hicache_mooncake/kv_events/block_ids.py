@@ -18,8 +18,8 @@ Which keys are published (``block_id`` is None for the others):
   host cache service, which holds every rank's shard, reports each page once, as SGLang reports
   from its rank 0;
 - a page stored as chunks (``object_split``: ``{key}#{i}of{n}``) is reported by its chunk 0.
-A page key that is not hex (not from SGLang: tools, tests) gets its xxh64 as a signed int64: an
-opaque id, stable across processes.
+A page key that does not start with 16 hex digits (not from SGLang: tools, tests) gets its xxh64 as
+a signed int64: an opaque id, stable across processes.
 """
 
 from __future__ import annotations
