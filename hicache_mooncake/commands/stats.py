@@ -91,14 +91,24 @@ def run(args: argparse.Namespace) -> int:
                     "total": _total(ranks),
                     "nodes": [n.as_dict() for n in nodes],
                     "unreachable": problems,
+                    "admin": _admin(args, ranks),
                 },
                 indent=2,
             )
         )
         return 0
     _print_ranks(ranks)
+    for missing in _admin(args, ranks)["unavailable"] if ranks else []:
+        print(f"rank {missing['rank']}: admin endpoint unavailable ({missing['why']})")
     _print_nodes(nodes)
     return 0
+
+
+def _admin(args: argparse.Namespace, ranks: list[EndpointReport]) -> dict[str, Any]:
+    """Each rank's layout from its admin endpoint, and the ranks without one (``admin.stats_view``)."""
+    from hicache_mooncake.admin.stats_view import admin_config, admin_section
+
+    return admin_section([r.labels for r in ranks], admin_config(args.config), args.timeout)
 
 
 def _int(report: EndpointReport) -> int:
