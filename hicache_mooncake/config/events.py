@@ -24,7 +24,9 @@ class EventsConfig(BaseModel):
     as 8 big-endian bytes gets the buffered batches from there, then an end marker); "": none."""
     max_queue: int = Field(default=100_000, ge=1)
     """Most keys waiting to be published; a store call whose keys do not fit drops them (counted
-    ``dropped_keys``) instead of waiting: the data path never waits for the publisher."""
+    ``dropped_keys``) instead of waiting: the data path never waits for the publisher. Removals
+    and clears may fill twice as many (a lost store makes a router under-count, a lost removal
+    would make it over-count)."""
     batch_max: int = Field(default=1024, ge=1)
     """Most block hashes per published ``KVEventBatch``; a queue this long is published at once."""
     flush_interval_s: float = Field(default=0.05, gt=0, le=60)

@@ -10,7 +10,8 @@ Invariants:
 - the data path (``stored`` / ``removed`` / ``cleared``, called by the tiers, some under their
   lock) only appends to a queue under a short lock: it never waits for the publisher thread, the
   socket or a subscriber. When the queue holds ``max_queue`` keys, a call's keys are dropped and
-  counted (``dropped_keys``); a subscriber that does not read loses messages at the PUB socket's
+  counted (``dropped_keys``), removals and clears only past twice that (a lost store makes a
+  router under-count what is held, a lost removal would make it over-count); a subscriber that does not read loses messages at the PUB socket's
   high-water mark (ZMQ drops them; the socket never blocks).
 - one thread (``hicache-kv-events``) owns the sockets: it wakes every ``flush_interval_s`` (or as
   soon as ``batch_max`` keys wait), turns keys into block hashes (``block_ids``), merges
@@ -62,8 +63,8 @@ def medium_of(tier: str, dram_medium: str = StorageMedium.CPU.value) -> str:
 class KvEventPublisher:
     """Publishes what the tiers report (module docstring). ``block_size``: tokens per page, written
     in ``BlockStored.block_size`` (0 until known: ``block_size`` may be set later); ``dp_rank``:
-    ``KVEventBatch.attn_dp_rank``; ``dram_medium``: the medium of the ``dram`` tier. Raises ``ValueError`` naming the endpoint when a socket cannot
-    bind."""
+    ``KVEventBatch.attn_dp_rank``; ``dram_medium``: the medium of the ``dram`` tier. Raises
+    ``ValueError`` naming the endpoint when a socket cannot bind."""
 
     def __init__(
         self,
@@ -138,8 +139,11 @@ class KvEventPublisher:
     def _put(self, kind: int, tier: str, keys: Sequence[str], n: int) -> None:
         if not n:
             return
+        # removals and clears may use a second max_queue: a slow publisher then loses stores first,
+        # so a router under-counts what is held (a missed chance) rather than over-counts (a miss)
+        limit = self._max_queue if kind == _STORED else 2 * self._max_queue
         with self._lock:
-            if self._closed or self._queued + n > self._max_queue:
+            if self._closed or self._queued + n > limit:
                 self.counts["dropped_keys"] += n
                 return
             self._queue.append((kind, tier, keys))

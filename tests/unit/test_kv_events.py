@@ -247,6 +247,8 @@ def test_a_full_queue_drops_and_counts_and_the_data_path_never_waits(make_store:
     assert stats["queue_keys"] == 40
     assert stats["dropped_keys"] == 200 - 40
     assert elapsed < 5.0  # 50 sets; a set that waited for the publisher would wait 30 s
+    assert store.remove(key(sha(0, "full")))  # a removal still finds room: it is kept over stores
+    assert publisher.stats()["queue_keys"] == 41 and publisher.stats()["dropped_keys"] == 160
 
 
 def test_replay_returns_missed_batches_in_sglang_s_protocol(make_store: Callable[..., Any]) -> None:
