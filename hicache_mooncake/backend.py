@@ -200,13 +200,18 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             unavailable_message,
         )
         from hicache_mooncake.admin.tier_factory import TierFactory
+        from hicache_mooncake.host_cache.admin_endpoint import client_labels
 
         r = self.ranks
         index = rank_index(r.tp_rank, r.tp_size, r.pp_rank, r.pp_size, dp_rank)
         context = AdminContext(
             store=self.store,
             factory=TierFactory(self.config, self.rank_tag),
-            labels={"model": self.model_name, "rank": str(index)},
+            labels={
+                "model": self.model_name,
+                "rank": str(index),
+                **client_labels(self.config, self.host_cache),  # host-cache mode: for the CLI's routing
+            },
             timeout_s=self.config.admin.operation_timeout_s,
             store_keys=self._store_keys,
             layout=lambda: backend_layout(self),

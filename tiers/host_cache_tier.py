@@ -23,6 +23,7 @@ from hicache_mooncake.transport.wire import SetHint
 
 from .parts import Parts
 from .policy import DEFAULT_CONTEXT, AccessContext
+from .policy.hints import Hints
 from .tier import Tier
 
 
@@ -31,8 +32,11 @@ class HostCacheTier(Tier):
     write_through = True
     put_skips_present = True
 
-    def __init__(self, client: NodeClient, on_close: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, client: NodeClient, on_close: Callable[[], None] | None = None, hints: Hints | None = None
+    ) -> None:
         self.client = client
+        self.hints = hints  # the store's hints: they reach the service's policy (host_cache.hint_forward)
         self._on_close = on_close
         self._closed = False
 

@@ -8,6 +8,11 @@ Actions: ``show``; ``resize TIER SIZE``; ``detach TIER [--mode drain|drop]``; ``
 on SGLang page hashes, from the arguments or ``--file``). A long action starts on every rank at
 once, then its progress is printed until each rank is done (``--no-wait``: print the operation and
 return).
+
+Ranks whose tiers are a host cache (``tiers.host_cache``) label themselves so: tier and tenant
+actions go to that cache's service, which serves its own endpoint, once for the host; hints go to
+the ranks, which map the page hashes and forward them to the service's policy
+(``hicache_mooncake.host_cache.admin_routing``).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from hicache_mooncake.commands import UsageError
 from hicache_mooncake.config.admin import TOKEN_ENV, AdminConfig
 from hicache_mooncake.config.errors import ConfigError
 from hicache_mooncake.config.loader import deep_merge
+from hicache_mooncake.host_cache.admin_routing import endpoints_for
 from hicache_mooncake.sizes import format_size
 
 _LONG = ("resize", "detach", "attach", "clear")
@@ -194,7 +200,15 @@ def _ranks(args: argparse.Namespace) -> list[RankEndpoint]:
     found = rank_endpoints(directory)
     if not found:
         raise UsageError(f"no admin endpoint registered in {directory} (is admin.port set? or pass --url)")
-    return found
+    try:
+        chosen = endpoints_for(args.action, found)
+    except ValueError as exc:
+        raise UsageError(f"{directory}: {exc}") from None
+    if not chosen:
+        raise UsageError(
+            f"no endpoint registered in {directory} takes {args.action!r} (hints go to the ranks)"
+        )
+    return chosen
 
 
 def _attach_config(args: argparse.Namespace) -> dict[str, Any]:

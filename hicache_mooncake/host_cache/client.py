@@ -13,6 +13,7 @@ from hicache_mooncake.transport.node_client import NodeClient
 from hicache_mooncake.transport.options import ClientOptions
 
 from .authority import log_differences, running_service, served_differences
+from .hint_forward import ForwardingHints
 from .keeper import ServiceKeeper
 from .paths import HostCachePaths
 
@@ -43,7 +44,15 @@ def open_host_cache_tier(config: BackendConfig) -> HostCacheTier:
         client.close()
         raise
     report_differences(config, paths)
-    return HostCacheTier(client, keeper.close)
+    if config.admin.port is None:  # the service serves no admin endpoint either: hints stay here
+        return HostCacheTier(client, keeper.close)
+    hints = ForwardingHints(config)
+
+    def on_close() -> None:
+        hints.close()
+        keeper.close()
+
+    return HostCacheTier(client, on_close, hints)
 
 
 def report_differences(config: BackendConfig, paths: HostCachePaths) -> None:

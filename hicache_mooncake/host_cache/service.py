@@ -32,6 +32,7 @@ from hicache_mooncake.transport.node_config import NodeConfig
 from hicache_mooncake.transport.node_server import NodeServer
 
 from . import lock
+from .admin_endpoint import start_service_admin
 from .launcher import write_snapshot
 from .paths import HostCachePaths
 
@@ -83,6 +84,7 @@ class HostCacheService:
             "host-cache",
             ClientCollector(self.server.stats),
         )
+        admin = start_service_admin(self.config, self.server.store)  # issue 44: operators reach the tiers
         idle_limit = self.config.host_cache.idle_timeout_s
         last_client = time.monotonic()
         log.info("host cache %s serving on %s (pid %d)", self.paths.name, self.paths.socket, os.getpid())
@@ -92,6 +94,8 @@ class HostCacheService:
             elif idle_limit and time.monotonic() - last_client >= idle_limit:
                 log.info("no client for %.0f s: stopping", idle_limit)
                 break
+        if admin is not None:
+            admin.close()
         self.server.drain()
         if self.events is not None:
             self.events.close()

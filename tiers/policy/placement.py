@@ -479,7 +479,12 @@ class TierPlacement:
         first = [k for k in self.superseded.oldest() if k in dram]
         if for_key is not None and self.ledger.shares:
             first.extend(self.ledger.own_dram_pages(for_key, 1 << 62))
-        order = itertools.chain(((k, dram[k]) for k in first if k in dram), dram.items())
+        order: Iterable[tuple[str, int]] = itertools.chain(
+            ((k, dram[k]) for k in first if k in dram), dram.items()
+        )
+        hints = self.hints
+        if hints is not None and hints.pinning:  # a pinned page never leaves to make room (Hints.pin)
+            order = ((k, n) for k, n in order if not hints.pinned(k))
         chosen = choose(plan, order, slots)
         to_ssd = self.dram_capacity < self.capacity
         demote: list[str] = []
