@@ -148,3 +148,12 @@ def flush(server: Server) -> None:
     """``/flush_cache``: SGLang drops the device and host pools (L3 keeps its pages)."""
     status, body = sglang_admin(server, "POST", "/flush_cache")
     assert status == 200, body
+
+
+def written_bytes(ours: OurEndpoints, tier: str) -> float:
+    """Bytes our backend wrote to ``tier`` (``hicache_mooncake:tier_written_bytes_total``)."""
+    return sum(
+        v
+        for k, v in prom(ours.metrics_url).items()
+        if k.startswith("hicache_mooncake:tier_written_bytes_total{") and f'tier="{tier}"' in k
+    )

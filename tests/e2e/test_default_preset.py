@@ -74,10 +74,12 @@ def stack(e2e_dir: Path, tiny_llama: Path) -> Iterator[Stack]:
     root.mkdir()
     config = preset_yaml("default", root)
     server = launch_server("default", config, tiny_llama, root)
+    stack = Stack(root, config, tiny_llama, server, _endpoints(config, root), Reference(tiny_llama))
     try:
-        yield Stack(root, config, tiny_llama, server, _endpoints(config, root), Reference(tiny_llama))
+        yield stack
     finally:
         server.stop()
+        stack.server.stop()  # the restart test's second server
 
 
 def _wait_stored(stack: Stack, pages: int) -> None:
@@ -286,6 +288,6 @@ def test_restart_finds_pages_on_the_ssd(stack: Stack) -> None:
     # rest is read from the SSD itself: together every page SGLang took from L3
     assert after.get("ssd", 0) - before.get("ssd", 0) > 0, after
     assert sum(after.values()) - sum(before.values()) >= 15, after
-    assert shown["warm"], "the default preset's warm snapshot reported nothing after a restart"
+    assert shown["warm"].get("restored_pages", 0) >= 15, shown["warm"]  # the snapshot was used
     for a, b in zip(first, second, strict=True):
         assert a["output_ids"] == b["output_ids"]
