@@ -67,8 +67,38 @@ run_tests() {
   "$VENV/bin/ruff" format --check .
   echo "==> mypy"
   "$VENV/bin/python" scripts/typecheck.py
-  echo "==> pytest"
-  "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
+  echo "==> pytest (next to a running default-preset host cache: the suite must not depend on the host's)"
+  local hc_pid rc=0
+  hc_pid=$(start_foreign_host_cache)
+  trap 'stop_foreign_host_cache "$hc_pid"' INT TERM
+  "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@" || rc=$?
+  stop_foreign_host_cache "$hc_pid"
+  trap - INT TERM
+  return "$rc"
+}
+
+start_foreign_host_cache() {
+  # A host cache service from the shipped default preset (test-sized, never idle-stopped) at the
+  # per-user default paths, as on a production host; prints its PID ("" when none could start).
+  local dir; dir=$(mktemp -d)
+  "$VENV/bin/python" - "$dir/host-cache.yaml" <<'PY'
+import sys, yaml
+data = yaml.safe_load(open("configs/default.yaml"))
+data["tiers"]["dram"].update(capacity="64MiB", slab_size="8MiB", prefault=False)
+data["tiers"]["ssd"].update(capacity="256MiB", min_free=0)
+data["host_cache"].update(idle_timeout_s=0)
+yaml.safe_dump(data, open(sys.argv[1], "w"))
+PY
+  "$VENV/bin/python" -m hicache_mooncake host-cache --config "$dir/host-cache.yaml" >"$dir/log" 2>&1 </dev/null &
+  echo $!
+}
+
+stop_foreign_host_cache() {
+  local pid=$1 i
+  [[ -n "$pid" ]] || return 0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for i in $(seq 300); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
 }
 
 cmd=${1:-test}; shift || true

@@ -7,5 +7,7 @@ host as a client (DESIGN.md §2 "Where the tiers live").
 - ``launcher``: start the service detached, handing the lock over with no gap;
 - ``service``: the service process (``hicache-mooncake host-cache``);
 - ``keeper``: a backend's background thread that keeps the service running and reachable;
-- ``client``: open the client tier; ``mode``: whether a backend uses the host cache.
+- ``client``: open the client tier; ``mode``: whether a backend uses the host cache;
+- ``authority``: who configures the host's cache (the running service's file) and what a client
+  whose YAML differs is told.
 """
