@@ -31,6 +31,7 @@ system_packages() {
   command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
   ldconfig -p 2>/dev/null | grep -q 'libibverbs\.so\.1 ' || missing+=(libibverbs1)
   command -v fio >/dev/null 2>&1 || missing+=(fio)
+  command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)  # verifies the host cache's unit
   /usr/bin/python3 -c 'import pyverbs' >/dev/null 2>&1 || missing+=(python3-pyverbs)
   ((${#missing[@]})) || return 0
   if [[ $(id -u) -ne 0 ]]; then

@@ -365,6 +365,12 @@ class SsdEngine:
         probe has passed since) and no clear outstanding."""
         return self._core.usable()
 
+    def degrade(self, reason: str) -> None:
+        """Mark the disk degraded as a missed deadline does (a no-op while it is): data calls answer
+        at once until a health probe passes. For an owner that found the disk unusable by other means
+        (its directory removed)."""
+        self._core.health.trip(reason)
+
     def stats(self) -> dict[str, Any]:
         c = self._core
         o = self.options

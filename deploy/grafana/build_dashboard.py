@@ -3,7 +3,9 @@
 ``python deploy/grafana/build_dashboard.py`` after changing a panel; ``tests/unit/test_dashboard.py``
 checks that the committed JSON is this script's output and that every series it queries is one our
 exporters serve. Import the JSON in Grafana (Dashboards > New > Import) and pick the Prometheus data
-source that scrapes every rank's ``metrics.port + rank`` and the memory nodes' ``node.metrics.port``.
+source that scrapes every rank's ``metrics.port + rank``, the memory nodes' ``node.metrics.port`` and
+the host cache service's ``host_cache.metrics_port`` (by default a free port: its URL is in the
+metrics discovery directory and in ``hicache-mooncake host-cache status``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 OUT = Path(__file__).resolve().parent / "hicache-mooncake.json"
 SEL = 'model=~"$model", rank=~"$rank"'
 R = "[$__rate_interval]"
+HC = 'node=~"host-cache-.*"'  # the host cache service's own series (its node id is host-cache-<name>)
 
 
 def panel(
@@ -151,6 +154,35 @@ def rows() -> list[tuple[str, list[dict[str, Any]]]]:
                 ], "ops"),
             ],
         ),
+        (
+            "Host cache (the service; its clients are the ranks above with a host_cache tier)",
+            [
+                panel("Host cache fill per tier", [(
+                    f"sum by (node, tier) (hicache_mooncake:tier_used_bytes{{{HC}}}) / "
+                    f"sum by (node, tier) (hicache_mooncake:tier_capacity_bytes{{{HC}}})", "{{node}} {{tier}}")],
+                    "percentunit"),
+                panel("Host cache hit rate per tier", [(
+                    f"sum by (node, tier) (rate(hicache_mooncake:tier_hits_total{{{HC}}}{R})) / "
+                    f"(sum by (node, tier) (rate(hicache_mooncake:tier_hits_total{{{HC}}}{R})) + "
+                    f"sum by (node, tier) (rate(hicache_mooncake:tier_misses_total{{{HC}}}{R})))", "{{node}} {{tier}}")],
+                    "percentunit"),
+                panel("Host cache requests per second per client", [(
+                    f"sum by (client) (rate(hicache_mooncake_host_cache_client_requests_total{R}))", "{{client}}")],
+                    "ops"),
+                panel("Host cache lookup hit rate per client", [(
+                    f"sum by (client) (rate(hicache_mooncake_host_cache_client_lookup_hits_total{R})) / "
+                    f"sum by (client) (rate(hicache_mooncake_host_cache_client_lookups_total{R}))", "{{client}}")],
+                    "percentunit"),
+                panel("Host cache clients and connections", [
+                    ("count(hicache_mooncake_host_cache_client_connections > 0)", "clients attached"),
+                    ("sum(hicache_mooncake_host_cache_client_connections)", "connections"),
+                ]),
+                panel("Host cache degraded tiers and draining", [
+                    (f"max by (node, tier) (hicache_mooncake:tier_degraded{{{HC}}})", "degraded {{node}} {{tier}}"),
+                    (f"max by (node) (hicache_mooncake:node_draining{{{HC}}})", "draining {{node}}"),
+                ]),
+            ],
+        ),
     ]  # fmt: skip
 
 
@@ -178,7 +210,7 @@ def dashboard() -> dict[str, Any]:
         "title": "hicache-mooncake",
         "uid": "hicache-mooncake",
         "description": "Tiered KV cache for SGLang HiCache: per-tier traffic, latency, movement and health, "
-        "per model and rank (metrics.port + rank), and the memory nodes.",
+        "per model and rank (metrics.port + rank), the memory nodes, and the host cache service with its clients.",
         "tags": ["sglang", "hicache", "kv-cache"],
         "schemaVersion": 39,
         "version": 1,

@@ -3,7 +3,9 @@
 Finds the serving processes in the metrics discovery directory (each rank and node with a metrics
 port writes its URL there: ``metrics.discovery_dir``; ``--config FILE`` reads it from a YAML,
 ``--dir`` names it), or reads the ``--url`` given (repeatable). Prints one row per rank and tier
-plus the sum over ranks, then the memory nodes; ``--json`` prints the same figures as JSON.
+plus the sum over ranks, then the memory nodes, then each host cache service (its tiers, and every
+client attached, named by rank when the client registered its own metrics); ``--json`` prints the
+same figures as JSON.
 Latencies are estimated from the ``tier_op_seconds`` histogram buckets (p50 / p99).
 """
 
@@ -17,7 +19,7 @@ from typing import Any
 from hicache_mooncake import metrics_discovery
 from hicache_mooncake.commands import UsageError
 from hicache_mooncake.config import load_config_file
-from hicache_mooncake.metrics_scrape import EndpointReport, ScrapeError, scrape
+from hicache_mooncake.metrics_scrape import EndpointReport, ScrapeError, fetch, parse
 from hicache_mooncake.sizes import format_size
 
 _SUMMED = (
@@ -52,8 +54,12 @@ def register(sub: Any) -> None:
 
 
 def _urls(args: argparse.Namespace) -> list[str]:
+    return [e.url for e in _endpoints(args)]
+
+
+def _endpoints(args: argparse.Namespace) -> list[metrics_discovery.Endpoint]:
     if args.url:
-        return list(args.url)
+        return [metrics_discovery.Endpoint("", url, 0) for url in args.url]
     configured = args.dir or (
         load_config_file(args.config).config.metrics.discovery_dir if args.config else ""
     )
@@ -64,18 +70,29 @@ def _urls(args: argparse.Namespace) -> list[str]:
             f"no rank or node of this host serves metrics (nothing registered in {directory}); set metrics.port "
             "in the YAML, or pass --url"
         )
-    return [e.url for e in found]
+    return found
 
 
 def run(args: argparse.Namespace) -> int:
+    from hicache_mooncake.host_cache.metrics import is_host_cache, parse_clients
+
     reports: list[EndpointReport] = []
     problems: list[str] = []
-    for url in _urls(args):
+    pids: dict[str, int] = {}  # url -> the pid it registered (discovery), to name host cache clients
+    caches: list[tuple[EndpointReport, dict[str, dict[str, int]]]] = []
+    for endpoint in _endpoints(args):
         try:
-            reports.append(scrape(url, args.timeout))
+            text = fetch(endpoint.url, args.timeout)
+            report = parse(endpoint.url, text)
         except ScrapeError as exc:
             problems.append(str(exc))
-    if not reports:
+            continue
+        pids[endpoint.url] = endpoint.pid
+        if is_host_cache(text):  # the host cache service: its tiers and its clients, apart
+            caches.append((report, parse_clients(text)))
+        else:
+            reports.append(report)
+    if not reports and not caches:
         raise UsageError("; ".join(problems))
     for problem in problems:
         print(f"hicache-mooncake stats: {problem}", file=sys.stderr)
@@ -90,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
                     "ranks": [r.as_dict() for r in ranks],
                     "total": _total(ranks),
                     "nodes": [n.as_dict() for n in nodes],
+                    "host_caches": [{**c.as_dict(), "clients": clients} for c, clients in caches],
                     "unreachable": problems,
                     "admin": _admin(args, ranks),
                 },
@@ -101,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     for missing in _admin(args, ranks)["unavailable"] if ranks else []:
         print(f"rank {missing['rank']}: admin endpoint unavailable ({missing['why']})")
     _print_nodes(nodes)
+    _print_host_caches(caches, {pids.get(r.url, 0): r for r in ranks})
     return 0
 
 
@@ -197,3 +216,30 @@ def _print_nodes(nodes: list[EndpointReport]) -> None:
         )
         for tier, values in node.tiers.items():
             print(_row("node", tier, values))
+
+
+def _print_host_caches(
+    caches: list[tuple[EndpointReport, dict[str, dict[str, int]]]], ranks_by_pid: dict[int, EndpointReport]
+) -> None:
+    """Each host cache service: its tiers, then every client attached (named by rank when the
+    client process registered its own metrics)."""
+    for cache, clients in caches:
+        p = cache.process
+        print(
+            f"host cache {cache.labels.get('node', cache.url)}: {int(p.get('connections', 0))} connections, "
+            f"{len(clients)} client(s) attached ({cache.url})"
+        )
+        print(_HEADER)
+        for tier, values in cache.tiers.items():
+            print(_row("svc", tier, values))
+        for client, c in sorted(clients.items()):
+            pid = int(client[4:]) if client.startswith("pid:") and client[4:].isdigit() else -1
+            rank = ranks_by_pid.get(pid)
+            who = (
+                f" = model {rank.labels.get('model', '')} rank {rank.labels.get('rank', '?')}" if rank else ""
+            )
+            print(
+                f"client {client}{who}: {c.get('connections', 0)} connections, {c.get('requests', 0)} requests, "
+                f"{c.get('lookup_hits', 0)}/{c.get('lookups', 0)} lookups hit, {c.get('committed', 0)} stored, "
+                f"{c.get('aborted', 0)} aborted"
+            )

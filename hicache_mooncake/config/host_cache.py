@@ -38,9 +38,11 @@ class HostCacheConfig(BaseModel):
     """Connections per backend to the service (SGLang's storage threads use them at once)."""
     max_clients: int = Field(default=1024, ge=1)
     """Connections the service serves at once (one thread each)."""
-    metrics_port: int | None = Field(default=None, ge=0, le=65535)
-    """The service serves Prometheus metrics on this loopback port: its tiers and per-client accounting
-    (requests, reservations, commits, lookups, hits per client process). None: not served."""
+    metrics_port: int | None = Field(default=0, ge=0, le=65535)
+    """The service serves Prometheus metrics (``/metrics``, ``/healthz``) on this port of
+    ``metrics.host``: its tiers and per-client accounting (requests, reservations, commits, lookups,
+    hits per client process). 0: any free port, written to ``metrics.discovery_dir`` as the service's
+    endpoint, so ``hicache-mooncake stats`` finds it with the ranks; None: not served."""
 
     @field_validator("dir", "shm_dir")
     @classmethod

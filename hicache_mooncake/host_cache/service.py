@@ -59,6 +59,8 @@ class HostCacheService:
         self.config = config
         self.paths = HostCachePaths.of(config.host_cache)
         self._lock_fd = lock_fd
+        self.config_file = config_file or ""
+        self.fatal = ""  # why it cannot serve any more (health.ServiceWatch): exit non-zero
         lock.write_pid(lock_fd)
         if config_file is None or os.path.realpath(config_file) != os.path.realpath(self.paths.config):
             # started from another file (an operator's): clients read the service's configuration here
@@ -76,14 +78,27 @@ class HostCacheService:
         from hicache_mooncake.config.metrics import ExporterConfig
         from hicache_mooncake.metrics_node import serve_node_metrics
 
+        from .health import watch_service
         from .metrics import ClientCollector
+        from .status import metrics_url, remove_status, write_status
 
+        metrics = self.config.metrics  # the service registers where the ranks do: `stats` shows both
         exporter = serve_node_metrics(
             self.server,
-            ExporterConfig(port=self.config.host_cache.metrics_port),
+            ExporterConfig(
+                port=self.config.host_cache.metrics_port,
+                host=metrics.host,
+                discovery_dir=metrics.discovery_dir,
+            ),
             "host-cache",
             ClientCollector(self.server.stats),
         )
+        url = metrics_url(metrics.host, exporter.port) if exporter is not None else ""
+        write_status(self.paths, self.config_file, url)
+        watch = watch_service(
+            self.server, self.paths.socket, self.paths.lock, self._lock_fd, self._cannot_serve
+        )
+        watch.start()
         admin = start_service_admin(self.config, self.server.store)  # issue 44: operators reach the tiers
         idle_limit = self.config.host_cache.idle_timeout_s
         last_client = time.monotonic()
@@ -94,15 +109,21 @@ class HostCacheService:
             elif idle_limit and time.monotonic() - last_client >= idle_limit:
                 log.info("no client for %.0f s: stopping", idle_limit)
                 break
+        watch.close()
         if admin is not None:
             admin.close()
-        self.server.drain()
+        self.server.drain()  # stops accepting first
         if self.events is not None:
             self.events.close()
         if exporter is not None:
             exporter.close()
+        remove_status(self.paths)
         os.close(self._lock_fd)
-        return 0
+        return 1 if self.fatal else 0
+
+    def _cannot_serve(self, reason: str) -> None:
+        self.fatal = reason
+        self.stop.set()
 
 
 def run(config: BackendConfig, lock_fd: int | None = None, config_file: str | None = None) -> int:
