@@ -43,7 +43,7 @@ def test_a_removed_ssd_directory_degrades_the_tier_loudly_and_dram_keeps_serving
     host_cache: PrivateHostCache,
 ) -> None:
     discovery = host_cache.tmp / "discovery"
-    extra = host_cache.extra(host_cache="on")
+    extra = host_cache.extra(host_cache="on", warm={"interval_s": 0.5})  # a snapshot every 0.5 s
     extra["metrics"] = {**extra.get("metrics", {}), "discovery_dir": str(discovery)}
     yaml_path = host_cache.write_yaml(extra)
     store = build_client_store(validate_config(extra), "rank0", True)
@@ -84,6 +84,11 @@ def test_a_removed_ssd_directory_degrades_the_tier_loudly_and_dram_keeps_serving
         assert time.monotonic() - started < 2.0
         assert pid_alive(pid) and host_cache.pid() == pid
         assert log_lines(host_cache, "SSD tier degraded") == 1  # one loud line, not one per check
+        # the degraded tier takes no snapshot writes: no failure logged per interval
+        failed = log_lines(host_cache, "cannot write the snapshot")
+        assert failed <= 1  # one may have raced the check
+        time.sleep(2.0)
+        assert log_lines(host_cache, "cannot write the snapshot") == failed, host_cache.log_tail()
     finally:
         store.close()
 
