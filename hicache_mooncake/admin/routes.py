@@ -84,6 +84,11 @@ def _timeout(ctx: AdminContext, body: dict[str, Any]) -> float:
 def _started(
     ctx: AdminContext, kind: str, args: dict[str, Any], work: Callable[[Progress], None]
 ) -> tuple[int, dict[str, Any]]:
+    if ctx.labels.get("host_cache_socket"):  # a host cache's client rank: its tiers are the service's
+        raise BadRequest(
+            f"this rank keeps its tiers in host cache {ctx.labels.get('host_cache')!r}: {kind} runs on the "
+            "service's own admin endpoint ('hicache-mooncake admin' without --url sends it there)"
+        )
     op = ctx.operations.start(kind, args, work)
     return 202, op.view()
 

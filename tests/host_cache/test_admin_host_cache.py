@@ -213,7 +213,8 @@ def test_a_hint_the_service_cannot_apply_is_an_error_not_a_silent_200(
     rank: Rank, host_cache: PrivateHostCache
 ) -> None:
     """With the service's endpoint gone (stopped), a pin given to the rank answers an error naming
-    the host cache instead of 200 with no effect; a bad keyed request is a 400 naming the field."""
+    the host cache instead of 200 with no effect; a bad keyed request is a 400 naming the field; a
+    tier operation sent to the rank by hand (``--url``) names where it runs instead of "no tier"."""
     wait_for(lambda: any(e.labels.get("role") == "host-cache" for e in rank_endpoints(rank.discovery)))
     service = rank.service()
     with pytest.raises(AdminError) as err:
@@ -223,6 +224,9 @@ def test_a_hint_the_service_cannot_apply_is_an_error_not_a_silent_200(
     with pytest.raises(AdminError) as err:  # only the service takes store keys
         rank_client.request("POST", "/v1/hints/keys", {"hints": [{"action": "unpin", "keys": ["k"]}]})
     assert err.value.status == 404
+    with pytest.raises(AdminError) as err:  # a tier operation named to the rank by hand says where to go
+        rank_client.resize("dram", "2MiB")
+    assert err.value.status == 400 and "service's own admin endpoint" in str(err.value)
     host_cache.kill(host_cache.wait_pid(), 15)
     with pytest.raises(AdminError) as err:
         rank_client.pin([f"{1:064x}"], 60)
