@@ -22,6 +22,10 @@ Invariants and failure semantics:
 - A request line that is not ``METHOD PATH HTTP/1.x``, or a header line without a colon, is 400;
   a method other than GET and POST is 405.
 - Every connection carries one request; the reply says ``Connection: close``.
+- A request ``inline`` accepts (a bounded, I/O-free handler such as a local lookup) is handled on
+  the selector thread itself, saving the hand-off to a worker (under a busy GIL, each hand-off
+  waits up to a switch interval); its reply is sent without blocking, the rest (if the socket
+  takes less) by a worker.
 - ``close`` stops accepting, closes every connection and returns within about a second; a
   handler still running finishes on its worker thread and its reply is dropped.
 """
@@ -75,6 +79,7 @@ Reply = tuple[int, dict[str, Any]]
 _EVICTABLE = ("head", "linger")  # a connection still sending its head, or already refused
 Authorize = Callable[[Request], bool]
 Handle = Callable[[Request], Reply]
+Inline = Callable[[Request], bool]
 
 
 class _Refused(Exception):
@@ -118,10 +123,12 @@ class BoundedHTTPServer:
         handle: Handle,
         limits: Limits | None = None,
         name: str = "hicache-http",
+        inline: Inline | None = None,
     ) -> None:
         self.limits = limits or Limits()
         self._authorize = authorize
         self._handle = handle
+        self._inline = inline
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self._listener = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -333,30 +340,59 @@ class BoundedHTTPServer:
         conn.state = "work"
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(conn.sock)
+        if self._inline is not None and self._inline(conn.request):
+            self._answer_inline(conn)
+            return
         try:
             self._workers.submit(self._work, conn)
         except RuntimeError:  # shut down
             self._drop(conn)
 
+    def _answer_inline(self, conn: _Conn) -> None:
+        """Handle ``conn`` here and send what the socket takes now; a worker sends the rest."""
+        reply = self._reply(conn)
+        try:
+            sent = conn.sock.send(reply)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            sent = len(reply)  # the client went away
+        if sent >= len(reply):
+            self._finish(conn)
+            return
+        try:
+            self._workers.submit(self._send, conn, reply[sent:])
+        except RuntimeError:  # shut down
+            self._finish(conn)
+
     # ------------------------------------------------------------------ a worker thread
     def _work(self, conn: _Conn) -> None:
+        self._send(conn, self._reply(conn))
+
+    def _reply(self, conn: _Conn) -> bytes:
         assert conn.request is not None
         try:
-            try:
-                status, body = self._handle(conn.request)
-            except Exception as exc:  # a bug: answer, log, keep serving
-                log.exception("admin %s %s failed", conn.request.method, conn.request.path)
-                status, body = 500, {"error": f"internal error: {type(exc).__name__}"}
+            status, body = self._handle(conn.request)
+        except Exception as exc:  # a bug: answer, log, keep serving
+            log.exception("admin %s %s failed", conn.request.method, conn.request.path)
+            status, body = 500, {"error": f"internal error: {type(exc).__name__}"}
+        return encode_reply(status, body)
+
+    def _send(self, conn: _Conn, reply: bytes) -> None:
+        try:
             if not self._stopped.is_set():
                 conn.sock.setblocking(True)
                 conn.sock.settimeout(self.limits.send_timeout_s)
-                conn.sock.sendall(encode_reply(status, body))
+                conn.sock.sendall(reply)
         except OSError:
             pass  # the client went away
         finally:
-            conn.sock.close()
-            with self._lock:
-                self._done.append(conn)
+            self._finish(conn)
+
+    def _finish(self, conn: _Conn) -> None:
+        conn.sock.close()
+        with self._lock:
+            self._done.append(conn)
 
 
 def parse_head(head: bytes, peer: str) -> Request:

@@ -21,6 +21,8 @@ Invariants and failure semantics:
 - block hashes (SGLang's KV-event ints) are refused (400): the event id is a lossy 64-bit prefix
   of the page hash (``kv_events.block_ids``) and this rank keeps no id -> key index; send the page
   hashes;
+- a local lookup of at most ``INLINE_MAX_BODY`` bytes is answered on the server's selector thread
+  (``routes.INLINE``: one thread hand-off less); others go to a worker like every route;
 - at most ``MAX_LOOKUP_KEYS`` keys per call; a key that is not a page key is 400 naming it;
   before SGLang registered its host pool the key space is unknown: 409.
 """
@@ -32,9 +34,11 @@ from typing import Any
 from hicache_mooncake.keys import MAX_PAGE_KEY_CHARS
 
 from .hint_routes import tenant
-from .routes import AdminContext, BadRequest, route
+from .routes import INLINE, AdminContext, BadRequest, route
 
 MAX_LOOKUP_KEYS = 65536
+INLINE_MAX_BODY = 64 << 10
+"""A local lookup this small (about 900 page hashes) is answered on the server's selector thread."""
 _RANK = {"dram": 0, "ssd": 1}  # a pool ranks after both (slower: a network or socket hop)
 
 
@@ -75,6 +79,14 @@ def page_tiers(where: list[str | None], per_page: int) -> list[str | None]:
         names = where[first : first + per_page]
         out.append(None if None in names else max(names, key=lambda n: _RANK.get(n or "", 2)))
     return out
+
+
+def answer_inline(ctx: AdminContext, raw: bytes) -> bool:
+    """A small lookup that asks the local tiers only: bounded and without I/O."""
+    return len(raw) <= INLINE_MAX_BODY and ctx.store.local and b'"remote"' not in raw
+
+
+INLINE[("POST", "/v1/lookup")] = answer_inline
 
 
 @route("POST", "/v1/lookup")

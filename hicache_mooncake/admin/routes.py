@@ -28,6 +28,9 @@ from .tier_factory import TierFactory
 
 Handler = Callable[["AdminContext", dict[str, Any]], tuple[int, dict[str, Any]]]
 ROUTES: dict[tuple[str, str], Handler] = {}
+INLINE: dict[tuple[str, str], Callable[[AdminContext, bytes], bool]] = {}
+"""Routes whose handler may run on the server's selector thread, when their predicate says so for
+a request's raw body: bounded and free of I/O (``http_loop``: one thread hand-off less)."""
 
 
 class BadRequest(ValueError):

@@ -31,7 +31,7 @@ from hicache_mooncake.tiers.runtime_ops import OperationError
 from . import auth, hint_routes, layout_routes, lookup_routes  # noqa: F401 - register their routes
 from .http_loop import BoundedHTTPServer, Limits, Reply, Request
 from .operations import Busy
-from .routes import AdminContext, BadRequest, find
+from .routes import INLINE, AdminContext, BadRequest, find
 
 log = logging.getLogger(__name__)
 MAX_BODY = Limits().max_body_bytes
@@ -99,6 +99,12 @@ def _handle(admin: AdminServer, request: Request) -> Reply:
         return 409, {"error": str(exc)}
 
 
+def _inline(admin: AdminServer, request: Request) -> bool:
+    """Whether the selector thread may answer ``request`` itself (``routes.INLINE``)."""
+    ok = INLINE.get((request.method, request.path.split("?", 1)[0]))
+    return ok is not None and ok(admin.context, request.body)
+
+
 def _json_body(raw: bytes) -> dict[str, Any]:
     if not raw:
         return {}
@@ -117,8 +123,16 @@ class AdminServer:
     or OSError (port taken)."""
 
     def __init__(
-        self, config: AdminConfig, context: AdminContext, index: int = 0, limits: Limits | None = None
+        self,
+        config: AdminConfig,
+        context: AdminContext,
+        index: int = 0,
+        limits: Limits | None = None,
+        inline: bool = True,
     ) -> None:
+        """``inline``: answer the routes of ``routes.INLINE`` on the selector thread (False: every
+        request goes to a worker, as the benchmark's baseline)."""
+        self.inline = inline
         self.config = config
         self.context = context
         self.index = index
@@ -150,6 +164,7 @@ class AdminServer:
             lambda request: _handle(self, request),
             self.limits,
             name="hicache-admin",
+            inline=(lambda request: _inline(self, request)) if self.inline else None,
         )
         self.port = int(self._server.server_address[1])
         self._server.start()

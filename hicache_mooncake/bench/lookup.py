@@ -5,7 +5,8 @@ demoted to the SSD; an admin endpoint on loopback serves it (token required). Ea
 ``--keys`` page hashes (a held prefix, then misses). Reported per case, p50 / p99 / max in
 milliseconds: ``where_batch`` (the store's index lookups alone), ``handler`` (the route: parse the
 keys, map them, look up, build the answer) and ``http`` (a client's whole request on a fresh
-connection: connect, send, the server's selector and worker, the JSON reply). Optionally
+connection from another process: connect, send, the server's selector and worker, the JSON
+reply). Optionally
 ``--load-threads`` threads run set/get on other pages meanwhile (as SGLang's backup and prefetch
 threads do).
 
@@ -20,6 +21,7 @@ import argparse
 import http.client
 import json
 import secrets
+import subprocess
 import sys
 import tempfile
 import threading
@@ -120,6 +122,43 @@ def _http_call(port: int, token: str, body: bytes) -> Callable[[], object]:
     return call
 
 
+def _client_process(
+    ports: list[int], token: str, body: bytes, requests: int, work: Path
+) -> list[dict[str, float]]:
+    """``http`` timed from another process (a router is one: the server's threads then share the
+    GIL with nothing of the client's), one request to each port in turn (so a change of the
+    machine's load hits every case alike)."""
+    (work / "body.json").write_bytes(body)
+    (work / "client.token").write_text(token)
+    out = subprocess.run(
+        [sys.executable, "-m", "hicache_mooncake.bench.lookup", "--client", str(work), str(requests)]
+        + [str(p) for p in ports],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"the client process failed: {out.stderr[-2000:]}")
+    return list(json.loads(out.stdout))
+
+
+def _client_main(work: Path, requests: int, ports: list[int]) -> int:
+    token, body = (work / "client.token").read_text(), (work / "body.json").read_bytes()
+    calls = [_http_call(port, token, body) for port in ports]
+    for call in calls:
+        for _ in range(min(50, requests)):  # warm up
+            call()
+    samples: list[list[float]] = [[] for _ in calls]
+    for _ in range(requests):
+        for call, into in zip(calls, samples, strict=True):
+            start = time.perf_counter()
+            call()
+            into.append(time.perf_counter() - start)
+    print(json.dumps([_quantiles(s) for s in samples]))
+    return 0
+
+
 def _load(store: TieredStore, space: KeySpace, stop: threading.Event, seed: int) -> None:
     data = np.zeros(PAGE, np.uint8)
     out = np.zeros(PAGE, np.uint8)
@@ -149,6 +188,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         cfg = AdminConfig(port=0, token_file=str(work / "token"), discovery_dir=str(work / "disc"))
         server = AdminServer(cfg, context)
         port = server.start()
+        baseline = AdminServer(cfg, context, index=1, inline=False)  # every request to a worker
+        baseline_port = baseline.start()
         stop = threading.Event()
         loaders = [
             threading.Thread(target=_load, args=(store, space, stop, n), daemon=True)
@@ -170,7 +211,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 "answer": {"longest_prefix": answer["longest_prefix"], "counts": answer["counts"]},
                 "where_batch": _timed(args.requests, lambda: store.where_batch(keys)),
                 "handler": _timed(args.requests, lambda: lookup(context, json.loads(body))),
-                "http": _timed(args.requests, _http_call(port, token, body)),
+                **dict(
+                    zip(
+                        ("http", "http_via_worker"),
+                        _client_process([port, baseline_port], token, body, args.requests, work),
+                        strict=True,
+                    )
+                ),
                 "tiers": {t.name: store.stats().get(t.name, {}).get("entries", 0) for t in store.tiers},
             }
         finally:
@@ -178,6 +225,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             for t in loaders:
                 t.join(10)
             server.close()
+            baseline.close()
             store.close()
         return result
 
@@ -197,13 +245,16 @@ def run(args: argparse.Namespace) -> int:
         f"lookup of {result['keys']} keys over {result['pages']} pages {result['tiers']}, "
         f"{result['load_threads']} load threads; answer {result['answer']}"
     )
-    for case in ("where_batch", "handler", "http"):
+    for case in ("where_batch", "handler", "http", "http_via_worker"):
         q = result[case]
-        print(f"  {case:12s} p50 {q['p50_ms']:.3f} ms  p99 {q['p99_ms']:.3f} ms  max {q['max_ms']:.3f} ms")
+        print(f"  {case:16s} p50 {q['p50_ms']:.3f} ms  p99 {q['p99_ms']:.3f} ms  max {q['max_ms']:.3f} ms")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--client"]:  # the client process of the ``http`` cases
+        return _client_main(Path(argv[1]), int(argv[2]), [int(p) for p in argv[3:]])
     parser = argparse.ArgumentParser(prog="python -m hicache_mooncake.bench.lookup", description=__doc__)
     parser.add_argument("--json", dest="json_stdout", action="store_true", help="print JSON, not the table")
     add_arguments(parser)
