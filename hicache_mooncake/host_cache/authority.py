@@ -24,6 +24,7 @@ that differs, with both values. Then:
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import yaml
 
 from hicache_mooncake.config import BackendConfig, ConfigError, validate_config
+from hicache_mooncake.sizes import format_size
 
 from .launcher import reachable
 from .lock import holder_pid
@@ -53,7 +55,19 @@ class Difference:
         return self.key in BLOCKING_KEYS
 
     def line(self) -> str:
-        return f"{self.key}: this process's YAML says {self.client!r}, the running host cache serves {self.service!r}"
+        mine, theirs = _shown(self.key, self.client), _shown(self.key, self.service)
+        return f"{self.key}: this process's YAML says {mine}, the running host cache serves {theirs}"
+
+
+def _shown(key: str, value: Any) -> str:
+    """A value as the log line shows it: sizes as sizes (and in bytes), the rest as Python repr."""
+    name = key.rsplit(".", 1)[-1]
+    if isinstance(value, int) and not isinstance(value, bool) and name in _SIZE_KEYS:
+        return f"{format_size(value)} ({value})"
+    return repr(value)
+
+
+_SIZE_KEYS = frozenset({"capacity", "max_capacity", "slab_size", "region_size", "min_free"})
 
 
 def _served(config: BackendConfig) -> dict[str, Any]:
@@ -61,6 +75,8 @@ def _served(config: BackendConfig) -> dict[str, Any]:
     data = config.model_dump(mode="json")
     tiers = dict(data["tiers"])
     tiers.pop("host_cache", None)
+    # one spelling of the SSD path: a string and a one-entry list, ``~`` and ``$HOME``, are the same
+    tiers["ssd"] = {**tiers["ssd"], "path": [os.path.expanduser(p) for p in config.tiers.ssd.paths]}
     served: dict[str, Any] = {"tiers": tiers, "tenants": data["tenants"]}
     if config.tiers.remote.enabled:
         served["metadata"] = data["metadata"]
