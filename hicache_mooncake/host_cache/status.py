@@ -82,6 +82,15 @@ def is_service(pid: int) -> bool:
     return b"host-cache" in argv
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie waiting for its parent's wait has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 @dataclass
 class ServiceStatus:
     name: str
@@ -210,7 +219,7 @@ def stop_service(paths: HostCachePaths, timeout_s: float) -> tuple[bool, str]:
         return True, f"host cache {paths.name}: pid {pid} already exited"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if holder_pid(paths.lock) != pid:
+        if holder_pid(paths.lock) != pid and not _alive(pid):
             return True, f"host cache {paths.name}: pid {pid} drained and stopped"
         time.sleep(0.05)
     return False, (

@@ -21,6 +21,7 @@ from host_cache_procs import PrivateHostCache, pid_alive
 
 from hicache_mooncake import metrics_discovery
 from hicache_mooncake.config import validate_config
+from hicache_mooncake.metrics import BackendMetrics, RankLabels
 from hicache_mooncake.store_builder import build_client_store
 
 pytestmark = pytest.mark.integration
@@ -32,6 +33,14 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     )
 
 
+def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """The same command in this process (cheaper than a new interpreter): (exit code, stdout)."""
+    from hicache_mooncake.cli import main
+
+    rc = main(list(args))
+    return rc, capsys.readouterr().out
+
+
 def wait_for(what: str, check: object, timeout: float, log: PrivateHostCache) -> None:
     deadline = time.monotonic() + timeout
     while not check():  # type: ignore[operator]
@@ -40,7 +49,7 @@ def wait_for(what: str, check: object, timeout: float, log: PrivateHostCache) ->
 
 
 def test_a_removed_ssd_directory_degrades_the_tier_loudly_and_dram_keeps_serving(
-    host_cache: PrivateHostCache,
+    host_cache: PrivateHostCache, capsys: pytest.CaptureFixture[str]
 ) -> None:
     discovery = host_cache.tmp / "discovery"
     extra = host_cache.extra(host_cache="on", warm={"interval_s": 0.5})  # a snapshot every 0.5 s
@@ -71,9 +80,8 @@ def test_a_removed_ssd_directory_degrades_the_tier_loudly_and_dram_keeps_serving
         text = urllib.request.urlopen(endpoint.url, timeout=5).read().decode()
         assert re.search(r'hicache_mooncake:tier_degraded\{[^}]*tier="ssd"[^}]*\} 1\.0', text), text
 
-        status = cli("host-cache", "status", "--config", str(yaml_path))
-        assert status.returncode == 0, status.stderr
-        assert re.search(r"tier ssd .*DEGRADED: .*was removed", status.stdout), status.stdout
+        rc, out = run_main(capsys, "host-cache", "status", "--config", str(yaml_path))
+        assert rc == 0 and re.search(r"tier ssd .*DEGRADED: .*was removed", out), out
 
         # the service keeps serving from DRAM; nothing waits on the missing disk
         started = time.monotonic()
@@ -97,12 +105,17 @@ def log_lines(host_cache: PrivateHostCache, text: str) -> int:
     return (host_cache.run_dir / "host-cache.log").read_text().count(text)
 
 
-def test_status_says_what_runs_for_whom_and_stop_drains_it(host_cache: PrivateHostCache) -> None:
+def test_status_says_what_runs_for_whom_and_stop_drains_it(
+    host_cache: PrivateHostCache, capsys: pytest.CaptureFixture[str]
+) -> None:
     extra = host_cache.extra(host_cache="on")
     extra["metrics"] = {**extra.get("metrics", {}), "discovery_dir": str(host_cache.tmp / "discovery")}
     yaml_path = host_cache.write_yaml(extra)
-    store = build_client_store(validate_config(extra), "rank0", True)
+    config = validate_config(extra)
+    store = build_client_store(config, "rank0", True)
+    rank = BackendMetrics(store.stats, RankLabels("org/m", 0))  # this process serves as rank 0
     try:
+        assert rank.serve(config.metrics.model_copy(update={"port": 0}), lambda: (True, {})) > 0
         pid = host_cache.wait_pid()
         page = np.full(8192, 3, dtype=np.uint8)
         assert store.put_batch(["s0"], [[memoryview(page)]]) == [True]
@@ -113,19 +126,19 @@ def test_status_says_what_runs_for_whom_and_stop_drains_it(host_cache: PrivateHo
         assert re.search(r"since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(up \d+h\d\dm\d\ds\), config /", text), text
         assert "metrics http://127.0.0.1:" in text, text
         assert re.search(r"tier dram\s+1 entries, .* of 8\.0 ?MiB", text), text
-        assert "clients attached: 1" in text and f"pid:{os.getpid()}: " in text, text
+        assert "clients attached: 1" in text and f"pid:{os.getpid()} (rank 0 of org/m): " in text, text
     finally:
+        rank.close()
         store.close()  # the client goes; the service stays (idle_timeout_s: 120)
-    stop = cli("host-cache", "stop", "--config", str(yaml_path), "--timeout", "30")
-    assert stop.returncode == 0, stop.stderr
-    assert f"pid {pid} drained and stopped" in stop.stdout
+    rc, out = run_main(capsys, "host-cache", "stop", "--config", str(yaml_path), "--timeout", "30")
+    assert rc == 0 and f"pid {pid} drained and stopped" in out, out
     assert not pid_alive(pid) and not host_cache.socket.exists()
     assert not (host_cache.run_dir / "host-cache.status.json").exists()
     assert "drained" in host_cache.log_tail()
-    after = cli("host-cache", "status", "--config", str(yaml_path))
-    assert after.returncode == 3 and "not running" in after.stdout
-    again = cli("host-cache", "stop", "--config", str(yaml_path))
-    assert again.returncode == 0 and "not running" in again.stdout
+    rc, out = run_main(capsys, "host-cache", "status", "--config", str(yaml_path))
+    assert rc == 3 and "not running" in out
+    rc, out = run_main(capsys, "host-cache", "stop", "--config", str(yaml_path))
+    assert rc == 0 and "not running" in out
 
 
 def test_a_service_whose_socket_was_removed_stops_and_exits_non_zero(host_cache: PrivateHostCache) -> None:

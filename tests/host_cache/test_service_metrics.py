@@ -19,7 +19,9 @@ import pytest
 from host_cache_procs import REPO, PrivateHostCache
 
 from hicache_mooncake import metrics_discovery
-from hicache_mooncake.config import validate_config
+from hicache_mooncake.cli import main
+from hicache_mooncake.config import MetricsConfig, validate_config
+from hicache_mooncake.metrics import BackendMetrics, RankLabels
 from hicache_mooncake.store_builder import build_client_store
 
 pytestmark = pytest.mark.integration
@@ -36,14 +38,18 @@ def service_endpoint(directory: Path, pid: int, timeout: float = 20.0) -> metric
 
 
 def test_the_service_serves_its_metrics_by_default_and_stats_shows_it_with_its_clients(
-    host_cache: PrivateHostCache,
+    host_cache: PrivateHostCache, capsys: pytest.CaptureFixture[str]
 ) -> None:
     discovery = host_cache.tmp / "discovery"
     extra = host_cache.extra(host_cache="on")
     extra["metrics"] = {**extra.get("metrics", {}), "discovery_dir": str(discovery)}
     assert "metrics_port" not in extra["host_cache"]  # the default: nothing configured
-    store = build_client_store(validate_config(extra), "rank0", True)
+    config = validate_config(extra)
+    store = build_client_store(config, "rank0", True)
+    # this process is a rank too: it serves its own metrics (its one tier: host_cache), as a backend does
+    rank = BackendMetrics(store.stats, RankLabels("org/m", 0))
     try:
+        assert rank.serve(MetricsConfig(port=0, discovery_dir=str(discovery)), lambda: (True, {})) > 0
         pid = host_cache.wait_pid()
         pages = [np.full(8192, i, dtype=np.uint8) for i in range(2)]
         assert store.put_batch(["m0", "m1"], [[memoryview(p)] for p in pages]) == [True, True]
@@ -70,12 +76,15 @@ def test_the_service_serves_its_metrics_by_default_and_stats_shows_it_with_its_c
         assert "host cache host-cache-host-cache:" in table.stdout, table.stdout
         assert re.search(r"svc dram\s+2 ", table.stdout), table.stdout
         assert re.search(r"svc ssd\s", table.stdout), table.stdout
-        assert f"client {me}: " in table.stdout and "2 stored" in table.stdout, table.stdout
+        assert re.search(r"^\s+0 host_cache ", table.stdout, re.M), table.stdout  # the rank's own row
+        assert f"client {me} = model org/m rank 0: " in table.stdout and "2 stored" in table.stdout, (
+            table.stdout
+        )
 
-        as_json = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=60)
-        assert as_json.returncode == 0, as_json.stderr
-        [cache] = json.loads(as_json.stdout)["host_caches"]
+        assert main(["stats", "--dir", str(discovery), "--json"]) == 0  # in this process: cheaper
+        [cache] = json.loads(capsys.readouterr().out)["host_caches"]
         assert cache["tiers"]["dram"]["entries"] == 2
         assert cache["clients"][me]["committed"] == 2
     finally:
+        rank.close()
         store.close()
