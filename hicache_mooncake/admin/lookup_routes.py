@@ -15,9 +15,10 @@ held pages (what a ``batch_exists`` would count now).
 Invariants and failure semantics:
 - read-only: index lookups in one batch per tier (``TieredStore.where_batch``), no store lock, no
   policy call, no hit or miss counted: a lookup never changes what is evicted;
-- no I/O unless asked: the local tiers only, except ``"remote": true`` (each pool asked once per
-  call, bounded by its deadline) or a store whose only tier is the host cache (this host's
-  service, one local-socket round trip; ``"remote": false`` turns it off);
+- no I/O unless asked: the local tiers only (``asked`` names them), except with ``"remote": true``:
+  then each pool tier is asked once per call, bounded by its deadline, through its existence call
+  (the remote pool; the host cache service, which is a rank's only tier in host-cache mode: its
+  policy sees that call as an existence check, as SGLang's ``batch_exists``);
 - block hashes (SGLang's KV-event ints) are refused (400): the event id is a lossy 64-bit prefix
   of the page hash (``kv_events.block_ids``) and this rank keeps no id -> key index; send the page
   hashes;
@@ -93,7 +94,7 @@ INLINE[("POST", "/v1/lookup")] = answer_inline
 def lookup(ctx: AdminContext, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     hashes = lookup_keys(body)
     owner = tenant(body)
-    remote = body.get("remote", not ctx.store.local)
+    remote = body.get("remote", False)
     if not isinstance(remote, bool):
         raise BadRequest("'remote' must be true or false")
     mapping = ctx.store_keys

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from ops_helpers import small_config
+from transport_procs import SECRET
 
 from hicache_mooncake.admin.client import AdminClient, AdminError
 from hicache_mooncake.admin.lookup_routes import page_tiers
@@ -137,6 +138,29 @@ def test_a_page_of_several_objects_is_held_when_all_are(tmp_path, stores, admin_
     answer = admin.lookup(pages)
     assert answer["tiers"] == ["dram", "dram", None] and answer["longest_prefix"] == 2
     assert page_tiers(["dram", "ssd", "ssd", "dram", None, "ssd"], 2) == ["ssd", "ssd", None]
+
+
+def test_the_remote_pool_is_asked_only_when_the_request_says_so(
+    tmp_path, stores, admin_for, node_factory, monkeypatch
+):
+    monkeypatch.setenv("HICACHE_NODE_SECRET", SECRET)
+    node = node_factory("n0")
+    pool = {"nodes": [{"node_id": "n0", "host": "127.0.0.1", "port": node.port}], "backend": "embedded"}
+    config = small_config(
+        tmp_path, ssd=False, tiers={"remote": {"enabled": True, "timeout_s": 2.0}}, metadata=pool
+    )
+    store = stores(config)
+    space = keyspace()
+    admin = admin_for(store, config, store_keys=mapping(space))
+    pages = hashes("a", 3)
+    put(store, space.keys(pages))  # the pool is write-through: it has every page too
+    dram = store.dram
+    assert dram is not None and dram.remove(space.key(pages[1]))
+    local = admin.lookup(pages)
+    assert local["tiers"] == ["dram", None, "dram"] and local["asked"] == ["dram"]
+    everywhere = admin.lookup(pages, remote=True)
+    assert everywhere["tiers"] == ["dram", "remote", "dram"] and everywhere["longest_prefix"] == 3
+    assert everywhere["asked"] == ["dram", "remote"]
 
 
 def test_bad_lookups_are_refused_with_what_is_wrong(tmp_path, stores, admin_for):
