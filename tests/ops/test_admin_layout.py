@@ -8,7 +8,7 @@ they are."""
 from __future__ import annotations
 
 import pytest
-from admin_backend_helpers import PS, SHAPE, backend_of, page_hashes, store_pages
+from admin_backend_helpers import PS, SHAPE, backend_of, extra, page_hashes, store_pages
 from ops_helpers import TOKEN
 
 from hicache_mooncake.admin.client import AdminClient
@@ -81,5 +81,42 @@ def test_before_sglang_registers_its_pools_the_report_says_why(tmp_path):
         answer = admin.lookup(pages)
         assert answer["tiers"] == ["dram", "dram", "dram", None] and answer["longest_prefix"] == 3
         assert backend.batch_exists(pages) == 3  # what SGLang's own existence call counts
+    finally:
+        backend.close()
+
+
+def test_a_hybrid_models_sidecar_pool_is_reported_with_its_keys(tmp_path):
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+    from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
+
+    from hicache_mooncake.sglang_harness import host_pool_for, make_device_pool, make_storage_config
+    from hicache_mooncake.sglang_hybrid import (
+        host_group,
+        make_mamba_device_pool,
+        mamba_host_pool_for,
+        register_group,
+    )
+
+    dev, mdev = make_device_pool(False, SHAPE), make_mamba_device_pool()
+    group = host_group(
+        [
+            (PoolName.KV, host_pool_for(dev, "page_first", False, SHAPE), dev),
+            (PoolName.MAMBA, mamba_host_pool_for(mdev, "page_first"), mdev),
+        ]
+    )
+    cfg = make_storage_config(extra(tmp_path))
+    backend = StorageBackendFactory.create_backend("dynamic", cfg, group.anchor_entry.host_pool)
+    register_group(backend, group)
+    try:
+        report = AdminClient(backend.admin.url, TOKEN).layout()
+        layout = report["hicache_object_layout"]
+        kv, mamba = layout["pools"]
+        assert (kv["pool"], mamba["pool"]) == ("kv", "mamba")
+        assert mamba["hit_policy"] == "trailing_pages" and mamba["trailing_pages"] == 1
+        assert "sidecar" in mamba["object_kind"] and mamba["page_bytes"] > 0
+        (suffix,) = mamba["suffixes"]
+        assert suffix.startswith(".mamba~") and suffix.endswith("@tp0of1")
+        entry = backend.pools.get("mamba")
+        assert entry.keys.key("h" * 64) == layout["key_prefix"] + "h" * 64 + suffix  # the key v2 sets use
     finally:
         backend.close()
