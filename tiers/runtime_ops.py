@@ -449,8 +449,9 @@ class RuntimeOps:
         paused, ``clear_tenant`` resumes it), then the store's deferred work."""
         store = self.store
         ok = store._gate.quiesce(store._gate.advance(), deadline)
-        if mover is not None and hold:
-            mover.pause()
+        if mover is not None:
+            if hold:
+                mover.pause()
             while mover._busy and time.monotonic() < deadline:  # the batch in flight finishes
                 time.sleep(0.005)
             ok = ok and not mover._busy
