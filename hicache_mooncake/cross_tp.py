@@ -27,8 +27,9 @@ their geometry is in the KV digest, so the KV of a hybrid model does not cross T
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,8 @@ from hicache_mooncake.pools.provider import class_names
 
 # SGLang's MHA host layouts whose page a head group can be cut from (``_grouped``).
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
+STAGING_KEEP_BYTES = 64 << 20
+"""A thread keeps its staging buffer up to this size (larger batches stage in a fresh one)."""
 
 
 def head_groups_for(tp_lcm_size: Any, tp_size: int, replicated_kv: bool, interface_v1: bool) -> int:
@@ -84,6 +87,7 @@ class HeadGroupPages:
     views: tuple[np.ndarray, np.ndarray]
     """K and V as ``[page, group, *rest]`` uint8 views of the pool (``rest``: one group's page)."""
     zero_copy: bool
+    _kept: threading.local = field(default_factory=threading.local, repr=False)
 
     @classmethod
     def of(cls, pool: Any, head_groups: int, tp_size: int) -> HeadGroupPages:
@@ -159,9 +163,18 @@ class HeadGroupPages:
         return [[staging[n].reshape(-1).data] for n in range(len(pages))], scatter
 
     def _staging(self, pages: int) -> np.ndarray:
-        """``[page, group, K/V, bytes]``: a page's groups back to back, each K then V."""
+        """``[page, group, K/V, bytes]``: a page's groups back to back, each K then V. The calling
+        thread's buffer is reused up to ``STAGING_KEEP_BYTES`` (a fresh one costs a page fault
+        per 4 KiB); a call's views are used only within that call, on its thread."""
         half = int(np.prod(self.views[0].shape[2:]))
-        return np.empty((pages, self.local, 2, half), dtype=np.uint8)
+        shape = (pages, self.local, 2, half)
+        nbytes = pages * self.local * 2 * half
+        if nbytes > STAGING_KEEP_BYTES:
+            return np.empty(shape, dtype=np.uint8)
+        kept: np.ndarray | None = getattr(self._kept, "buffer", None)
+        if kept is None or kept.nbytes < nbytes:
+            kept = self._kept.buffer = np.empty(max(nbytes, 1 << 20), dtype=np.uint8)
+        return kept[:nbytes].reshape(shape)
 
     def _pool_parts(self, page: int) -> list[memoryview]:
         k, v = self.views
