@@ -219,3 +219,27 @@ def test_mla_with_tp_lcm_size_keeps_one_copy_for_every_tp_size() -> None:
     finally:
         for b in (plain, *(b for b, _h in tp2)):
             b.close()
+
+
+@pytest.mark.parametrize("layout", ["layer_first", "page_head"])
+def test_a_head_group_larger_than_a_slab_is_stored_in_chunks(layout: str) -> None:
+    """A group object (24 KiB here) over the DRAM slab (16 KiB) is cut like a page: its chunk
+    count depends on the group's size only, the same at every TP size; reads stay byte-exact."""
+    from hicache_mooncake.sglang_harness import page_snapshot
+
+    big = PoolShape(page_size=PS, layers=3, heads=HEADS, head_dim=64, device_tokens=512)
+    extra = small_extra(dram={"slab_size": "16KiB"})
+    backend, host = make_backend(layout, extra=extra, shape=big, tp_lcm_size=2)
+    try:
+        keys = [f"c{i:063x}" for i in range(3)]
+        src = host.alloc(3 * PS)
+        fill_random_pages(host, src, seed=7)
+        assert backend.batch_set_v1(keys, src) == [True] * 3
+        assert backend.tier_stats()["tiers"]["dram"]["entries"] == 3 * 2 * 2
+        assert backend._store_keys(keys[:1])[-1].endswith("@hg1of2#1of2")
+        dst = host.alloc(3 * PS)
+        assert backend.batch_get_v1(keys, dst) == [True] * 3
+        got, want = page_snapshot(host, dst), page_snapshot(host, src)
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    finally:
+        backend.close()
