@@ -80,6 +80,8 @@ class WatchedFile:
     what: str
     path: str
     ident: tuple[int, int]
+    consequence: str
+    """What its loss means (logged)."""
 
 
 class ServiceWatch:
@@ -141,9 +143,9 @@ class ServiceWatch:
                 state = "was removed" if now is None else "was replaced by another file"
                 self.fatal = f"its {f.what} {f.path} {state}"
                 log.error(
-                    "host cache: %s: no client can reach this service any more; stopping (a service "
-                    "manager or the next backend starts a new one)",
+                    "host cache: %s: %s; stopping (a service manager or the next backend starts a new one)",
                     self.fatal,
+                    f.consequence,
                 )
                 self._on_fatal(self.fatal)
                 return
@@ -196,9 +198,20 @@ def watch_service(
     dirs: tuple[str, ...] = tuple(engine.options.dirs) if engine is not None else ()
     files: list[WatchedFile] = []
     # missing already (the server made it at start): removed since, found at the first check
-    files.append(WatchedFile("socket", socket_path, identity(socket_path, follow=False) or (-1, -1)))
+    files.append(
+        WatchedFile(
+            "socket",
+            socket_path,
+            identity(socket_path, follow=False) or (-1, -1),
+            "no client can reach this service any more",
+        )
+    )
     st = os.fstat(lock_fd)
-    files.append(WatchedFile("lock file", lock_path, (st.st_dev, st.st_ino)))
+    files.append(
+        WatchedFile(
+            "lock file", lock_path, (st.st_dev, st.st_ino), "another service could start beside this one"
+        )
+    )
     return ServiceWatch(dirs, engine.degrade if engine is not None else _no_ssd, files, on_fatal)
 
 

@@ -189,3 +189,23 @@ def test_the_health_watch_finds_a_directory_made_again_and_its_probe_leaves_noth
     watch.check()
     assert watch.ssd_problem and "was removed and made again" in reasons[-1]
     assert watch.ssd_episodes == 1
+
+
+def test_a_replaced_lock_file_is_fatal(tmp_path: Path) -> None:
+    """Without its lock file a second service could take a new lock beside this one: stop."""
+    from hicache_mooncake.host_cache.health import ServiceWatch, WatchedFile, identity
+
+    lock = tmp_path / "host-cache.lock"
+    with lock.open("w") as held:  # the service holds its lock file open for its whole life
+        ident = identity(str(lock))
+        assert ident is not None
+        fatal: list[str] = []
+        watch = ServiceWatch(
+            [], lambda _r: None, [WatchedFile("lock file", str(lock), ident, "x")], fatal.append
+        )
+        watch.check()
+        assert fatal == [] and not held.closed
+        lock.unlink()
+        lock.touch()  # a new file at the path: not the lock this service holds
+        watch.check()
+    assert fatal == [f"its lock file {lock} was replaced by another file"] and watch.fatal == fatal[0]
