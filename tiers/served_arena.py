@@ -221,9 +221,7 @@ class ServedArena:
         if self.store.dram is not None:
             self.store.dram.cancel(reservations)
 
-    def _copy_to_pools(
-        self, items: Sequence[tuple[str, AccessContext]], deadline: float, epoch: int
-    ) -> None:
+    def _copy_to_pools(self, items: Sequence[tuple[str, AccessContext]], deadline: float, epoch: int) -> None:
         """Write-through pools get the DRAM copies of ``items`` they lack. ``epoch``: the store's
         ``clear_epoch`` read before the pages were published; once a clear has started since, no
         pool gets a copy of them (counted ``pool_writes_skipped_clear``), the same fence as a set's

@@ -815,7 +815,9 @@ class TieredStore:
                 with self._lock:
                     placement = self._placement_for(size)
                     if plan is None:
-                        drops, demote = placement.free_dram(sum(ctxs[i].size for i in missing), keys[missing[0]])
+                        drops, demote = placement.free_dram(
+                            sum(ctxs[i].size for i in missing), keys[missing[0]]
+                        )
                     else:
                         drops, demote, strays = placement.free_dram_room(plan, len(missing), keys[missing[0]])
                 if strays and dram is not None:
