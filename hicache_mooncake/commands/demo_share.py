@@ -230,6 +230,11 @@ def _demo(n: int, extra: dict[str, Any], printer: EventPrinter) -> int:
     ranks: list[tuple[Any, Any]] = []
     try:
         tp1 = _ranks(extra, 1, ranks)
+        run_dir = Path(extra["host_cache"]["dir"])
+        if not (run_dir / "host-cache.sock").exists():  # the first rank waited start_timeout_s for it
+            log = run_dir / "host-cache.log"
+            tail = log.read_text()[-2000:] if log.exists() else "(no service log)"
+            raise OSError(f"the host cache service did not start (its log {log}):\n{tail}")
         tp2 = _ranks(extra, 2, ranks)
         print(
             f"built: TP=1 'prefill' (1 rank, {HEADS} KV heads) and TP=2 'decode' (2 ranks, {HEADS // 2} heads "
@@ -293,7 +298,9 @@ def _demo(n: int, extra: dict[str, Any], printer: EventPrinter) -> int:
             f"\nwhat happened: with tp_lcm_size={TP_LCM} a page's key names its head group "
             f"(<key>@hg<g>of{TP_LCM}), not the rank; TP=1 writes both groups of a page, each TP=2 rank "
             "the group of its heads, so every TP size finds the other's pages and reads its own heads. "
-            "The pages live once, in the host cache service, which published what its tiers stored."
+            "The pages live once, in the host cache service, which published what its tiers stored: "
+            "one BlockStored block per page (SGLang's block hash of the page, reported with head group 0), "
+            "not one per head-group object, so a router counts pages, whatever the TP size of the writer."
         )
         print(f"events seen: {seen}")
         print("result: " + ("OK, every page found and byte-exact both ways" if not failures else "FAILED"))
