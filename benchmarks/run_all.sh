@@ -18,7 +18,7 @@ mkdir -p "$OUT"
 "$HM" bench scale --drop-caches --json "$OUT/bench_scale.json" --plot "$OUT/bench_scale.png"
 if [[ -f "$TRACE" ]]; then
   "$HM" replay "$TRACE" --json "$OUT/replay_public.json" --plot "$OUT/replay_public.png"
-  "$HM" bench rewarm --trace "$TRACE" --json "$OUT/bench_rewarm.json" --plot "$OUT/bench_rewarm.png"
+  "$HM" bench rewarm --trace "$TRACE" --json "$OUT/bench_rewarm.json"
 else
   echo "no trace at $TRACE (set TRACE=...): replay skipped"
 fi

@@ -5,7 +5,10 @@ discovery files the ranks write); ``--url`` names endpoints by hand.
 Actions: ``show``; ``resize TIER SIZE``; ``detach TIER [--mode drain|drop]``; ``attach TIER
 [--path P] [--capacity C] [--set KEY=VALUE]... [--config FILE]``; ``freeze``; ``unfreeze``; ``clear
 --tenant NAME``; ``ops``; ``hint pin|unpin|shared|session-open|session-close|show`` (policy hints
-on SGLang page hashes, from the arguments or ``--file``). A long action starts on every rank at
+on SGLang page hashes, from the arguments or ``--file``); ``lookup HASH... [--tenant T] [--remote]``
+(which tier of each rank holds each page, and the leading run held: ``POST /v1/lookup``, read-only);
+``layout`` (page geometry, key format, tiers: ``GET /v1/layout``). ``lookup`` and ``layout`` print
+the answers as JSON, keyed by endpoint. A long action starts on every rank at
 once, then its progress is printed until each rank is done (``--no-wait``: print the operation and
 return).
 
@@ -40,6 +43,7 @@ from hicache_mooncake.host_cache.admin_routing import endpoints_for
 from hicache_mooncake.sizes import format_size
 
 _LONG = ("resize", "detach", "attach", "clear")
+_JSON_ONLY = ("lookup", "layout")  # answers for routers and scripts: printed as JSON
 _HINTS_WITH_TTL = ("pin", "shared")
 _HINT_BODY_BYTES = 4 << 20  # hashes per request: at most MAX_PAGE_HASHES and about this much JSON
 
@@ -80,6 +84,11 @@ def register(sub: Any) -> None:
     actions.add_parser("unfreeze", help="accept new pages again")
     p = actions.add_parser("clear", help="remove one tenant's pages from every tier")
     p.add_argument("--tenant", required=True, help='the tenant ("" for the default one)')
+    p = actions.add_parser("lookup", help="which tier holds each page (SGLang page hashes), read-only")
+    p.add_argument("keys", nargs="+", metavar="HASH", help="SGLang page hashes, in prefix order")
+    p.add_argument("--tenant", help="the tenant the pages belong to (default: the backend's)")
+    p.add_argument("--remote", action="store_true", help="ask the remote pool too (network I/O)")
+    actions.add_parser("layout", help="page geometry, key format and tiers of each rank (JSON)")
     _register_hints(actions)
     parser.set_defaults(func=run, exit_findings="an operation failed or stopped at its timeout on some rank")
 
@@ -201,7 +210,8 @@ def _ranks(args: argparse.Namespace) -> list[RankEndpoint]:
     if not found:
         raise UsageError(f"no admin endpoint registered in {directory} (is admin.port set? or pass --url)")
     try:
-        chosen = endpoints_for(args.action, found)
+        # lookup and layout speak of SGLang page hashes, which the ranks map: routed as hints are
+        chosen = endpoints_for("hint" if args.action in _JSON_ONLY else args.action, found)
     except ValueError as exc:
         raise UsageError(f"{directory}: {exc}") from None
     if not chosen:
@@ -256,6 +266,10 @@ def _start(client: AdminClient, args: argparse.Namespace) -> dict[str, Any]:
         return client.attach(args.tier, _attach_config(args), args.timeout)
     if action == "hint":
         return _hint(client, args)
+    if action == "lookup":
+        return client.lookup(list(args.keys), args.tenant, True if args.remote else None)
+    if action == "layout":
+        return client.layout()
     return client.clear(args.tenant, args.timeout)
 
 
@@ -296,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
         answer.get("error") or (args.action in _LONG and not args.no_wait and not answer.get("complete"))
         for answer in answers
     )
-    if args.json:
+    if args.json or args.action in _JSON_ONLY:
         print(json.dumps({r.url: a for r, a in zip(ranks, answers, strict=True)}, indent=2, default=str))
     else:
         for rank, answer in zip(ranks, answers, strict=True):
