@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from hicache_mooncake.cross_tp import group_suffixes
 from hicache_mooncake.keys import KEY_FORMAT, pool_geometry
 from hicache_mooncake.object_split import PageCut, chunk_count, max_object_bytes
@@ -111,6 +109,8 @@ def _pool(entry: RegisteredPool, cut: PageCut, replicated: bool) -> dict[str, An
     if entry.name in _TRAILING:
         out["trailing_pages"] = _TRAILING[entry.name]
     if entry.holds_bytes:
+        import torch  # only once SGLang registered its pools (torch is there); the CLI imports this module without it
+
         sizes = entry.provider.page_runs(entry.pool, torch.arange(entry.page_size, dtype=torch.int64))[1]
         out["parts_per_page"] = len(sizes)
         out["part_bytes"] = sorted(set(int(s) for s in sizes))

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .layout import BACKEND, tiers_of
 from .routes import AdminContext, route
 
 
 @route("GET", "/v1/layout")
 def layout(ctx: AdminContext, _body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    # imported here: ``layout`` needs SGLang's pool classes (torch), and the CLI imports the route
+    # modules with the admin server on a host that may have neither
+    from .layout import BACKEND, tiers_of
+
     if ctx.layout is not None:
         return 200, {**ctx.labels, **ctx.layout()}
     return 200, {

@@ -310,7 +310,7 @@ def test_disk_bench_uses_the_temp_dir_and_drops_no_cache_by_default(tmp_path: Pa
 
 def test_bench_plot_needs_matplotlib_before_any_work(tmp_path: Path) -> None:
     out = run_cli(
-        "bench", "ssd_engine", "--plot", str(tmp_path / "p.png"), "--json", str(tmp_path / "e.json"),
+        "bench", "gil_io", "--plot", str(tmp_path / "p.png"), "--json", str(tmp_path / "e.json"),
         pre="import sys; sys.modules['matplotlib'] = None",
     )  # fmt: skip
     assert out.returncode == 2 and "--plot needs matplotlib" in out.stderr
