@@ -445,6 +445,39 @@ def render_families(d: dict[str, Any]) -> list[str]:
     return lines + table(["trace"] + [f"{f:.0%}" for f in fractions], rows)
 
 
+def render_cross_tp(d: dict[str, Any]) -> list[str]:
+    lines = [
+        f"{d.get('what', '')}; best of {fmt(d.get('repeats'))} passes of {fmt(d.get('mib_per_pass'))} MiB.",
+        "",
+    ]
+    rows = [
+        [
+            f"{int(r['page_bytes']) >> 10} KiB",
+            str(r.get("layout")),
+            fmt(r.get("tp_lcm_size")),
+            fmt(r.get("index_entries_per_page")),
+            fmt(r.get("store_calls_per_batch")),
+            "yes" if r.get("zero_copy") else "staged",
+            fmt(r.get("set_gbps")),
+            fmt(r.get("get_gbps")),
+        ]
+        for r in d.get("rows", [])
+    ]
+    return lines + table(
+        [
+            "page",
+            "layout",
+            "tp_lcm_size",
+            "index entries/page",
+            "store calls/batch",
+            "copy",
+            "set GB/s",
+            "get GB/s",
+        ],
+        rows,
+    )
+
+
 def render_generic(d: dict[str, Any]) -> list[str]:
     rows = [
         [f"`{k}`", fmt(v)] for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -475,6 +508,9 @@ KINDS: dict[str, Kind] = {
     "bench_scale": Kind("Scale: memory per entry, exists latency, reopen", "bench scale", render_scale),
     "bench_gil_io": Kind("Python I/O threads beside SGLang's interpreter", "bench gil_io", render_gil_io),
     "bench_rewarm": Kind("Warm restart", "bench rewarm", render_rewarm),
+    "bench_cross_tp": Kind(
+        "Cross-TP head groups: what `tp_lcm_size` costs", "bench cross_tp", render_cross_tp
+    ),
     "replay_public": Kind("Policy: the public conversation trace", "replay TRACE", render_replay),
     "replay_public_hints": Kind(
         "Policy: the public trace with simulated hints", "replay TRACE --hints simulated", render_replay
