@@ -119,7 +119,11 @@ def sglang_extra_config(loaded: LoadedConfig) -> dict[str, Any]:
     defaults = loaded.extra_config()
     added = sorted(k for k in LOADER_KEYS if k not in parsed)
     if added:
-        print(f"(loader keys not in the file, filled in from their defaults: {', '.join(added)})")
+        print(
+            f"warning: SGLang itself would refuse {loaded.path} (Missing required field "
+            f"'{added[0]}'; `hicache-mooncake config validate` says so too); the demo fills in "
+            f"{', '.join(added)} from their defaults"
+        )
     return {**{k: defaults[k] for k in added}, **parsed}
 
 

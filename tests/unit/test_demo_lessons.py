@@ -51,6 +51,11 @@ def test_few_pages_never_reach_the_ssd_and_the_demo_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = demo(tmp_path, monkeypatch, capsys, 40)
+    # a file without the loader keys is one SGLang refuses: the demo says so before filling them in
+    assert (
+        f"warning: SGLang itself would refuse {tmp_path / 'small.yaml'} (Missing required field 'backend_name'"
+        in out
+    )
     assert "waiting for background demotion" not in out
     assert re.search(
         r"SSD tier: not used: all 40 pages \(10.0MiB\) fit in DRAM below its high watermark", out
