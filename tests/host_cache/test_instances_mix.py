@@ -1,6 +1,6 @@
 """Any mix of instances starts with the shipped default preset: two MHA TP1 servers and one MLA TP2
-pair on one host, each with the same YAML (the README's launch line), in two start orders (each
-kind first), as real processes. Every rank gets hits and byte-exact pages; no ``SsdInUseError``
+pair on one host, each with the same YAML (the README's launch line), in every start order (the
+two MHA servers are alike: the MLA pair first, between them, last), as real processes. Every rank gets hits and byte-exact pages; no ``SsdInUseError``
 reaches anyone: a second in-process server finds the rank directory held and takes its own
 (saying so); once the host cache runs, TP1 servers join it and share pages with their model."""
 
@@ -30,6 +30,12 @@ ORDERS = {
         ("mha-b", "mha", 0, 1),
         ("mla-0", "mla", 0, 2),
         ("mla-1", "mla", 1, 2),
+    ],
+    "mla-between": [
+        ("mha-a", "mha", 0, 1),
+        ("mla-0", "mla", 0, 2),
+        ("mla-1", "mla", 1, 2),
+        ("mha-b", "mha", 0, 1),
     ],
     "mla-first": [
         ("mla-0", "mla", 0, 2),
@@ -81,6 +87,9 @@ def test_two_mha_tp1_and_an_mla_tp2_pair_all_get_hits_in_any_start_order(
         said = text["mha-b"]
         assert "is in use by another process" in said and "rank0_0_0_0-1" in said, said
         assert objects == 8  # the service holds the MLA pages only
+    elif order == "mla-between":  # the first MHA server keeps its tiers; the second joins the service
+        assert not results["mha-a"]["host_cache"] and results["mha-b"]["host_cache"], results
+        assert objects == 16  # 8 MLA + the second MHA server's 8 pages
     else:  # the service runs: both join it and share their model's pages
         assert results["mha-a"]["host_cache"] and results["mha-b"]["host_cache"], results
         assert objects == 16  # 8 MLA + 8 MHA pages, the second MHA server's set found them stored
