@@ -478,6 +478,22 @@ def render_cross_tp(d: dict[str, Any]) -> list[str]:
     )
 
 
+def render_lookup(d: dict[str, Any]) -> list[str]:
+    lines = [
+        f"`POST /v1/lookup` of {fmt(d.get('keys'))} page hashes over {fmt(d.get('pages'))} pages held "
+        f"({d.get('tiers')}), {fmt(d.get('load_threads'))} set/get threads beside it; "
+        f"{fmt((d.get('http') or {}).get('n'))} requests per stage.",
+        "",
+    ]
+    stages = ("where_batch", "handler", "http", "http_via_worker")
+    rows = [
+        [f"`{k}`", fmt(d[k].get("p50_ms"), 3), fmt(d[k].get("p99_ms"), 3), fmt(d[k].get("max_ms"), 3)]
+        for k in stages
+        if isinstance(d.get(k), dict)
+    ]
+    return lines + table(["stage", "p50 ms", "p99 ms", "max ms"], rows)
+
+
 def render_generic(d: dict[str, Any]) -> list[str]:
     rows = [
         [f"`{k}`", fmt(v)] for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -508,6 +524,9 @@ KINDS: dict[str, Kind] = {
     "bench_scale": Kind("Scale: memory per entry, exists latency, reopen", "bench scale", render_scale),
     "bench_gil_io": Kind("Python I/O threads beside SGLang's interpreter", "bench gil_io", render_gil_io),
     "bench_rewarm": Kind("Warm restart", "bench rewarm", render_rewarm),
+    "bench_lookup": Kind(
+        "Lookup API: which tier holds each page, per request", "bench lookup", render_lookup
+    ),
     "bench_cross_tp": Kind(
         "Cross-TP head groups: what `tp_lcm_size` costs", "bench cross_tp", render_cross_tp
     ),
