@@ -134,7 +134,9 @@ def build_ssd(config: BackendConfig, rank_tag: str) -> Tier | None:
         dirs = first if attempt == 0 else rank_dirs(f"{rank_tag}-{attempt}")
         try:
             engine = _ssd_engine(config, dirs)
-        except SsdInUseError:
+        except SsdInUseError as exc:
+            if exc.held_by_this_process:
+                raise  # an engine of ours still closing: its data comes back once it has (retry later)
             if attempt + 1 < _INSTANCE_DIRS:
                 continue
             raise ValueError(

@@ -19,6 +19,7 @@ import gc
 import logging
 import os
 import resource
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +55,11 @@ def _raise_nofile(need: int) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
+_HELD_HERE: dict[int, str] = {}
+"""Lock fd -> real path of each directory an engine of this process holds (until ``release``)."""
+_HELD_HERE_LOCK = threading.Lock()
+
+
 def lock_dirs(dirs: tuple[str, ...], lock_fds: list[int]) -> None:
     """Create (0700) each directory, check that only we can touch it and its entries
     (:mod:`.private_dir`: :class:`SsdUnsafePathError` otherwise), and ``flock`` its lock file,
@@ -68,7 +74,12 @@ def lock_dirs(dirs: tuple[str, ...], lock_fds: list[int]) -> None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             os.close(fd)
-            raise SsdInUseError(f"{d}: in use by another SSD engine (lock file {LOCK_NAME})") from e
+            with _HELD_HERE_LOCK:
+                here = os.path.realpath(d) in _HELD_HERE.values()
+            holder = "an engine of this process that is still closing" if here else "another SSD engine"
+            raise SsdInUseError(f"{d}: in use by {holder} (lock file {LOCK_NAME})", here) from e
+        with _HELD_HERE_LOCK:
+            _HELD_HERE[fd] = os.path.realpath(d)
         lock_fds.append(fd)
 
 
@@ -291,6 +302,8 @@ def release(
         if on_released is not None:
             on_released()
         for fd in lock_fds:
+            with _HELD_HERE_LOCK:
+                _HELD_HERE.pop(fd, None)
             with contextlib.suppress(OSError):
                 os.close(fd)
         lock_fds.clear()

@@ -18,7 +18,13 @@ class SsdCorruptionError(SsdError):
 
 
 class SsdInUseError(SsdError):
-    """Another process (or engine) holds the directory lock."""
+    """Another process (or engine) holds the directory lock. ``held_by_this_process``: the
+    holder is an engine of this very process (one still closing, e.g. after a detach on a stalled
+    disk), so waiting for it frees the directory; taking another directory would lose its data."""
+
+    def __init__(self, message: str, held_by_this_process: bool = False) -> None:
+        super().__init__(message)
+        self.held_by_this_process = held_by_this_process
 
 
 class SsdDirectIoError(SsdError):

@@ -18,6 +18,7 @@ import pytest
 from host_cache_procs import PrivateHostCache
 
 from hicache_mooncake.config import validate_config
+from hicache_mooncake.ssd.format import LOCK_NAME
 from hicache_mooncake.store_builder import build_client_store
 
 pytestmark = pytest.mark.integration
@@ -98,9 +99,18 @@ def test_two_mha_tp1_and_an_mla_tp2_pair_all_get_hits_in_any_start_order(
 def test_a_second_server_with_the_same_ssd_path_takes_its_own_directory_and_says_so(
     host_cache: PrivateHostCache, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Another process (a real ``flock`` holding the first rank directory's lock, as a running
+    server's engine does) has the directory: this one takes ``-1`` and says so. An engine of this
+    same process still closing is waited for instead (tests/sglang/test_ssd_tier.py)."""
     config = validate_config(host_cache.extra(host_cache="off"))
-    first = build_client_store(config, "rank0_0_0_0", False)
+    build_client_store(config, "rank0_0_0_0", False).close()  # the first server's directory, made
+    lock = host_cache.ssd_dir / "rank0_0_0_0" / LOCK_NAME
+    holder = subprocess.Popen(["flock", "--exclusive", str(lock), "sleep", "60"])
     try:
+        deadline = time.monotonic() + 10
+        while subprocess.run(["flock", "--nonblock", str(lock), "true"]).returncode == 0:
+            assert time.monotonic() < deadline, "the other process did not take the lock"
+            time.sleep(0.05)
         caplog.set_level(logging.WARNING)
         second = build_client_store(config, "rank0_0_0_0", False)  # was SsdInUseError
         try:
@@ -116,4 +126,5 @@ def test_a_second_server_with_the_same_ssd_path_takes_its_own_directory_and_says
         finally:
             second.close()
     finally:
-        first.close()
+        holder.kill()
+        holder.wait()
