@@ -8,9 +8,17 @@ from __future__ import annotations
 import pytest
 from sglang_helpers import SMALL, make_backend, small_extra
 
+from hicache_mooncake import sglang_settings_check
 from hicache_mooncake.config import ConfigError
 
 pytestmark = pytest.mark.sglang
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each difference is logged once per process: earlier tests of the session may have attached
+    with the same difference, so each test here starts as a new process would."""
+    monkeypatch.setattr(sglang_settings_check, "_reported", set())
 
 
 def settings_lines(printed_lines) -> list[str]:
