@@ -535,16 +535,16 @@ KINDS: dict[str, Kind] = {
         "Policy: the public trace with simulated hints", "replay TRACE --hints simulated", render_replay
     ),
     "replay_families": Kind(
-        "Policy: trace families", "python -m hicache_mooncake.replay.families", render_families
+        "Policy: trace families", "python -m hicache_mooncake.tools.replay.families", render_families
     ),
     "replay_families_hints": Kind(
         "Policy: trace families with simulated hints",
-        "python -m hicache_mooncake.replay.families --hints simulated",
+        "python -m hicache_mooncake.tools.replay.families --hints simulated",
         render_families,
     ),
     "replay_families_no_prefix_keys": Kind(
         "Policy: trace families without prefix keys",
-        "python -m hicache_mooncake.replay.families --no-prefix-keys",
+        "python -m hicache_mooncake.tools.replay.families --no-prefix-keys",
         render_families,
     ),
 }

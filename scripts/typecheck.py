@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MAPPED = {"tiers": "tiers", "ssd": "ssd", "transport": "transport"}
+MAPPED = {"tiers": "tiers", "ssd": "ssd", "transport": "transport", "native": "native", "tools": "tools"}
 
 
 def main() -> int:

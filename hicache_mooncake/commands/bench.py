@@ -1,4 +1,4 @@
-"""``hicache-mooncake bench TARGET``: each module in ``hicache_mooncake.bench`` is a target.
+"""``hicache-mooncake bench TARGET``: each module in ``hicache_mooncake.tools.bench`` is a target.
 
 A target module defines ``add_arguments(parser)`` and ``run(args) -> int``, ``REQUIRES`` (the
 optional modules it imports: torch, sglang; ``hicache_mooncake.optional_deps``) where it needs
@@ -22,7 +22,6 @@ import json
 import pkgutil
 from typing import Any
 
-from hicache_mooncake import bench
 from hicache_mooncake.commands import UsageError
 from hicache_mooncake.optional_deps import require
 
@@ -30,6 +29,8 @@ NOTES = "docs/benchmarks-notes.md"
 
 
 def register(sub: Any) -> None:
+    from hicache_mooncake.tools import bench  # tooling: imported by this entry point only
+
     parser = sub.add_parser(
         "bench",
         help="run a benchmark (writes JSON + PNG, prints ratios)",

@@ -111,7 +111,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hicache_mooncake.replay.run import (
+    from hicache_mooncake.tiers.policy import policy_names
+    from hicache_mooncake.tools.replay.run import (
         DEFAULT_BLOCK_BYTES,
         DEFAULT_DRAM_FRACTION,
         SWEEP_FRACTIONS,
@@ -120,7 +121,6 @@ def run(args: argparse.Namespace) -> int:
         SidecarOptions,
         configured_default_policy,
     )
-    from hicache_mooncake.tiers.policy import policy_names
 
     policy = args.policy or configured_default_policy()
     if policy not in policy_names():
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
             f"of blocks, state hits {side['state_hits']}"
         )
     if args.plot_out:
-        from hicache_mooncake.replay.plot import plot_sweep
+        from hicache_mooncake.tools.replay.plot import plot_sweep
 
         title = f"{Path(args.trace).name} (DRAM share {dram_fraction:g})"
         plot_sweep(result["sweep"], policy, args.plot_out, title=title)

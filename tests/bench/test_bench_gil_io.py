@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hicache_mooncake.bench import gil_io
 from hicache_mooncake.commands import UsageError
+from hicache_mooncake.tools.bench import gil_io
 
 RATES = ("write_gbps", "read_gbps", "mixed_write_gbps", "mixed_read_gbps", "mixed_gbps")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hicache_mooncake.bench import remote
+from hicache_mooncake.tools.bench import remote
 
 REPO = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
@@ -157,7 +157,9 @@ def test_pin_matches_requirements_file() -> None:
 
 
 def test_remote_importable_without_mooncake() -> None:
-    code = "import sys; sys.modules['mooncake'] = None; import hicache_mooncake.bench.remote; print('ok')"
+    code = (
+        "import sys; sys.modules['mooncake'] = None; import hicache_mooncake.tools.bench.remote; print('ok')"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
 
@@ -197,7 +199,7 @@ def test_mooncake_runner_tiny_real() -> None:
 def test_runner_batch_mode_needs_private_netns() -> None:
     """Outside a private namespace (this one has more than ``lo``) the runner refuses to start
     the master, whose HTTP server would listen on every interface."""
-    from hicache_mooncake.bench import _mooncake_runner as runner
+    from hicache_mooncake.tools.bench import _mooncake_runner as runner
 
     if runner.interfaces() == ["lo"]:
         pytest.skip("this process already runs in a loopback-only namespace")

@@ -88,7 +88,7 @@ def test_bench_ssd_end_to_end(tmp_path: Path) -> None:
 def test_the_concurrency_case_reports_medians_of_its_runs_and_sums_their_page_counts() -> None:
     """``bench ssd --repeats N`` runs the threads' case N times: one slow or fast run does not
     make the figure, and a bad page in any run shows."""
-    from hicache_mooncake.bench._ssd_concurrency import MEDIAN_FIELDS, SUM_FIELDS, summarize_runs
+    from hicache_mooncake.tools.bench._ssd_concurrency import MEDIAN_FIELDS, SUM_FIELDS, summarize_runs
 
     def run(rate: float, bad: int, steady: bool = True) -> dict[str, Any]:
         r: dict[str, Any] = {k: rate for k in MEDIAN_FIELDS}

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from hicache_mooncake.bench._disk import DiskActivity, block_device_of, disk_activity, wait_disk_idle
+from hicache_mooncake.tools.bench._disk import DiskActivity, block_device_of, disk_activity, wait_disk_idle
 
 # /proc/diskstats rows: a kernel >= 5.5 (20 fields) and one before 4.18 (14 fields, no discards)
 NEW_ROW = "253 0 vda 10 0 80 5 20 0 160 9 2 30 40 3 0 96 7 1 4\n"

@@ -15,7 +15,7 @@ from sglang_helpers import SMALL, make_backend, small_extra
 from hicache_mooncake.config import load_config_file
 from hicache_mooncake.config.sglang_section import flag_of
 from hicache_mooncake.launch_command import our_flags, sglang_parser
-from hicache_mooncake.sglang_harness import fill_random_pages, make_host_pool, make_storage_config
+from hicache_mooncake.tools.sglang_harness import fill_random_pages, make_host_pool, make_storage_config
 
 pytestmark = pytest.mark.sglang
 PS = SMALL.page_size

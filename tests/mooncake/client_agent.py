@@ -62,7 +62,7 @@ def runtime() -> None:
 
 class Agent:
     def __init__(self, extra: dict[str, Any]) -> None:
-        from hicache_mooncake.sglang_harness import make_host_pool
+        from hicache_mooncake.tools.sglang_harness import make_host_pool
 
         self.host = make_host_pool("page_first", False, SHAPE)
         self.extra = extra
@@ -83,7 +83,7 @@ class Agent:
     def _backend(self, extra: dict[str, Any]) -> Any:
         from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
-        from hicache_mooncake.sglang_harness import make_storage_config
+        from hicache_mooncake.tools.sglang_harness import make_storage_config
 
         cfg = make_storage_config(extra, layout="page_first")
         backend = StorageBackendFactory.create_backend("dynamic", cfg, self.host)
@@ -102,7 +102,7 @@ class Agent:
         return [f"{tag}{i:060x}" for i in range(n)]
 
     def _digests(self, idx: Any) -> list[str]:
-        from hicache_mooncake.sglang_harness import page_snapshot
+        from hicache_mooncake.tools.sglang_harness import page_snapshot
 
         return [hashlib.sha256(t.numpy().tobytes()).hexdigest() for t in page_snapshot(self.host, idx)]
 
@@ -112,7 +112,7 @@ class Agent:
             self.host.set_from_flat_data_page(int(idx[i]), zeros)
 
     def set(self, tag: str, n: int, seed: int) -> dict[str, Any]:
-        from hicache_mooncake.sglang_harness import fill_random_pages
+        from hicache_mooncake.tools.sglang_harness import fill_random_pages
 
         idx = self.host.alloc(n * self.ps)
         try:
@@ -149,8 +149,12 @@ class Agent:
             from sglang.srt.mem_cache.hicache_storage import PoolName
             from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
-            from hicache_mooncake.sglang_harness import host_pool_for, make_device_pool, make_storage_config
-            from hicache_mooncake.sglang_hybrid import (
+            from hicache_mooncake.tools.sglang_harness import (
+                host_pool_for,
+                make_device_pool,
+                make_storage_config,
+            )
+            from hicache_mooncake.tools.sglang_hybrid import (
                 host_group,
                 make_mamba_device_pool,
                 mamba_host_pool_for,
@@ -181,7 +185,7 @@ class Agent:
     def hybrid_set(self, tag: str, n: int, seed: int) -> dict[str, Any]:
         from sglang.srt.mem_cache.hicache_storage import PoolName
 
-        from hicache_mooncake.sglang_harness import fill_random_pages, page_snapshot
+        from hicache_mooncake.tools.sglang_harness import fill_random_pages, page_snapshot
 
         group, backend = self._hybrid()
         kv, mamba = group.get_pool(PoolName.KV), group.get_pool(PoolName.MAMBA)
@@ -201,7 +205,7 @@ class Agent:
     def hybrid_get(self, tag: str, n: int) -> dict[str, Any]:
         from sglang.srt.mem_cache.hicache_storage import PoolName
 
-        from hicache_mooncake.sglang_harness import fill_random_pages, page_snapshot
+        from hicache_mooncake.tools.sglang_harness import fill_random_pages, page_snapshot
 
         group, backend = self._hybrid()
         kv, mamba = group.get_pool(PoolName.KV), group.get_pool(PoolName.MAMBA)
@@ -273,7 +277,7 @@ class Agent:
 
 def main() -> int:
     global SHAPE
-    from hicache_mooncake.sglang_harness import PoolShape
+    from hicache_mooncake.tools.sglang_harness import PoolShape
 
     SHAPE = PoolShape(page_size=16, layers=3, heads=2, head_dim=64, device_tokens=2048)
     extra = json.loads(sys.argv[1])

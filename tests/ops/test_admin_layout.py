@@ -89,8 +89,8 @@ def test_a_hybrid_models_sidecar_pool_is_reported_with_its_keys(tmp_path):
     from sglang.srt.mem_cache.hicache_storage import PoolName
     from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
-    from hicache_mooncake.sglang_harness import host_pool_for, make_device_pool, make_storage_config
-    from hicache_mooncake.sglang_hybrid import (
+    from hicache_mooncake.tools.sglang_harness import host_pool_for, make_device_pool, make_storage_config
+    from hicache_mooncake.tools.sglang_hybrid import (
         host_group,
         make_mamba_device_pool,
         mamba_host_pool_for,

@@ -8,15 +8,15 @@ import threading
 import numpy as np
 import pytest
 
-from hicache_mooncake.replay.reference import capacity_blocks, lru_hit_rate, opt_hit_rate
-from hicache_mooncake.replay.run import HintOptions, Replay
-from hicache_mooncake.replay.sim import SimTieredStore, drive, get_contexts, set_contexts
-from hicache_mooncake.replay.trace import generate_trace, write_trace
 from hicache_mooncake.tiers.dram_tier import DramTier
 from hicache_mooncake.tiers.policy import make_policy, policy_factory
 from hicache_mooncake.tiers.policy.hints import Hints, HintState, ManualClock, session_of
 from hicache_mooncake.tiers.policy.placement import TierPlacement
 from hicache_mooncake.tiers.tiered_store import TieredStore
+from hicache_mooncake.tools.replay.reference import capacity_blocks, lru_hit_rate, opt_hit_rate
+from hicache_mooncake.tools.replay.run import HintOptions, Replay
+from hicache_mooncake.tools.replay.sim import SimTieredStore, drive, get_contexts, set_contexts
+from hicache_mooncake.tools.replay.trace import generate_trace, write_trace
 
 
 def _set(pl: TierPlacement, keys: list[str]) -> None:

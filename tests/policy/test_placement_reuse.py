@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from hicache_mooncake.replay.reference import lru_hits
-from hicache_mooncake.replay.sim import SimTieredStore, drive, get_contexts, set_contexts
 from hicache_mooncake.tiers.policy import make_policy
 from hicache_mooncake.tiers.policy.placement import DRAM, SSD, SetOutcome, TierPlacement
 from hicache_mooncake.tiers.policy.reuse import ReusePolicy
+from hicache_mooncake.tools.replay.reference import lru_hits
+from hicache_mooncake.tools.replay.sim import SimTieredStore, drive, get_contexts, set_contexts
 
 
 def _set(pl: TierPlacement, keys: list[str]) -> list[SetOutcome]:

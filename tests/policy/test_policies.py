@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hicache_mooncake.replay.reference import lru_hits, opt_hits
-from hicache_mooncake.replay.sim import SimTieredStore, drive, set_contexts
 from hicache_mooncake.tiers.policy import AccessContext, make_policy, policy_names
 from hicache_mooncake.tiers.policy.tinylfu import CountMinSketch
+from hicache_mooncake.tools.replay.reference import lru_hits, opt_hits
+from hicache_mooncake.tools.replay.sim import SimTieredStore, drive, set_contexts
 
 ALL = ["chain", "lru", "reuse", "s3fifo", "tinylfu"]
 

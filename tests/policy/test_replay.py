@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from hicache_mooncake.cli import main
-from hicache_mooncake.replay.reference import (
+from hicache_mooncake.tiers.policy import AccessContext
+from hicache_mooncake.tools.replay.reference import (
     capacity_blocks,
     infinite_hit_rate,
     lru_hit_rate,
@@ -18,11 +19,10 @@ from hicache_mooncake.replay.reference import (
     opt_hit_rate,
     unique_blocks,
 )
-from hicache_mooncake.replay.run import DEFAULT_POLICY, HintOptions, Replay
-from hicache_mooncake.replay.sim import ReplayStore, SimTieredStore, drive
-from hicache_mooncake.replay.tiered import TieredReplayStore
-from hicache_mooncake.replay.trace import SHAPES, generate_trace, load_trace, write_trace
-from hicache_mooncake.tiers.policy import AccessContext
+from hicache_mooncake.tools.replay.run import DEFAULT_POLICY, HintOptions, Replay
+from hicache_mooncake.tools.replay.sim import ReplayStore, SimTieredStore, drive
+from hicache_mooncake.tools.replay.tiered import TieredReplayStore
+from hicache_mooncake.tools.replay.trace import SHAPES, generate_trace, load_trace, write_trace
 
 PUBLIC = Path(
     os.environ.get(
@@ -237,7 +237,7 @@ def _public() -> Replay:
 
 def test_replay_default_is_the_policy_configs_default_yaml_ships() -> None:
     from hicache_mooncake.presets import load_preset
-    from hicache_mooncake.replay.run import configured_default_policy
+    from hicache_mooncake.tools.replay.run import configured_default_policy
 
     assert configured_default_policy() == load_preset("default")["tiers"]["policy"] == DEFAULT_POLICY
 

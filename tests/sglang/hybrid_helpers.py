@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from sglang_helpers import SMALL, small_extra
 
-from hicache_mooncake.sglang_harness import host_pool_for, make_device_pool, make_storage_config
-from hicache_mooncake.sglang_hybrid import (
+from hicache_mooncake.tools.sglang_harness import host_pool_for, make_device_pool, make_storage_config
+from hicache_mooncake.tools.sglang_hybrid import (
     MambaShape,
     host_group,
     make_mamba_device_pool,

@@ -24,13 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sglang_helpers import SMALL, make_backend  # noqa: E402
 
-from hicache_mooncake.sglang_harness import (  # noqa: E402
+from hicache_mooncake.tools.sglang_harness import (  # noqa: E402
     fill_random_pages,
     host_pool_for,
     make_device_pool,
     page_snapshot,
 )
-from hicache_mooncake.sglang_hybrid import cache_controller, host_group  # noqa: E402
+from hicache_mooncake.tools.sglang_hybrid import cache_controller, host_group  # noqa: E402
 
 PS = SMALL.page_size
 

@@ -19,7 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sglang_helpers import SMALL  # noqa: E402
 
-from hicache_mooncake.sglang_harness import (  # noqa: E402
+from hicache_mooncake.tools.sglang_harness import (  # noqa: E402
     fill_random_pages,
     make_host_pool,
     make_storage_config,

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from hicache_mooncake.sglang_harness import PoolShape, make_host_pool, make_storage_config
+from hicache_mooncake.tools.sglang_harness import PoolShape, make_host_pool, make_storage_config
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_YAML = REPO / "configs" / "default.yaml"

@@ -13,7 +13,7 @@ from transport_procs import free_port
 
 from hicache_mooncake.admin.client import AdminClient, rank_endpoints
 from hicache_mooncake.keys import tenant_of_key
-from hicache_mooncake.sglang_harness import fill_random_pages, page_snapshot
+from hicache_mooncake.tools.sglang_harness import fill_random_pages, page_snapshot
 
 pytestmark = pytest.mark.sglang
 PS = SMALL.page_size
@@ -88,7 +88,7 @@ def test_hints_from_the_cli_reach_the_keys_each_rank_stores(tmp_path, capsys):
     from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
     from hicache_mooncake.cli import main
-    from hicache_mooncake.sglang_harness import make_host_pool, make_storage_config
+    from hicache_mooncake.tools.sglang_harness import make_host_pool, make_storage_config
 
     extra = admin_extra(tmp_path, free_port())
     made = []

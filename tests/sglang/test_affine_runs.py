@@ -1,4 +1,4 @@
-"""Page runs computed from each page's first index (``pools/affine.py``) against SGLang's own
+"""Page runs computed from each page's first index (``sglang_adapter/host_pools/affine.py``) against SGLang's own
 ``get_page_buffer_meta``, on SGLang's real host pools in every layout: the same pointers and
 sizes for every page and for shuffled batches; pools it cannot prove affine keep SGLang's path."""
 
@@ -11,9 +11,9 @@ import pytest
 import torch
 from sglang_helpers import SMALL
 
-from hicache_mooncake.pools.affine import AffineRuns
-from hicache_mooncake.pools.provider import provider_for
-from hicache_mooncake.sglang_harness import make_host_pool
+from hicache_mooncake.sglang_adapter.host_pools.affine import AffineRuns
+from hicache_mooncake.sglang_adapter.host_pools.provider import provider_for
+from hicache_mooncake.tools.sglang_harness import make_host_pool
 
 CASES = [
     *((layout, False) for layout in ("layer_first", "page_first", "page_first_direct", "page_head")),

@@ -12,8 +12,8 @@ import pytest
 import torch
 from sglang_helpers import SMALL, make_backend
 
-from hicache_mooncake.metrics import MAX_SAMPLES
-from hicache_mooncake.sglang_harness import fill_random_pages, page_snapshot
+from hicache_mooncake.metrics.rank import MAX_SAMPLES
+from hicache_mooncake.tools.sglang_harness import fill_random_pages, page_snapshot
 
 pytestmark = pytest.mark.sglang
 PS = SMALL.page_size
@@ -104,7 +104,7 @@ def test_metrics_samples_stay_bounded_when_get_stats_is_never_called():
     gc.collect()
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
-    import hicache_mooncake.metrics as ours  # our samples only: other libraries' threads may allocate
+    import hicache_mooncake.metrics.rank as ours  # our samples only: other libraries' threads may allocate
 
     grown = sum(
         s.size_diff

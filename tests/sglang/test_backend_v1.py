@@ -11,7 +11,7 @@ import yaml
 from sglang_helpers import DEFAULT_YAML, LAYOUTS, SMALL, make_backend, small_extra
 
 from hicache_mooncake.config import ConfigError
-from hicache_mooncake.sglang_harness import fill_random_pages, page_snapshot
+from hicache_mooncake.tools.sglang_harness import fill_random_pages, page_snapshot
 
 pytestmark = pytest.mark.sglang
 PS = SMALL.page_size
@@ -29,7 +29,7 @@ def test_factory_creates_backend_from_nothing_but_the_default_yaml():
     from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
     from hicache_mooncake.backend import HiCacheMooncakeBackend
-    from hicache_mooncake.sglang_harness import make_host_pool, make_storage_config
+    from hicache_mooncake.tools.sglang_harness import make_host_pool, make_storage_config
 
     extra = yaml.safe_load(DEFAULT_YAML.read_text())
     rank_dir = Path(extra["tiers"]["ssd"]["path"]) / "rank0_0_0_0"
@@ -287,7 +287,7 @@ def test_failures_are_misses_not_exceptions():
 def test_calls_before_registration_miss():
     from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
-    from hicache_mooncake.sglang_harness import make_host_pool, make_storage_config
+    from hicache_mooncake.tools.sglang_harness import make_host_pool, make_storage_config
 
     host = make_host_pool("page_first", False, SMALL)
     backend = StorageBackendFactory.create_backend("dynamic", make_storage_config(small_extra()), host)

@@ -1,4 +1,4 @@
-"""MHA pages cross TP sizes (``tp_lcm_size``, ``cross_tp.py``): ranks of different TP sizes,
+"""MHA pages cross TP sizes (``tp_lcm_size``, ``sglang_adapter/cross_tp.py``): ranks of different TP sizes,
 each a backend made by SGLang's factory over SGLang's own MHA host pool, share one host cache
 (a real service process). A rank reads exactly its heads of a page another TP size wrote."""
 
@@ -12,7 +12,12 @@ from host_cache_procs import PrivateHostCache
 from sglang_helpers import small_extra
 
 from hicache_mooncake.config import ConfigError
-from hicache_mooncake.sglang_harness import PoolShape, fill_random_pages, make_host_pool, make_storage_config
+from hicache_mooncake.tools.sglang_harness import (
+    PoolShape,
+    fill_random_pages,
+    make_host_pool,
+    make_storage_config,
+)
 
 pytestmark = pytest.mark.sglang
 HEADS = 4  # the model's KV heads: 4 per rank at TP=1, 2 at TP=2, 1 at TP=4
@@ -225,7 +230,7 @@ def test_mla_with_tp_lcm_size_keeps_one_copy_for_every_tp_size() -> None:
 def test_a_head_group_larger_than_a_slab_is_stored_in_chunks(layout: str) -> None:
     """A group object (24 KiB here) over the DRAM slab (16 KiB) is cut like a page: its chunk
     count depends on the group's size only, the same at every TP size; reads stay byte-exact."""
-    from hicache_mooncake.sglang_harness import page_snapshot
+    from hicache_mooncake.tools.sglang_harness import page_snapshot
 
     big = PoolShape(page_size=PS, layers=3, heads=HEADS, head_dim=64, device_tokens=512)
     extra = small_extra(dram={"slab_size": "16KiB"})

@@ -15,8 +15,13 @@ import pytest
 import torch
 from sglang_helpers import SMALL, small_extra
 
-from hicache_mooncake.sglang_harness import fill_random_pages, host_pool_for, make_device_pool, page_snapshot
-from hicache_mooncake.sglang_hybrid import cache_controller, host_group
+from hicache_mooncake.tools.sglang_harness import (
+    fill_random_pages,
+    host_pool_for,
+    make_device_pool,
+    page_snapshot,
+)
+from hicache_mooncake.tools.sglang_hybrid import cache_controller, host_group
 
 pytestmark = [pytest.mark.sglang, pytest.mark.integration]
 PS = SMALL.page_size

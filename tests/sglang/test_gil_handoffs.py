@@ -17,8 +17,8 @@ import pytest
 import torch
 from sglang_helpers import make_backend, small_extra
 
-from hicache_mooncake.bench._busy import busy_python_thread, gil_handoffs
-from hicache_mooncake.sglang_harness import PoolShape, fill_random_pages, page_snapshot
+from hicache_mooncake.tools.bench._busy import busy_python_thread, gil_handoffs
+from hicache_mooncake.tools.sglang_harness import PoolShape, fill_random_pages, page_snapshot
 
 pytestmark = pytest.mark.sglang
 

@@ -19,7 +19,7 @@ import torch
 from host_cache_procs import PrivateHostCache, service_pids
 from sglang_helpers import SMALL, make_backend
 
-from hicache_mooncake.sglang_harness import fill_random_pages, page_snapshot
+from hicache_mooncake.tools.sglang_harness import fill_random_pages, page_snapshot
 
 pytestmark = [pytest.mark.sglang, pytest.mark.integration]
 PS = SMALL.page_size

@@ -13,8 +13,13 @@ import pytest
 import torch
 from sglang_helpers import SMALL, small_extra, threads_started_since
 
-from hicache_mooncake.sglang_harness import fill_random_pages, host_pool_for, make_device_pool, page_snapshot
-from hicache_mooncake.sglang_hybrid import (
+from hicache_mooncake.tools.sglang_harness import (
+    fill_random_pages,
+    host_pool_for,
+    make_device_pool,
+    page_snapshot,
+)
+from hicache_mooncake.tools.sglang_hybrid import (
     cache_controller,
     host_group,
     make_mamba_device_pool,

@@ -9,21 +9,21 @@ import torch
 from hybrid_helpers import PS, hybrid_backend, kv_mamba_group, page_hashes, transfer
 from sglang_helpers import SMALL, small_extra
 
-from hicache_mooncake.sglang_harness import (
+from hicache_mooncake.tiers.policy import ObjectType
+from hicache_mooncake.tools.sglang_harness import (
     PoolShape,
     fill_random_pages,
     host_pool_for,
     make_device_pool,
     page_snapshot,
 )
-from hicache_mooncake.sglang_hybrid import (
+from hicache_mooncake.tools.sglang_hybrid import (
     MambaShape,
     host_group,
     make_dsa_pools,
     make_dsv4_pools,
     make_swa_pools,
 )
-from hicache_mooncake.tiers.policy import ObjectType
 
 pytestmark = pytest.mark.sglang
 DSA = PoolShape(page_size=64, layers=2, kv_lora_rank=64, qk_rope_head_dim=16, device_tokens=1024)

@@ -16,7 +16,7 @@ from test_remote_cluster import cluster_extra
 from transport_procs import SECRET
 
 from hicache_mooncake.keys import MAX_PAGE_KEY_CHARS
-from hicache_mooncake.sglang_harness import fill_random_pages, page_snapshot
+from hicache_mooncake.tools.sglang_harness import fill_random_pages, page_snapshot
 
 pytestmark = pytest.mark.sglang
 PS = SMALL.page_size

@@ -11,10 +11,10 @@ import pytest
 from sglang_helpers import REPO, SMALL, make_backend, small_extra
 from test_controller_attach import attach, controller  # noqa: F401  (the fixture)
 
-from hicache_mooncake.sglang_harness import fill_random_pages
 from hicache_mooncake.tiers.policy import AccessContext, register_policy
 from hicache_mooncake.tiers.policy.hints import HintState
 from hicache_mooncake.tiers.policy.lru import LruPolicy
+from hicache_mooncake.tools.sglang_harness import fill_random_pages
 
 pytestmark = [pytest.mark.sglang, pytest.mark.integration]
 PS = SMALL.page_size

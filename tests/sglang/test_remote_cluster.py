@@ -11,7 +11,7 @@ import yaml
 from sglang_helpers import REPO, SMALL, make_backend
 from transport_procs import SECRET
 
-from hicache_mooncake.sglang_harness import fill_random_pages, page_snapshot
+from hicache_mooncake.tools.sglang_harness import fill_random_pages, page_snapshot
 
 pytestmark = [pytest.mark.sglang, pytest.mark.integration]
 PS = SMALL.page_size
@@ -153,7 +153,7 @@ def test_a_page_larger_than_a_nodes_slab_is_shared_in_chunks(
     """A KV page larger than the largest object a memory node stores (``node.slab_size``) is cut
     into chunks that fit it, as for a local tier: before, a pool-only client never stored one
     such page, and a client with a larger local slab stored them locally but never shared them."""
-    from hicache_mooncake.sglang_harness import PoolShape
+    from hicache_mooncake.tools.sglang_harness import PoolShape
 
     monkeypatch.setenv("HICACHE_NODE_SECRET", SECRET)
     for i in range(2):
@@ -192,7 +192,7 @@ def test_a_client_cutting_larger_than_its_nodes_says_so_and_sends_nothing_they_r
 ):
     """A client whose file gives no ``node.slab_size`` (the 64 MiB default) over nodes started with
     64 KiB slabs: its 96 KiB pages stay local, and the operator is told which setting differs."""
-    from hicache_mooncake.sglang_harness import PoolShape
+    from hicache_mooncake.tools.sglang_harness import PoolShape
 
     monkeypatch.setenv("HICACHE_NODE_SECRET", SECRET)
     node_factory("m0", redis_server.url, namespace="mm", slab_size="64KiB")

@@ -15,7 +15,7 @@ from rdma_sim import Fabric
 from sglang_helpers import LAYOUTS, SMALL, make_backend, small_extra
 from transport_procs import SECRET, NodeProc
 
-from hicache_mooncake.sglang_harness import fill_random_pages, page_snapshot
+from hicache_mooncake.tools.sglang_harness import fill_random_pages, page_snapshot
 
 pytestmark = [pytest.mark.sglang, pytest.mark.integration]
 PS = SMALL.page_size

@@ -10,7 +10,7 @@ import pytest
 import torch
 from sglang_helpers import SMALL, make_backend, small_extra
 
-from hicache_mooncake.sglang_harness import fill_random_pages, page_snapshot
+from hicache_mooncake.tools.sglang_harness import fill_random_pages, page_snapshot
 
 pytestmark = [pytest.mark.sglang, pytest.mark.integration]
 PS = SMALL.page_size

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from sglang_helpers import SMALL, small_extra, threads_started_since
 
-from hicache_mooncake.sglang_harness import make_device_pool
+from hicache_mooncake.tools.sglang_harness import make_device_pool
 
 pytestmark = [pytest.mark.sglang, pytest.mark.integration]
 

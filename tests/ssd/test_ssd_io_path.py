@@ -520,8 +520,8 @@ def test_copies_between_engine_memory_and_the_callers_keep_the_gil() -> None:
     """A copy that gives the GIL up waits up to a switch interval to get it back while another
     thread runs Python (SGLang's scheduler does): per part of a page, that made SSD sets and gets
     next to one busy thread several times slower."""
-    from hicache_mooncake.bench._busy import busy_python_thread, gil_handoffs
     from hicache_mooncake.ssd.io import copy_into
+    from hicache_mooncake.tools.bench._busy import busy_python_thread, gil_handoffs
 
     src = [np.full(1 << 20, i, dtype=np.uint8) for i in range(16)]
     dst = [np.zeros(1 << 20, dtype=np.uint8) for _ in range(16)]
@@ -539,8 +539,8 @@ def test_payload_checksums_keep_the_gil_and_equal_the_one_shot_digest() -> None:
     slices it keeps the GIL, and the digest is the one entries on disk already carry."""
     import xxhash
 
-    from hicache_mooncake.bench._busy import busy_python_thread, gil_handoffs
     from hicache_mooncake.ssd.checksum import payload_hash
+    from hicache_mooncake.tools.bench._busy import busy_python_thread, gil_handoffs
 
     rng = np.random.default_rng(5)
     pages = [rng.integers(0, 256, n, dtype=np.uint8) for n in [1 << 20] * 16 + [100_001, 32 << 10, 1, 0]]

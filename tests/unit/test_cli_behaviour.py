@@ -23,10 +23,10 @@ import pytest
 import yaml
 
 from hicache_mooncake import cli, logs
-from hicache_mooncake.bench import _disk
 from hicache_mooncake.cli import main
 from hicache_mooncake.config import load_config_file
-from hicache_mooncake.replay.trace import TraceShape, generate_trace, write_trace
+from hicache_mooncake.tools.bench import _disk
+from hicache_mooncake.tools.replay.trace import TraceShape, generate_trace, write_trace
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -286,7 +286,7 @@ def test_bench_flags_and_defaults_are_explicit() -> None:
     assert "--pip-install-mooncake" in remote and "--apt-install-ibverbs" in remote
     work = Path(_disk.default_work_dir())
     assert work in (Path(tempfile.gettempdir()), Path("/var/tmp"))
-    import hicache_mooncake.bench as bench_pkg
+    import hicache_mooncake.tools.bench as bench_pkg
 
     assert Path(bench_pkg.__file__).resolve().parents[1] not in work.resolve().parents
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hicache_mooncake import bench
 from hicache_mooncake.cli import build_parser, main, package_version
+from hicache_mooncake.tools import bench
 
 REPO = Path(__file__).resolve().parents[2]
 TARGETS = sorted(m.name for m in pkgutil.iter_modules(bench.__path__) if not m.name.startswith("_"))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hicache_mooncake.cli import main
-from hicache_mooncake.replay.trace import generate_trace, write_trace
+from hicache_mooncake.tools.replay.trace import generate_trace, write_trace
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
@@ -49,7 +49,7 @@ def test_a_replay_plot_is_titled_by_the_trace_file_name(tmp_path: Path, saved_fi
 def test_the_sglang_bench_figure_has_its_legend_under_the_axes(
     tmp_path: Path, saved_figures: list[Any]
 ) -> None:
-    from hicache_mooncake.bench.sglang import _plot
+    from hicache_mooncake.tools.bench.sglang import _plot
 
     rows = json.loads((RESULTS / "bench_sglang.json").read_text())["per_page_size"]
     _plot(rows, str(tmp_path / "b.png"))

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from hicache_mooncake.cli import main
-from hicache_mooncake.replay.reference import is_prefix_closed, lru_hits, opt_hits
-from hicache_mooncake.replay.run import Replay
-from hicache_mooncake.replay.trace import TraceShape, generate_trace, write_trace
 from hicache_mooncake.tiers.policy import policy_names
+from hicache_mooncake.tools.replay.reference import is_prefix_closed, lru_hits, opt_hits
+from hicache_mooncake.tools.replay.run import Replay
+from hicache_mooncake.tools.replay.trace import TraceShape, generate_trace, write_trace
 
 # A toy trace of the kind: the first request's last block is no use without its first.
 TOY = [[1, 2, 3], [1, 2, 3], [1, 2], [4], [1]]

@@ -1,7 +1,7 @@
 import json
 import os
 
-from hicache_mooncake.results_json import portable, write_json
+from hicache_mooncake.tools.results_json import portable, write_json
 
 
 def test_machine_paths_become_relative(tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """The second process of ``bench sglang``'s host-cache row (underscore: a helper, not a target).
 
-``python -m hicache_mooncake.bench._host_cache_reader SPEC_JSON``: builds the same SGLang host pool
+``python -m hicache_mooncake.tools.bench._host_cache_reader SPEC_JSON``: builds the same SGLang host pool
 and keys as the writer (``page_workload``), attaches a backend to the running host cache, checks
 that the writer's pages are there and byte-exact, then times reading all of them through
 ``batch_get_v1`` and a plain memcpy of the same parts, side by side; prints one JSON line.
@@ -18,9 +18,9 @@ def main() -> None:
     spec: dict[str, Any] = json.loads(sys.argv[1])
     import torch
 
-    from hicache_mooncake.bench._sglang_io import PageStamps, create_backend, page_workload, v1_batches
-    from hicache_mooncake.bench.sglang import _memcpy_baseline, memcpy_tag
-    from hicache_mooncake.sglang_harness import page_snapshot
+    from hicache_mooncake.tools.bench._sglang_io import PageStamps, create_backend, page_workload, v1_batches
+    from hicache_mooncake.tools.bench.sglang import _memcpy_baseline, memcpy_tag
+    from hicache_mooncake.tools.sglang_harness import page_snapshot
 
     w = page_workload(int(spec["page_bytes"]), int(spec["total"]))
     backend = create_backend("dynamic", spec["extra"], w.host)

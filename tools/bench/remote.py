@@ -30,18 +30,18 @@ from typing import Any
 import numpy as np
 import yaml
 
-from hicache_mooncake.bench._busy import busy_python_thread
-from hicache_mooncake.bench._mooncake_runner import summarize, timed_batches
-from hicache_mooncake.results_json import write_json
+from hicache_mooncake.tools.bench._busy import busy_python_thread
+from hicache_mooncake.tools.bench._mooncake_runner import summarize, timed_batches
+from hicache_mooncake.tools.results_json import write_json
 from hicache_mooncake.transport import ClientOptions, NodeClient, make_engine
-from hicache_mooncake.transport.rdma import rdma_unavailable_reason
-from hicache_mooncake.transport.rdma_options import RdmaOptions
+from hicache_mooncake.transport.rdma.engine import rdma_unavailable_reason
+from hicache_mooncake.transport.rdma.options import RdmaOptions
 from hicache_mooncake.transport.sockio import recv_into_exact, send_all
 
 MiB = 1 << 20
 MOONCAKE_DIST = "mooncake-transfer-engine-non-cuda"
 MOONCAKE_PIN = f"{MOONCAKE_DIST}==0.3.13.post1"  # same pin as requirements/mooncake.txt
-RUNNER_MODULE = "hicache_mooncake.bench._mooncake_runner"
+RUNNER_MODULE = "hicache_mooncake.tools.bench._mooncake_runner"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -465,7 +465,7 @@ def _ratio(a: float, b: float | None) -> float | None:
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "provider", "nodes") == "mooncake":
-        from hicache_mooncake.bench._remote_provider import run_provider_mooncake
+        from hicache_mooncake.tools.bench._remote_provider import run_provider_mooncake
 
         return run_provider_mooncake(args)
     sizes = [int(s.strip().lower().removesuffix("mib")) * MiB for s in args.sizes.split(",")]
@@ -663,7 +663,7 @@ def replot(result: dict[str, Any], out: str) -> None:
     """The figure from a JSON this target wrote (``bench remote --replot JSON --plot OUT``; either
     kind: the nodes run, or ``--provider mooncake``'s)."""
     if result.get("provider") == "mooncake":
-        from hicache_mooncake.bench._remote_provider import plot_provider
+        from hicache_mooncake.tools.bench._remote_provider import plot_provider
 
         plot_provider(result, out)
         return
@@ -682,7 +682,7 @@ def _plot(result: dict[str, Any], path: str, engines: list[str], base: str) -> N
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hicache_mooncake.bench._plotting import legend_under
+    from hicache_mooncake.tools.bench._plotting import legend_under
 
     pages = list(result["pages"])
     series = ["socket", *engines]

@@ -16,8 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from hicache_mooncake.bench._busy import busy_python_thread
-from hicache_mooncake.bench._sglang_io import (
+from hicache_mooncake.commands import UsageError
+from hicache_mooncake.sizes import format_size
+from hicache_mooncake.tools.bench._busy import busy_python_thread
+from hicache_mooncake.tools.bench._sglang_io import (
     PAGE_SHAPES,
     PageStamps,
     create_backend,
@@ -28,9 +30,7 @@ from hicache_mooncake.bench._sglang_io import (
     timed_v1_set,
     v1_batches,
 )
-from hicache_mooncake.commands import UsageError
-from hicache_mooncake.results_json import write_json
-from hicache_mooncake.sizes import format_size
+from hicache_mooncake.tools.results_json import write_json
 
 REQUIRES = ("torch", "sglang")  # optional modules, checked by ``bench`` before any work
 
@@ -169,8 +169,8 @@ def _hybrid_case(total: int, repeats: int) -> dict[str, Any]:
     fraction of memcpy of the same parts."""
     import yaml
 
-    from hicache_mooncake.bench._hybrid_io import bench_hybrid
     from hicache_mooncake.presets import preset_path
+    from hicache_mooncake.tools.bench._hybrid_io import bench_hybrid
 
     extra = yaml.safe_load(preset_path("default").read_text())
     extra.get("tiers", {}).pop("ssd", None)
@@ -341,7 +341,7 @@ def _host_cache_row(page_bytes: int, total: int, repeats: int) -> dict[str, Any]
 
     from hicache_mooncake.host_cache.lock import holder_pid
     from hicache_mooncake.presets import preset_path
-    from hicache_mooncake.sglang_harness import fill_random_pages
+    from hicache_mooncake.tools.sglang_harness import fill_random_pages
 
     w = page_workload(page_bytes, total)
     tmp = tempfile.mkdtemp(prefix="hicache-bench-hc-")
@@ -371,7 +371,7 @@ def _host_cache_row(page_bytes: int, total: int, repeats: int) -> dict[str, Any]
             stamps.close()
         spec = {"page_bytes": page_bytes, "total": total, "repeats": repeats, "extra": extra}
         proc = subprocess.run(
-            [sys.executable, "-m", "hicache_mooncake.bench._host_cache_reader", json.dumps(spec)],
+            [sys.executable, "-m", "hicache_mooncake.tools.bench._host_cache_reader", json.dumps(spec)],
             capture_output=True,
             text=True,
             timeout=1800,
@@ -476,7 +476,7 @@ def _plot(rows: list[dict[str, Any]], out: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hicache_mooncake.bench._plotting import legend_below
+    from hicache_mooncake.tools.bench._plotting import legend_below
 
     labels = [format_size(r["page_bytes"]) for r in rows]
     x = np.arange(len(rows))

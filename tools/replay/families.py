@@ -1,6 +1,6 @@
 """The per-family table: a policy's share of the LRU->OPT gap on several trace families.
 
-``python -m hicache_mooncake.replay.families [TRACE ...] [--json OUT]`` replays the policy on the
+``python -m hicache_mooncake.tools.replay.families [TRACE ...] [--json OUT]`` replays the policy on the
 generated families (``trace.SHAPES`` x ``--seeds``) and on every trace file given (the public
 Mooncake traces live outside the repository), at each ``--fractions`` capacity, and reports per
 family and capacity the gap fraction ``(hit - LRU) / (OPT - LRU)`` and the hit-rate difference

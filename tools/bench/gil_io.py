@@ -21,16 +21,16 @@ from typing import Any
 
 import numpy as np
 
-from hicache_mooncake.bench._busy import busy_python_thread
-from hicache_mooncake.bench._disk import (
+from hicache_mooncake.commands import UsageError
+from hicache_mooncake.ssd import checksum
+from hicache_mooncake.ssd.io import O_DIRECT, copy_into, huge_buffer, probe_direct_io
+from hicache_mooncake.tools.bench._busy import busy_python_thread
+from hicache_mooncake.tools.bench._disk import (
     add_dir_argument,
     add_drop_caches_argument,
     default_work_dir,
     drop_caches,
 )
-from hicache_mooncake.commands import UsageError
-from hicache_mooncake.ssd import checksum
-from hicache_mooncake.ssd.io import O_DIRECT, copy_into, huge_buffer, probe_direct_io
 
 CASES = (
     "alone", "busy_python", "hashing_threads_1", "hashing_threads_3", "cpu_processes_1",
@@ -225,7 +225,7 @@ def _plot(result: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hicache_mooncake.bench._plotting import legend_below
+    from hicache_mooncake.tools.bench._plotting import legend_below
 
     cases = list(result["cases"])
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(cases)), 4))

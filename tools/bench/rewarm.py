@@ -18,15 +18,15 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from hicache_mooncake.replay.run import DEFAULT_BLOCK_BYTES
-from hicache_mooncake.replay.trace import Request, generate_trace, load_trace
-from hicache_mooncake.results_json import write_json
 from hicache_mooncake.ssd import SsdEngine, SsdOptions
 from hicache_mooncake.tiers.dram_tier import DramTier
 from hicache_mooncake.tiers.policy import policy_factory
 from hicache_mooncake.tiers.rewarm import WarmOptions
 from hicache_mooncake.tiers.ssd_tier import SsdTier
 from hicache_mooncake.tiers.tiered_store import StoreOptions, TieredStore
+from hicache_mooncake.tools.replay.run import DEFAULT_BLOCK_BYTES
+from hicache_mooncake.tools.replay.trace import Request, generate_trace, load_trace
+from hicache_mooncake.tools.results_json import write_json
 
 PAYLOAD = 4096
 _SLAB = 1 << 20

@@ -19,9 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hicache_mooncake.bench import _disk
-from hicache_mooncake.bench._busy import busy_python_thread
-from hicache_mooncake.bench._disk import (
+from hicache_mooncake.commands import UsageError
+from hicache_mooncake.sizes import format_size, parse_size
+from hicache_mooncake.tools.bench import _disk
+from hicache_mooncake.tools.bench._busy import busy_python_thread
+from hicache_mooncake.tools.bench._disk import (
     NOT_DROPPED,
     add_dir_argument,
     add_drop_caches_argument,
@@ -30,8 +32,8 @@ from hicache_mooncake.bench._disk import (
     fs_type,
     wait_disk_idle,
 )
-from hicache_mooncake.bench._fio import Fio, HugePages, max_buffer_bytes
-from hicache_mooncake.bench._sglang_io import (
+from hicache_mooncake.tools.bench._fio import Fio, HugePages, max_buffer_bytes
+from hicache_mooncake.tools.bench._sglang_io import (
     PAGE_SHAPES,
     PageStamps,
     Timed,
@@ -42,9 +44,7 @@ from hicache_mooncake.bench._sglang_io import (
     timed_v1_get,
     timed_v1_set,
 )
-from hicache_mooncake.commands import UsageError
-from hicache_mooncake.results_json import write_json
-from hicache_mooncake.sizes import format_size, parse_size
+from hicache_mooncake.tools.results_json import write_json
 
 REQUIRES = ("torch", "sglang")  # optional modules, checked by ``bench`` before any work
 
@@ -317,7 +317,7 @@ def _bench_size(
     drop: bool,
     concurrency: bool,
 ) -> dict[str, Any]:
-    from hicache_mooncake.bench._ssd_concurrency import PREFETCH_THREADS, concurrency_case
+    from hicache_mooncake.tools.bench._ssd_concurrency import PREFETCH_THREADS, concurrency_case
 
     w = page_workload(
         page_bytes, total, batch_max, batch_bytes, extra_regions=PREFETCH_THREADS if concurrency else 0
@@ -532,7 +532,7 @@ def _run(args: argparse.Namespace, total: int, sizes: list[int], huge: HugePages
 
 
 def _fio_configs() -> tuple[Any, ...]:
-    from hicache_mooncake.bench._fio import CONFIGS
+    from hicache_mooncake.tools.bench._fio import CONFIGS
 
     return CONFIGS
 
@@ -611,7 +611,7 @@ def _plot(rows: list[dict[str, Any]], out: str, with_file: bool, dropped: bool) 
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from hicache_mooncake.bench._plotting import legend_below
+    from hicache_mooncake.tools.bench._plotting import legend_below
 
     iomem = rows[0]["fio_iomem"] if rows else "?"
     fio_label = "huge-page buffers" if iomem == "shmhuge" else "4 KiB-page buffers"

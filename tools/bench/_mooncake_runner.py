@@ -1,6 +1,6 @@
 """Mooncake Store side of ``bench remote`` (not a bench target: the leading underscore hides it).
 
-Run by ``bench remote`` as ``unshare -n -- python -m hicache_mooncake.bench._mooncake_runner
+Run by ``bench remote`` as ``unshare -n -- python -m hicache_mooncake.tools.bench._mooncake_runner
 bench ...``, i.e. inside a private network namespace, because the master's embedded HTTP
 metadata server binds 0.0.0.0:8080 whatever it is told. In that namespace it
 
@@ -64,7 +64,7 @@ METADATA_URL = f"http://127.0.0.1:{METADATA_PORT}/metadata"
 MASTER_ADDR = f"127.0.0.1:{MASTER_RPC_PORT}"
 CLIENT_LOCAL_BUFFER = 64 * MiB
 _PR_SET_PDEATHSIG = 1
-_MODULE = "hicache_mooncake.bench._mooncake_runner"
+_MODULE = "hicache_mooncake.tools.bench._mooncake_runner"
 
 # ---- measurement helpers shared with remote.py --------------------------------------------------
 
@@ -566,7 +566,7 @@ def _wheel_version() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hicache_mooncake.bench._mooncake_runner")
+    p = argparse.ArgumentParser(prog="python -m hicache_mooncake.tools.bench._mooncake_runner")
     sub = p.add_subparsers(dest="role", required=True)
     b = sub.add_parser("bench", help="master + holder + client; prints MOONCAKE_RESULT {json}")
     b.add_argument("--sizes", required=True, help="page sizes in bytes, comma separated")

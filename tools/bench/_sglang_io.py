@@ -22,7 +22,7 @@ def create_backend(name: str, extra: dict[str, Any], host: Any, settle: bool = T
 
     from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
-    from hicache_mooncake.sglang_harness import make_storage_config
+    from hicache_mooncake.tools.sglang_harness import make_storage_config
 
     backend = StorageBackendFactory.create_backend(name, make_storage_config(extra), host)
     backend.register_mem_pool_host(host)
@@ -134,7 +134,7 @@ class PageWorkload:
 def page_workload(
     page_bytes: int, total: int, batch_max: int = 128, batch_bytes: int = 256 << 20, extra_regions: int = 0
 ) -> PageWorkload:
-    from hicache_mooncake.sglang_harness import PoolShape, fill_random_pages, make_host_pool
+    from hicache_mooncake.tools.sglang_harness import PoolShape, fill_random_pages, make_host_pool
 
     layers, heads = PAGE_SHAPES[page_bytes]
     batch = max(1, min(batch_max, batch_bytes // page_bytes))
@@ -168,7 +168,7 @@ class PageStamps:
     outside the timed region of the benchmarks."""
 
     def __init__(self, host: Any) -> None:
-        from hicache_mooncake.host_memory import HostMemoryMap, pool_tensors
+        from hicache_mooncake.sglang_adapter.host_memory import HostMemoryMap, pool_tensors
 
         self.host = host
         self._map = HostMemoryMap(pool_tensors(host))

@@ -40,8 +40,8 @@ import threading
 import time
 from typing import Any
 
-from hicache_mooncake.bench._fio import Fio
-from hicache_mooncake.bench._sglang_io import PageStamps, PageWorkload, create_backend
+from hicache_mooncake.tools.bench._fio import Fio
+from hicache_mooncake.tools.bench._sglang_io import PageStamps, PageWorkload, create_backend
 
 TARGET_AGGREGATE = 1.5
 TARGET_BACKUP_SHARE = 0.7
@@ -112,8 +112,8 @@ def fio_mixed(fio: Fio, work: str, bs: int, size: int, drop: Any) -> dict[str, A
     """One fio job writing over a laid-out file and one reading another, at once (O_DIRECT,
     depth 16): the steady-state counterpart of the tier's threads."""
     rfile, wfile = os.path.join(work, "fio-r.dat"), os.path.join(work, "fio-w.dat")
-    from hicache_mooncake.bench._disk import wait_disk_idle
-    from hicache_mooncake.bench._fio import CONFIGS
+    from hicache_mooncake.tools.bench._disk import wait_disk_idle
+    from hicache_mooncake.tools.bench._fio import CONFIGS
 
     fio.run(rfile, "write", bs, size, CONFIGS[0])
     fio.run(wfile, "write", bs, size, CONFIGS[0])
@@ -170,8 +170,8 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _one_run(fio: Fio, base: str, w: PageWorkload, drop: bool) -> dict[str, Any]:
-    from hicache_mooncake.bench._disk import drop_caches, wait_disk_idle
-    from hicache_mooncake.bench.ssd import _capacity, fill_until_reclaim, ssd_only_config
+    from hicache_mooncake.tools.bench._disk import drop_caches, wait_disk_idle
+    from hicache_mooncake.tools.bench.ssd import _capacity, fill_until_reclaim, ssd_only_config
 
     host, batch, pages = w.host, w.batch, w.pages
     page_bytes = sum(int(s) for s in host.get_page_buffer_meta(w.src[:64])[1])

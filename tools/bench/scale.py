@@ -22,15 +22,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hicache_mooncake.bench._disk import (
+from hicache_mooncake.sizes import format_size, parse_size
+from hicache_mooncake.tools.bench._disk import (
     NOT_DROPPED,
     add_drop_caches_argument,
     default_work_dir,
     drop_caches,
     fs_type,
 )
-from hicache_mooncake.results_json import write_json
-from hicache_mooncake.sizes import format_size, parse_size
+from hicache_mooncake.tools.results_json import write_json
 
 REQUIRES = ("torch", "sglang")  # optional modules, checked by ``bench`` before any work
 
@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _shape(page_bytes: int) -> Any:
     """A host pool shape whose page (K and V of one layer, one head) is ``page_bytes``."""
-    from hicache_mooncake.sglang_harness import PoolShape
+    from hicache_mooncake.tools.sglang_harness import PoolShape
 
     tokens = page_bytes // (2 * 64 * 2)  # 2 (K,V) x head_dim 64 x 2 bytes (bf16)
     if tokens < 1 or tokens * 2 * 64 * 2 != page_bytes:
@@ -160,8 +160,8 @@ def _percentiles_us(times: list[float]) -> dict[str, float]:
 
 
 def _backend(directory: str, n: int, page_bytes: int, dram: int) -> tuple[Any, Any]:
-    from hicache_mooncake.bench._sglang_io import create_backend
-    from hicache_mooncake.sglang_harness import make_host_pool
+    from hicache_mooncake.tools.bench._sglang_io import create_backend
+    from hicache_mooncake.tools.sglang_harness import make_host_pool
 
     host = make_host_pool("page_first", False, _shape(page_bytes))
     return create_backend("dynamic", _config(directory, n, page_bytes, dram), host), host
@@ -234,8 +234,8 @@ def _child_fill(args: argparse.Namespace) -> int:
 def _child_reopen(args: argparse.Namespace) -> int:
     """Reopen after the kill, wait for the background scan, exists again; close; reopen clean."""
     n, page_bytes, dram = args.child_n, parse_size(args.page_bytes), parse_size(args.dram)
-    from hicache_mooncake.bench._sglang_io import create_backend
-    from hicache_mooncake.sglang_harness import make_host_pool
+    from hicache_mooncake.tools.bench._sglang_io import create_backend
+    from hicache_mooncake.tools.sglang_harness import make_host_pool
 
     host = make_host_pool("page_first", False, _shape(page_bytes))
     cfg = _config(args.child_dir, n, page_bytes, dram)
@@ -502,7 +502,7 @@ def _plot(rows: list[dict[str, Any]], out: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hicache_mooncake.bench._plotting import legend_under
+    from hicache_mooncake.tools.bench._plotting import legend_under
 
     labels = [f"{r['entries']:,}" for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.6), layout="constrained")

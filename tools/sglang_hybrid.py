@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from hicache_mooncake.sglang_harness import PoolShape, host_pool_for
+from hicache_mooncake.tools.sglang_harness import PoolShape, host_pool_for
 
 
 @dataclass(frozen=True)

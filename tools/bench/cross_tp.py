@@ -8,7 +8,7 @@ strided: gathered into a staging buffer on set, scattered on get) and ``page_hea
 is contiguous: zero copy). Reported per case: set and get throughput (best of ``--repeats``),
 store calls per batch, and DRAM index entries per page.
 
-    python -m hicache_mooncake.bench.cross_tp --json benchmarks/results/bench_cross_tp.json
+    python -m hicache_mooncake.tools.bench.cross_tp --json benchmarks/results/bench_cross_tp.json
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from hicache_mooncake.results_json import write_json
+from hicache_mooncake.tools.results_json import write_json
 
 LCMS = (None, 2, 4, 8)
 REQUIRES = ("torch", "sglang")
@@ -42,7 +42,7 @@ def _backend(layout: str, page_bytes: int, lcm: int | None, pages: int, stored: 
     ``stored`` pages (nothing is evicted while measuring)."""
     from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
-    from hicache_mooncake.sglang_harness import PoolShape, make_host_pool, make_storage_config
+    from hicache_mooncake.tools.sglang_harness import PoolShape, make_host_pool, make_storage_config
 
     ps, layers, heads, head_dim = PAGES[page_bytes]
     shape = PoolShape(page_size=ps, layers=layers, heads=heads, head_dim=head_dim, device_tokens=pages * ps)
@@ -69,7 +69,7 @@ def measure(
     layout: str, page_bytes: int, lcm: int | None, mib: int, batch: int, repeats: int
 ) -> dict[str, Any]:
     """Best-of-``repeats`` set and get throughput of ``mib`` MiB in batches of ``batch`` pages."""
-    from hicache_mooncake.sglang_harness import fill_random_pages
+    from hicache_mooncake.tools.sglang_harness import fill_random_pages
 
     pages = max(batch, (mib << 20) // page_bytes // batch * batch)
     backend, host = _backend(layout, page_bytes, lcm, batch, pages)
@@ -159,7 +159,9 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hicache_mooncake.bench.cross_tp", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m hicache_mooncake.tools.bench.cross_tp", description=__doc__
+    )
     parser.add_argument("--json", dest="json_out", default=None, help="write the results here (JSON)")
     add_arguments(parser)
     args = parser.parse_args(argv)

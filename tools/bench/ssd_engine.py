@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from hicache_mooncake.bench._disk import (
+from hicache_mooncake.ssd import SsdEngine, SsdOptions
+from hicache_mooncake.tools.bench._disk import (
     NOT_DROPPED,
     add_dir_argument,
     add_drop_caches_argument,
     default_work_dir,
     drop_caches,
 )
-from hicache_mooncake.ssd import SsdEngine, SsdOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -28,10 +28,10 @@ import subprocess
 import sys
 from typing import Any
 
-from hicache_mooncake.results_json import write_json
+from hicache_mooncake.tools.results_json import write_json
 
 MiB = 1 << 20
-RUNNER_MODULE = "hicache_mooncake.bench._mooncake_runner"
+RUNNER_MODULE = "hicache_mooncake.tools.bench._mooncake_runner"
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -118,7 +118,7 @@ def plot_provider(result: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hicache_mooncake.bench._plotting import legend_under
+    from hicache_mooncake.tools.bench._plotting import legend_under
 
     pages = list(result["pages"])
     series = {

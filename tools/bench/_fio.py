@@ -218,7 +218,7 @@ class Fio:
         done), then every configuration reads the last file (``before_read()`` first: the page
         cache drop). Returns the best write and the best
         read, each with ``config`` (its label) and ``all`` (GB/s per configuration)."""
-        from hicache_mooncake.bench._disk import wait_disk_idle
+        from hicache_mooncake.tools.bench._disk import wait_disk_idle
 
         writes: list[dict[str, Any]] = []
         for cfg in configs:

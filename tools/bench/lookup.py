@@ -10,7 +10,7 @@ reply). Optionally
 ``--load-threads`` threads run set/get on other pages meanwhile (as SGLang's backup and prefetch
 threads do).
 
-    python -m hicache_mooncake.bench.lookup --json       (or: hicache-mooncake bench lookup)
+    python -m hicache_mooncake.tools.bench.lookup --json       (or: hicache-mooncake bench lookup)
 
 Method and figures: docs/benchmarks-notes.md (``bench lookup`` section).
 """
@@ -131,7 +131,7 @@ def _client_process(
     (work / "body.json").write_bytes(body)
     (work / "client.token").write_text(token)
     out = subprocess.run(
-        [sys.executable, "-m", "hicache_mooncake.bench.lookup", "--client", str(work), str(requests)]
+        [sys.executable, "-m", "hicache_mooncake.tools.bench.lookup", "--client", str(work), str(requests)]
         + [str(p) for p in ports],
         capture_output=True,
         text=True,
@@ -255,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--client"]:  # the client process of the ``http`` cases
         return _client_main(Path(argv[1]), int(argv[2]), [int(p) for p in argv[3:]])
-    parser = argparse.ArgumentParser(prog="python -m hicache_mooncake.bench.lookup", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m hicache_mooncake.tools.bench.lookup", description=__doc__
+    )
     parser.add_argument("--json", dest="json_stdout", action="store_true", help="print JSON, not the table")
     add_arguments(parser)
     return run(parser.parse_args(argv))

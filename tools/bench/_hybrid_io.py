@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from hicache_mooncake.bench._sglang_io import create_backend, page_workload
+from hicache_mooncake.tools.bench._sglang_io import create_backend, page_workload
 
 
 @dataclass
@@ -40,8 +40,8 @@ class HybridWorkload:
 
 
 def hybrid_workload(page_bytes: int, total: int, node_pages: int) -> HybridWorkload:
-    from hicache_mooncake.sglang_harness import fill_random_pages
-    from hicache_mooncake.sglang_hybrid import MambaShape, make_mamba_device_pool, mamba_host_pool_for
+    from hicache_mooncake.tools.sglang_harness import fill_random_pages
+    from hicache_mooncake.tools.sglang_hybrid import MambaShape, make_mamba_device_pool, mamba_host_pool_for
 
     kv = page_workload(page_bytes, total, batch_max=node_pages)
     # about 1 MiB per state: 8 layers of a 16 x 64 x 64 bf16 SSM state + conv (a small Mamba2 model)
@@ -94,7 +94,7 @@ def bench_hybrid(
     """Our backend (``extra``, DRAM sized to hold the run) vs memcpy of the same parts; medians."""
     from sglang.srt.mem_cache.hicache_storage import PoolName
 
-    from hicache_mooncake.bench.sglang import _timed
+    from hicache_mooncake.tools.bench.sglang import _timed
 
     w = hybrid_workload(page_bytes, total, node_pages)
     # DRAM holds the run, plus one slab for each of the two size classes (KV page, state): a slab
@@ -135,7 +135,7 @@ def hybrid_memcpy(w: HybridWorkload) -> tuple[float, float]:
     ``w.total_bytes`` (numpy copies of the same memoryviews our backend moves)."""
     import numpy as np
 
-    from hicache_mooncake.host_memory import HostMemoryMap, pool_tensors
+    from hicache_mooncake.sglang_adapter.host_memory import HostMemoryMap, pool_tensors
 
     maps = [HostMemoryMap(pool_tensors(w.kv.host)), HostMemoryMap(pool_tensors(w.mamba))]
 
