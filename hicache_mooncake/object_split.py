@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hicache_mooncake.transport.node_config import NodeConfig
+from hicache_mooncake.transport.node.config import NodeConfig
 from hicache_mooncake.transport.object_header import HEADER_SIZE
 
 SSD_ENTRY_OVERHEAD = 2 * 4096  # a region's header and one entry header (ssd.options.max_object_bytes)

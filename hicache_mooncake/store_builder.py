@@ -27,7 +27,7 @@ from hicache_mooncake.tiers.rewarm import WarmOptions
 from hicache_mooncake.tiers.tier import Tier
 from hicache_mooncake.tiers.tiered_store import StoreOptions, TieredStore
 from hicache_mooncake.transport.arena_files import ArenaSpec
-from hicache_mooncake.transport.node_config import NodeConfig
+from hicache_mooncake.transport.node.config import NodeConfig
 
 log = logging.getLogger(__name__)
 TierBuilder = Callable[[BackendConfig, str], Tier | None]

@@ -19,20 +19,9 @@ import yaml
 from hicache_mooncake.host_cache.lock import holder_pid
 from hicache_mooncake.transport.node_client import NodeClient
 from hicache_mooncake.transport.options import ClientOptions
+from hicache_mooncake.transport.processes import pid_alive
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for us
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def service_pids(config_marker: str) -> list[int]:

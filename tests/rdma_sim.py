@@ -42,7 +42,7 @@ def _switch_pyverbs(fake: bool) -> None:
     if mod is not None and str(getattr(mod, "__file__", "")).startswith(FAKE_ROOT) != fake:
         for name in [n for n in sys.modules if n == "pyverbs" or n.startswith("pyverbs.")]:
             del sys.modules[name]
-    from hicache_mooncake.transport import rdma_verbs
+    from hicache_mooncake.transport.rdma import verbs as rdma_verbs
 
     rdma_verbs.reset_for_tests()
 

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from hicache_mooncake.transport.served_store import (
+from hicache_mooncake.transport.node.served_store import (
     RESERVED_BUSY,
     RESERVED_NEW,
     RESERVED_NO_SPACE,

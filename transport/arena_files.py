@@ -23,6 +23,7 @@ import stat
 from dataclasses import dataclass
 
 from .arena_header import ARENA_HEADER_SIZE, ArenaHeader
+from .processes import pid_alive
 
 log = logging.getLogger(__name__)
 PREFIX = "hicache-node-"
@@ -40,19 +41,6 @@ def safe_node_id(node_id: str) -> str:
 
 def arena_file_name(node_id: str, pid: int, epoch: int) -> str:
     return f"{PREFIX}{safe_node_id(node_id)}-{pid}-{epoch}"
-
-
-def pid_alive(pid: int) -> bool:
-    """True unless ``pid`` is certainly dead here (pids <= 0 count as alive: never signal them)."""
-    if pid <= 0:
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def read_header(fd: int) -> ArenaHeader | None:

@@ -45,10 +45,9 @@ from .errors import AuthError, PeerUnavailable, RdmaNotServed, RequestRefused, T
 from .object_header import HEADER_SIZE, ObjectHeader, key_hash
 from .options import ClientOptions
 from .registry import make_engine
-from .served_store import RESERVED_NEW, RESERVED_PRESENT
 from .sockio import as_bytes_view
 from .throttle import worth_logging
-from .wire import Limits, Op, SetHint, SlotRef
+from .wire import RESERVED_NEW, RESERVED_PRESENT, Limits, Op, SetHint, SlotRef
 
 log = logging.getLogger(__name__)
 Item = tuple[str, Sequence[memoryview]]

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from .engine import TransferEngine
 
 _ENGINES: dict[str, type] = {}
-_BUILTIN = {"tcp": ".tcp", "local": ".local", "rdma": ".rdma"}
+_BUILTIN = {"tcp": ".tcp", "local": ".local", "rdma": ".rdma.engine"}
 E = TypeVar("E", bound=type)
 
 

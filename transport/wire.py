@@ -388,8 +388,19 @@ def decode_lookup_reply(meta: bytes | bytearray | memoryview, expected: int) -> 
     return out
 
 
+# ALLOC reply statuses, one per item (the store's ``reserve`` answers them: node/served_store.py).
+RESERVED_NEW = 0
+"""A slot was reserved: send (or write) the body, then commit."""
+RESERVED_PRESENT = 1
+"""The store holds the key already (values are immutable): nothing to send; a success."""
+RESERVED_NO_SPACE = 2
+"""No room before the deadline (or the object is larger than any slot)."""
+RESERVED_BUSY = 3
+"""Another writer holds a reservation for the key right now."""
+
+
 def encode_alloc_reply(entries: Sequence[tuple[int, int, int]]) -> bytes:
-    """(status: 0 reserved / 1 already present / 2 no space / 3 busy, body offset, version) per item."""
+    """(status: one of ``RESERVED_*``, body offset, version) per item."""
     return _U32.pack(len(entries)) + b"".join(_ALLOC_RESP.pack(*e) for e in entries)
 
 

@@ -30,7 +30,7 @@ from hicache_mooncake.optional_deps import require
 from hicache_mooncake.store_builder import build_node_store
 from hicache_mooncake.transport.arena_files import collect_stale
 from hicache_mooncake.transport.metadata import MetadataConfig, make_metadata
-from hicache_mooncake.transport.node_server import NodeServer
+from hicache_mooncake.transport.node.server import NodeServer
 
 log = logging.getLogger("hicache_mooncake.node")
 

@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from hicache_mooncake.sizes import parse_size
 from hicache_mooncake.tiers.pool_providers.mooncake_config import MooncakeConfig
 from hicache_mooncake.transport.metadata import MetadataConfig
-from hicache_mooncake.transport.node_config import NodeConfig
-from hicache_mooncake.transport.rdma_options import RdmaOptions
+from hicache_mooncake.transport.node.config import NodeConfig
+from hicache_mooncake.transport.rdma.options import RdmaOptions
 from hicache_mooncake.transport.secret_file import read_secret_file
 
 from .metrics import ExporterConfig

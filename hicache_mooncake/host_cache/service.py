@@ -28,8 +28,8 @@ from typing import Any
 from hicache_mooncake.config import BackendConfig
 from hicache_mooncake.kv_events.attach import start_service_publisher
 from hicache_mooncake.store_builder import build_service_store
-from hicache_mooncake.transport.node_config import NodeConfig
-from hicache_mooncake.transport.node_server import NodeServer
+from hicache_mooncake.transport.node.config import NodeConfig
+from hicache_mooncake.transport.node.server import NodeServer
 
 from . import lock
 from .admin_endpoint import start_service_admin

@@ -1,7 +1,7 @@
 """Describe the pyverbs importable by this interpreter, as JSON on stdout: which of the names the
 transport and the simulator rely on exist, the parameter names each callable documents (pyverbs
 documents every parameter as ``:param name:``; Cython hides signatures), and what device-free
-objects built exactly as ``transport/rdma_*.py`` builds them read back.
+objects built exactly as ``transport/rdma/*.py`` builds them read back.
 
 Run with the real pyverbs (``/usr/bin/python3`` on Debian with python3-pyverbs) and with the
 stand-in (this folder first on ``sys.path``); ``test_rdma_sim_api.py`` compares the two.
@@ -12,7 +12,7 @@ import json
 import re
 import sys
 
-# (module, class or None, attribute): what rdma_verbs / rdma_device / rdma_qp / the simulator use
+# (module, class or None, attribute): what rdma/verbs / rdma/device / rdma/qp / the simulator use
 NAMES = [
     ("device", None, "get_device_list"),
     ("device", "Context", "query_device"),

@@ -14,7 +14,7 @@ import sys
 import threading
 
 from hicache_mooncake.transport import auth, wire
-from hicache_mooncake.transport.served_store import RESERVED_NEW
+from hicache_mooncake.transport.node.served_store import RESERVED_NEW
 from hicache_mooncake.transport.sockio import recv_exact, send_all
 from hicache_mooncake.transport.wire import FrameHeader, Op, Status
 

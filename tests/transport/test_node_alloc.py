@@ -17,8 +17,8 @@ from transport_procs import SECRET, NodeProc
 
 from hicache_mooncake.transport import ClientOptions, NodeClient, wire
 from hicache_mooncake.transport.connection import Connection
+from hicache_mooncake.transport.node.served_store import RESERVED_NEW, RESERVED_NO_SPACE
 from hicache_mooncake.transport.object_header import HEADER_SIZE
-from hicache_mooncake.transport.served_store import RESERVED_NEW, RESERVED_NO_SPACE
 from hicache_mooncake.transport.wire import Op
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from hicache_mooncake.store_builder import build_node_store
-from hicache_mooncake.transport.node_config import NodeConfig
-from hicache_mooncake.transport.served_store import RESERVED_NEW
+from hicache_mooncake.transport.node.config import NodeConfig
+from hicache_mooncake.transport.node.served_store import RESERVED_NEW
 from hicache_mooncake.transport.wire import SetHint
 
 

@@ -23,8 +23,8 @@ from transport_procs import SECRET, NodeProc
 from hicache_mooncake.config.cluster import RdmaClientConfig
 from hicache_mooncake.transport import ClientOptions, NodeClient, make_engine
 from hicache_mooncake.transport.errors import TransportError
-from hicache_mooncake.transport.rdma import RdmaEngine
-from hicache_mooncake.transport.rdma_options import RdmaOptions
+from hicache_mooncake.transport.rdma.engine import RdmaEngine
+from hicache_mooncake.transport.rdma.options import RdmaOptions
 
 pytestmark = pytest.mark.integration
 OPTS = ClientOptions(timeout_s=2.0, secret=SECRET.encode(), retry_interval_s=0.2)
@@ -143,7 +143,7 @@ def test_2_every_pyverbs_layout_moves_bytes(sim: Sim, layout: str) -> None:
     script = (
         f"import sys; sys.path.insert(0, {FAKE_ROOT!r})\n"
         "from hicache_mooncake.transport import ClientOptions, NodeClient\n"
-        "from hicache_mooncake.transport.rdma_verbs import load\n"
+        "from hicache_mooncake.transport.rdma.verbs import load\n"
         f"c = NodeClient('127.0.0.1', {node.port}, ClientOptions(secret={SECRET.encode()!r}), 'rdma')\n"
         "page = bytearray(b'layout' * 1000)\n"
         "ok = c.put_batch([('k', [memoryview(page)])]) == [True]\n"

@@ -12,10 +12,10 @@ import pytest
 from hicache_mooncake.transport import wire
 from hicache_mooncake.transport.errors import ProtocolError, TransportError
 from hicache_mooncake.transport.metadata import EmbeddedMetadata, NodeInfo, home_of, route
-from hicache_mooncake.transport.rdma_errors import Outcome, WcStatus, classify
-from hicache_mooncake.transport.rdma_handshake import QPINFO_SIZE, QpInfo
-from hicache_mooncake.transport.rdma_mr import RegionTable, RemoteArena, buffer_address
-from hicache_mooncake.transport.rdma_wr import Sge, build_work_requests, windows
+from hicache_mooncake.transport.rdma.handshake import QPINFO_SIZE, QpInfo
+from hicache_mooncake.transport.rdma.mr import RegionTable, RemoteArena, buffer_address
+from hicache_mooncake.transport.rdma.wc_status import Outcome, WcStatus, classify
+from hicache_mooncake.transport.rdma.wr import Sge, build_work_requests, windows
 from hicache_mooncake.transport.registry import engine_names, make_engine
 
 LIM = wire.Limits(max_key_len=64, max_batch=8)
@@ -173,7 +173,7 @@ def test_arena_header_roundtrip_and_garbage() -> None:
 
 def test_loopback_detection_and_peer_grouping() -> None:
     from hicache_mooncake.transport.auth import is_loopback_host
-    from hicache_mooncake.transport.handshake_gate import peer_key
+    from hicache_mooncake.transport.node.handshake_gate import peer_key
 
     assert is_loopback_host("127.0.0.1") and is_loopback_host("127.3.2.1") and is_loopback_host("::1")
     assert is_loopback_host("localhost") and is_loopback_host("::ffff:127.0.0.1")

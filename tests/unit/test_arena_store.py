@@ -23,13 +23,13 @@ from hicache_mooncake.tiers.ssd_tier import SsdTier
 from hicache_mooncake.tiers.tiered_store import StoreOptions, TieredStore
 from hicache_mooncake.transport.arena_files import ArenaSpec
 from hicache_mooncake.transport.arena_header import ARENA_HEADER_SIZE, ArenaHeader
-from hicache_mooncake.transport.object_header import HEADER_SIZE, ObjectHeader
-from hicache_mooncake.transport.served_store import (
+from hicache_mooncake.transport.node.served_store import (
     RESERVED_BUSY,
     RESERVED_NEW,
     RESERVED_NO_SPACE,
     RESERVED_PRESENT,
 )
+from hicache_mooncake.transport.object_header import HEADER_SIZE, ObjectHeader
 from hicache_mooncake.transport.wire import SetHint, SlotRef
 
 MiB = 1 << 20

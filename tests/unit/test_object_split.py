@@ -48,7 +48,7 @@ def test_a_pool_clients_chunks_fit_the_node_store_its_node_section_describes(
     (a slab capped at the node's capacity included)."""
     from hicache_mooncake.config.loader import validate_config
     from hicache_mooncake.store_builder import build_node_store
-    from hicache_mooncake.transport.node_config import NodeConfig
+    from hicache_mooncake.transport.node.config import NodeConfig
 
     data = small_config(tmp_path, ssd=False).model_dump()
     data["tiers"]["dram"]["slab_size"] = 4 << 20

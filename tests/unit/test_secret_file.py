@@ -11,8 +11,8 @@ import pytest
 
 from hicache_mooncake.config.loader import validate_config
 from hicache_mooncake.store_builder import build_node_store, build_store
-from hicache_mooncake.transport.node_config import NodeConfig
-from hicache_mooncake.transport.node_server import NodeServer
+from hicache_mooncake.transport.node.config import NodeConfig
+from hicache_mooncake.transport.node.server import NodeServer
 
 MiB = 1 << 20
 

@@ -7,7 +7,7 @@ import bisect
 import ctypes
 from dataclasses import dataclass
 
-from .errors import TransportError
+from ..errors import TransportError
 
 
 def buffer_address(view: memoryview) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .errors import ProtocolError
+from ..errors import ProtocolError
 
 QPINFO_VERSION = 2
 # version, rd_atomic, lid, qpn, psn, mtu, gid, addr, length, rkey

@@ -20,13 +20,13 @@ import logging
 import threading
 from typing import Any
 
-from .errors import RdmaSetupError
-from .rdma_device import RdmaDevice
-from .rdma_handshake import QpInfo
-from .rdma_mr import buffer_address
-from .rdma_options import RdmaOptions
-from .rdma_qp import RcQp
-from .rdma_verbs import load, unavailable_reason
+from ..errors import RdmaSetupError
+from .device import RdmaDevice
+from .handshake import QpInfo
+from .mr import buffer_address
+from .options import RdmaOptions
+from .qp import RcQp
+from .verbs import load, unavailable_reason
 
 log = logging.getLogger(__name__)
 

@@ -24,16 +24,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .wire import SetHint, SlotRef
+from ..wire import RESERVED_BUSY, RESERVED_NEW, RESERVED_NO_SPACE, RESERVED_PRESENT, SetHint, SlotRef
 
-RESERVED_NEW = 0
-"""A slot was reserved: send (or write) the body, then commit."""
-RESERVED_PRESENT = 1
-"""The store holds the key already (values are immutable): nothing to send; a success."""
-RESERVED_NO_SPACE = 2
-"""No room before the deadline (or the object is larger than any slot)."""
-RESERVED_BUSY = 3
-"""Another writer holds a reservation for the key right now."""
+__all__ = [
+    "RESERVED_BUSY",
+    "RESERVED_NEW",
+    "RESERVED_NO_SPACE",
+    "RESERVED_PRESENT",
+    "PinnedBody",
+    "Reserved",
+    "ServedStore",
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,10 +8,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .object_header import HEADER_SIZE
-from .rdma_options import RdmaOptions
-from .secret_file import read_secret_file
-from .wire import Limits
+from ..object_header import HEADER_SIZE
+from ..rdma.options import RdmaOptions
+from ..secret_file import read_secret_file
+from ..wire import Limits
 
 
 class NodeConfig(BaseModel):

@@ -16,15 +16,15 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import RdmaSetupError
-from .rdma_device import RdmaDevice, gid_text
-from .rdma_handshake import QpInfo
-from .rdma_mr import RemoteArena
-from .rdma_wr import WorkRequest
+from ..errors import RdmaSetupError
+from .device import RdmaDevice, gid_text
+from .handshake import QpInfo
+from .mr import RemoteArena
+from .wr import WorkRequest
 
 if TYPE_CHECKING:
-    from .connection import Connection
-    from .rdma_completions import Window
+    from ..connection import Connection
+    from .completions import Window
 
 
 class RcQp:

@@ -14,9 +14,9 @@ import threading
 import time
 from typing import Any
 
+from .device import RdmaDevice
 from .extent_allocator import Allocator
-from .rdma_device import RdmaDevice
-from .rdma_mr import buffer_address
+from .mr import buffer_address
 
 GRANULE = 64
 

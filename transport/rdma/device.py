@@ -12,9 +12,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import RdmaSetupError
-from .rdma_options import RdmaOptions
-from .rdma_verbs import Verbs, device_names
+from ..errors import RdmaSetupError
+from .options import RdmaOptions
+from .verbs import Verbs, device_names
 
 log = logging.getLogger(__name__)
 

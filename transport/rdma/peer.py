@@ -15,8 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from .errors import PeerUnavailable, RdmaNotServed, TransportError
-from .rdma_qp import RcQp
+from ..errors import PeerUnavailable, RdmaNotServed, TransportError
+from .qp import RcQp
 
 MIN_BACKOFF_S = 0.05
 

@@ -28,11 +28,11 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import auth, wire
-from .errors import ProtocolError
+from .. import auth, wire
+from ..errors import ProtocolError
+from ..throttle import worth_logging
+from ..wire import FrameHeader, Op, Status
 from .peer_cred import allowed, peer_cred
-from .throttle import worth_logging
-from .wire import FrameHeader, Op, Status
 
 log = logging.getLogger(__name__)
 AUTH_FRAME = wire.HEADER_SIZE + auth.PROOF_LEN + auth.NONCE_LEN

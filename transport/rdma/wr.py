@@ -1,7 +1,7 @@
 """Work-request building for one-sided RDMA (pure): mapped extents -> scatter/gather work requests.
 
 An extent is ``(item, remote_offset, sges)``: its local scatter/gather list (already resolved to
-registered memory, see ``rdma_plan``) covering consecutive remote bytes. SGEs are split at
+registered memory, see ``engine``) covering consecutive remote bytes. SGEs are split at
 ``max_msg`` bytes and packed into WRs of at most ``max_sge`` entries and ``max_msg`` bytes; WRs
 are cut into posting windows of at most ``window`` with only the last WR of a window signaled
 (selective signaling: an RC send queue completes in order, so that one completion vouches for the
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from .errors import TransportError
-from .rdma_mr import RemoteArena
+from ..errors import TransportError
+from .mr import RemoteArena
 
 
 @dataclass(frozen=True, slots=True)

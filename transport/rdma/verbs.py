@@ -7,7 +7,7 @@ Cython >= 3.1 exposes named enums only as members of their enum class
 uses from whichever layout is installed, once, and raises ``ImportError`` naming what is missing.
 
 Nothing here touches a device: ``device_names()`` lists devices, the rest is done by
-``rdma_device``.
+``device``.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ import threading
 import time
 from typing import Any
 
-from .rdma_qp import RcQp
-from .rdma_verbs import Verbs
+from .qp import RcQp
+from .verbs import Verbs
 
 log = logging.getLogger(__name__)
 GENERAL_ERR = 21  # IBV_WC_GENERAL_ERR: what a failing poll is reported as

@@ -3,12 +3,12 @@
 Set-up: the engine opens one device port (``RdmaDevice``: the configured device, port and GID,
 limits from ``query_device``/``query_port``), a registered scratch pool, and one completion
 poller thread. Per node it keeps up to ``qps_per_node`` RC QPs (``RdmaPeer``), each connected over
-its own control connection (RDMA_CONNECT, ``rdma_handshake``) and with its own CQ.
+its own control connection (RDMA_CONNECT, ``handshake``) and with its own CQ.
 
 A call (``read``/``write``) takes one QP for its whole duration, maps every local part to
 registered memory (``register_memory``: SGLang's host pool, moved with no copy) or, failing that,
 to the scratch pool (one bounce copy), builds chained work requests with selective signaling
-(``rdma_wr``) and keeps at most two windows of them outstanding, each closed by one signaled
+(``wr``) and keeps at most two windows of them outstanding, each closed by one signaled
 completion that the poller routes back by its unique ``wr_id``. Every wait is bounded by the
 call's deadline; a deadline that passes moves the QP to the error state and destroys it, so the
 device never writes into a buffer after its call returned.
@@ -30,23 +30,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from . import wire
-from .connection import Connection, ConnectionPool
-from .engine import Extent, Segment
-from .errors import EngineUnavailable, PeerUnavailable, ProtocolError, RdmaNotServed, TransportError
-from .rdma_completions import GENERAL_ERR, CompletionPoller, Window
-from .rdma_device import RdmaDevice
-from .rdma_errors import Outcome, classify, describe
-from .rdma_handshake import QpInfo
-from .rdma_mr import Region, RegionTable, buffer_address
-from .rdma_options import RdmaOptions
-from .rdma_peer import RdmaPeer
-from .rdma_qp import RcQp
-from .rdma_scratch import ScratchPool
-from .rdma_verbs import load, unavailable_reason
-from .rdma_wr import Sge, build_work_requests, windows
-from .registry import register_engine
-from .sockio import as_bytes_view
+from .. import wire
+from ..connection import Connection, ConnectionPool
+from ..engine import Extent, Segment
+from ..errors import EngineUnavailable, PeerUnavailable, ProtocolError, RdmaNotServed, TransportError
+from ..registry import register_engine
+from ..sockio import as_bytes_view
+from .completions import GENERAL_ERR, CompletionPoller, Window
+from .device import RdmaDevice
+from .handshake import QpInfo
+from .mr import Region, RegionTable, buffer_address
+from .options import RdmaOptions
+from .peer import RdmaPeer
+from .qp import RcQp
+from .scratch import ScratchPool
+from .verbs import load, unavailable_reason
+from .wc_status import Outcome, classify, describe
+from .wr import Sge, build_work_requests, windows
 
 log = logging.getLogger(__name__)
 TIMED_OUT = -1

@@ -37,18 +37,18 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from . import auth, wire
-from .arena_files import ArenaSpec, collect_stale
-from .arena_header import ArenaHeader
-from .errors import ProtocolError, RdmaSetupError, TransportError
+from .. import auth, wire
+from ..arena_files import ArenaSpec, collect_stale
+from ..arena_header import ArenaHeader
+from ..errors import ProtocolError, RdmaSetupError, TransportError
+from ..metadata.base import MetadataService, NodeInfo
+from ..rdma.handshake import QpInfo
+from ..sockio import discarded, drain, recv_exact, recv_into_all, recv_into_exact, send_all, zeros
+from ..throttle import worth_logging
+from ..wire import FrameHeader, Op, Status
+from .config import NodeConfig
 from .handshake_gate import GateLimits, HandshakeGate
-from .metadata.base import MetadataService, NodeInfo
-from .node_config import NodeConfig
-from .rdma_handshake import QpInfo
 from .served_store import RESERVED_NEW, RESERVED_NO_SPACE, RESERVED_PRESENT, Reserved, ServedStore
-from .sockio import discarded, drain, recv_exact, recv_into_all, recv_into_exact, send_all, zeros
-from .throttle import worth_logging
-from .wire import FrameHeader, Op, Status
 
 log = logging.getLogger(__name__)
 _ABORT = 1 << 63  # COMMIT of (key, version | _ABORT) releases the reservation instead
@@ -195,7 +195,7 @@ class NodeServer:
         """The RDMA responder over the store's arena (its object area: the header page that proves
         the shm file to same-host clients is not registered); a device that cannot serve stops the
         node (with its listener and store released) naming the ``node.rdma_*`` keys."""
-        from .rdma_responder import RdmaResponder
+        from ..rdma.responder import RdmaResponder
 
         try:
             return RdmaResponder(self.store.view, self.cfg.rdma_options(), self.store.data_offset)
