@@ -33,6 +33,11 @@ system_packages() {
   command -v fio >/dev/null 2>&1 || missing+=(fio)
   command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)  # verifies the host cache's unit
   /usr/bin/python3 -c 'import pyverbs' >/dev/null 2>&1 || missing+=(python3-pyverbs)
+  # The native extension (native/src, C11) is compiled on install: a C compiler and Python's headers.
+  command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+  local python; python=$(pick_python)
+  "$python" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+    || missing+=(python3-dev)
   ((${#missing[@]})) || return 0
   if [[ $(id -u) -ne 0 ]]; then
     echo "warning: ${missing[*]} missing and not root; tests that need them will be skipped" >&2
@@ -60,6 +65,19 @@ setup() {
     "$VENV/bin/pip" install -q --no-deps -e .
     echo "$want" > "$stamp"
   fi
+  build_native
+}
+
+build_native() {
+  # The C extension hicache_mooncake.native._core, rebuilt in place when a source under native/src
+  # changed (setuptools compares timestamps; ~1 s when nothing changed). A warning fails the build.
+  local log; log=$(mktemp)
+  if ! "$VENV/bin/python" setup.py -q build_ext --inplace >"$log" 2>&1; then
+    cat "$log" >&2; rm -f "$log"
+    echo "error: building the native extension failed (see above)" >&2
+    return 1
+  fi
+  rm -f "$log"
 }
 
 run_tests() {

@@ -1,0 +1,45 @@
+"""The native data plane: fingerprints, fingerprint tables, batch copies, checksums and I/O.
+
+The mechanism that touches every byte and every key lives in the C extension ``_core`` (sources
+in native/src); this package wraps it with typed numpy arrays. Python owns every buffer, the
+native side borrows it for one call, and every call that does more than O(1) work releases the
+GIL once for its whole batch. Bad arguments raise before any byte moves (ValueError naming the
+item and the value, TypeError for a wrong type or dtype); per-item I/O results come back as
+numbers, never as exceptions. See docs/native.md.
+
+There is no pure-Python fallback: without the built extension this import fails with an
+ImportError naming the fix. The package imports nothing else of ours (lowest layer).
+"""
+
+from __future__ import annotations
+
+try:
+    from . import _core  # noqa: F401 - the import is the check
+except ImportError as exc:  # pragma: no cover - exercised by a broken install only
+    raise ImportError(
+        "hicache_mooncake.native._core (the C extension) is not built or cannot be loaded "
+        f"({exc}); build it with `pip install -e .` or `scripts/dev.sh setup` "
+        "(needs gcc and the Python headers)"
+    ) from exc
+
+from ._xxh3_loader import load_xxh3
+
+XXH3_SOURCE: tuple[str, str] = load_xxh3()
+"""(library path, symbol) xxh3 is computed with: python-xxhash's dispatch or the system lib."""
+
+from .checksums import xxh3_64, xxh3_batch  # noqa: E402
+from .copies import copy_pages, copy_pages_checksum  # noqa: E402
+from .fingerprints import fingerprint, fingerprints, set_test_fingerprint_mask  # noqa: E402
+from .fptable import FpTable  # noqa: E402
+
+__all__ = [
+    "XXH3_SOURCE",
+    "FpTable",
+    "copy_pages",
+    "copy_pages_checksum",
+    "fingerprint",
+    "fingerprints",
+    "set_test_fingerprint_mask",
+    "xxh3_64",
+    "xxh3_batch",
+]

@@ -1,0 +1,38 @@
+"""Batch copies between buffers Python owns, bounds-checked before any byte moves.
+
+``dst`` and ``src`` are any C-contiguous objects exporting the buffer protocol (numpy arrays,
+bytearray, mmap, memoryview; a torch CPU tensor via ``t.view(torch.uint8).numpy()``); offsets and
+lengths are in bytes. Every ``offset + length`` is checked against its buffer's size first:
+ValueError ("copy 3: src offset 4096 + length 8192 > buffer size 8192") and nothing copied. A
+read-only ``dst`` is a TypeError. The GIL is released once for the whole batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _core
+from ._arrays import U64, U64Array, as_u64
+
+
+def copy_pages(dst: Any, dst_offsets: Any, src: Any, src_offsets: Any, lengths: Any) -> None:
+    """``dst[dst_offsets[i]:+lengths[i]] = src[src_offsets[i]:+lengths[i]]`` for every i."""
+    _core.copy_pages(
+        dst,
+        as_u64("dst_offsets", dst_offsets),
+        src,
+        as_u64("src_offsets", src_offsets),
+        as_u64("lengths", lengths),
+    )
+
+
+def copy_pages_checksum(dst: Any, dst_offsets: Any, src: Any, src_offsets: Any, lengths: Any) -> U64Array:
+    """``copy_pages`` that also returns the xxh3_64 of each copied range (as copied into dst)."""
+    d = as_u64("dst_offsets", dst_offsets)
+    out = np.empty(d.size, dtype=U64)
+    _core.copy_pages_checksum(
+        dst, d, src, as_u64("src_offsets", src_offsets), as_u64("lengths", lengths), out
+    )
+    return out

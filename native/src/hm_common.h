@@ -1,0 +1,44 @@
+/* Shared helpers of the native core: borrowing Python buffers with their type checked.
+ *
+ * Every function here runs with the GIL held. A borrowed Py_buffer must be released with
+ * PyBuffer_Release before the call that took it returns (Python owns every buffer).
+ */
+#ifndef HM_COMMON_H
+#define HM_COMMON_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The methods' fast-call signature, cast for PyMethodDef without -Wcast-function-type noise. */
+#define HM_FASTCALL(fn) ((PyCFunction)(void (*)(void))(fn))
+
+/* Borrows `obj` as a C-contiguous array of uint64 (numpy uint64: format 'L' or 'Q', itemsize 8).
+ * `what` names the argument in the error. On success *n is the element count (all dimensions
+ * together). Returns 0, or -1 with TypeError/BufferError set. */
+int hm_get_u64(PyObject *obj, const char *what, int writable, Py_buffer *view, Py_ssize_t *n);
+
+/* The same for an array of int64 (format 'l' or 'q'). */
+int hm_get_i64(PyObject *obj, const char *what, int writable, Py_buffer *view, Py_ssize_t *n);
+
+/* Borrows a writable C-contiguous array of bool/uint8 (itemsize 1) with exactly n elements. */
+int hm_get_bool_out(PyObject *obj, const char *what, Py_ssize_t n, Py_buffer *view);
+
+/* Borrows any C-contiguous bytes-like object (read-only or writable as asked); the error names
+ * `what` (e.g. "dst is read-only"). */
+int hm_get_bytes(PyObject *obj, const char *what, int writable, Py_buffer *view);
+
+/* Checks that n equals the expected length; ValueError naming both otherwise. */
+int hm_check_len(const char *what, Py_ssize_t n, const char *ref, Py_ssize_t expected);
+
+/* Parses one non-negative Python int into a uint64_t (ValueError/TypeError naming `what`). */
+int hm_parse_u64(PyObject *obj, const char *what, uint64_t *out);
+
+/* Bounds check without overflow: does [off, off + len) lie inside a buffer of `size` bytes? */
+static inline int hm_in_bounds(uint64_t off, uint64_t len, uint64_t size) {
+    return off <= size && len <= size - off;
+}
+
+#endif

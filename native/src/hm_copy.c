@@ -1,0 +1,126 @@
+/* copy_pages / copy_pages_checksum (see hm_copy.h).
+ *
+ * All-or-nothing on bad input: every (offset, length) pair is checked against its buffer's size
+ * (overflow-safe) with the GIL held before the GIL is released for the copies. Overlapping
+ * ranges (dst and src the same buffer) are copied as by memmove.
+ */
+#include "hm_copy.h"
+
+#include <string.h>
+
+#include "hm_xxh3.h"
+
+typedef struct {
+    Py_buffer dst, src, doff, soff, len, out;
+    int have_dst, have_src, have_doff, have_soff, have_len, have_out;
+    Py_ssize_t n;
+} copy_args;
+
+static void release(copy_args *a) {
+    if (a->have_out)
+        PyBuffer_Release(&a->out);
+    if (a->have_len)
+        PyBuffer_Release(&a->len);
+    if (a->have_soff)
+        PyBuffer_Release(&a->soff);
+    if (a->have_doff)
+        PyBuffer_Release(&a->doff);
+    if (a->have_src)
+        PyBuffer_Release(&a->src);
+    if (a->have_dst)
+        PyBuffer_Release(&a->dst);
+}
+
+/* Borrows and checks (dst, dst_offsets, src, src_offsets, lengths[, out]). */
+static int parse(PyObject *const *args, int with_out, copy_args *a) {
+    memset(a, 0, sizeof *a);
+    Py_ssize_t n_soff, n_len, n_out;
+    if (hm_get_bytes(args[0], "dst", 1, &a->dst) < 0)
+        goto fail;
+    a->have_dst = 1;
+    if (hm_get_u64(args[1], "dst_offsets", 0, &a->doff, &a->n) < 0)
+        goto fail;
+    a->have_doff = 1;
+    if (hm_get_bytes(args[2], "src", 0, &a->src) < 0)
+        goto fail;
+    a->have_src = 1;
+    if (hm_get_u64(args[3], "src_offsets", 0, &a->soff, &n_soff) < 0)
+        goto fail;
+    a->have_soff = 1;
+    if (hm_get_u64(args[4], "lengths", 0, &a->len, &n_len) < 0)
+        goto fail;
+    a->have_len = 1;
+    if (hm_check_len("src_offsets", n_soff, "dst_offsets", a->n) < 0 ||
+        hm_check_len("lengths", n_len, "dst_offsets", a->n) < 0)
+        goto fail;
+    if (with_out) {
+        if (hm_get_u64(args[5], "out", 1, &a->out, &n_out) < 0)
+            goto fail;
+        a->have_out = 1;
+        if (hm_check_len("out", n_out, "dst_offsets", a->n) < 0)
+            goto fail;
+    }
+    const uint64_t *d = a->doff.buf, *s = a->soff.buf, *l = a->len.buf;
+    uint64_t dsize = (uint64_t)a->dst.len, ssize = (uint64_t)a->src.len;
+    for (Py_ssize_t i = 0; i < a->n; i++) {
+        if (!hm_in_bounds(s[i], l[i], ssize)) {
+            PyErr_Format(PyExc_ValueError, "copy %zd: src offset %llu + length %llu > buffer size %llu", i,
+                         (unsigned long long)s[i], (unsigned long long)l[i], (unsigned long long)ssize);
+            goto fail;
+        }
+        if (!hm_in_bounds(d[i], l[i], dsize)) {
+            PyErr_Format(PyExc_ValueError, "copy %zd: dst offset %llu + length %llu > buffer size %llu", i,
+                         (unsigned long long)d[i], (unsigned long long)l[i], (unsigned long long)dsize);
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    release(a);
+    return -1;
+}
+
+static PyObject *copy_impl(PyObject *const *args, Py_ssize_t nargs, int with_checksum) {
+    if (nargs != 5 + with_checksum) {
+        PyErr_SetString(PyExc_TypeError, with_checksum
+                                             ? "copy_pages_checksum(dst, dst_offsets, src, src_offsets, lengths, out)"
+                                             : "copy_pages(dst, dst_offsets, src, src_offsets, lengths)");
+        return NULL;
+    }
+    hm_xxh3_fn fn = NULL;
+    if (with_checksum && !(fn = hm_xxh3_require()))
+        return NULL;
+    copy_args a;
+    if (parse(args, with_checksum, &a) < 0)
+        return NULL;
+    char *dst = a.dst.buf;
+    const char *src = a.src.buf;
+    const uint64_t *d = a.doff.buf, *s = a.soff.buf, *l = a.len.buf;
+    uint64_t *h = with_checksum ? a.out.buf : NULL;
+    Py_ssize_t n = a.n;
+    if (n > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (l[i])
+                memmove(dst + d[i], src + s[i], (size_t)l[i]);
+            /* Hashed from the destination right after the copy (still in cache for page sizes). */
+            if (h)
+                h[i] = fn(dst + d[i], (size_t)l[i]);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    release(&a);
+    Py_RETURN_NONE;
+}
+
+/* copy_pages(dst, dst_offsets, src, src_offsets, lengths) -> None. */
+PyObject *hm_py_copy_pages(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return copy_impl(args, nargs, 0);
+}
+
+/* copy_pages_checksum(dst, dst_offsets, src, src_offsets, lengths, out: u64[n]) -> None. */
+PyObject *hm_py_copy_pages_checksum(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return copy_impl(args, nargs, 1);
+}

@@ -1,0 +1,410 @@
+/* _core.FpTable (see hm_fptable.h).
+ *
+ * Locking rule: a thread takes the table's rwlock only with the GIL released, or (O(1) calls)
+ * with the GIL held but never waits for the GIL while holding the rwlock, so the two locks
+ * cannot deadlock. Inputs are borrowed and validated (lengths, dtypes, key != 0) with the GIL
+ * held; then the GIL is released once for the whole batch.
+ */
+#include "hm_fptable.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hm_table.h"
+
+typedef struct {
+    PyObject_HEAD
+    hm_table table;
+    size_t initial_capacity;
+    unsigned value_words;
+    pthread_rwlock_t lock;
+    int lock_ready;
+} FpTable;
+
+static int check_keys(const uint64_t *fps, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (fps[i] == 0) {
+            PyErr_Format(PyExc_ValueError, "fps[%zd] is 0 (0 marks an empty slot; fingerprints are never 0)",
+                         i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Borrows fps (u64[n], no zero) into *view. */
+static int get_fps(PyObject *obj, Py_buffer *view, Py_ssize_t *n) {
+    if (hm_get_u64(obj, "fps", 0, view, n) < 0)
+        return -1;
+    if (check_keys(view->buf, *n) < 0) {
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static int wrong_nargs(Py_ssize_t nargs, Py_ssize_t want, const char *sig) {
+    if (nargs == want)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "FpTable.%s", sig);
+    return -1;
+}
+
+static PyObject *FpTable_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"value_words", "capacity", NULL};
+    int value_words = 1;
+    Py_ssize_t capacity = 1024;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|in:FpTable", kwlist, &value_words, &capacity))
+        return NULL;
+    if (value_words < 1 || value_words > (int)HM_TABLE_MAX_VALUE_WORDS) {
+        PyErr_Format(PyExc_ValueError, "value_words must be in 1..%u, got %d", HM_TABLE_MAX_VALUE_WORDS,
+                     value_words);
+        return NULL;
+    }
+    if (capacity < 1) {
+        PyErr_Format(PyExc_ValueError, "capacity must be >= 1, got %zd", capacity);
+        return NULL;
+    }
+    size_t cap = hm_table_round_capacity((size_t)capacity, (unsigned)value_words);
+    if (cap == 0) {
+        PyErr_Format(PyExc_ValueError, "capacity %zd is too large", capacity);
+        return NULL;
+    }
+    FpTable *self = (FpTable *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->value_words = (unsigned)value_words;
+    self->initial_capacity = cap;
+    if (pthread_rwlock_init(&self->lock, NULL) != 0) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_OSError, "pthread_rwlock_init failed");
+        return NULL;
+    }
+    self->lock_ready = 1;
+    if (hm_table_init(&self->table, self->value_words, cap) < 0) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static void FpTable_dealloc(FpTable *self) {
+    /* No call can be in flight: every call holds a reference to self. */
+    hm_table_free(&self->table);
+    if (self->lock_ready)
+        pthread_rwlock_destroy(&self->lock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* put(fps: u64[n], values: u64[n*w], out_present: bool[n]) -> None. On a failed growth the keys
+ * before the failing one are stored and MemoryError says how many. */
+static PyObject *FpTable_put(FpTable *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (wrong_nargs(nargs, 3, "put(fps, values, out_present)") < 0)
+        return NULL;
+    Py_buffer fps, vals, out;
+    Py_ssize_t n, nv;
+    if (get_fps(args[0], &fps, &n) < 0)
+        return NULL;
+    if (hm_get_u64(args[1], "values", 0, &vals, &nv) < 0)
+        goto fail_fps;
+    if (nv != n * (Py_ssize_t)self->value_words) {
+        PyErr_Format(PyExc_ValueError, "values has %zd words, expected %zd keys x %u value words", nv, n,
+                     self->value_words);
+        goto fail_vals;
+    }
+    if (hm_get_bool_out(args[2], "out_present", n, &out) < 0)
+        goto fail_vals;
+    const uint64_t *k = fps.buf, *v = vals.buf;
+    unsigned char *present = out.buf;
+    Py_ssize_t done = n;
+    if (n > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        pthread_rwlock_wrlock(&self->lock);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int r = hm_table_put(&self->table, k[i], v + i * self->value_words);
+            if (r < 0) {
+                done = i;
+                break;
+            }
+            present[i] = (unsigned char)r;
+        }
+        pthread_rwlock_unlock(&self->lock);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&vals);
+    PyBuffer_Release(&fps);
+    if (done < n) {
+        PyErr_Format(PyExc_MemoryError, "FpTable.put: growing the table failed after %zd of %zd keys (those are stored)",
+                     done, n);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+fail_vals:
+    PyBuffer_Release(&vals);
+fail_fps:
+    PyBuffer_Release(&fps);
+    return NULL;
+}
+
+/* get(fps, out_found: bool[n], out_values: u64[n*w]) -> None; absent rows get zeros. */
+static PyObject *FpTable_get(FpTable *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (wrong_nargs(nargs, 3, "get(fps, out_found, out_values)") < 0)
+        return NULL;
+    Py_buffer fps, found, vals;
+    Py_ssize_t n, nv;
+    if (get_fps(args[0], &fps, &n) < 0)
+        return NULL;
+    if (hm_get_bool_out(args[1], "out_found", n, &found) < 0)
+        goto fail_fps;
+    if (hm_get_u64(args[2], "out_values", 1, &vals, &nv) < 0)
+        goto fail_found;
+    unsigned w = self->value_words;
+    if (nv != n * (Py_ssize_t)w) {
+        PyErr_Format(PyExc_ValueError, "out_values has %zd words, expected %zd keys x %u value words", nv,
+                     n, w);
+        PyBuffer_Release(&vals);
+        goto fail_found;
+    }
+    const uint64_t *k = fps.buf;
+    unsigned char *f = found.buf;
+    uint64_t *v = vals.buf;
+    if (n > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        pthread_rwlock_rdlock(&self->lock);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const uint64_t *s = hm_table_find(&self->table, k[i]);
+            f[i] = s != NULL;
+            if (s)
+                memcpy(v + i * w, s, w * sizeof(uint64_t));
+            else
+                memset(v + i * w, 0, w * sizeof(uint64_t));
+        }
+        pthread_rwlock_unlock(&self->lock);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&vals);
+    PyBuffer_Release(&found);
+    PyBuffer_Release(&fps);
+    Py_RETURN_NONE;
+fail_found:
+    PyBuffer_Release(&found);
+fail_fps:
+    PyBuffer_Release(&fps);
+    return NULL;
+}
+
+/* contains(fps, out: bool[n]) -> None. */
+static PyObject *FpTable_contains(FpTable *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (wrong_nargs(nargs, 2, "contains(fps, out)") < 0)
+        return NULL;
+    Py_buffer fps, out;
+    Py_ssize_t n;
+    if (get_fps(args[0], &fps, &n) < 0)
+        return NULL;
+    if (hm_get_bool_out(args[1], "out", n, &out) < 0) {
+        PyBuffer_Release(&fps);
+        return NULL;
+    }
+    const uint64_t *k = fps.buf;
+    unsigned char *f = out.buf;
+    if (n > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        pthread_rwlock_rdlock(&self->lock);
+        for (Py_ssize_t i = 0; i < n; i++)
+            f[i] = hm_table_find(&self->table, k[i]) != NULL;
+        pthread_rwlock_unlock(&self->lock);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&fps);
+    Py_RETURN_NONE;
+}
+
+/* prefix_len(fps) -> int: the count of leading present keys. */
+static PyObject *FpTable_prefix_len(FpTable *self, PyObject *arg) {
+    Py_buffer fps;
+    Py_ssize_t n, i = 0;
+    if (get_fps(arg, &fps, &n) < 0)
+        return NULL;
+    const uint64_t *k = fps.buf;
+    if (n > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        pthread_rwlock_rdlock(&self->lock);
+        while (i < n && hm_table_find(&self->table, k[i]) != NULL)
+            i++;
+        pthread_rwlock_unlock(&self->lock);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&fps);
+    return PyLong_FromSsize_t(i);
+}
+
+/* remove(fps, out_removed) and remove_if(fps, expected_word0, out_removed). */
+static PyObject *remove_batch(FpTable *self, PyObject *fps_obj, PyObject *expected_obj, PyObject *out_obj) {
+    Py_buffer fps, exp, out;
+    Py_ssize_t n, ne = 0;
+    if (get_fps(fps_obj, &fps, &n) < 0)
+        return NULL;
+    if (expected_obj) {
+        if (hm_get_u64(expected_obj, "expected_word0", 0, &exp, &ne) < 0)
+            goto fail_fps;
+        if (hm_check_len("expected_word0", ne, "fps", n) < 0)
+            goto fail_exp;
+    }
+    if (hm_get_bool_out(out_obj, "out_removed", n, &out) < 0)
+        goto fail_exp;
+    const uint64_t *k = fps.buf, *e = expected_obj ? exp.buf : NULL;
+    unsigned char *r = out.buf;
+    if (n > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        pthread_rwlock_wrlock(&self->lock);
+        for (Py_ssize_t i = 0; i < n; i++)
+            r[i] = (unsigned char)hm_table_remove(&self->table, k[i], e ? e + i : NULL);
+        pthread_rwlock_unlock(&self->lock);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&out);
+    if (expected_obj)
+        PyBuffer_Release(&exp);
+    PyBuffer_Release(&fps);
+    Py_RETURN_NONE;
+fail_exp:
+    if (expected_obj)
+        PyBuffer_Release(&exp);
+fail_fps:
+    PyBuffer_Release(&fps);
+    return NULL;
+}
+
+static PyObject *FpTable_remove(FpTable *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (wrong_nargs(nargs, 2, "remove(fps, out_removed)") < 0)
+        return NULL;
+    return remove_batch(self, args[0], NULL, args[1]);
+}
+
+static PyObject *FpTable_remove_if(FpTable *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (wrong_nargs(nargs, 3, "remove_if(fps, expected_word0, out_removed)") < 0)
+        return NULL;
+    return remove_batch(self, args[0], args[1], args[2]);
+}
+
+/* items() -> (bytearray of u64[m] keys, bytearray of u64[m*w] values), a snapshot in slot order. */
+static PyObject *FpTable_items(FpTable *self, PyObject *unused) {
+    (void)unused;
+    uint64_t *keys = NULL, *vals = NULL;
+    size_t m = 0;
+    unsigned w = self->value_words;
+    int oom = 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_rwlock_rdlock(&self->lock);
+    m = self->table.count;
+    keys = malloc((m ? m : 1) * sizeof(uint64_t));
+    vals = malloc((m ? m : 1) * w * sizeof(uint64_t));
+    if (keys && vals) {
+        size_t j = 0;
+        for (size_t i = 0; i < self->table.capacity && j < m; i++) {
+            const uint64_t *s = self->table.slots + i * self->table.stride;
+            if (s[0]) {
+                keys[j] = s[0];
+                memcpy(vals + j * w, s + 1, w * sizeof(uint64_t));
+                j++;
+            }
+        }
+    } else {
+        oom = 1;
+    }
+    pthread_rwlock_unlock(&self->lock);
+    Py_END_ALLOW_THREADS
+    PyObject *result = NULL;
+    if (!oom) {
+        PyObject *k = PyByteArray_FromStringAndSize((const char *)keys, (Py_ssize_t)(m * sizeof(uint64_t)));
+        PyObject *v = k ? PyByteArray_FromStringAndSize((const char *)vals, (Py_ssize_t)(m * w * sizeof(uint64_t)))
+                        : NULL;
+        if (k && v)
+            result = PyTuple_Pack(2, k, v);
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+    } else {
+        PyErr_NoMemory();
+    }
+    free(keys);
+    free(vals);
+    return result;
+}
+
+static PyObject *FpTable_clear(FpTable *self, PyObject *unused) {
+    (void)unused;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_rwlock_wrlock(&self->lock);
+    hm_table_clear(&self->table, self->initial_capacity);
+    pthread_rwlock_unlock(&self->lock);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t FpTable_len(FpTable *self) {
+    pthread_rwlock_rdlock(&self->lock);
+    size_t n = self->table.count;
+    pthread_rwlock_unlock(&self->lock);
+    return (Py_ssize_t)n;
+}
+
+static PyObject *FpTable_get_nbytes(FpTable *self, void *closure) {
+    (void)closure;
+    pthread_rwlock_rdlock(&self->lock);
+    size_t b = hm_table_nbytes(&self->table);
+    pthread_rwlock_unlock(&self->lock);
+    return PyLong_FromSize_t(b);
+}
+
+static PyObject *FpTable_get_capacity(FpTable *self, void *closure) {
+    (void)closure;
+    pthread_rwlock_rdlock(&self->lock);
+    size_t c = self->table.capacity;
+    pthread_rwlock_unlock(&self->lock);
+    return PyLong_FromSize_t(c);
+}
+
+static PyObject *FpTable_get_value_words(FpTable *self, void *closure) {
+    (void)closure;
+    return PyLong_FromUnsignedLong(self->value_words);
+}
+
+static PyMethodDef FpTable_methods[] = {
+    {"put", HM_FASTCALL(FpTable_put), METH_FASTCALL, "put(fps, values, out_present)"},
+    {"get", HM_FASTCALL(FpTable_get), METH_FASTCALL, "get(fps, out_found, out_values)"},
+    {"contains", HM_FASTCALL(FpTable_contains), METH_FASTCALL, "contains(fps, out)"},
+    {"prefix_len", (PyCFunction)FpTable_prefix_len, METH_O, "prefix_len(fps) -> int"},
+    {"remove", HM_FASTCALL(FpTable_remove), METH_FASTCALL, "remove(fps, out_removed)"},
+    {"remove_if", HM_FASTCALL(FpTable_remove_if), METH_FASTCALL,
+     "remove_if(fps, expected_word0, out_removed)"},
+    {"items", (PyCFunction)FpTable_items, METH_NOARGS, "items() -> (bytearray keys, bytearray values)"},
+    {"clear", (PyCFunction)FpTable_clear, METH_NOARGS, "clear()"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef FpTable_getset[] = {
+    {"nbytes", (getter)FpTable_get_nbytes, NULL, "bytes the slot array allocates", NULL},
+    {"capacity", (getter)FpTable_get_capacity, NULL, "slots (a power of two)", NULL},
+    {"value_words", (getter)FpTable_get_value_words, NULL, "uint64 words per value", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods FpTable_as_sequence = {
+    .sq_length = (lenfunc)FpTable_len,
+};
+
+PyTypeObject hm_FpTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hicache_mooncake.native._core.FpTable",
+    .tp_basicsize = sizeof(FpTable),
+    .tp_dealloc = (destructor)FpTable_dealloc,
+    .tp_as_sequence = &FpTable_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Open-addressing table of uint64 fingerprints -> 1..4 uint64 words (internal rwlock).",
+    .tp_methods = FpTable_methods,
+    .tp_getset = FpTable_getset,
+    .tp_new = FpTable_new,
+};

@@ -1,0 +1,45 @@
+/* The extension module hicache_mooncake.native._core: the mechanism of the data plane.
+ * Python (native/__init__.py and its modules) wraps every function with typed arrays. */
+#include "hm_common.h"
+#include "hm_copy.h"
+#include "hm_fingerprint.h"
+#include "hm_fptable.h"
+#include "hm_xxh3.h"
+
+static PyMethodDef module_methods[] = {
+    {"set_xxh3_library", HM_FASTCALL(hm_py_set_xxh3_library), METH_FASTCALL,
+     "set_xxh3_library(path, symbol): load xxh3_64 from a shared library"},
+    {"xxh3_library", hm_py_xxh3_library, METH_NOARGS, "xxh3_library() -> (path, symbol) | None"},
+    {"xxh3_64", hm_py_xxh3_64, METH_O, "xxh3_64(buf) -> int"},
+    {"xxh3_batch", HM_FASTCALL(hm_py_xxh3_batch), METH_FASTCALL, "xxh3_batch(buf, offsets, lengths, out)"},
+    {"fingerprint", hm_py_fingerprint, METH_O, "fingerprint(key) -> int"},
+    {"fingerprints", HM_FASTCALL(hm_py_fingerprints), METH_FASTCALL, "fingerprints(keys, out)"},
+    {"set_test_fingerprint_mask", hm_py_set_test_fingerprint_mask, METH_O,
+     "set_test_fingerprint_mask(mask): TEST-ONLY"},
+    {"copy_pages", HM_FASTCALL(hm_py_copy_pages), METH_FASTCALL,
+     "copy_pages(dst, dst_offsets, src, src_offsets, lengths)"},
+    {"copy_pages_checksum", HM_FASTCALL(hm_py_copy_pages_checksum), METH_FASTCALL,
+     "copy_pages_checksum(dst, dst_offsets, src, src_offsets, lengths, out)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "hicache_mooncake.native._core",
+    .m_doc = "Native data plane of hicache-mooncake (fingerprints, tables, copies, checksums, I/O).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit__core(void) {
+    if (PyType_Ready(&hm_FpTableType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&core_module);
+    if (!m)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "FpTable", (PyObject *)&hm_FpTableType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,72 @@
+"""Pure-Python reference models of the native structures (tests only: never a run-time fallback).
+
+The differential tests drive a native structure and its model with the same calls and compare
+every answer and the full state after every step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import xxhash
+
+
+def ref_fingerprint(key: str | bytes, mask: int = 0) -> int:
+    """xxh3_64 (seed 0) of the UTF-8 bytes, ANDed with ``mask`` when non-zero, 0 -> 1."""
+    data = key.encode() if isinstance(key, str) else key
+    h = xxhash.xxh3_64_intdigest(data)
+    if mask:
+        h &= mask
+    return h or 1
+
+
+class RefFpTable:
+    """A dict with FpTable's API: results as lists, values as tuples of value_words ints."""
+
+    def __init__(self, value_words: int = 1) -> None:
+        self.value_words = value_words
+        self.entries: dict[int, tuple[int, ...]] = {}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def put(self, fps: Sequence[int], values: Sequence[Sequence[int]]) -> list[bool]:
+        out = []
+        for fp, value in zip(fps, values, strict=True):
+            assert fp != 0 and len(value) == self.value_words
+            out.append(fp in self.entries)
+            self.entries[fp] = tuple(value)
+        return out
+
+    def get(self, fps: Sequence[int]) -> tuple[list[bool], list[tuple[int, ...]]]:
+        zero = (0,) * self.value_words
+        return [fp in self.entries for fp in fps], [self.entries.get(fp, zero) for fp in fps]
+
+    def contains(self, fps: Sequence[int]) -> list[bool]:
+        return [fp in self.entries for fp in fps]
+
+    def prefix_len(self, fps: Sequence[int]) -> int:
+        n = 0
+        for fp in fps:
+            if fp not in self.entries:
+                break
+            n += 1
+        return n
+
+    def remove(self, fps: Sequence[int]) -> list[bool]:
+        return [self.entries.pop(fp, None) is not None for fp in fps]
+
+    def remove_if(self, fps: Sequence[int], expected_word0: Sequence[int]) -> list[bool]:
+        out = []
+        for fp, word0 in zip(fps, expected_word0, strict=True):
+            hit = fp in self.entries and self.entries[fp][0] == word0
+            if hit:
+                del self.entries[fp]
+            out.append(hit)
+        return out
+
+    def items(self) -> dict[int, tuple[int, ...]]:
+        return dict(self.entries)
+
+    def clear(self) -> None:
+        self.entries.clear()

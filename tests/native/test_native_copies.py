@@ -1,0 +1,132 @@
+"""Batch copies: the bytes numpy slicing gives, checksums of what was copied, all-or-nothing bounds
+errors naming the item, and the GIL released while a big copy runs."""
+
+from __future__ import annotations
+
+import mmap
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import xxhash
+
+from hicache_mooncake import native
+
+
+def random_pages(
+    rng: np.random.Generator, n: int, src_size: int, dst_size: int
+) -> tuple[list[int], list[int], list[int]]:
+    lengths = [int(rng.integers(0, 5000)) for _ in range(n)]
+    src_off = [int(rng.integers(0, src_size - ln + 1)) for ln in lengths]
+    dst_off = [int(rng.integers(0, dst_size - ln + 1)) for ln in lengths]
+    return dst_off, src_off, lengths
+
+
+def test_copies_equal_numpy_slicing_in_order() -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        src = rng.integers(0, 256, size=64 * 1024, dtype=np.uint8)
+        dst = rng.integers(0, 256, size=48 * 1024, dtype=np.uint8)
+        want = dst.copy()
+        dst_off, src_off, lengths = random_pages(rng, int(rng.integers(0, 40)), src.size, dst.size)
+        for d, s, n in zip(dst_off, src_off, lengths, strict=True):
+            want[d : d + n] = src[s : s + n]
+        native.copy_pages(dst, dst_off, src, src_off, lengths)
+        assert np.array_equal(dst, want)
+
+
+def test_copy_with_checksum_returns_xxh3_of_each_copied_range() -> None:
+    rng = np.random.default_rng(12)
+    src = rng.integers(0, 256, size=1 << 20, dtype=np.uint8).tobytes()  # read-only src is fine
+    dst = bytearray(1 << 20)
+    dst_off, src_off, lengths = [0, 70_000, 500_000], [5, 300_000, 0], [65_536, 4096, 0]
+    sums = native.copy_pages_checksum(dst, dst_off, src, src_off, lengths)
+    for i, (d, s, n) in enumerate(zip(dst_off, src_off, lengths, strict=True)):
+        assert dst[d : d + n] == src[s : s + n]
+        assert int(sums[i]) == xxhash.xxh3_64_intdigest(src[s : s + n])
+
+
+def test_mmap_and_memoryview_buffers() -> None:
+    with mmap.mmap(-1, 8192) as mm:
+        native.copy_pages(mm, [4096], memoryview(b"abc" * 100), [0], [300])
+        assert mm[4096:4396] == b"abc" * 100
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        ({"src_off": [0, 0, 0, -1]}, ValueError, r"src_offsets\[3\] is negative: -1"),
+        (
+            {"dst_off": [0, 0, 0, 2**64 - 1]},
+            ValueError,
+            r"copy 3: dst offset 18446744073709551615 \+ length 10 > buffer size 4096",
+        ),
+        (
+            {"lengths": [10, 10, 10, 2**64 - 1]},
+            ValueError,
+            r"copy 3: src offset 0 \+ length 18446744073709551615 > buffer size 4096",
+        ),
+        (
+            {"src_off": [0, 0, 0, 4090]},
+            ValueError,
+            r"copy 3: src offset 4090 \+ length 10 > buffer size 4096",
+        ),
+        ({"dst": bytes(4096)}, TypeError, "dst is read-only"),
+        (
+            {"lengths": np.array([10.0] * 4)},
+            TypeError,
+            "lengths must be an array of non-negative integers, got dtype float64",
+        ),
+        ({"lengths": [10, 10]}, ValueError, "lengths has 2 elements but dst_offsets has 4"),
+        ({"src": np.zeros(8)[::2]}, TypeError, "src is not C-contiguous"),
+    ],
+)
+def test_bad_copies_raise_naming_the_item_and_copy_nothing(change: dict, error: type, match: str) -> None:
+    args = {
+        "dst": np.zeros(4096, dtype=np.uint8),
+        "dst_off": [0, 100, 200, 300],
+        "src": np.full(4096, 7, dtype=np.uint8),
+        "src_off": [0, 0, 0, 0],
+        "lengths": [10, 10, 10, 10],
+    }
+    args.update(change)
+    with pytest.raises(error, match=match):
+        native.copy_pages(args["dst"], args["dst_off"], args["src"], args["src_off"], args["lengths"])
+    if isinstance(args["dst"], np.ndarray):
+        assert not args["dst"].any()  # the valid copies before the bad one did not run either
+
+
+def test_the_gil_is_released_during_a_big_copy() -> None:
+    """Another Python thread makes progress while one 256 MiB copy_pages runs: with the GIL held
+    for the whole call it could not: the switch interval is raised so that the main thread never
+    gives the GIL up on its own between the two readings of the counter."""
+    size = 256 << 20
+    src = np.ones(size, dtype=np.uint8)
+    dst = np.empty(size, dtype=np.uint8)
+    count = [0]
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            count[0] += 1
+            if count[0] % 100 == 0:
+                time.sleep(0)  # hands the GIL back to the main thread once its copy is done
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(30.0)
+    thread = threading.Thread(target=spin)
+    try:
+        thread.start()
+        while count[0] == 0:
+            stop.wait(0.001)  # lets the spinner start
+        before = count[0]
+        native.copy_pages(dst, [0], src, [0], [size])
+        during = count[0] - before
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(old)
+    assert during > 0
+    assert dst[0] == 1 and dst[-1] == 1
