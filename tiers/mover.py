@@ -118,6 +118,11 @@ class Mover:
             self._demote(self._take(self._demotions), deadline)
         return True
 
+    @property
+    def busy(self) -> bool:
+        """A batch is in flight (taken from a queue, not yet reported to the listener)."""
+        return self._busy > 0
+
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until both queues are worked off (tests, replay, detach)."""
         deadline = time.monotonic() + timeout_s

@@ -24,9 +24,8 @@ import logging
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
 from itertools import compress
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -34,37 +33,19 @@ from .policy import AccessContext
 from .policy.placement import DRAM, SSD
 from .rate_budget import RateBudget
 from .ssd_tier import SsdTier
+from .store_options import WarmOptions
+from .store_state import StoreState
 from .warm_snapshot import Page, read_snapshot, write_snapshot
 
-if TYPE_CHECKING:
-    from .tiered_store import TieredStore
+__all__ = ["WarmKeeper", "WarmOptions"]
 
 log = logging.getLogger(__name__)
 _CHUNK = 256  # pages adopted per hold of the store lock (~1 ms: SGLang's calls wait that long)
 
 
-@dataclass(frozen=True)
-class WarmOptions:
-    """``tiers.warm`` in the YAML (``store_builder`` maps it)."""
-
-    enabled: bool = True
-    interval_s: float = 60.0
-    """Seconds between snapshots while the store runs (0: only at close and detach)."""
-    max_entries: int = 1 << 18
-    """Pages per snapshot (the hottest); about 75 bytes each on disk (70-character keys)."""
-    rate_mbps: float = 1000.0
-    """Re-warm read budget (MB/s) from SSD into DRAM."""
-    budget_s: float = 600.0
-    """The re-warmer stops after this many seconds."""
-    batch_pages: int = 16
-    """Pages per re-warm batch."""
-    yield_s: float = 0.05
-    """Longest wait for a moment with no store call in flight before each batch."""
-
-
 class WarmKeeper:
-    def __init__(self, store: TieredStore, options: WarmOptions) -> None:
-        self.store = store
+    def __init__(self, state: StoreState, options: WarmOptions) -> None:
+        self.state = state
         self.options = options
         self.counts: Counter[str] = Counter()
         self.last_restore: dict[str, Any] = {}
@@ -90,7 +71,7 @@ class WarmKeeper:
         the store's SSD tier); returns the entries written. 0 when there is nothing to write, the
         write failed or did not finish within ``io.timeout_s``, or it was skipped: the tier is
         degraded, an earlier write is still stuck, or the snapshot on disk is being adopted."""
-        store = self.store
+        store = self.state
         ssd = ssd if ssd is not None else store.ssd
         if ssd is None:
             return 0
@@ -104,8 +85,8 @@ class WarmKeeper:
             if self._writing is not None and self._writing.is_alive():  # an earlier write is stuck
                 self.counts["snapshots_skipped_busy"] += 1
                 return 0
-            with store._lock:
-                placement = store._placement
+            with store.lock:
+                placement = store.placement
                 if placement is None or not len(placement):
                     return 0
                 cut = placement.hottest_cut(self.options.max_entries)  # C-level copies only
@@ -130,7 +111,7 @@ class WarmKeeper:
 
         self._writing = threading.Thread(target=write, name="hicache-warm-write", daemon=True)
         self._writing.start()
-        timeout_s = self.store.options.timeout_s
+        timeout_s = self.state.options.timeout_s
         if not done.wait(timeout_s):
             self.counts["snapshot_timeouts"] += 1
             log.warning(
@@ -230,23 +211,23 @@ class WarmKeeper:
     def _adopt(self, entries: list[tuple[str, int]], stop: threading.Event) -> None:
         """Give the placement the snapshot's pages, coldest first, in chunks of the store lock;
         a page already placed (SGLang used it meanwhile) is left as it is."""
-        store = self.store
-        with store._lock:
-            store._placement_for(entries[0][1])
+        store = self.state
+        with store.lock:
+            store.placement_for(entries[0][1])
         coldest_first = entries[::-1]
         adopted = 0
         for start in range(0, len(coldest_first), _CHUNK):
             if stop.is_set() or self._stop.is_set():
                 break
-            with store._lock:
-                placement = store._placement
+            with store.lock:
+                placement = store.placement
                 if placement is None:
                     break
                 for key, size in coldest_first[start : start + _CHUNK]:
                     if placement.tier_of(key) is None:
                         adopted += placement.adopt(key, AccessContext(size=size), SSD)
                 drops, demote = placement.settle()
-            store._apply(drops, demote)
+            store.apply(drops, demote)
             time.sleep(0)  # hand the GIL over: a call waiting for the store lock gets it first
         self.last_restore["adopted"] = adopted
         self.counts["restored_pages"] += adopted
@@ -310,7 +291,7 @@ class WarmKeeper:
     def _wait_idle(self, stop: threading.Event) -> None:
         """Yield to SGLang: wait (bounded) for a moment with no store call in flight."""
         end = time.monotonic() + self.options.yield_s
-        gate = self.store._gate
+        gate = self.state.gate
         while gate.in_flight and time.monotonic() < end and not stop.is_set():
             time.sleep(0.001)
 
@@ -319,13 +300,13 @@ class WarmKeeper:
     ) -> bool | None:
         """Copy ``batch`` SSD -> DRAM; True when DRAM is at its low watermark (stop), None when the
         store has no DRAM or no SSD tier any more."""
-        store = self.store
-        lay = store._layout
+        store = self.state
+        lay = store.layout
         dram, ssd = lay.dram, lay.ssd
         if dram is None or ssd is None:
             return None
-        with store._lock:
-            placement = store._placement
+        with store.lock:
+            placement = store.placement
             if placement is None:
                 return None
             todo = [(key, size) for key, size in batch if placement.tier_of(key) == SSD]
@@ -354,8 +335,8 @@ class WarmKeeper:
         ]
         landed = dram.put_batch(items, deadline, generation) if items else []
         full = False
-        with store._lock:
-            placement = store._placement
+        with store.lock:
+            placement = store.placement
             unwanted = []
             for (key, _parts, _ctx), ok in zip(items, landed, strict=True):
                 if not ok or placement is None:

@@ -2,7 +2,7 @@
 tier, detach one (``drain``: its pages move down or out first; ``drop``: at once), resize the DRAM
 or SSD tier, freeze writes, clear one tenant. The store's methods of the same names run these.
 
-Every operation runs under the store's ``_changes`` lock (one at a time), is bounded by an absolute
+Every operation runs under ``StoreState.changes`` (one at a time), is bounded by an absolute
 ``deadline`` (``time.monotonic()``) and reports through a ``Progress``. What an operation could not
 finish by its deadline is reported, never left inconsistent: a tier is closed only after the
 placement forgot what it held, and the data path never waits for an operation (the store lock is
@@ -20,7 +20,6 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,16 +29,14 @@ from .mover import Mover
 from .policy import DEFAULT_CONTEXT, AccessContext
 from .policy.placement import DRAM, SSD
 from .progress import Progress
+from .rewarm import WarmKeeper
 from .ssd_tier import SsdTier
+from .store_state import StoreState
 from .tier import Tier
-
-if TYPE_CHECKING:
-    from .tiered_store import TieredStore
 
 log = logging.getLogger(__name__)
 _CHUNK = 4096  # keys per hold of the store lock
 _COPY_BATCH = 32  # pages per read/write batch when pages move between tiers
-TENANT_CLEAR_LOG = 256  # tenant clears the store remembers (``TieredStore.tenants_cleared_since``)
 MODES = ("drain", "drop")
 
 
@@ -58,50 +55,51 @@ def _chunks(keys: Sequence[str], size: int = _CHUNK) -> Iterator[Sequence[str]]:
 
 
 class RuntimeOps:
-    def __init__(self, store: TieredStore) -> None:
-        self.store = store
+    def __init__(self, state: StoreState, warm: WarmKeeper | None = None) -> None:
+        self.state = state
+        self.warm = warm
 
     # ------------------------------------------------------------------ shared steps
     def _open(self) -> None:
         """Refuse to start (or go on with) a change of a store that is closing."""
-        if self.store.closed:
+        if self.state.closed:
             raise OperationError("the store is closing")
 
     def _find(self, name: str) -> Tier:
-        tier = next((t for t in self.store.tiers if t.name == name), None)
+        tier = next((t for t in self.state.tiers if t.name == name), None)
         if tier is None:
-            raise OperationError(f"no tier named {name!r}; tiers: {', '.join(self.store._layout.names())}")
+            raise OperationError(f"no tier named {name!r}; tiers: {', '.join(self.state.layout.names())}")
         return tier
 
     def _publish(self, lay: TierLayout, deadline: float) -> bool:
         """Make ``lay`` the store's layout; True once no call started before it still runs."""
-        store = self.store
-        store._layout = lay
-        gen = store._gate.advance()
-        quiet = store._gate.quiesce(gen, max(deadline, time.monotonic() + store.options.timeout_s))
+        store = self.state
+        store.layout = lay
+        gen = store.gate.advance()
+        quiet = store.gate.quiesce(gen, max(deadline, time.monotonic() + store.options.timeout_s))
         if not quiet:
             store.counts["quiesce_timeouts"] += 1
         return quiet
 
     def _refit(self, lay: TierLayout) -> None:
         """The placement's capacities for the tiers of ``lay`` (pages over them go now)."""
-        store = self.store
-        store._capacity = None  # a fixed capacity holds until the tiers change
-        with store._lock:
-            placement = store._placement
+        store = self.state
+        store.capacity = None  # a fixed capacity holds until the tiers change
+        with store.lock:
+            placement = store.placement
             if placement is None:
                 return
-            placement.resize(*store.capacities(lay, store._unit))
+            placement.resize(*store.capacities(lay, store.unit))
             drops, demote = placement.settle()
-        store._apply(drops, demote)
+        store.apply(drops, demote)
 
     def _forget(self, keys: Sequence[str], only_tier: str | None = None) -> int:
         """Remove ``keys`` from the placement (those placed in ``only_tier``, if given), in chunks."""
-        store = self.store
+        store = self.state
         forgotten = 0
         for chunk in _chunks(keys):
-            with store._lock:
-                placement = store._placement
+            with store.lock:
+                placement = store.placement
                 if placement is None:
                     return 0
                 for key in chunk:
@@ -112,17 +110,17 @@ class RuntimeOps:
         return forgotten
 
     def _resident(self) -> list[str]:
-        with self.store._lock:
-            placement = self.store._placement
+        with self.state.lock:
+            placement = self.state.placement
             return placement.resident_keys() if placement is not None else []
 
     def _copy_down(self, source: Tier, keys: Sequence[str], sizes: Sequence[int], deadline: float) -> int:
         """Copy pages ``keys`` from ``source`` into the pools that lack them (a tier drained with
         nothing local below it); returns the pages copied. Bounded by ``deadline``."""
-        pools = [p for p in self.store.pools if p is not source]
+        pools = [p for p in self.state.pools if p is not source]
         copied = 0
         for start in range(0, len(keys), _COPY_BATCH):
-            if time.monotonic() >= deadline or not pools or self.store.closed:
+            if time.monotonic() >= deadline or not pools or self.state.closed:
                 break
             batch = list(keys[start : start + _COPY_BATCH])
             bufs = [np.empty(n, dtype=np.uint8) for n in sizes[start : start + _COPY_BATCH]]
@@ -139,10 +137,10 @@ class RuntimeOps:
     def attach(self, tier: Tier, progress: Progress, deadline: float) -> None:
         """Add ``tier`` (built by the caller, e.g. from a YAML section by the store builder).
         Calls see it at once; the placement gives it its share right after."""
-        store = self.store
-        with store._changes:
+        store = self.state
+        with store.changes:
             self._open()
-            lay = store._layout
+            lay = store.layout
             if isinstance(tier, DramTier) and lay.dram is not None:
                 raise OperationError("a DRAM tier is attached already (resize it instead)")
             if isinstance(tier, SsdTier) and lay.ssd is not None:
@@ -150,8 +148,8 @@ class RuntimeOps:
             if any(t.name == tier.name for t in lay.tiers):
                 raise OperationError(f"a tier named {tier.name!r} is attached already")
             progress.phase("publish")
-            if store._regions:
-                tier.register_memory(store._regions)
+            if store.regions:
+                tier.register_memory(store.regions)
             new = TierLayout.of(sorted((*lay.tiers, tier), key=tier_rank))
             mover = lay.mover
             if mover is None and new.dram is not None and new.ssd is not None:
@@ -159,24 +157,24 @@ class RuntimeOps:
                 if store.frozen:
                     mover.pause()
             if isinstance(tier, SsdTier):
-                store._hook_ssd(tier)
+                store.hook_ssd(tier)
             self._publish(replace(new, mover=mover), deadline)
             progress.phase("placement")
             self._refit(new)
-            if isinstance(tier, SsdTier) and store.warm is not None:
+            if isinstance(tier, SsdTier) and self.warm is not None:
                 progress.phase("warm restart")
-                progress.note(**store.warm.restore(tier))
-            progress.note(tiers=store._layout.names())
+                progress.note(**self.warm.restore(tier))
+            progress.note(tiers=store.layout.names())
 
     # ------------------------------------------------------------------ detach
     def detach(self, name: str, mode: str, progress: Progress, deadline: float) -> None:
         if mode not in MODES:
             raise OperationError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        store = self.store
-        with store._changes:
+        store = self.state
+        with store.changes:
             self._open()
             tier = self._find(name)
-            lay = store._layout
+            lay = store.layout
             if len(lay.tiers) == 1:
                 raise OperationError(
                     f"{name!r} is the only tier; detach the whole backend instead "
@@ -196,7 +194,7 @@ class RuntimeOps:
     def _detach_dram(
         self, lay: TierLayout, rest: TierLayout, mode: str, progress: Progress, deadline: float
     ) -> None:
-        store = self.store
+        store = self.state
         dram = lay.dram
         assert dram is not None
         if mode == "drain" and lay.mover is not None:
@@ -231,19 +229,19 @@ class RuntimeOps:
     def _detach_ssd(
         self, lay: TierLayout, rest: TierLayout, mode: str, progress: Progress, deadline: float
     ) -> None:
-        store = self.store
+        store = self.state
         ssd = lay.ssd
         assert ssd is not None
         if mode == "drain":
-            if store.warm is not None:
+            if self.warm is not None:
                 progress.phase("snapshot")
-                progress.note(snapshot_entries=store.warm.save(ssd))
+                progress.note(snapshot_entries=self.warm.save(ssd))
             if lay.mover is not None:
                 progress.phase("finish demotions")
                 lay.mover.flush(max(0.0, deadline - time.monotonic()))
             if rest.pools:
-                with store._lock:
-                    placement = store._placement
+                with store.lock:
+                    placement = store.placement
                     keys = (
                         [k for k in placement.resident_keys() if placement.tier_of(k) == SSD]
                         if placement
@@ -254,10 +252,10 @@ class RuntimeOps:
                 progress.note(pages_copied=self._copy_down(ssd, keys, sizes, deadline))
         if lay.mover is not None:
             lay.mover.close()
-        with store._lock:  # no demotions while the SSD's pages are forgotten (DRAM may fill up)
-            placement = store._placement
+        with store.lock:  # no demotions while the SSD's pages are forgotten (DRAM may fill up)
+            placement = store.placement
             if placement is not None:
-                _total, dram_full, _low = store.capacities(rest, store._unit)
+                _total, dram_full, _low = store.capacities(rest, store.unit)
                 placement.resize(placement.capacity, min(dram_full, placement.capacity), None)
         progress.phase("forget", 0, "pages")
         dropped = self._forget(self._resident(), only_tier=SSD)
@@ -266,17 +264,17 @@ class RuntimeOps:
         self._publish(rest, deadline)
         dropped += self._forget(self._resident(), only_tier=SSD)  # placed there by calls in flight
         progress.note(pages_dropped=dropped, dram_pages_adopted=self._adopt_dram_orphans(rest))
-        store._unhook_ssd(ssd)
+        store.unhook_ssd(ssd)
         ssd.close()
 
     def _adopt_dram_orphans(self, lay: TierLayout) -> int:
         """DRAM pages the placement no longer knows (demotions queued when the mover stopped):
         placed in DRAM again, or removed when the policy does not keep them."""
-        store = self.store
+        store = self.state
         if lay.dram is None:
             return 0
-        with store._lock:
-            placement = store._placement
+        with store.lock:
+            placement = store.placement
             orphans = [k for k in lay.dram.keys() if placement is not None and placement.tier_of(k) is None]
         if not orphans:
             return 0
@@ -285,8 +283,8 @@ class RuntimeOps:
         lay.dram.release([p for p in pinned if p is not None])
         adopted = 0
         for start in range(0, len(orphans), _CHUNK):
-            with store._lock:
-                placement = store._placement
+            with store.lock:
+                placement = store.placement
                 assert placement is not None
                 for key, size in zip(
                     orphans[start : start + _CHUNK], sizes[start : start + _CHUNK], strict=True
@@ -294,16 +292,16 @@ class RuntimeOps:
                     if size and placement.tier_of(key) is None:
                         adopted += placement.adopt(key, AccessContext(size=size), DRAM)
                 drops, demote = placement.settle()
-            store._apply(drops, demote)
+            store.apply(drops, demote)
         return adopted
 
     # ------------------------------------------------------------------ resize
     def resize(self, name: str, capacity: int, progress: Progress, deadline: float) -> None:
-        store = self.store
-        with store._changes:
+        store = self.state
+        with store.changes:
             self._open()
             tier = self._find(name)
-            lay = store._layout
+            lay = store.layout
             if tier is lay.dram:
                 self._resize_dram(lay, capacity, progress, deadline)
             elif tier is lay.ssd:
@@ -326,7 +324,7 @@ class RuntimeOps:
         total = dram.retired_slabs_in_use
         progress.phase("empty retired slabs", total, "slabs")
         stuck_rounds = 0
-        while (left := dram.retired_slabs_in_use) and time.monotonic() < deadline and not self.store.closed:
+        while (left := dram.retired_slabs_in_use) and time.monotonic() < deadline and not self.state.closed:
             progress.advance(total - left)
             keys = dram.retired_keys(limit=256)
             moved = dram.relocate(keys)
@@ -342,12 +340,12 @@ class RuntimeOps:
 
     def _move_out(self, lay: TierLayout, keys: Sequence[str]) -> int:
         """DRAM pages that found no slot below a shrink: demoted to SSD, or dropped without one."""
-        store = self.store
+        store = self.state
         assert lay.dram is not None
         demote: list[str] = []
         drop: list[str] = []
-        with store._lock:
-            placement = store._placement
+        with store.lock:
+            placement = store.placement
             for key in keys:
                 where = placement.tier_of(key) if placement is not None else None
                 if where == DRAM and lay.mover is not None:
@@ -378,7 +376,7 @@ class RuntimeOps:
             return
         step = engine.resize(capacity, time.monotonic())
         progress.phase("empty regions past the new size", step.total, "regions")
-        while not step.done and time.monotonic() < deadline and not self.store.closed:
+        while not step.done and time.monotonic() < deadline and not self.state.closed:
             step = engine.resize(capacity, min(deadline, time.monotonic() + 0.5))
             progress.advance(progress.snapshot()["total"] - step.left)
             progress.add(regions_reclaimed=step.reclaimed, region_files_removed=step.files_removed)
@@ -391,14 +389,14 @@ class RuntimeOps:
         Freezing returns once every data call that started before it is over (a set already past
         the check could still place pages), or after ``io.timeout_s`` (counted in
         ``quiesce_timeouts``): from then on nothing new is placed."""
-        store = self.store
-        with store._changes:
+        store = self.state
+        with store.changes:
             store.frozen = frozen
             mover = store.mover
             if mover is not None:
                 (mover.pause if frozen else mover.resume)()
-            if frozen and not store._gate.quiesce(
-                store._gate.advance(), time.monotonic() + store.options.timeout_s
+            if frozen and not store.gate.quiesce(
+                store.gate.advance(), time.monotonic() + store.options.timeout_s
             ):
                 store.counts["quiesce_timeouts"] += 1
 
@@ -415,12 +413,10 @@ class RuntimeOps:
         final sweep removes what they published; then the fence is bumped again. A served
         reservation made before the mark is refused at its commit (``tenants_cleared_since``).
         Waits are bounded by ``deadline``; one that runs out is counted (``quiesce_timeouts``)."""
-        store = self.store
-        with store._changes:
+        store = self.state
+        with store.changes:
             self._open()
-            with store._lock:
-                store.clearing.add(tenant)  # from now on: no set, no promotion of the tenant's pages
-                store._tenant_fence += 1
+            store.begin_tenant_clear(tenant)  # from now on: no set, no promotion of its pages
             mover = store.mover
             held = mover is not None and not mover.paused
             try:
@@ -434,11 +430,7 @@ class RuntimeOps:
                     removed, left = removed + done, len(todo) - done
                 progress.note(pages_removed=removed, pages_left=left)
             finally:
-                with store._lock:
-                    store._tenant_fence += 1
-                    store._tenant_clears.append((tenant, store._tenant_fence))
-                    del store._tenant_clears[:-TENANT_CLEAR_LOG]
-                    store.clearing.discard(tenant)
+                store.end_tenant_clear(tenant)
                 if held and mover is not None:
                     mover.resume()
 
@@ -447,22 +439,22 @@ class RuntimeOps:
         marked: data calls that started before (a read could copy a page up into DRAM), the
         mover's batch in flight (a demotion or copy pinned before; with ``hold`` the mover is
         paused, ``clear_tenant`` resumes it), then the store's deferred work."""
-        store = self.store
-        ok = store._gate.quiesce(store._gate.advance(), deadline)
+        store = self.state
+        ok = store.gate.quiesce(store.gate.advance(), deadline)
         if mover is not None:
             if hold:
                 mover.pause()
-            while mover._busy and time.monotonic() < deadline:  # the batch in flight finishes
+            while mover.busy and time.monotonic() < deadline:  # the batch in flight finishes
                 time.sleep(0.005)
-            ok = ok and not mover._busy
-        store._settle_deferred(deadline)
+            ok = ok and not mover.busy
+        store.settle_deferred(deadline)
         if not ok:
             store.counts["quiesce_timeouts"] += 1
 
     def _tenant_keys(self, tenant: str) -> list[str]:
         """Every key of ``tenant`` the placement, the DRAM tier or the SSD tier knows."""
-        lay = self.store._layout
-        owned = self.store.tenant_of
+        lay = self.state.layout
+        owned = self.state.tenant_of
         keys = {k for k in self._resident() if owned(k) == tenant}
         if lay.dram is not None:
             keys.update(k for k in lay.dram.keys() if owned(k) == tenant)
@@ -473,10 +465,10 @@ class RuntimeOps:
     def _remove_keys(self, keys: Sequence[str], progress: Progress, deadline: float) -> int:
         """Remove ``keys`` from the placement and every tier (pools included), in chunks, until
         the deadline; returns how many were handled."""
-        lay = self.store._layout
+        lay = self.state.layout
         removed = 0
         for chunk in _chunks(keys, 512):
-            if time.monotonic() >= deadline or self.store.closed:
+            if time.monotonic() >= deadline or self.state.closed:
                 break
             self._forget(chunk)
             if lay.dram is not None:

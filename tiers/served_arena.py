@@ -1,16 +1,16 @@
 """The store served to clients that copy bytes themselves (the host cache, memory nodes:
 ``arena_store.ArenaStore`` speaks the wire protocol, this does the store's side).
 
-- ``reserve_batch`` hands out DRAM slots (room is made as for a set: the store's
-  ``_with_dram_room``), ``commit_batch`` publishes them and asks the placement
+- ``reserve_batch`` hands out DRAM slots (room is made as for a set:
+  ``SetPath.with_dram_room``), ``commit_batch`` publishes them and asks the placement
   (``TierPlacement.set``, one call per key, exactly as a set), ``abort_batch`` gives them back;
 - ``locate_batch`` answers where pages live in DRAM, after bringing SSD or pool hits into reserved
   DRAM slots within the deadline (placement ``hit``, promoted).
 
-One policy decides for every client: this is the same ``TieredStore`` (its placement, mover, lock
-and counters) that serves in-process calls; this module is its served-arena face and uses the
-store's bookkeeping helpers (same package). Placement work after a commit or an all-DRAM lookup
-runs on the store's worker, after the reply, so it costs the client nothing.
+One policy decides for every client: this face holds the same ``StoreState`` (placement, mover,
+lock and counters) as the ``TieredStore`` that serves in-process calls, and uses its bookkeeping
+steps (``store_state``) and the set path's DRAM room (``set_path``). Placement work after a commit
+or an all-DRAM lookup runs on the store's worker, after the reply, so it costs the client nothing.
 """
 
 from __future__ import annotations
@@ -19,24 +19,23 @@ import contextlib
 import logging
 import operator
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from .dram_tier import DramTier, Located, Reservation
 from .policy import AccessContext, ObjectType
 from .policy.contexts import get_contexts
 from .policy.placement import DRAM, SetOutcome
+from .set_path import SetPath
+from .store_state import StoreState
 from .tier import Tier
-
-if TYPE_CHECKING:
-    from .tiered_store import TieredStore
 
 log = logging.getLogger(__name__)
 _TAG = operator.attrgetter("tag")
 
 
 class ServedArena:
-    def __init__(self, store: TieredStore) -> None:
-        self.store = store
+    def __init__(self, state: StoreState, set_path: SetPath) -> None:
+        self.state = state
+        self.set_path = set_path
 
     def reserve_batch(
         self, keys: Sequence[str], ctxs: Sequence[AccessContext], deadline: float | None = None
@@ -45,31 +44,30 @@ class ServedArena:
         already (nothing to copy; the set is told to the placement now), a ``Reservation`` to fill
         and then ``commit_batch`` or ``abort_batch``, False when no room was found in time.
         ``ctxs``: the set contexts (``set_contexts``), sizes included."""
-        if self.store.dram is None or not keys:
+        if self.state.dram is None or not keys:
             return [False] * len(keys)
-        store = self.store
-        if store.frozen or (store.clearing and store.tenant_of(keys[0]) in store.clearing):
+        if self.state.refuses_sets(keys[0]):
             # frozen (admin freeze), or the tenant is being cleared: refused as ``put_batch`` does
-            store.counts["refused_frozen"] += len(keys)
+            self.state.counts["refused_frozen"] += len(keys)
             return [False] * len(keys)
-        dram = self.store.dram
-        deadline = self.store._deadline(deadline)
-        tag = self.store.tenant_fence  # before any slot: a tenant clear since refuses the commit
+        dram = self.state.dram
+        deadline = self.state.deadline(deadline)
+        tag = self.state.tenant_fence  # before any slot: a tenant clear since refuses the commit
         held = self._held_same_size(dram, keys, ctxs)
         out: list[Reservation | bool] = list(held)
         old = [i for i, h in enumerate(held) if h]
         if old:
-            _outcomes, drops, demote = self.store._decide_sets(
+            _outcomes, drops, demote = self.state.decide_sets(
                 [keys[i] for i in old], [ctxs[i] for i in old], ctxs[old[0]].size
             )
-            self.store._apply(drops, demote)
+            self.state.apply(drops, demote)
         got: dict[int, Reservation] = {}
         attempt = self._reserver(dram, keys, ctxs, got, tag)
         new = [i for i, h in enumerate(held) if not h]
         if new:
             new = self._fitting(dram, ctxs, new)  # nothing is evicted for a page no slot holds
-            failed = self.store._with_dram_room(keys, ctxs, new, attempt, deadline) if new else []
-            self.store.counts["reservations_no_room"] += len(failed)
+            failed = self.set_path.with_dram_room(keys, ctxs, new, attempt, deadline) if new else []
+            self.state.counts["reservations_no_room"] += len(failed)
         for i, res in got.items():
             out[i] = res
         return out
@@ -88,9 +86,9 @@ class ServedArena:
                 len(other),
                 other[0],
             )
-            self.store.counts["replaced_other_size"] += len(other)
+            self.state.counts["replaced_other_size"] += len(other)
             for key in other:
-                self.store.remove(key)
+                self.state.remove(key)
         return [s is not None and s == c.size for s, c in zip(sizes, ctxs, strict=True)]
 
     @staticmethod
@@ -114,7 +112,7 @@ class ServedArena:
         into: dict[int, Reservation],
         tag: int = 0,
     ) -> Callable[[list[int]], list[bool]]:
-        """An ``attempt`` for ``_with_dram_room`` that reserves DRAM slots ``into`` a dict (each
+        """An ``attempt`` for ``SetPath.with_dram_room`` that reserves DRAM slots ``into`` a dict (each
         tagged with ``tag``: the store's ``tenant_fence`` when the reservation began)."""
 
         def attempt(missing: list[int]) -> list[bool]:
@@ -138,9 +136,9 @@ class ServedArena:
         The placement runs on the worker after the caller returns (it costs the writer nothing),
         unless pools take copies. False: not stored, or reserved before a clear of its tenant
         (``clear_tenant``: given back). A data call (``CallGate``): a tenant clear waits for it."""
-        if self.store.dram is None or not reservations:
+        if self.state.dram is None or not reservations:
             return [False] * len(reservations)
-        gen = self.store._gate.enter()
+        gen = self.state.gate.enter()
         try:
             keep = self._not_cleared(reservations)
             if keep is None:  # the usual commit: no tenant clear since the reservations
@@ -154,40 +152,40 @@ class ServedArena:
                     out[i] = ok
             return out
         finally:
-            self.store._gate.exit(gen)
+            self.state.gate.exit(gen)
 
     def _not_cleared(self, reservations: Sequence[Reservation]) -> list[bool] | None:
         """Per reservation, whether no clear of its key's tenant ran since it was made (counted
         ``commits_refused_tenant_clear`` otherwise); None when no tenant clear ran since any of
         them (one C-level pass over the tags)."""
-        fence = self.store.tenant_fence
+        fence = self.state.tenant_fence
         if not fence & 1 and set(map(_TAG, reservations)) == {fence}:
             return None
         since: dict[int, set[str] | None] = {}
-        tenant_of = self.store.tenant_of
+        tenant_of = self.state.tenant_of
         keep: list[bool] = []
         for res in reservations:
             if res.tag not in since:
-                since[res.tag] = self.store.tenants_cleared_since(res.tag)
+                since[res.tag] = self.state.tenants_cleared_since(res.tag)
             gone = since[res.tag]
             keep.append(gone is not None and tenant_of(res.key) not in gone)
-        self.store.counts["commits_refused_tenant_clear"] += keep.count(False)
+        self.state.counts["commits_refused_tenant_clear"] += keep.count(False)
         return keep
 
     def _commit(
         self, reservations: Sequence[Reservation], ctxs: Sequence[AccessContext], deadline: float | None
     ) -> list[bool]:
-        assert self.store.dram is not None
-        deadline = self.store._deadline(deadline)
-        epoch = self.store.clear_epoch  # before the publish: a clear after it keeps pool copies out
-        located = self.store.dram.publish(reservations)
+        assert self.state.dram is not None
+        deadline = self.state.deadline(deadline)
+        epoch = self.state.clear_epoch  # before the publish: a clear after it keeps pool copies out
+        located = self.state.dram.publish(reservations)
         live = [(reservations[i].key, ctxs[i]) for i, loc in enumerate(located) if loc is not None]
         if live:
-            if any(p.write_through for p in self.store.pools):
+            if any(p.write_through for p in self.state.pools):
                 self._place_committed(live, deadline, epoch)
             else:
                 with contextlib.suppress(RuntimeError):  # closing: nothing to place any more
-                    self.store._worker.submit(self._place_committed_later, live, deadline, epoch)
+                    self.state.worker.submit(self._place_committed_later, live, deadline, epoch)
         return [loc is not None for loc in located]
 
     def _place_committed_later(
@@ -196,52 +194,52 @@ class ServedArena:
         try:
             self._place_committed(live, deadline, epoch)
         except Exception:
-            self.store.counts["bookkeeping_errors"] += 1
+            self.state.counts["bookkeeping_errors"] += 1
             log.exception("placement of served sets failed")
 
     def _place_committed(
         self, live: Sequence[tuple[str, AccessContext]], deadline: float, epoch: int
     ) -> None:
-        assert self.store.dram is not None
+        assert self.state.dram is not None
         keys = [k for k, _ in live]
         live_ctxs = [c for _, c in live]
-        outcomes, drops, demote = self.store._decide_sets(keys, live_ctxs, live_ctxs[0].size)
+        outcomes, drops, demote = self.state.decide_sets(keys, live_ctxs, live_ctxs[0].size)
         dropped = {key for key, _tier in drops}
         unwanted = [k for k, o in zip(keys, outcomes, strict=True) if o == SetOutcome.REFUSED or k in dropped]
-        self.store.dram.remove_batch(unwanted)
-        self.store._apply(drops, demote)
-        if self.store.mover is not None and self.store.options.ssd_write_through:
-            self.store.mover.copy_later(
+        self.state.dram.remove_batch(unwanted)
+        self.state.apply(drops, demote)
+        if self.state.mover is not None and self.state.options.ssd_write_through:
+            self.state.mover.copy_later(
                 [k for k, o in zip(keys, outcomes, strict=True) if o == SetOutcome.NEW_DRAM]
             )
         gone = set(unwanted)
         self._copy_to_pools([(k, c) for k, c in live if k not in gone], deadline, epoch)
 
     def abort_batch(self, reservations: Sequence[Reservation]) -> None:
-        if self.store.dram is not None:
-            self.store.dram.cancel(reservations)
+        if self.state.dram is not None:
+            self.state.dram.cancel(reservations)
 
     def _copy_to_pools(self, items: Sequence[tuple[str, AccessContext]], deadline: float, epoch: int) -> None:
         """Write-through pools get the DRAM copies of ``items`` they lack. ``epoch``: the store's
         ``clear_epoch`` read before the pages were published; once a clear has started since, no
         pool gets a copy of them (counted ``pool_writes_skipped_clear``), the same fence as a set's
         pool writes (``TieredStore.put_batch``)."""
-        pools = [p for p in self.store.pools if p.write_through]
-        if not pools or not items or self.store.dram is None:
+        pools = [p for p in self.state.pools if p.write_through]
+        if not pools or not items or self.state.dram is None:
             return
-        pinned = [p for p in self.store.dram.pin_entries([k for k, _ in items]) if p is not None]
+        pinned = [p for p in self.state.dram.pin_entries([k for k, _ in items]) if p is not None]
         try:
             ctx_of = dict(items)
             for pool in pools:
                 found = pool.contains_batch([p.key for p in pinned])
                 todo = [p for p, f in zip(pinned, found, strict=True) if not f]
-                if todo and self.store.clear_epoch != epoch:  # a clear overtook the commit
-                    self.store.counts["pool_writes_skipped_clear"] += len(todo)
+                if todo and self.state.clear_epoch != epoch:  # a clear overtook the commit
+                    self.state.counts["pool_writes_skipped_clear"] += len(todo)
                     return
                 if todo:
                     pool.put_batch([(p.key, [p.data.data], ctx_of[p.key]) for p in todo], deadline=deadline)
         finally:
-            self.store.dram.release(pinned)
+            self.state.dram.release(pinned)
 
     def locate_batch(
         self,
@@ -255,24 +253,24 @@ class ServedArena:
         reserved DRAM slots within the deadline. Results after the first page no tier could
         serve are None (SGLang uses only the leading run). One placement call per page read. A
         data call (``CallGate``): a tenant clear waits for it (it may publish staged pages)."""
-        if self.store.dram is None or not keys:
+        if self.state.dram is None or not keys:
             return [None] * len(keys)
-        gen = self.store._gate.enter()
+        gen = self.state.gate.enter()
         try:
             return self._locate(keys, sizes, deadline, obj_type)
         finally:
-            self.store._gate.exit(gen)
+            self.state.gate.exit(gen)
 
     def _locate(
         self, keys: Sequence[str], sizes: Sequence[int], deadline: float | None, obj_type: ObjectType
     ) -> list[Located | None]:
-        assert self.store.dram is not None
-        dram = self.store.dram
-        deadline = self.store._deadline(deadline)
+        assert self.state.dram is not None
+        dram = self.state.dram
+        deadline = self.state.deadline(deadline)
         located: list[Located | None] = dram.locate(keys, sizes)
         level_of: list[Tier | None] = [dram if loc is not None else None for loc in located]
         pending = [i for i, loc in enumerate(located) if loc is None]
-        for tier in self.store.tiers:
+        for tier in self.state.tiers:
             if not pending:
                 break
             if tier is dram:
@@ -284,14 +282,14 @@ class ServedArena:
             pending = [i for i, ok in zip(pending, found, strict=True) if not ok]
         stop = pending[0] if pending else len(keys)
         want = [i for i in range(stop) if located[i] is None]
-        with self.store._lock:
-            request_len = self.store._request_len.get(keys[0], 0)
+        with self.state.lock:
+            request_len = self.state.request_len.get(keys[0], 0)
         real = [loc.nbytes if loc is not None else sizes[i] for i, loc in enumerate(located)]
         if not want and stop == len(keys):
             # all in DRAM (the common hit): answer now, note the hits while the client copies
             ctxs = get_contexts(keys, real, request_len, obj_type=obj_type)
             with contextlib.suppress(RuntimeError):  # closing: nothing to note any more
-                self.store._worker.submit(self._note_dram_hits_later, keys, ctxs, real[0])
+                self.state.worker.submit(self._note_dram_hits_later, keys, ctxs, real[0])
             return located
         if want:
             real = self._staged_sizes(keys, sizes, want, level_of, real)
@@ -321,8 +319,8 @@ class ServedArena:
         """Object sizes of the pages to stage: the SSD knows its entries; else the caller's."""
         out = list(real)
         for i in want:
-            if level_of[i] is self.store.ssd and self.store.ssd is not None:
-                size = self.store.ssd.engine.object_size(keys[i])
+            if level_of[i] is self.state.ssd and self.state.ssd is not None:
+                size = self.state.ssd.engine.object_size(keys[i])
                 if size is not None and (not sizes[i] or size == sizes[i]):
                     out[i] = size
                 else:
@@ -338,14 +336,14 @@ class ServedArena:
         deadline: float,
     ) -> dict[int, Located]:
         """Read pages ``want`` from their tier into reserved DRAM slots and publish them."""
-        assert self.store.dram is not None
-        dram = self.store.dram
+        assert self.state.dram is not None
+        dram = self.state.dram
         reserved: dict[int, Reservation] = {}
         sized = self._fitting(dram, ctxs, [i for i in want if ctxs[i].size > 0])
         attempt = self._reserver(dram, keys, ctxs, reserved)
         if sized:
-            self.store.counts["staging_no_room"] += len(
-                self.store._with_dram_room(keys, ctxs, sized, attempt, deadline)
+            self.state.counts["staging_no_room"] += len(
+                self.set_path.with_dram_room(keys, ctxs, sized, attempt, deadline)
             )
         read: list[Reservation] = []
         order: list[int] = []
@@ -363,7 +361,7 @@ class ServedArena:
         for i, loc in zip(order, dram.publish(read), strict=True):
             if loc is not None:
                 out[i] = loc
-        self.store.counts["promotions"] += len(out)
+        self.state.counts["promotions"] += len(out)
         return out
 
     def _note_located(
@@ -378,9 +376,9 @@ class ServedArena:
         (the caller removes their DRAM copies)."""
         refused: list[str] = []
         size = next((c.size for c in ctxs if c.size), 0)
-        with self.store._lock:
-            placement = self.store._placement_for(size)
-            self.store._forget_reclaimed(placement)
+        with self.state.lock:
+            placement = self.state.placement_for(size)
+            self.state.forget_reclaimed(placement)
             for i, key in enumerate(keys):
                 if located[i] is None:
                     if level_of[i] is None and key in placement:
@@ -391,13 +389,13 @@ class ServedArena:
                 ):
                     refused.append(key)
             drops, demote = placement.settle()
-        self.store._apply(drops, demote)
+        self.state.apply(drops, demote)
         return refused
 
     def _note_dram_hits_later(self, keys: Sequence[str], ctxs: Sequence[AccessContext], nbytes: int) -> None:
-        """``_note_dram_hits`` and its consequences, on the worker (after a served lookup)."""
+        """``StoreState.note_dram_hits`` and its consequences, on the worker (after a served lookup)."""
         try:
-            self.store._apply(*self.store._note_dram_hits(keys, ctxs, nbytes))
+            self.state.apply(*self.state.note_dram_hits(keys, ctxs, nbytes))
         except Exception:
-            self.store.counts["bookkeeping_errors"] += 1
+            self.state.counts["bookkeeping_errors"] += 1
             log.exception("placement bookkeeping of a served read failed")

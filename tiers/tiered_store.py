@@ -26,6 +26,10 @@ Served arenas (the host cache, memory nodes): ``served_arena.ServedArena`` (``st
 this store's face for clients that copy bytes themselves: DRAM slots reserved and committed through
 the same placement (one policy call per key), lookups that bring SSD or pool hits into DRAM first.
 
+Shared state: the placement, the lock, the published tiers, the fences and the counters are one
+``StoreState`` (``store_state.py``) that this class, the served arena, the runtime operations and
+warm restart all hold; none of them reaches into another's fields. The set path is ``set_path.py``.
+
 Deadlines: every call runs under ``timeout_s`` (``io.timeout_s``) unless given an absolute
 ``deadline`` (``time.monotonic()``); tiers get the deadline and report unfinished work as misses
 / False. Failure semantics of each tier: ``tier.py``.
@@ -40,8 +44,8 @@ the data path. The tiers are an immutable ``TierLayout`` published by one attrib
 ``tiers``/``dram``/``ssd``/``pools``/``mover`` properties read it); every data call is counted by
 a ``CallGate``, so a change publishes the new layout, waits (bounded) until the calls that might
 still use the old one are over, then fixes the placement and closes what left. Changes run one at
-a time (``_changes`` lock, taken before the store lock, never by a data call). The placement is
-resized before a tier's role changes, so a call never gets a decision for a tier it cannot see.
+a time (``StoreState.changes``, taken before the store lock, never by a data call). The placement
+is resized before a tier's role changes, so a call never gets a decision for a tier it cannot see.
 A closed tier answers miss / False, so a call that outlives the bounded wait misses, it never
 reads wrong bytes.
 
@@ -64,93 +68,41 @@ served to other processes (``served_arena``) and ``settle`` barriers.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
 import operator
-import threading
 import time
-from collections import Counter, OrderedDict, deque
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from itertools import compress, repeat
 from operator import not_
-from typing import Any, TypeVar, cast
+from typing import Any
 
 from .dram_tier import DramTier
-from .events_sink import NULL_SINK, EventsSink
-from .layout import CallGate, TierLayout
+from .events_sink import EventsSink
 from .mover import Mover
 from .parts import Parts, pages_sizes
 from .policy import AccessContext, EvictionPolicy, ObjectType
 from .policy.contexts import get_contexts, miss_context, set_contexts
 from .policy.hints import Hints
-from .policy.placement import DRAM, SSD, SetOutcome, TierPlacement
-from .policy.quotas import TenantLedger, TenantShare, default_tenant
+from .policy.placement import DRAM, SSD, TierPlacement
+from .policy.quotas import TenantShare, default_tenant
 from .progress import Progress
-from .rewarm import WarmKeeper, WarmOptions
-from .runtime_ops import TENANT_CLEAR_LOG, RuntimeOps
+from .rewarm import WarmKeeper
+from .runtime_ops import RuntimeOps
 from .served_arena import ServedArena
+from .set_path import SetPath
 from .ssd_tier import SsdTier
+from .store_options import StoreOptions, WarmOptions
+from .store_state import REQUEST_MEMORY, StoreState, gated
 from .tier import Tier
 
+__all__ = ["StoreOptions", "TieredStore", "WarmOptions"]
+
 log = logging.getLogger(__name__)
-_DROP_KEY = operator.itemgetter(0)
-_DROP_TIER = operator.itemgetter(1)
-_REQUEST_MEMORY = 1 << 16
-# new pages per set from which they are copied into free DRAM before the placement decides
-_COPY_FIRST_MIN = 8
-_TO_DRAM = (SetOutcome.NEW_DRAM, SetOutcome.UP)
-_KEPT: tuple[bool | None, ...] = tuple(
-    None if SetOutcome(value) == SetOutcome.REFUSED else True for value in range(len(SetOutcome))
-)
-"""``_put_local``'s answer for a page, indexed by its ``SetOutcome`` (whose values are 0..n-1)."""
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _gated(method: _F) -> _F:
-    """A data call: counted by the store's ``CallGate`` while it runs (runtime changes wait for it)."""
-
-    @functools.wraps(method)
-    def call(self: TieredStore, *args: Any, **kwargs: Any) -> Any:
-        gen = self._gate.enter()
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            self._gate.exit(gen)
-
-    return cast(_F, call)
-
-
-@dataclass(frozen=True)
-class StoreOptions:
-    """How the store uses its tiers; each field is one YAML key (``store_builder`` maps them)."""
-
-    timeout_s: float = 5.0
-    """``io.timeout_s``: the deadline of a call that is given none."""
-    dram_high: float = 0.9
-    """``tiers.ssd.high_watermark``: share of DRAM the placement fills before demoting."""
-    dram_low: float = 0.75
-    """``tiers.ssd.low_watermark``: demotions bring DRAM back to this share."""
-    ssd_fill: float = 0.85
-    """Share of the SSD entries the placement uses (headroom for whole-region reclaim)."""
-    ssd_write_through: bool = False
-    """``tiers.ssd.mode: write_through``: every new page also gets an SSD copy (background)."""
-    wait_for_room: bool = True
-    """``tiers.ssd.foreground_demotion``: a set that finds no free DRAM runs queued demotions
-    itself (up to its deadline) instead of refusing the pages at once."""
-    type_aware_eviction: bool = True
-    """``tiers.type_aware_eviction``: superseded trailing sidecar objects (Mamba states, SWA windows)
-    are evicted and demoted first (``policy.superseded``)."""
-    warm: WarmOptions | None = None
-    """``tiers.warm``: snapshot what is hot, start warm after a restart (``rewarm.py``); None: off."""
 
 
 class TieredStore:
-    events: EventsSink = NULL_SINK
-    """Where the tiers' KV events go (``set_events``)."""
-
     def __init__(
         self,
         tiers: Sequence[Tier],
@@ -168,185 +120,113 @@ class TieredStore:
         ``tenant_shares``: the tenants' capacity shares (``policy.quotas``)."""
         if not tiers:
             raise ValueError("TieredStore needs at least one tier")
-        self.options = options or StoreOptions()
-        self._layout = TierLayout.of(tiers)
-        self._gate = CallGate()
-        self._changes = threading.Lock()
-        self.frozen = False
-        self.closed = False  # runtime changes stop (and refuse to start) once set
-        self._new_policy = policy_factory
         # hint channel (issue 14): thread-safe and bounded; the admin endpoint writes it
-        self.hints = hints if hints is not None else Hints()
-        self._capacity = capacity
-        self._unit = 0  # the object size the placement's capacities were derived with
-        self._placement: TierPlacement | None = None
-        self._ledger = TenantLedger(tenant_of, tenant_shares)
-        self.tenant_of = tenant_of
-        self.tenant_counts: dict[str, Counter[str]] = {}
-        self._lock = threading.Lock()
-        self.counts: Counter[str] = Counter()
-        self._too_large_logged: set[int] = set()  # page sizes already warned about
-        self._reclaimed: deque[str] = deque()
-        self._request_len: OrderedDict[str, int] = OrderedDict()
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hicache-placement")
-        self._regions: list[memoryview] = []
-        self.clearing: set[str] = set()  # tenants being cleared: their sets are refused meanwhile
-        # the clear fence (``clear``): even while open, odd while a clear runs; bumped under _lock
-        self._clear_epoch = 0
-        self._clear_mutex = threading.Lock()  # one clear at a time
-        # the tenant-clear fence (``clear_tenant``): bumped under _lock when one starts and ends;
-        # each finished clear is logged with the fence value at its end (``tenants_cleared_since``)
-        self._tenant_fence = 0
-        self._tenant_clears: list[tuple[str, int]] = []
-        self._ops = RuntimeOps(self)
-        lay = self._layout
+        self.state = state = StoreState(
+            tiers,
+            policy_factory,
+            options or StoreOptions(),
+            capacity,
+            hints if hints is not None else Hints(),
+            tenant_of,
+            tenant_shares,
+        )
+        lay = state.layout
         if lay.dram is not None and lay.ssd is not None:
-            mover = Mover(lay.dram, lay.ssd, self, timeout_s=self.options.timeout_s)
-            self._layout = replace(lay, mover=mover)
+            mover = Mover(lay.dram, lay.ssd, state, timeout_s=state.options.timeout_s)
+            state.layout = replace(lay, mover=mover)
         if lay.ssd is not None:
-            self._hook_ssd(lay.ssd)
+            state.hook_ssd(lay.ssd)
         if capacity is not None:
-            self._placement_for(0)
-        self.served = ServedArena(self)
-        warm = self.options.warm
-        self.warm = WarmKeeper(self, warm) if warm is not None and warm.enabled else None
+            state.placement_for(0)
+        self.set_path = SetPath(state)
+        self.served = ServedArena(state, self.set_path)
+        warm = state.options.warm
+        self.warm = WarmKeeper(state, warm) if warm is not None and warm.enabled else None
+        self._ops = RuntimeOps(state, self.warm)
         if self.warm is not None and lay.ssd is not None:
             self.warm.restore(lay.ssd, background=True)
 
-    # ------------------------------------------------------------------ the tiers (TierLayout)
+    # ------------------------------------------------------------------ the shared state (StoreState)
+    @property
+    def options(self) -> StoreOptions:
+        return self.state.options
+
+    @property
+    def counts(self) -> Counter[str]:
+        return self.state.counts
+
+    @property
+    def hints(self) -> Hints:
+        return self.state.hints
+
+    @property
+    def frozen(self) -> bool:
+        """Refusing new pages (``freeze``)."""
+        return self.state.frozen
+
+    @property
+    def closed(self) -> bool:
+        """Closing or closed: runtime changes stop (and refuse to start)."""
+        return self.state.closed
+
+    @property
+    def clearing(self) -> set[str]:
+        """Tenants being cleared: their sets are refused meanwhile."""
+        return self.state.clearing
+
+    @property
+    def tenant_of(self) -> Callable[[str], str]:
+        return self.state.tenant_of
+
+    @property
+    def tenant_counts(self) -> dict[str, Counter[str]]:
+        return self.state.tenant_counts
+
+    @property
+    def events(self) -> EventsSink:
+        """Where the tiers' KV events go (``set_events``)."""
+        return self.state.events
+
     @property
     def tiers(self) -> tuple[Tier, ...]:
-        return self._layout.tiers
+        return self.state.tiers
 
     @property
     def dram(self) -> DramTier | None:
-        return self._layout.dram
+        return self.state.dram
 
     @property
     def ssd(self) -> SsdTier | None:
-        return self._layout.ssd
+        return self.state.ssd
 
     @property
     def pools(self) -> tuple[Tier, ...]:
-        return self._layout.pools
+        return self.state.pools
 
     @property
     def mover(self) -> Mover | None:
-        return self._layout.mover
+        return self.state.mover
 
-    def _hook_ssd(self, ssd: SsdTier) -> None:
-        ssd.evict_listeners.append(self._reclaimed.append)
-        ssd.engine.keep = self._ssd_copy_needed
-
-    def _unhook_ssd(self, ssd: SsdTier) -> None:
-        if self._reclaimed.append in ssd.evict_listeners:
-            ssd.evict_listeners.remove(self._reclaimed.append)
-        ssd.engine.keep = None
-
-    # ------------------------------------------------------------------ placement
     @property
     def local(self) -> bool:
-        return self.dram is not None or self.ssd is not None
+        return self.state.local
 
-    def _placement_for(self, nbytes: int) -> TierPlacement:
-        """The placement, created at the first call that knows an object size (under the lock)."""
-        if self._placement is None:
-            opts = self.options
-            if self._capacity is not None:
-                total, dram = self._capacity
-                low = int(dram * opts.dram_low / opts.dram_high) if self.ssd is not None else dram
-            else:
-                total, dram, low = self.capacities(self._layout, nbytes)
-            self._unit = max(nbytes, 1)
-            self._placement = TierPlacement(
-                self._new_policy(),
-                total,
-                dram,
-                low,
-                hints=self.hints,
-                ledger=self._ledger,
-                type_aware=opts.type_aware_eviction,
-            )
-        return self._placement
+    @property
+    def placement(self) -> TierPlacement | None:
+        """The placement (None until the first call that knows an object size)."""
+        return self.state.placement
 
-    def capacities(self, lay: TierLayout, nbytes: int) -> tuple[int, int, int]:
-        """``(total, dram, dram_low)`` placement capacities of the tiers of ``lay`` for objects of
-        ``nbytes`` (what DRAM and SSD hold together, DRAM's high and low watermarks)."""
-        opts = self.options
-        size = max(nbytes, 1)
-        dram_full = lay.dram.capacity_objects(size) * size if lay.dram else 0
-        ssd = int(lay.ssd.capacity_objects(size) * size * opts.ssd_fill) if lay.ssd else 0
-        if lay.ssd is None:
-            dram = low = dram_full
-        else:
-            dram, low = int(dram_full * opts.dram_high), int(dram_full * opts.dram_low)
-        total = max(ssd, dram) if opts.ssd_write_through else dram + ssd
-        return total, dram, low
-
-    def _forget_reclaimed(self, placement: TierPlacement) -> None:
-        """Keys the SSD engine dropped: forgotten unless DRAM still holds them (under the lock)."""
-        while self._reclaimed:
-            key = self._reclaimed.popleft()
-            if key in placement and ((dram := self.dram) is None or not dram.contains(key)):
-                placement.remove(key)
-                self.counts["forgotten"] += 1
-
-    def _ssd_copy_needed(self, key: str) -> bool:
-        """SSD region reclaim asks: rewrite this entry? Yes while the placement holds the page and
-        this SSD copy is its only one. Called under the engine's lock: dict reads only."""
-        placement = self._placement
-        if placement is None or key not in placement:
-            return False
-        dram = self.dram
-        return placement.tier_of(key) == SSD or dram is None or not dram.contains(key)
-
-    def _deadline(self, deadline: float | None) -> float:
-        return deadline if deadline is not None else time.monotonic() + self.options.timeout_s
-
-    # ------------------------------------------------------------------ MoveListener (the mover)
-    def moved(self, keys: Sequence[str]) -> None:
-        """Demoted pages have an SSD copy: free their DRAM slot unless placed in DRAM again. (A
-        mover that outlives its DRAM tier, being detached, has nothing to free.)"""
-        with self._lock:
-            placement = self._placement
-            gone = [k for k in keys if placement is None or placement.tier_of(k) != DRAM]
-            if (dram := self.dram) is not None:
-                dram.remove_batch(gone)
-
-    def lost(self, keys: Sequence[str]) -> None:
-        """Demotions that found no SSD room: the pages leave the host (unless wanted in DRAM)."""
-        with self._lock:
-            placement = self._placement
-            gone = [k for k in keys if placement is None or placement.tier_of(k) != DRAM]
-            for key in gone:
-                if placement is not None:
-                    placement.remove(key)
-            if (dram := self.dram) is not None:
-                dram.remove_batch(gone)
-            self.counts["dropped_on_demotion"] += len(gone)
-
-    # ------------------------------------------------------------------ tenants
-    def _tenant_count(self, key: str, **counts: int) -> None:
-        """Count a call for the tenant of ``key`` (its first key)."""
-        with self._lock:  # stats() reads the tables under it
-            self._tenant_count_locked(key, **counts)
-
-    def _tenant_count_locked(self, key: str, **counts: int) -> None:
-        tenant = self._ledger.tenant_of(key)
-        table = self.tenant_counts.get(tenant)
-        if table is None:
-            if len(self.tenant_counts) >= self._ledger.max_tenants:
-                tenant = "(other)"
-            table = self.tenant_counts.setdefault(tenant, Counter())
-        table.update(counts)
+    def capacities(self, lay: Any, nbytes: int) -> tuple[int, int, int]:
+        """``StoreState.capacities``."""
+        return self.state.capacities(lay, nbytes)
 
     # ------------------------------------------------------------------ existence
-    @_gated
+    @gated
     def exists_prefix(self, keys: Sequence[str]) -> int:
         """How many leading ``keys`` some tier holds."""
         return self._exists(keys)[1]
 
-    @_gated
+    @gated
     def exists_batch(self, keys: Sequence[str]) -> list[bool]:
         """Per key: does some tier hold it? The first missing key is told to the policy."""
         return self._exists(keys)[0]
@@ -358,18 +238,18 @@ class TieredStore:
         n = len(keys)
         present = self._contains(keys)
         hit = present.index(False) if False in present else n
-        with self._lock:
-            request_len = self._request_len
+        with self.state.lock:
+            request_len = self.state.request_len
             request_len[keys[0]] = n
             request_len.move_to_end(keys[0])
-            if len(request_len) > _REQUEST_MEMORY:
+            if len(request_len) > REQUEST_MEMORY:
                 request_len.popitem(last=False)
-            self._tenant_count_locked(keys[0], exists_pages=n, exists_hit_pages=hit)
-            if hit < n and self.local and self._placement is not None:
-                self._placement.miss(keys[hit], miss_context(hit, n))
+            self.state.tenant_count_locked(keys[0], exists_pages=n, exists_hit_pages=hit)
+            if hit < n and self.local and self.state.placement is not None:
+                self.state.placement.miss(keys[hit], miss_context(hit, n))
         return present, hit
 
-    @_gated
+    @gated
     def contains_batch(self, keys: Sequence[str]) -> list[bool]:
         """Per key, whether some tier holds it (no prefix cut: a hybrid model's sidecar objects
         have holes that matter). Tells the policy nothing."""
@@ -391,13 +271,13 @@ class TieredStore:
                 present[i] = True
         return present
 
-    @_gated
+    @gated
     def where_batch(self, keys: Sequence[str], pools: bool = False) -> list[str | None]:
         """Per key, the name of the fastest tier holding it (read order: DRAM, SSD, then the pools
         when ``pools``), else None. Read-only: one index lookup batch per tier (each tier asked only
         for the keys the ones before lack), no store lock, no policy call, no count: a lookup is
         not a hit. Without ``pools`` no I/O runs; a pool is asked once for the batch (its deadline)."""
-        lay = self._layout
+        lay = self.state.layout
         local = [t for t in (lay.dram, lay.ssd) if t is not None]
         where: list[str | None] = [None] * len(keys)
         pending = list(range(len(keys)))
@@ -418,7 +298,7 @@ class TieredStore:
         keys the ones before it lack, and at a million entries every lookup of a fresh key costs
         a few cache misses (~0.4 us here) whether it hits or not. With the SSD holding most pages
         (every one, in write-through), asking DRAM first made most keys cost two lookups."""
-        lay = self._layout
+        lay = self.state.layout
         dram, ssd = lay.dram, lay.ssd
         if dram is None or ssd is None:
             return lay.tiers
@@ -426,7 +306,7 @@ class TieredStore:
         return (*local, *lay.pools)
 
     # ------------------------------------------------------------------ reads
-    @_gated
+    @gated
     def get_batch_into(
         self,
         keys: Sequence[str],
@@ -436,17 +316,17 @@ class TieredStore:
     ) -> list[bool]:
         if not keys:
             return []
-        deadline = self._deadline(deadline)
+        deadline = self.state.deadline(deadline)
         sizes = pages_sizes(parts)
         dram = self.dram
         # the fence, read before any byte is: a promotion of bytes read before a clear never lands
         generation = dram.generation if dram is not None else None
-        with self._lock:
-            request_len = self._request_len.get(keys[0], 0)
-            epoch = self._clear_epoch
+        with self.state.lock:
+            request_len = self.state.request_len.get(keys[0], 0)
+            epoch = self.state.clear_epoch
         ctxs = get_contexts(keys, sizes, request_len, obj_type=obj_type)
         done, level_of = self._read_through(keys, parts, ctxs, deadline)
-        self._tenant_count(keys[0], get_pages=len(keys), get_hit_pages=sum(done))
+        self.state.tenant_count(keys[0], get_pages=len(keys), get_hit_pages=sum(done))
         promote = self._note_reads(keys, ctxs, done, level_of, sizes[0], epoch)
         if promote and dram is not None:
             landed = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in promote], deadline, generation)
@@ -458,9 +338,9 @@ class TieredStore:
                 else:
                     self.counts["promotions_skipped_full"] += len(failed)
                 self._reconcile(failed)
-        with self._lock:
-            drops, demote = self._placement.settle() if self._placement is not None else ([], [])
-        self._apply(drops, demote)
+        with self.state.lock:
+            drops, demote = self.state.placement.settle() if self.state.placement is not None else ([], [])
+        self.state.apply(drops, demote)
         return done
 
     def _reconcile(self, keys: Sequence[str]) -> None:
@@ -469,8 +349,8 @@ class TieredStore:
         ssd_tier, dram_tier = self.ssd, self.dram
         on_ssd = ssd_tier.contains_batch(keys) if ssd_tier is not None else [False] * len(keys)
         in_dram = dram_tier.contains_batch(keys) if dram_tier is not None else [False] * len(keys)
-        with self._lock:
-            placement = self._placement
+        with self.state.lock:
+            placement = self.state.placement
             if placement is None:
                 return
             for key, ssd, dram in zip(keys, on_ssd, in_dram, strict=True):
@@ -509,25 +389,6 @@ class TieredStore:
             done[first_miss:] = [False] * (len(done) - first_miss)
         return done, level_of
 
-    def _note_dram_hits(
-        self, keys: Sequence[str], ctxs: Sequence[AccessContext], nbytes: int
-    ) -> tuple[list[tuple[str, str]], list[str]]:
-        """The placement's bookkeeping of reads DRAM served to another process (``served_arena``,
-        on the worker, after the lookup was answered); returns what to drop and demote."""
-        with self._lock:
-            placement = self._placement_for(nbytes)
-            self._forget_reclaimed(placement)
-            for key, ctx in zip(keys, ctxs, strict=True):
-                if placement.hit(key, ctx) is None:  # held but unknown (a race, or a restart)
-                    placement.adopt(key, ctx._replace(promoted=True), DRAM)
-            return placement.settle()
-
-    def _settle_deferred(self, deadline: float) -> None:
-        """Wait (up to ``deadline``) for deferred placement work (served commits and reads), so
-        the placement knows every page DRAM holds before it frees room."""
-        with contextlib.suppress(RuntimeError, TimeoutError):
-            self._worker.submit(lambda: None).result(min(max(0.0, deadline - time.monotonic()), 3600.0))
-
     def _note_reads(
         self,
         keys: Sequence[str],
@@ -548,11 +409,11 @@ class TieredStore:
         dram, ssd = self.dram, self.ssd  # one layout for the whole call
         if dram is not None and level_of.count(dram) == len(keys) and all(done):
             # every page read from DRAM (the usual hit): nothing to promote, one placement call
-            with self._lock:
-                if epoch is not None and epoch != self._clear_epoch:
+            with self.state.lock:
+                if epoch is not None and epoch != self.state.clear_epoch:
                     return []
-                placement = self._placement_for(nbytes)
-                self._forget_reclaimed(placement)
+                placement = self.state.placement_for(nbytes)
+                self.state.forget_reclaimed(placement)
                 if placement.hit_in_dram_batch(keys, ctxs):
                     return []
         hot = [
@@ -567,12 +428,12 @@ class TieredStore:
             for i, (key, tier) in enumerate(zip(keys, level_of, strict=True))
         ]
         promote: list[int] = []
-        with self._lock:
-            if epoch is not None and (epoch != self._clear_epoch or epoch & 1):
+        with self.state.lock:
+            if epoch is not None and (epoch != self.state.clear_epoch or epoch & 1):
                 self.counts["reads_across_clear"] += 1
                 return []
-            placement = self._placement_for(nbytes)
-            self._forget_reclaimed(placement)
+            placement = self.state.placement_for(nbytes)
+            self.state.forget_reclaimed(placement)
             hit = placement.hit
             for i, key in enumerate(keys):
                 tier = level_of[i]
@@ -594,7 +455,7 @@ class TieredStore:
         return promote
 
     # ------------------------------------------------------------------ writes
-    @_gated
+    @gated
     def put_batch(
         self,
         keys: Sequence[str],
@@ -611,20 +472,20 @@ class TieredStore:
         resident ones are evicted first while the last of ``keys`` is resident (local tiers)."""
         if not keys:
             return []
-        if self.frozen or (self.clearing and self.tenant_of(keys[0]) in self.clearing):
+        if self.state.refuses_sets(keys[0]):
             # frozen, or the tenant is being cleared: SGLang keeps the pages in its host pool
             self.counts["refused_frozen"] += len(keys)
-            self._tenant_count(keys[0], set_pages=len(keys), set_refused_frozen=len(keys))
+            self.state.tenant_count(keys[0], set_pages=len(keys), set_refused_frozen=len(keys))
             return [False] * len(keys)
-        epoch = self._clear_epoch
+        epoch = self.state.clear_epoch
         if epoch & 1:  # a clear runs: nothing is published until it is done
             self.counts["refused_clearing"] += len(keys)
             return [False] * len(keys)
-        deadline = self._deadline(deadline)
+        deadline = self.state.deadline(deadline)
         sizes = pages_sizes(parts)
         ctxs = set_contexts(keys, prefix_len or 0, prev_key, sizes, obj_type=obj_type)
         kept = (
-            self._put_local(keys, parts, ctxs, sizes, deadline, supersedes, self._fence())
+            self.set_path.put_local(keys, parts, ctxs, sizes, deadline, supersedes, self.state.fence())
             if self.local
             else [None] * len(keys)
         )
@@ -640,7 +501,7 @@ class TieredStore:
             want = [i for i, k in enumerate(kept) if pool.write_through or k is not True]
             if not want:
                 continue
-            if self._clear_epoch != epoch:  # a clear since the set began: its pages stay out
+            if self.state.clear_epoch != epoch:  # a clear since the set began: its pages stay out
                 self.counts["pool_writes_skipped_clear"] += len(want)
                 break
             if pool.put_skips_present:
@@ -654,297 +515,43 @@ class TieredStore:
                     stored[i] = stored[i] or ok
             for i, f in zip(want, found, strict=True):
                 stored[i] = stored[i] or f
-        self._tenant_count(keys[0], set_pages=len(keys), set_stored_pages=sum(stored))
+        self.state.tenant_count(keys[0], set_pages=len(keys), set_stored_pages=sum(stored))
         return stored
 
-    def _put_local(
-        self,
-        keys: Sequence[str],
-        parts: Sequence[Parts],
-        ctxs: Sequence[AccessContext],
-        sizes: Sequence[int],
-        deadline: float,
-        supersedes: Sequence[str] = (),
-        fence: tuple[int | None, int | None] = (None, None),
-    ) -> list[bool | None]:
-        """Local placement of a set; per key: True placed, None refused, False no room in time
-        or too large for a local tier (then the policy is not asked and nothing moves for it).
-        ``fence``: ``_fence()`` read when the set started (a clear since: nothing published)."""
-        unfit = self._too_large(sizes)
-        if unfit:
-            fit = [i for i in range(len(keys)) if i not in unfit]
-            kept: list[bool | None] = [False] * len(keys)
-            if fit:
-                placed = self._put_local(
-                    [keys[i] for i in fit], [parts[i] for i in fit], [ctxs[i] for i in fit],
-                    [sizes[i] for i in fit], deadline, supersedes, fence,
-                )  # fmt: skip
-                for i, k in zip(fit, placed, strict=True):
-                    kept[i] = k
-            return kept
-        dram, n = self.dram, len(keys)
-        in_dram = dram.contains_batch(keys) if dram is not None else [False] * n
-        new = list(compress(range(n), map(not_, in_dram)))
-        landed: set[int] = set()
-        copy_first = len(new) >= _COPY_FIRST_MIN
-        if dram is not None and copy_first and sizes.count(sizes[0]) == n:
-            # only as many as free slots hold now (the rest are copied once the placement has
-            # made room: a copy that found no slot would count as refused, which it is not)
-            new = new[: dram.free_objects(sizes[0])]
-        if dram is not None and copy_first and new:
-            # the new pages go into free DRAM first, then the placement decides; copies it does
-            # not want there are removed again (deciding first demotes to make room the copies
-            # then wait for, and pages were lost on their way to the SSD)
-            items = (
-                list(zip(keys, parts, ctxs, strict=True))
-                if len(new) == n
-                else [(keys[i], parts[i], ctxs[i]) for i in new]
-            )
-            ok = dram.put_batch(items, deadline, fence[0])
-            outcomes, drops, demote = self._decide_sets(keys, ctxs, sizes[0], supersedes)
-            landed = set(compress(new, ok))
-            dropped = {key for key, _tier in drops}
-            if dropped or not all(map(_TO_DRAM.__contains__, outcomes)):
-                unwanted = [i for i in landed if outcomes[i] not in _TO_DRAM or keys[i] in dropped]
-                dram.remove_batch([keys[i] for i in unwanted])
-                landed.difference_update(unwanted)
-        else:
-            outcomes, drops, demote = self._decide_sets(keys, ctxs, sizes[0], supersedes)
-        self._apply(drops, demote)
-        dropped = {key for key, _tier in drops}
-        to_dram: list[int] = []
-        if len(landed) < n:  # else every page that DRAM wants is in
-            wanted = compress(range(n), map(_TO_DRAM.__contains__, outcomes))
-            to_dram = [i for i in wanted if i not in landed and keys[i] not in dropped]
-        to_ssd: list[int] = []
-        if SetOutcome.NEW_SSD in outcomes:
-            to_ssd = [i for i, o in enumerate(outcomes) if o == SetOutcome.NEW_SSD and keys[i] not in dropped]
-        failed: list[int] = []
-        kept = list(map(_KEPT.__getitem__, outcomes))
-        if dropped:
-            for i, key in enumerate(keys):
-                if key in dropped:
-                    kept[i] = None
-        if to_dram and dram is not None:
-            failed.extend(self._copy_into_dram(dram, keys, parts, ctxs, to_dram, landed, deadline, fence[0]))
-        if to_ssd and (ssd := self.ssd) is not None:
-            ok = ssd.put_batch([(keys[i], parts[i], ctxs[i]) for i in to_ssd], deadline, fence[1])
-            failed.extend(i for i, good in zip(to_ssd, ok, strict=True) if not good)
-        if failed:
-            self._unplace(keys, outcomes, failed, kept)
-        if (mover := self.mover) is not None and self.options.ssd_write_through:
-            mover.copy_later([keys[i] for i in sorted(landed) if outcomes[i] == SetOutcome.NEW_DRAM])
-        return kept
-
-    def _too_large(self, sizes: Sequence[int]) -> set[int]:
-        """Indices of pages some local tier cannot hold at all (larger than DRAM's slab, than an
-        SSD region): counted by each such tier as its own ``too_large`` refusal, logged once per
-        size with the limits."""
-        lay = self._layout
-        local = [t for t in (lay.dram, lay.ssd) if t is not None]
-        if not local:
-            return set()
-        unfit = set()
-        for size in set(sizes):
-            short = [t for t in local if not t.fits(size)]
-            if not short:
-                continue
-            idx = [i for i, s in enumerate(sizes) if s == size]
-            unfit.update(idx)
-            for tier in short:
-                tier.count_too_large(len(idx))
-            if size not in self._too_large_logged:
-                self._too_large_logged.add(size)
-                log.warning(
-                    "pages of %d bytes are not stored locally: larger than the %s tier can hold "
-                    "(DRAM: its slab size; SSD: a region minus its headers)",
-                    size, " and ".join(t.name for t in short),
-                )  # fmt: skip
-        return unfit
-
-    def _copy_into_dram(
-        self,
-        dram: DramTier,
-        keys: Sequence[str],
-        parts: Sequence[Parts],
-        ctxs: Sequence[AccessContext],
-        idx: list[int],
-        landed: set[int],
-        deadline: float,
-        generation: int | None = None,
-    ) -> list[int]:
-        """Copy pages ``idx`` into free DRAM (adding them to ``landed``); returns those that found
-        no room in time (``_with_dram_room``). ``dram``: the tier the call started with (a runtime
-        detach may have published a new layout since; the tier stays usable until the call ends).
-        ``generation``: DRAM's clear fence when the set started (``DramTier.put_batch``)."""
-
-        def attempt(missing: list[int]) -> list[bool]:
-            ok = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in missing], deadline, generation)
-            landed.update(i for i, good in zip(missing, ok, strict=True) if good)
-            return ok
-
-        return self._with_dram_room(keys, ctxs, idx, attempt, deadline)
-
-    def _with_dram_room(
-        self,
-        keys: Sequence[str],
-        ctxs: Sequence[AccessContext],
-        idx: list[int],
-        attempt: Callable[[list[int]], list[bool]],
-        deadline: float,
-    ) -> list[int]:
-        """Run ``attempt`` (take free DRAM slots for the pages ``idx``) until every page has one or
-        the deadline passes; returns those without. When DRAM has no free slot, queued demotions
-        run in this thread (``wait_for_room``) and, if DRAM is still full, the placement frees room
-        (``free_dram``: the writing tenant's own pages first when it has a share, then its least
-        recent DRAM pages are demoted, or victims dropped without an SSD). When the pages' size
-        class has no free slot and no slab is free, only pages that make room leave
-        (``DramTier.room_plan``, ``TierPlacement.free_dram_room``): none when none can."""
-        missing = idx
-        mover = self.mover  # one layout for the whole call (a runtime change publishes a new one)
-        for step in range(3):
-            if step == 1 and mover is not None and self.options.wait_for_room:
-                self.counts["waits_for_room"] += 1
-                mover.make_room(ctxs[missing[0]].size, len(missing), deadline)
-            elif step == 2:
-                self._settle_deferred(deadline)
-                size = ctxs[missing[0]].size
-                # short of slots, not bytes: only pages that make room for this class leave
-                plan = dram.room_plan(size) if (dram := self.dram) is not None else None
-                strays: list[str] = []
-                with self._lock:
-                    placement = self._placement_for(size)
-                    if plan is None:
-                        drops, demote = placement.free_dram(
-                            sum(ctxs[i].size for i in missing), keys[missing[0]]
-                        )
-                    else:
-                        drops, demote, strays = placement.free_dram_room(plan, len(missing), keys[missing[0]])
-                if strays and dram is not None:
-                    dram.remove_batch(strays)  # DRAM held them, the placement did not know them
-                self._apply(drops, demote)
-                if demote and mover is not None and self.options.wait_for_room:
-                    mover.make_room(ctxs[missing[0]].size, len(missing), deadline)
-            ok = attempt(missing)
-            missing = [i for i, good in zip(missing, ok, strict=True) if not good]
-            if not missing or time.monotonic() >= deadline:
-                break
-        return missing
-
-    def _decide_sets(
-        self,
-        keys: Sequence[str],
-        ctxs: Sequence[AccessContext],
-        nbytes: int,
-        supersedes: Sequence[str] = (),
-    ) -> tuple[list[SetOutcome], list[tuple[str, str]], list[str]]:
-        """Placement bookkeeping of a set: one placement call per key, then what to drop/demote.
-        Superseded objects are marked first, so they are what makes room for the new ones."""
-        with self._lock:
-            placement = self._placement_for(nbytes)
-            self._forget_reclaimed(placement)
-            if supersedes:
-                placement.supersede(supersedes, keys[-1])
-            outcomes = placement.set_batch(keys, ctxs)
-            refused = outcomes.count(SetOutcome.REFUSED)
-            if refused:
-                self.counts["not_admitted"] += refused
-            drops, demote = placement.settle()
-        return outcomes, drops, demote
-
-    def _unplace(
-        self,
-        keys: Sequence[str],
-        outcomes: Sequence[SetOutcome],
-        failed: Sequence[int],
-        kept: list[bool | None],
-    ) -> None:
-        """Pages whose copy could not be made in time: a new page is forgotten (False: SGLang
-        keeps it in its host pool); a page moving up from SSD stays placed on SSD."""
-        with self._lock:
-            placement = self._placement
-            for i in failed:
-                if outcomes[i] == SetOutcome.UP:
-                    if placement is not None:
-                        placement.leave_dram(keys[i])
-                    continue
-                kept[i] = False
-                if placement is not None:
-                    placement.remove(keys[i])
-            self.counts["local_put_failed"] += len(failed)
-
-    def _apply(self, drops: Sequence[tuple[str, str]], demote: Sequence[str]) -> None:
-        """Remove dropped pages from both local tiers; hand DRAM overflow to the mover."""
-        if drops:
-            keys = list(map(_DROP_KEY, drops))
-            if (dram := self.dram) is not None:
-                dram.remove_batch(keys)
-            if (ssd := self.ssd) is not None:
-                for key in keys:
-                    ssd.remove(key)
-            self.counts["dropped"] += len(drops)
-            for tier, n in Counter(map(_DROP_TIER, drops)).items():  # per tier: evictions (metrics)
-                self.counts[f"dropped_{tier}"] += n
-        if demote:
-            self.counts["demotions"] += len(demote)
-            mover, dram = self.mover, self.dram
-            if mover is not None:
-                mover.demote_later(demote)
-            elif dram is not None:  # no SSD: nothing to demote to (the placement never asks)
-                dram.remove_batch(list(demote))
-
     # ------------------------------------------------------------------ the rest of the contract
-    @_gated
+    @gated
     def register_memory(self, regions: Sequence[memoryview]) -> None:
         """Caller memory that pages will be copied from and into (SGLang's host pool buffers),
         announced once before the first call: tiers whose transport must register memory (RDMA
         memory regions, Mooncake's ``register_buffer``) do it here; the others ignore it. A
         tier that cannot register keeps working through its slower path (never raises). A tier
         attached later gets the same regions."""
-        self._regions.extend(regions)
+        self.state.regions.extend(regions)
         for tier in self.tiers:
             tier.register_memory(regions)
 
     def tier(self, name: str) -> Tier | None:
         return next((t for t in self.tiers if t.name == name), None)
 
-    @_gated
     def remove(self, key: str) -> bool:
-        with self._lock:
-            if self._placement is not None:
-                self._placement.remove(key)
-        return any([tier.remove(key) for tier in self.tiers])
-
-    def _fence(self) -> tuple[int | None, int | None]:
-        """What an operation reads before it takes any bytes it may publish later: DRAM's clear
-        fence and the SSD epoch (None for a tier the store lacks)."""
-        dram, ssd = self.dram, self.ssd
-        return (dram.generation if dram is not None else None, ssd.epoch if ssd is not None else None)
+        """Drop ``key`` from the placement and every tier; True if some tier held it."""
+        return self.state.remove(key)
 
     @property
     def tenant_fence(self) -> int:
-        """The tenant-clear fence: what an operation that may publish a page after the call that
-        took it (a served reservation) reads before it takes bytes; odd while a tenant clear runs."""
-        return self._tenant_fence
+        """The tenant-clear fence (``StoreState.tenant_fence``): odd while a tenant clear runs."""
+        return self.state.tenant_fence
 
     def tenants_cleared_since(self, fence: int) -> set[str] | None:
-        """Tenants whose clear ran (or runs) since ``tenant_fence`` read ``fence``: their pages
-        taken before must not be published (a tenant being cleared counts, also for a ``fence``
-        read during its clear). None: every tenant (older than the log)."""
-        with self._lock:
-            if fence == self._tenant_fence and not fence & 1:
-                return set()
-            log_ = self._tenant_clears
-            if len(log_) >= TENANT_CLEAR_LOG and fence < log_[0][1]:
-                return None
-            return {tenant for tenant, end in log_ if end > fence} | set(self.clearing)
+        """``StoreState.tenants_cleared_since``."""
+        return self.state.tenants_cleared_since(fence)
 
     @property
     def clear_epoch(self) -> int:
         """How many clears started and finished: even while none runs, odd during one."""
-        return self._clear_epoch
+        return self.state.clear_epoch
 
-    @_gated
+    @gated
     def clear(self) -> None:
         """Drop every page of every tier: a barrier. Under the store lock the fence closes
         (``clear_epoch`` odd, DRAM's ``begin_clear``); then every tier is cleared; then the fence
@@ -957,27 +564,27 @@ class TieredStore:
         then on (``ssd.epoch``)."""
         if self.warm is not None:
             self.warm.stop_rewarm()
-        with self._clear_mutex:
+        with self.state.clear_mutex:
             dram = self.dram
-            with self._lock:
-                self._clear_epoch += 1
+            with self.state.lock:
+                self.state.clear_epoch += 1
                 if dram is not None:
                     dram.begin_clear()
-                if self._placement is not None:
-                    self._placement.clear()
-                self._reclaimed.clear()
+                if self.state.placement is not None:
+                    self.state.placement.clear()
+                self.state.reclaimed.clear()
             try:
                 for tier in self.tiers:
                     tier.clear()
             finally:
-                with self._lock:
-                    self._clear_epoch += 1
+                with self.state.lock:
+                    self.state.clear_epoch += 1
                     if dram is not None:
                         dram.end_clear()
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until deferred bookkeeping and background moves are done (tests, replay)."""
-        self._worker.submit(lambda: None).result(timeout_s)
+        self.state.worker.submit(lambda: None).result(timeout_s)
         mover = self.mover
         return mover.flush(timeout_s) if mover is not None else True
 
@@ -985,14 +592,14 @@ class TieredStore:
         """Stop background movement (it reads DRAM and writes SSD); with a flush timeout, copy the
         DRAM pages the SSD lacks to the SSD (bounded by it); write the warm-restart snapshot; then
         close every tier."""
-        self.closed = True
+        self.state.closed = True
         if self.warm is not None:
             self.warm.stop_rewarm()
         # a runtime change in progress sees ``closed`` at its next step and ends (bounded)
-        got = self._changes.acquire(timeout=max(self.options.timeout_s, 5.0))
+        got = self.state.changes.acquire(timeout=max(self.options.timeout_s, 5.0))
         if got:
-            self._changes.release()
-        self._worker.shutdown(wait=True)
+            self.state.changes.release()
+        self.state.worker.shutdown(wait=True)
         if self.mover is not None:
             self.mover.close()
             if flush_timeout_s > 0:
@@ -1007,7 +614,7 @@ class TieredStore:
     def set_events(self, sink: EventsSink) -> None:
         """From now on every tier (and every tier attached later) tells ``sink`` what it stores,
         drops and clears (``events_sink``: KV events for routers)."""
-        self.events = sink
+        self.state.events = sink
         for tier in self.tiers:
             tier.events = sink
 
@@ -1043,13 +650,13 @@ class TieredStore:
         if self.warm is not None:
             out["warm"] = self.warm.stats()
         out["store"] = {
-            "tiers": self._layout.names(),
+            "tiers": self.state.layout.names(),
             "frozen": self.frozen,
-            "calls_in_flight": self._gate.in_flight,
+            "calls_in_flight": self.state.gate.in_flight,
         }
-        with self._lock:
-            placement = self._placement
-            ledger = self._ledger.stats()
+        with self.state.lock:
+            placement = self.state.placement
+            ledger = self.state.ledger.stats()
             out["tenants"] = {
                 t: {**ledger.get(t, {}), **dict(self.tenant_counts.get(t, {}))}
                 for t in sorted(set(ledger) | set(self.tenant_counts))

@@ -54,7 +54,7 @@ def test_policy_options_reach_the_policy(tmp_path: Path) -> None:
         store = build_store(cfg)
         try:
             assert all(put(store, ["a", "b"]))
-            assert store._placement.policy.small_ratio == ratio  # type: ignore[union-attr]
+            assert store.placement.policy.small_ratio == ratio  # type: ignore[union-attr]
         finally:
             store.close()
 

@@ -86,7 +86,7 @@ def test_one_operation_at_a_time(tmp_path, stores, admin_for):
     config = small_config(tmp_path)
     store = stores(config)
     client = admin_for(store, config)
-    with store._changes:  # another change holds the store: the first operation waits for it
+    with store.state.changes:  # another change holds the store: the first operation waits for it
         first = client.resize("dram", "3MiB")
         with pytest.raises(AdminError) as err:
             client.resize("ssd", "8MiB")

@@ -67,7 +67,7 @@ def test_attach_does_not_wait_for_the_adoption_and_serves_meanwhile(tmp_path, mo
     import threading
 
     from hicache_mooncake.tiers import rewarm
-    from hicache_mooncake.tiers.tiered_store import TieredStore
+    from hicache_mooncake.tiers.store_state import StoreState
 
     config, store, load = hot_store(tmp_path)
     assert store.flush(30)
@@ -77,7 +77,7 @@ def test_attach_does_not_wait_for_the_adoption_and_serves_meanwhile(tmp_path, mo
     written = snap.read_bytes()
 
     release, entered = threading.Event(), threading.Event()
-    real_apply = TieredStore._apply
+    real_apply = StoreState.apply
 
     def held_apply(self, drops, demote):  # type: ignore[no-untyped-def]
         if threading.current_thread().name == "hicache-rewarm":  # after a chunk, lock released
@@ -86,7 +86,7 @@ def test_attach_does_not_wait_for_the_adoption_and_serves_meanwhile(tmp_path, mo
         return real_apply(self, drops, demote)
 
     monkeypatch.setattr(rewarm, "_CHUNK", 4)
-    monkeypatch.setattr(TieredStore, "_apply", held_apply)
+    monkeypatch.setattr(StoreState, "apply", held_apply)
     again = build_store(config, "rank0")  # returns although the adoption is held
     try:
         assert entered.wait(30) and not again.warm.restore_done(0)
@@ -99,7 +99,7 @@ def test_attach_does_not_wait_for_the_adoption_and_serves_meanwhile(tmp_path, mo
         assert again.warm.restore_done(30)
         assert again.warm.last_restore["adopted"] > 0 and again.warm.stats()["adopting"] is False
         assert again.stats()["placement"]["resident"] >= again.warm.last_restore["adopted"]
-        assert all(again._placement is not None and k in again._placement for k in keys)
+        assert all(again.placement is not None and k in again.placement for k in keys)
     finally:
         release.set()
         again.close()
