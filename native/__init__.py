@@ -13,6 +13,14 @@ ImportError naming the fix. The package imports nothing else of ours (lowest lay
 
 from __future__ import annotations
 
+import os
+
+# A separately built _core (scripts/native_sanitize.sh: the AddressSanitizer + UBSan build) is
+# found first when this names its directory; the Python modules stay the ones beside this file.
+_CORE_DIR = os.environ.get("HICACHE_MOONCAKE_NATIVE_CORE_DIR")
+if _CORE_DIR:
+    __path__.insert(0, _CORE_DIR)
+
 try:
     from . import _core  # noqa: F401 - the import is the check
 except ImportError as exc:  # pragma: no cover - exercised by a broken install only
@@ -22,7 +30,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a broken install o
         "(needs gcc and the Python headers)"
     ) from exc
 
-from ._xxh3_loader import load_xxh3
+from ._xxh3_loader import load_xxh3  # noqa: E402
 
 XXH3_SOURCE: tuple[str, str] = load_xxh3()
 """(library path, symbol) xxh3 is computed with: python-xxhash's dispatch or the system lib."""
