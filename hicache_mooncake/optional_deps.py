@@ -20,6 +20,7 @@ EXTRA_OF: dict[str, str] = {
     "sglang": "sglang",
     "redis": "cluster",
     "matplotlib": "bench",
+    "aiofiles": "bench",  # only the aiofiles leg of ``bench ssd``
 }
 
 

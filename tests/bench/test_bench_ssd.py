@@ -1,5 +1,5 @@
 """``hicache-mooncake bench ssd`` end to end on a tiny size: fio (best of its configurations), our
-SSD-only backend and SGLang's ``file`` backend on one directory, every page read back checked, and
+SSD-only backend, SGLang's ``file`` backend and aiofiles on one directory, every page read back checked, and
 the backup + prefetch threads case; the JSON carries the keys other tools rely on."""
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ def test_bench_ssd_end_to_end(tmp_path: Path) -> None:
             "fio_engine", "cache_drop_ok", "reopen_verify_s", "reopen_headers_only_s",
             "fio_config", "fio_set_config", "fio_get_config", "fio_set_gbps_by_config",
             "steady_set_ratio_vs_fio", "ours_steady_set_gbps", "fio_overwrite_gbps", "fio_overwrite_config",
+            "aiofiles_set_gbps", "aiofiles_get_gbps", "aiofiles_set_cpu_s_per_gb", "aiofiles_get_cpu_s_per_gb",
+            "aiofiles_set_ratio_vs_fio", "aiofiles_get_ratio_vs_fio", "get_ratio_vs_aiofiles",
         ):  # fmt: skip
             assert key in row, key
         assert set(row["fio_set_gbps_by_config"]) == set(data["fio_configs_tried"])
@@ -63,6 +65,9 @@ def test_bench_ssd_end_to_end(tmp_path: Path) -> None:
             max(row["fio_set_gbps_by_config"].values()), rel=0.01
         ) or (data["repeats"] > 1)
         assert row["ours_bytes_ok"] is True and row["ours_bad_pages"] == 0 and row["file_bad_pages"] == 0
+        # the same pages through aiofiles' thread pool, every one read back whole and compared
+        assert row["aiofiles_bad_pages"] == 0 and row["aiofiles_missed_pages"] == 0
+        assert row["aiofiles_set_ratio_vs_fio"] > 0 and row["aiofiles_get_ratio_vs_fio"] > 0
         assert row["pages_verified"] == row["pages"]  # every page of every get was compared
         conc = row["concurrency"]
         assert conc["bad_pages"] == 0 and conc["missed_pages"] == 0 and conc["failed_sets"] == 0

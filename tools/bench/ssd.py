@@ -1,4 +1,4 @@
-"""SSD tier vs fio (raw O_DIRECT, at its best) vs SGLang's `file` backend, on one directory, in one run.
+"""SSD tier vs fio (raw O_DIRECT, at its best) vs SGLang's `file` backend and aiofiles, on one directory, in one run.
 
 How it measures, its cases and what to read into the figures: docs/benchmarks-notes.md
 (``bench ssd`` section; ``bench --help`` shows the line above).
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_mooncake.commands import UsageError
+from hicache_mooncake.optional_deps import require
 from hicache_mooncake.sizes import format_size, parse_size
 from hicache_mooncake.tools.bench import _disk
 from hicache_mooncake.tools.bench._busy import busy_python_thread
@@ -73,6 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="cap on one batch's bytes (the host pool holds two batches)",
     )
     parser.add_argument("--no-file", action="store_true", help="skip SGLang's file backend")
+    parser.add_argument(
+        "--no-aiofiles", action="store_true", help="skip the aiofiles leg (the same pages through aiofiles)"
+    )
     parser.add_argument(
         "--no-concurrency",
         dest="concurrency",
@@ -173,6 +177,7 @@ def _bench_round(
     rnd: int,
     with_file: bool,
     drop: bool,
+    with_aiofiles: bool = True,
 ) -> dict[str, Any]:
     total = pages * page_bytes
     out: dict[str, Any] = {"round": rnd}
@@ -196,9 +201,19 @@ def _bench_round(
         os.unlink(fpath)
         wait_disk_idle(base)
 
-        # ours: SSD-only backend created by SGLang's factory, zero-copy v1 interface
         keys = [f"{rnd:04d}{i:060x}" for i in range(pages)]
         batches = [keys[i : i + batch] for i in range(0, pages, batch)]
+        if with_aiofiles:  # the same pages through aiofiles' thread pool (buffered, then fsync)
+            from hicache_mooncake.tools.bench._aiofiles_io import aiofiles_get, aiofiles_set
+
+            apath = os.path.join(work, "aiofiles.dat")
+            out["aiofiles_set"] = _figures(total, aiofiles_set(apath, batches, batch, src, stamps, tags))
+            drop_now()
+            out["aiofiles_get"] = _figures(total, aiofiles_get(apath, batches, batch, src, dst, stamps, tags))
+            os.unlink(apath)
+            wait_disk_idle(base)
+
+        # ours: SSD-only backend created by SGLang's factory, zero-copy v1 interface
         capacity = _capacity(total)
         cfg = ssd_only_config(os.path.join(work, "ours"), capacity)
         be = create_backend("dynamic", cfg, host)
@@ -316,6 +331,7 @@ def _bench_size(
     with_file: bool,
     drop: bool,
     concurrency: bool,
+    with_aiofiles: bool = True,
 ) -> dict[str, Any]:
     from hicache_mooncake.tools.bench._ssd_concurrency import PREFETCH_THREADS, concurrency_case
 
@@ -324,7 +340,7 @@ def _bench_size(
     )
     host, src, dst, batch, pages = w.host, w.src, w.dst, w.batch, w.pages
     rounds = [
-        _bench_round(fio, base, page_bytes, pages, batch, host, src, dst, r, with_file, drop)
+        _bench_round(fio, base, page_bytes, pages, batch, host, src, dst, r, with_file, drop, with_aiofiles)
         for r in range(repeats)
     ]
     ptrs, sizes = host.get_page_buffer_meta(src[:64])
@@ -361,6 +377,8 @@ def _bench_size(
     ]
     if with_file:
         legs += [("file_set", "file", "set"), ("file_get", "file", "get")]
+    if with_aiofiles:
+        legs += [("aiofiles_set", "aiofiles", "set"), ("aiofiles_get", "aiofiles", "get")]
     for leg, who, op in legs:
         row[f"{who}_{op}_gbps"] = med(leg, "gbps")
         row[f"{who}_{op}_cpu_s_per_gb"] = med(leg, "cpu_s_per_gb")
@@ -393,6 +411,13 @@ def _bench_size(
         row["get_ratio_vs_sglang_file"] = ratio("ours_get", "file_get")
         row["set_ratio_vs_sglang_file"] = ratio("ours_set", "file_set")
         row["file_bad_pages"] = max(int(r["file_get"]["bad_pages"]) for r in rounds)
+    if with_aiofiles:  # the asyncio idiom's figure beside fio's and ours
+        row["aiofiles_set_ratio_vs_fio"] = ratio("aiofiles_set", "fio_write")
+        row["aiofiles_get_ratio_vs_fio"] = ratio("aiofiles_get", "fio_read")
+        row["get_ratio_vs_aiofiles"] = ratio("ours_get", "aiofiles_get")
+        row["set_ratio_vs_aiofiles"] = ratio("ours_set", "aiofiles_set")
+        row["aiofiles_bad_pages"] = max(int(r["aiofiles_get"]["bad_pages"]) for r in rounds)
+        row["aiofiles_missed_pages"] = max(pages - int(r["aiofiles_get"]["ok_pages"]) for r in rounds)
     for label in ("reopen_verify", "reopen_headers_only"):
         row[f"{label}_s"] = statistics.median(float(r[label]["seconds"]) for r in rounds)
         row[f"{label}_all_recovered"] = all(
@@ -435,6 +460,8 @@ def run(args: argparse.Namespace) -> int:
                 f"unsupported page size {format_size(size)}; choose from "
                 f"{', '.join(map(format_size, PAGE_SHAPES))}"
             )
+    if not args.no_aiofiles:
+        require("aiofiles", needed_for="bench ssd's aiofiles leg (--no-aiofiles skips it)")
     if args.disk_quiet_s < 0:
         raise UsageError(f"--disk-quiet-s must be >= 0, got {args.disk_quiet_s}")
     _disk.QUIET_S = args.disk_quiet_s
@@ -450,7 +477,7 @@ def _run(args: argparse.Namespace, total: int, sizes: list[int], huge: HugePages
     if args.row_json:  # child of the per-size isolation below: measure in the parent's directory
         row = _bench_size(
             fio, args.dir, sizes[0], total, args.repeats, args.batch, parse_size(args.batch_bytes),
-            not args.no_file, args.drop_caches, args.concurrency,
+            not args.no_file, args.drop_caches, args.concurrency, not args.no_aiofiles,
         )  # fmt: skip
         row["fio_iomem_reason"] = fio.iomem_reason
         Path(args.row_json).write_text(json.dumps(row))
@@ -468,7 +495,7 @@ def _run(args: argparse.Namespace, total: int, sizes: list[int], huge: HugePages
             if args.in_process:
                 row = _bench_size(
                     fio, base, size, total, args.repeats, args.batch, parse_size(args.batch_bytes),
-                    not args.no_file, args.drop_caches, args.concurrency,
+                    not args.no_file, args.drop_caches, args.concurrency, not args.no_aiofiles,
                 )  # fmt: skip
                 row["fio_iomem_reason"] = fio.iomem_reason
             else:
@@ -557,6 +584,12 @@ def _print_row(row: dict[str, Any], no_file: bool) -> None:
     )
     if not no_file:
         line += f" get/file x{row['get_ratio_vs_sglang_file']:.1f}"
+    if "aiofiles_set_gbps" in row:
+        line += (
+            f" | aiofiles set {row['aiofiles_set_gbps']:.2f} get {row['aiofiles_get_gbps']:.2f}"
+            f" ({row['aiofiles_set_ratio_vs_fio']:.2f}/{row['aiofiles_get_ratio_vs_fio']:.2f} of fio;"
+            f" CPU {row['aiofiles_set_cpu_s_per_gb']:.2f}/{row['aiofiles_get_cpu_s_per_gb']:.2f} s/GB)"
+        )
     line += f" | reopen {row['reopen_verify_s']:.2f}s (headers {row['reopen_headers_only_s']:.2f}s)"
     line += (
         f" | next to a busy Python thread: get {row['ours_busy_get_gbps']:.2f}, steady set "
@@ -587,6 +620,8 @@ def _bench_size_in_child(args: argparse.Namespace, base: str, size: int) -> dict
     ]  # fmt: skip
     if args.no_file:
         cmd.append("--no-file")
+    if args.no_aiofiles:
+        cmd.append("--no-aiofiles")
     if args.drop_caches:
         cmd.append("--drop-caches")
     if not args.concurrency:
@@ -618,6 +653,8 @@ def _plot(rows: list[dict[str, Any]], out: str, with_file: bool, dropped: bool) 
     series = [(f"fio O_DIRECT (best config, {fio_label})", "fio"), ("hicache-mooncake SSD tier", "ours")]
     if with_file:
         series.append(("SGLang file", "file"))
+    if rows and all("aiofiles_set_gbps" in r for r in rows):
+        series.append(("aiofiles (thread pool, buffered + fsync)", "aiofiles"))
     labels = [r["page_size"] for r in rows]
     x = np.arange(len(rows))
     width = 0.8 / len(series)
@@ -639,7 +676,7 @@ def _plot(rows: list[dict[str, Any]], out: str, with_file: bool, dropped: bool) 
         ax.set_title(f"{op} ({'write' if op == 'set' else read})")
         ax.set_xlabel("page size (labels: CPU s/GB)")
     axes[0].set_ylabel("GB/s (median)")
-    fig.suptitle("SSD tier through SGLang's interface vs fio and SGLang's file backend")
+    fig.suptitle("SSD tier through SGLang's interface vs fio, SGLang's file backend and aiofiles")
     legend_below(fig, axes[0])
     fig.savefig(out, dpi=120)
     plt.close(fig)
