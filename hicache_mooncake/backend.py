@@ -5,7 +5,7 @@ loader (``module_path: hicache_mooncake.backend``), then calls ``register_mem_po
 ``interface_v1: 1`` pages move zero-copy between SGLang's host pool and our tiers
 (``batch_get_v1``/``batch_set_v1``); otherwise SGLang copies flat pages through ``batch_get``/``batch_set``.
 Hybrid models' sidecar pools (Mamba state, sliding window, indexer, DeepSeek V4 pools) arrive through
-``register_mem_host_pool_v2`` and move through the v2 calls (``hybrid.py``).
+``register_mem_host_pool_v2`` and move through the v2 calls (``sglang_adapter/hybrid.py``).
 
 Promises to SGLang:
 - a bad configuration raises ``ConfigError`` from the constructor (the attach fails with the
@@ -35,11 +35,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-from hicache_mooncake.sglang_compat import check_sglang_version, config_field
+from hicache_mooncake.sglang_adapter.compat import check_sglang_version, config_field
 from hicache_mooncake.tiers.policy.hints import session_of
 
 SGLANG_VERSION = check_sglang_version()
@@ -49,12 +49,9 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorage  # noqa: E402
 from hicache_mooncake import logs  # noqa: E402
 from hicache_mooncake.config import BackendConfig, load_backend_config  # noqa: E402
 from hicache_mooncake.config.tenants import check_tenant_name  # noqa: E402
-from hicache_mooncake.cross_tp import HeadGroupPages, group_suffixes, head_groups_for  # noqa: E402
 from hicache_mooncake.environment_checks import check_at_attach  # noqa: E402
 from hicache_mooncake.failures import FailureLog  # noqa: E402
 from hicache_mooncake.host_cache.mode import use_host_cache  # noqa: E402
-from hicache_mooncake.host_memory import HostRangeError  # noqa: E402
-from hicache_mooncake.hybrid import SidecarIO  # noqa: E402
 from hicache_mooncake.keys import (  # noqa: E402
     PAGE_KEY_RULE,
     KeySpace,
@@ -65,20 +62,24 @@ from hicache_mooncake.keys import (  # noqa: E402
 )
 from hicache_mooncake.kv_events.attach import start_backend_publisher  # noqa: E402
 from hicache_mooncake.kv_events.publisher import KvEventPublisher  # noqa: E402
-from hicache_mooncake.metrics import BackendMetrics, backend_labels  # noqa: E402
+from hicache_mooncake.metrics.rank import BackendMetrics, backend_labels  # noqa: E402
 from hicache_mooncake.object_split import (  # noqa: E402
     PageCut,
     chunk_count,
     max_object_bytes,
     whole,
 )
-from hicache_mooncake.pools import PoolSet, RegisteredPool  # noqa: E402
-from hicache_mooncake.pools.names import KV, pool_name  # noqa: E402
-from hicache_mooncake.sglang_settings_check import log_differences  # noqa: E402
+from hicache_mooncake.sglang_adapter.cross_tp import HeadGroupPages, group_suffixes, head_groups_for  # noqa: E402
+from hicache_mooncake.sglang_adapter.host_memory import HostRangeError  # noqa: E402
+from hicache_mooncake.sglang_adapter.host_pools import PoolSet, RegisteredPool  # noqa: E402
+from hicache_mooncake.sglang_adapter.host_pools.names import KV, pool_name  # noqa: E402
+from hicache_mooncake.sglang_adapter.hybrid import SidecarIO  # noqa: E402
+from hicache_mooncake.sglang_adapter.settings_check import log_differences  # noqa: E402
 from hicache_mooncake.store_builder import build_client_store  # noqa: E402
 from hicache_mooncake.tiers.parts import pages_nbytes  # noqa: E402
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class HiCacheMooncakeBackend(HiCacheStorage):
@@ -383,62 +384,74 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         return groups.set_parts(pages), _no_finish
 
     # ------------------------------------------------------------------ zero-copy path
+    def _guarded(self, op: str, count: int, miss: T, call: Callable[[KeySpace], T], metric: str = "") -> T:
+        """Run one data-path call of ``count`` pages on the KV key space; it never raises. Not
+        ready (closed, no host pool, over ``io.max_batch_pages``) -> ``miss``; host indices outside
+        the pool -> ``miss``, the cause recorded; any other exception -> ``miss``, recorded and
+        counted under ``failures_total{op=metric}`` where a metric is named."""
+        space = self._ready(op, count)
+        if space is None:
+            return miss
+        try:
+            return call(space)
+        except HostRangeError as exc:
+            self._failures.record(f"{op} refused host indices: {exc.reason}")
+            log.debug("%s: %s", op, exc)
+            return miss
+        except Exception as exc:
+            self._failures.record(f"{op} failed", exc)
+            if metric:
+                self.metrics.failures.labels(metric).inc()
+            return miss
+
+    def _valid_only(
+        self,
+        op: str,
+        keys: Sequence[str],
+        parts: list[list[memoryview]],
+        run: Callable[[Sequence[str], list[list[memoryview]]], list[bool]],
+    ) -> list[bool]:
+        """``run`` over the keys ``KeySpace.key`` accepts; a refused key's answer is ``False``."""
+        valid = self._valid_keys(op, keys)
+        if valid is None:
+            return run(keys, parts)
+        return _spread(run(_kept(keys, valid), _kept(parts, valid)), valid)
+
     def batch_set_v1(self, keys: list[str], host_indices: torch.Tensor, extra_info: Any = None) -> list[bool]:
         if not keys:
             return []
-        space = self._ready("batch_set_v1", len(keys))
-        if space is None:
-            return [False] * len(keys)
-        if not self.is_storage_writer:
-            return [True] * len(keys)  # replicated KV: the writer rank stores the one copy
-        try:
+
+        def call(space: KeySpace) -> list[bool]:
+            if not self.is_storage_writer:
+                return [True] * len(keys)  # replicated KV: the writer rank stores the one copy
             parts, _ = self._v1_parts(keys, host_indices)
             if not self._kv_pool().holds_bytes:
                 return [True] * len(keys)  # a logical KV anchor: its sidecar pools hold the bytes
             page = self._kv_pool().page_nbytes
             space = self._space_for(space, extra_info)
-            valid = self._valid_keys("batch_set_v1", keys)
-            if valid is None:
-                return self._put(space, keys, parts, extra_info, page)
-            return _spread(self._put(space, _kept(keys, valid), _kept(parts, valid), extra_info, page), valid)
-        except HostRangeError as exc:
-            self._failures.record(f"batch_set_v1 refused host indices: {exc.reason}")
-            log.debug("batch_set_v1: %s", exc)
-            return [False] * len(keys)
-        except Exception as exc:
-            self._failures.record("batch_set_v1 failed", exc)
-            self.metrics.failures.labels("set").inc()
-            return [False] * len(keys)
+            return self._valid_only(
+                "batch_set_v1", keys, parts, lambda k, p: self._put(space, k, p, extra_info, page)
+            )
+
+        return self._guarded("batch_set_v1", len(keys), [False] * len(keys), call, "set")
 
     def batch_get_v1(self, keys: list[str], host_indices: torch.Tensor, extra_info: Any = None) -> list[bool]:
         if not keys:
             return []
-        space = self._ready("batch_get_v1", len(keys))
-        if space is None:
-            return [False] * len(keys)
-        try:
+
+        def call(space: KeySpace) -> list[bool]:
             parts, finish = self._v1_parts(keys, host_indices, reading=True)
             if not self._kv_pool().holds_bytes:
                 return [True] * len(keys)  # a logical KV anchor: nothing to read
             page = self._kv_pool().page_nbytes
             space = self._space_for(space, extra_info)
-            valid = self._valid_keys("batch_get_v1", keys)
-            if valid is None:
-                done = self._get(space, keys, parts, extra_info, page)
-            else:
-                done = _spread(
-                    self._get(space, _kept(keys, valid), _kept(parts, valid), extra_info, page), valid
-                )
+            done = self._valid_only(
+                "batch_get_v1", keys, parts, lambda k, p: self._get(space, k, p, extra_info, page)
+            )
             finish(done)
             return done
-        except HostRangeError as exc:
-            self._failures.record(f"batch_get_v1 refused host indices: {exc.reason}")
-            log.debug("batch_get_v1: %s", exc)
-            return [False] * len(keys)
-        except Exception as exc:
-            self._failures.record("batch_get_v1 failed", exc)
-            self.metrics.failures.labels("get").inc()
-            return [False] * len(keys)
+
+        return self._guarded("batch_get_v1", len(keys), [False] * len(keys), call, "get")
 
     def _put(
         self,
@@ -516,15 +529,12 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     def batch_exists(self, keys: list[str], extra_info: Any = None) -> int:
         if not keys:
             return 0
-        space = self._ready("batch_exists", 0)
-        if space is None:
-            return 0
-        try:
-            keys = _leading_valid(keys, self._valid_keys("batch_exists", keys))
-            return self._kv_prefix(self._space_for(space, extra_info), keys) if keys else 0
-        except Exception as exc:
-            self._failures.record("batch_exists failed", exc)
-            return 0
+
+        def call(space: KeySpace) -> int:
+            leading = _leading_valid(keys, self._valid_keys("batch_exists", keys))
+            return self._kv_prefix(self._space_for(space, extra_info), leading) if leading else 0
+
+        return self._guarded("batch_exists", 0, 0, call)
 
     def _kv_prefix(self, space: KeySpace, keys: list[str]) -> int:
         """Leading stored KV pages, asked ``io.max_batch_pages`` at a time: SGLang 0.5.23's
@@ -549,21 +559,17 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     ) -> bool:
         if not keys:
             return True
-        space = self._ready("batch_set", len(keys))
-        if space is None or values is None or len(values) != len(keys):
-            return False
-        if not self.is_storage_writer:
-            return True
-        try:
+
+        def call(space: KeySpace) -> bool:
+            if values is None or len(values) != len(keys):
+                return False
+            if not self.is_storage_writer:
+                return True
             parts = [[_tensor_bytes(v)] for v in values]
-            valid = self._valid_keys("batch_set", keys)
-            if valid is not None:
-                self._put(space, _kept(keys, valid), _kept(parts, valid), None)
-                return False  # the other pages are stored, but not every page
-            return all(self._put(space, keys, parts, None))
-        except Exception as exc:
-            self._failures.record("batch_set failed", exc)
-            return False
+            # a refused key is not stored: the others are, but the answer is False (not every page)
+            return all(self._valid_only("batch_set", keys, parts, lambda k, p: self._put(space, k, p, None)))
+
+        return self._guarded("batch_set", len(keys), False, call)
 
     def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
         return self.batch_set([key], [value] if value is not None else None)
@@ -573,24 +579,18 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     ) -> list[torch.Tensor | None]:
         if not keys:
             return []
-        space = self._ready("batch_get", len(keys))
-        if space is None:
-            return [None] * len(keys)
-        try:
+
+        def call(space: KeySpace) -> list[torch.Tensor | None]:
             given: list[Any] = list(target_locations) if target_locations is not None else [None] * len(keys)
             targets: list[torch.Tensor] = [
                 t if t is not None else self.mem_pool_host.get_dummy_flat_data_page() for t in given
             ]
             parts = [[_tensor_bytes(t, writable=True)] for t in targets]
-            valid = self._valid_keys("batch_get", keys)
-            if valid is None:
-                ok = self._get(space, keys, parts, None)
-            else:
-                ok = _spread(self._get(space, _kept(keys, valid), _kept(parts, valid), None), valid)
+            ok = self._valid_only("batch_get", keys, parts, lambda k, p: self._get(space, k, p, None))
             return [t if hit else None for t, hit in zip(targets, ok, strict=True)]
-        except Exception as exc:
-            self._failures.record("batch_get failed", exc)
-            return [None] * len(keys)
+
+        miss: list[torch.Tensor | None] = [None] * len(keys)
+        return self._guarded("batch_get", len(keys), miss, call)
 
     def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> torch.Tensor | None:
         return self.batch_get([key], [target_location] if target_location is not None else None)[0]

@@ -20,7 +20,7 @@
   replicated across TP ranks (MLA KV and its replicated sidecars), plus ``@pp``/``@cp``/``@dcp``
   when those are split.
 
-With head groups (SGLang's ``tp_lcm_size = L`` on an MHA model, ``cross_tp.py``) the KV pool's keys
+With head groups (SGLang's ``tp_lcm_size = L`` on an MHA model, ``sglang_adapter/cross_tp.py``) the KV pool's keys
 carry no ``@tp``: a page is ``L`` objects ``{page key}@hg{g}of{L}``, and the digest covers the
 model's whole head count (``head_num x tp_size``) and ``L`` instead of one rank's heads, so ranks
 of every TP size that divides ``L`` read and write the same objects. Sidecar pools keep ``@tp``.
@@ -70,7 +70,7 @@ class RankInfo:
     dcp_size: int = 1
     replicated_kv: bool = False
     head_groups: int = 0
-    """``tp_lcm_size`` when the KV pool is stored as head-group objects (``cross_tp.py``), else 0."""
+    """``tp_lcm_size`` when the KV pool is stored as head-group objects (``sglang_adapter/cross_tp.py``), else 0."""
 
     def suffix(self, replicated: bool | None = None) -> str:
         """The rank suffix of an object; ``replicated`` overrides ``replicated_kv`` (a sidecar

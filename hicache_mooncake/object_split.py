@@ -4,14 +4,14 @@ A Mamba state can outgrow a DRAM slab or an SSD region: Qwen3-Next's is about 72
 TP1 (36 linear-attention layers of a 32 x 128 x 128 fp32 state), more than the default 64 MiB
 slab. So can a KV page: 256 tokens x 80 layers x 8 KV heads x 128 x (K, V) in bf16 is 84 MB
 (a 70B model at TP1 with 256-token pages). KV pages (``backend.py``) and sidecar pages
-(``hybrid.py``) are cut the same way, here. Such a page is cut into ``n`` chunks of at most
+(``sglang_adapter/hybrid.py``) are cut the same way, here. Such a page is cut into ``n`` chunks of at most
 ``max_object_bytes`` (zero-copy: slices of the page's own memoryviews) stored under
 ``{key}#{i}of{n}``. A page exists only when all its
 chunks do; the chunk count is part of every chunk key, so a page cut differently (another slab
 size) is a miss, never a mix of two cuts. A page that fits keeps its plain key.
 
 ``PageCut`` is the whole rule for one pool: a page is first split into head-group objects where
-the KV pool is stored by head groups (``cross_tp.py``: suffix ``@hg{g}of{L}``, one equal share of
+the KV pool is stored by head groups (``sglang_adapter/cross_tp.py``: suffix ``@hg{g}of{L}``, one equal share of
 the page's bytes each, in order), then each object into chunks as above (``...@hg{g}of{L}#{i}of{n}``).
 """
 

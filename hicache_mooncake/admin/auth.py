@@ -24,7 +24,7 @@ from pathlib import Path
 
 from hicache_mooncake.config.admin import AdminConfig
 from hicache_mooncake.config.errors import ConfigError
-from hicache_mooncake.metrics_discovery import private_dir
+from hicache_mooncake.runtime_dir import private_dir
 
 TOKEN_FILE = "admin.token"
 
@@ -63,7 +63,7 @@ def generated_token(directory: Path) -> str:
     ranks all end up with the first one's) when absent. ConfigError when the directory or the file
     could be read or replaced by someone else."""
     try:
-        private_dir(directory)
+        private_dir(directory, "admin token directory")
     except OSError as exc:
         raise TokenPlaceError(f"admin token: cannot keep it private: {exc}") from None
     path = token_path(directory)

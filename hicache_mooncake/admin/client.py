@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_mooncake.metrics_discovery import endpoints
+from hicache_mooncake.metrics.discovery import endpoints
 
 
 class AdminError(Exception):

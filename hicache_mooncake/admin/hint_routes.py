@@ -21,6 +21,7 @@ nothing changes. A request changes the hints of this rank only, all of it or (on
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from hicache_mooncake.config.tenants import check_tenant_name
@@ -109,6 +110,19 @@ def _refused(exc: NoKeySpace) -> tuple[int, dict[str, Any]]:
     return 409, {"error": str(exc)}
 
 
+def _on_keys(
+    ctx: AdminContext, body: dict[str, Any], op: str, apply: Callable[[list[str]], Any], **extra: Any
+) -> tuple[int, dict[str, Any]]:
+    """Apply a hint to the store keys of the body's pages and answer what it did (409 when the
+    backend has no key space yet)."""
+    try:
+        keys, pages = store_keys(ctx, body)
+    except NoKeySpace as exc:
+        return _refused(exc)
+    apply(keys)
+    return _answer(ctx, op, pages, **extra)
+
+
 @route("GET", "/v1/hints")
 def show(ctx: AdminContext, _body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     return 200, {**ctx.labels, "hints": ctx.store.hints.stats()}
@@ -119,33 +133,20 @@ def pin(ctx: AdminContext, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     """Hard protection: the pages stay until the TTL (``Hints.pin``; the oldest pins beyond its
     bound are released)."""
     seconds = ttl(body)
-    try:
-        keys, pages = store_keys(ctx, body)
-    except NoKeySpace as exc:
-        return _refused(exc)
-    ctx.store.hints.pin(keys, seconds)
-    return _answer(ctx, "pin", pages, ttl_s=seconds)
+    return _on_keys(ctx, body, "pin", lambda keys: ctx.store.hints.pin(keys, seconds), ttl_s=seconds)
 
 
 @route("POST", "/v1/hints/unpin")
 def unpin(ctx: AdminContext, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    try:
-        keys, pages = store_keys(ctx, body)
-    except NoKeySpace as exc:
-        return _refused(exc)
-    ctx.store.hints.unpin(keys)
-    return _answer(ctx, "unpin", pages)
+    return _on_keys(ctx, body, "unpin", ctx.store.hints.unpin)
 
 
 @route("POST", "/v1/hints/shared")
 def shared(ctx: AdminContext, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     seconds = ttl(body)
-    try:
-        keys, pages = store_keys(ctx, body)
-    except NoKeySpace as exc:
-        return _refused(exc)
-    ctx.store.hints.mark_shared(keys, seconds)
-    return _answer(ctx, "shared", pages, ttl_s=seconds)
+    return _on_keys(
+        ctx, body, "shared", lambda keys: ctx.store.hints.mark_shared(keys, seconds), ttl_s=seconds
+    )
 
 
 @route("POST", "/v1/hints/session")

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from hicache_mooncake.cross_tp import group_suffixes
 from hicache_mooncake.keys import KEY_FORMAT, pool_geometry
 from hicache_mooncake.object_split import PageCut, chunk_count, max_object_bytes
-from hicache_mooncake.pools.names import KV
-from hicache_mooncake.pools.registered import RegisteredPool
+from hicache_mooncake.sglang_adapter.cross_tp import group_suffixes
+from hicache_mooncake.sglang_adapter.host_pools.names import KV
+from hicache_mooncake.sglang_adapter.host_pools.registered import RegisteredPool
 
 BACKEND = "hicache-mooncake"
 KEY_TEMPLATE = "{model}/{digest}[~{tenant}]/{page_hash}{pool_tag}{rank_suffix}[@hg{g}of{L}][#{i}of{n}]"

@@ -25,7 +25,8 @@ from typing import Any
 
 from hicache_mooncake.config.admin import AdminConfig
 from hicache_mooncake.config.errors import ConfigError
-from hicache_mooncake.metrics_discovery import APP_DIR, Endpoint, register, unregister
+from hicache_mooncake.metrics.discovery import Endpoint, register, unregister
+from hicache_mooncake.runtime_dir import runtime_dir
 from hicache_mooncake.tiers.runtime_ops import OperationError
 
 from . import auth, hint_routes, layout_routes, lookup_routes  # noqa: F401 - register their routes
@@ -47,13 +48,7 @@ def discovery_dir(config: AdminConfig) -> Path:
     ``/tmp/hicache-mooncake-<uid>/admin``)."""
     if config.discovery_dir:
         return Path(os.path.expanduser(config.discovery_dir))
-    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    base = (
-        Path(runtime) / APP_DIR
-        if runtime and os.path.isdir(runtime)
-        else Path(f"/tmp/{APP_DIR}-{os.geteuid()}")
-    )
-    return base / "admin"
+    return runtime_dir() / "admin"
 
 
 def start_failure_fatal(config: AdminConfig, exc: BaseException) -> bool:

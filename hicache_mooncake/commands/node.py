@@ -25,7 +25,7 @@ from typing import Any
 from hicache_mooncake.commands import UsageError
 from hicache_mooncake.config import load_config_file
 from hicache_mooncake.config.cluster import NodeSection
-from hicache_mooncake.metrics_node import serve_node_metrics
+from hicache_mooncake.metrics.node import serve_node_metrics
 from hicache_mooncake.optional_deps import require
 from hicache_mooncake.store_builder import build_node_store
 from hicache_mooncake.transport.arena_files import collect_stale

@@ -16,10 +16,10 @@ import json
 import sys
 from typing import Any
 
-from hicache_mooncake import metrics_discovery
 from hicache_mooncake.commands import UsageError
 from hicache_mooncake.config import load_config_file
-from hicache_mooncake.metrics_scrape import EndpointReport, ScrapeError, fetch, parse
+from hicache_mooncake.metrics import discovery as metrics_discovery
+from hicache_mooncake.metrics.scrape import EndpointReport, ScrapeError, fetch, parse
 from hicache_mooncake.sizes import format_size
 
 _SUMMED = (

@@ -8,7 +8,7 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-APP_DIR = "hicache-mooncake"
+from hicache_mooncake.runtime_dir import runtime_dir
 
 
 class HostCacheConfig(BaseModel):
@@ -55,7 +55,4 @@ class HostCacheConfig(BaseModel):
         """``dir``, or the per-user default (module docstring)."""
         if self.dir:
             return os.path.expanduser(self.dir)
-        runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-        if runtime and os.path.isdir(runtime):
-            return os.path.join(runtime, APP_DIR)
-        return f"/tmp/{APP_DIR}-{os.geteuid()}"
+        return str(runtime_dir())

@@ -203,7 +203,7 @@ class BackendConfig(StrictModel):
     tp_lcm_size: int | None = None
     """SGLang's own: the least common multiple of the TP sizes sharing the store. Set, an MHA page is
     stored as ``tp_lcm_size`` head-group objects that ranks of every TP size dividing it share
-    (``cross_tp.py``); a ``tp_size`` that does not divide it is refused at attach. MLA: no change."""
+    (``sglang_adapter/cross_tp.py``); a ``tp_size`` that does not divide it is refused at attach. MLA: no change."""
 
     config_file: str | None = None
     """Inline (JSON) extra config may point at a YAML file; its keys are the base, inline keys win."""

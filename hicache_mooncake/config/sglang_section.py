@@ -4,7 +4,7 @@ The backend does not apply this section (SGLang has sized its host pool and chos
 the backend exists); ``hicache-mooncake launch CONFIG -- ...`` turns it into SGLang's command-line
 flags, checks the combination first, and ``config validate`` checks it offline. An SGLang started
 without ``launch`` ignores it: the backend compares it at attach with what SGLang runs and logs each
-difference once (``sglang_settings_check``). Each key is named
+difference once (``sglang_adapter.settings_check``). Each key is named
 exactly as SGLang 0.5.23's ``ServerArgs`` field and becomes the flag ``--<key with dashes>``
 (``tests/sglang/test_launch.py`` holds every key against SGLang's own argument parser, so a flag
 SGLang renames fails CI). A key left out (None) is not passed: SGLang's default applies.

@@ -30,7 +30,7 @@ from hicache_mooncake.admin import auth
 from hicache_mooncake.admin.client import AdminClient, AdminError
 from hicache_mooncake.admin.server import discovery_dir
 from hicache_mooncake.config import BackendConfig
-from hicache_mooncake.metrics_discovery import endpoints
+from hicache_mooncake.metrics.discovery import endpoints
 from hicache_mooncake.tiers.policy.hints import Hints
 from hicache_mooncake.tiers.runtime_ops import OperationError
 

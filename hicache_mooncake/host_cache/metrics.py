@@ -1,6 +1,6 @@
 """The host cache service's per-client accounting as Prometheus families (requests, reservations,
 commits, lookups and hits per connected client process), read from the server's stats at scrape;
-served with the service's tiers by ``metrics_node.serve_node_metrics`` on ``host_cache.metrics_port``
+served with the service's tiers by ``metrics.node.serve_node_metrics`` on ``host_cache.metrics_port``
 (by default any free port, registered for discovery with the role ``host-cache``). ``parse_clients``
 reads them back from the text (``hicache-mooncake stats``)."""
 

@@ -52,28 +52,18 @@ class HostCachePaths:
         one others may write into, is refused (``ValueError`` naming ``host_cache.dir``, the owner,
         the mode and the fix); ours with read or search bits for others (made before this rule)
         is tightened to 0700, so the files in it (log, configuration) are ours alone."""
+        from hicache_mooncake.ssd.private_dir import (  # the engine: lazily
+            SsdUnsafePathError,
+            make_private_dir,
+        )
+
         try:
-            os.makedirs(self.dir, mode=0o700, exist_ok=True)
-            st = os.lstat(self.dir)
+            make_private_dir(self.dir, "host_cache.dir")
+            mode = stat.S_IMODE(os.stat(self.dir).st_mode)
+        except SsdUnsafePathError as exc:
+            raise ValueError(str(exc)) from None
         except OSError as exc:
             raise ValueError(f"host_cache.dir {self.dir!r}: {exc.strerror or exc}") from None
-        if not stat.S_ISDIR(st.st_mode):
-            raise ValueError(
-                f"host_cache.dir {self.dir!r} is not a directory (a link or a file): remove it, or "
-                "choose another host_cache.dir"
-            )
-        mode = stat.S_IMODE(st.st_mode)
-        if st.st_uid != os.geteuid():
-            raise ValueError(
-                f"host_cache.dir {self.dir!r} belongs to uid {st.st_uid} (mode {mode:04o}), not to the "
-                f"serving user (uid {os.geteuid()}): another user could plant a socket or a lock there. "
-                f"Remove it or `chown {os.geteuid()} {self.dir}`, or choose another host_cache.dir"
-            )
-        if mode & 0o022:
-            raise ValueError(
-                f"host_cache.dir {self.dir!r} is writable by others (mode {mode:04o}): run "
-                f"`chmod 700 {self.dir}`, or choose another host_cache.dir"
-            )
         if mode & 0o077:
             try:
                 os.chmod(self.dir, 0o700)

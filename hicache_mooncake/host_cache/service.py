@@ -76,7 +76,7 @@ class HostCacheService:
     def run(self) -> int:
         self.server.start()
         from hicache_mooncake.config.metrics import ExporterConfig
-        from hicache_mooncake.metrics_node import serve_node_metrics
+        from hicache_mooncake.metrics.node import serve_node_metrics
 
         from .health import watch_service
         from .metrics import ClientCollector

@@ -24,6 +24,7 @@ from typing import Any
 
 from hicache_mooncake.config import BackendConfig
 from hicache_mooncake.sizes import format_size
+from hicache_mooncake.transport.processes import pid_alive
 
 from .lock import holder_pid
 from .paths import HostCachePaths
@@ -82,15 +83,6 @@ def is_service(pid: int) -> bool:
     return b"host-cache" in argv
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie waiting for its parent's wait has exited)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 @dataclass
 class ServiceStatus:
     name: str
@@ -111,7 +103,7 @@ class ServiceStatus:
 
 
 def _client_names(config: BackendConfig) -> dict[int, dict[str, str]]:
-    from hicache_mooncake import metrics_discovery
+    from hicache_mooncake.metrics import discovery as metrics_discovery
 
     directory = metrics_discovery.resolve_dir(config.metrics.discovery_dir)
     return {e.pid: e.labels for e in metrics_discovery.endpoints(directory) if e.role == "backend"}
@@ -219,7 +211,7 @@ def stop_service(paths: HostCachePaths, timeout_s: float) -> tuple[bool, str]:
         return True, f"host cache {paths.name}: pid {pid} already exited"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if holder_pid(paths.lock) != pid and not _alive(pid):
+        if holder_pid(paths.lock) != pid and not pid_alive(pid):
             return True, f"host cache {paths.name}: pid {pid} drained and stopped"
         time.sleep(0.05)
     return False, (

@@ -16,23 +16,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-APP_DIR = "hicache-mooncake"
+from hicache_mooncake.runtime_dir import private_dir, runtime_dir
+from hicache_mooncake.transport.processes import pid_alive
 
 
 def default_dir() -> Path:
     """``$XDG_RUNTIME_DIR/hicache-mooncake/metrics``, else ``/tmp/hicache-mooncake-<uid>/metrics``."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    base = (
-        Path(runtime) / APP_DIR
-        if runtime and os.path.isdir(runtime)
-        else Path(f"/tmp/{APP_DIR}-{os.geteuid()}")
-    )
-    return base / "metrics"
+    return runtime_dir() / "metrics"
 
 
 def resolve_dir(configured: str) -> Path:
@@ -56,46 +50,12 @@ class Endpoint:
         return self.url.rsplit("/", 1)[0] + "/healthz"
 
 
-def private_dir(path: Path) -> None:
-    """Create ``path`` (0700) if needed and check that nobody else can touch what is in it: it is
-    a directory (not a link) owned by us, not writable by group or others, and every directory
-    above it is owned by us or root and, when others may write it, sticky (as ``/tmp``). OSError
-    naming the directory otherwise. A parent it creates (``/tmp/hicache-mooncake-<uid>``) is 0700
-    too."""
-    os.makedirs(path.parent, mode=0o700, exist_ok=True)
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    uid = os.geteuid()
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise OSError(f"{path} is not a directory")
-    if st.st_uid != uid:
-        raise OSError(f"{path} belongs to uid {st.st_uid}, not to us")
-    if st.st_mode & 0o022:
-        raise OSError(f"{path} is writable by others (mode {st.st_mode & 0o777:o})")
-    for parent in Path(os.path.abspath(path)).parents:
-        pst = os.stat(parent)
-        if pst.st_uid not in (uid, 0):
-            raise OSError(f"{parent} (above {path}) belongs to uid {pst.st_uid}: others could replace {path}")
-        if pst.st_mode & 0o022 and not pst.st_mode & stat.S_ISVTX:
-            raise OSError(f"{parent} (above {path}) is writable by others and not sticky")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def register(directory: Path, endpoint: Endpoint, port: int) -> Path:
     """Write ``endpoint``'s file atomically (removing files of dead processes first); returns its
     path. OSError when the directory cannot be used."""
-    private_dir(directory)
+    private_dir(directory, "metrics discovery directory")
     for stale in _entries(directory):
-        if not _alive(stale[1].pid):
+        if not pid_alive(stale[1].pid):
             with contextlib.suppress(OSError):
                 stale[0].unlink()
     path = directory / f"{endpoint.role}-{endpoint.pid}-{port}.json"
@@ -138,4 +98,4 @@ def _entries(directory: Path) -> list[tuple[Path, Endpoint]]:
 
 def endpoints(directory: Path) -> list[Endpoint]:
     """The live endpoints registered in ``directory`` (none when it does not exist)."""
-    return [e for _path, e in _entries(directory) if _alive(e.pid)]
+    return [e for _path, e in _entries(directory) if pid_alive(e.pid)]

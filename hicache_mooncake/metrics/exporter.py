@@ -26,8 +26,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from hicache_mooncake import metrics_discovery
-from hicache_mooncake.metrics_discovery import Endpoint
+from hicache_mooncake.metrics import discovery as metrics_discovery
+from hicache_mooncake.metrics.discovery import Endpoint
 
 log = logging.getLogger(__name__)
 Health = Callable[[], tuple[bool, dict[str, Any]]]

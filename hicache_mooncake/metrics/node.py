@@ -5,7 +5,7 @@ Families (``hicache_mooncake:`` prefix): ``node_requests_total{op}``, ``node_err
 did: ``node_entries``, ``node_used_bytes``, ``node_capacity_bytes``, ``node_hits_total``,
 ``node_misses_total``, ``node_stored_total``, ``node_evictions_total``, ``node_refusals_total{cause}``.
 A store that reports per-tier figures (a node serving a ``TieredStore``) is exported with the
-backend's ``tier_*`` families instead (``metrics_tiers``).
+backend's ``tier_*`` families instead (``metrics.tiers``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from hicache_mooncake.config.metrics import ExporterConfig
-from hicache_mooncake.metrics_exporter import MetricsExporter
-from hicache_mooncake.metrics_tiers import TierStatsCollector, _Families, _num
+from hicache_mooncake.metrics.exporter import MetricsExporter
+from hicache_mooncake.metrics.tiers import TierStatsCollector, _Families, _num
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ scraped and summed side by side. The parts:
 
 - this module: the backend's own calls: ``hicache_mooncake:pages_total{op,result}``,
   ``bytes_total{op}``, ``call_failures_total{op}``, ``call_seconds{op}`` and ``backend_info``;
-- ``metrics_timing``: per-tier latency histograms and hit/miss/byte counters (the timing layer);
-- ``metrics_tiers``: per-tier figures the store already counts, read at scrape time;
-- ``metrics_exporter``: the HTTP endpoint (``/metrics``, ``/healthz``) and discovery file.
+- ``metrics.timing``: per-tier latency histograms and hit/miss/byte counters (the timing layer);
+- ``metrics.tiers``: per-tier figures the store already counts, read at scrape time;
+- ``metrics.exporter``: the HTTP endpoint (``/metrics``, ``/healthz``) and discovery file.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from hicache_mooncake.config.metrics import ExporterConfig
 from hicache_mooncake.keys import RankInfo
-from hicache_mooncake.metrics_exporter import Health, MetricsExporter
-from hicache_mooncake.metrics_tiers import TierStatsCollector
-from hicache_mooncake.metrics_timing import LATENCY_BUCKETS, PREFIX, TierTiming
+from hicache_mooncake.metrics.exporter import Health, MetricsExporter
+from hicache_mooncake.metrics.tiers import TierStatsCollector
+from hicache_mooncake.metrics.timing import LATENCY_BUCKETS, PREFIX, TierTiming
 from hicache_mooncake.tiers.tier import Tier
 
 MAX_SAMPLES = 4096
@@ -138,7 +138,7 @@ class BackendMetrics:
         self._exporter: MetricsExporter | None = None
 
     def instrument(self, tiers: Iterable[Tier]) -> None:
-        """Time every batched call of ``tiers`` (``metrics_timing``)."""
+        """Time every batched call of ``tiers`` (``metrics.timing``)."""
         for tier in tiers:
             self.timing.instrument(tier)
 

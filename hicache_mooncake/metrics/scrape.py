@@ -1,7 +1,7 @@
 """Read one exporter's ``/metrics`` back into per-tier figures (``hicache-mooncake stats``, tests).
 
 ``scrape(url)`` returns an ``EndpointReport``: the labels of the process (``model``/``rank`` or
-``node``), per tier the gauges and counters of ``metrics_tiers``/``metrics_timing`` plus latency
+``node``), per tier the gauges and counters of ``metrics.tiers``/``metrics.timing`` plus latency
 quantiles estimated from the ``tier_op_seconds`` buckets (as Prometheus' ``histogram_quantile``
 does: linear within the bucket), and the process-level counters.
 """

@@ -119,6 +119,11 @@ def _tier(out: _Families, name: str, tier: Mapping[str, Any], placement: Mapping
         out.add(
             "counter", "tier_checksum_errors", "Reads whose payload failed its checksum (a miss)", t, checksum
         )
+    if (collisions := _num(tier, "fingerprint_collisions")) is not None:
+        out.add(
+            "counter", "tier_fingerprint_collisions",
+            "Reads that found another key's entry under the key's fingerprint (a miss)", t, collisions,
+        )  # fmt: skip
     if (seconds := _num(tier, "recover_seconds")) is not None:
         out.add("gauge", "tier_recovery_seconds", "Time to rebuild the tier's index at attach", t, seconds)
     if (recovered := _num(tier, "recovered_entries")) is not None:

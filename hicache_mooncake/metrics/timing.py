@@ -60,32 +60,19 @@ class TierTiming:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
-        self.hits = Counter(
-            f"{PREFIX}tier_hits", "Keys a get found in this tier", [*names, "tier"], registry=registry
+
+        def per_tier(name: str, doc: str) -> Counter:
+            return Counter(f"{PREFIX}{name}", doc, [*names, "tier"], registry=registry)
+
+        self.hits = per_tier("tier_hits", "Keys a get found in this tier")
+        self.misses = per_tier(
+            "tier_misses", "Keys a get asked this tier for and did not find (or could not read in time)"
         )
-        self.misses = Counter(
-            f"{PREFIX}tier_misses",
-            "Keys a get asked this tier for and did not find (or could not read in time)",
-            [*names, "tier"],
-            registry=registry,
-        )
-        self.read_bytes = Counter(
-            f"{PREFIX}tier_read_bytes",
-            "Payload bytes read from this tier",
-            [*names, "tier"],
-            registry=registry,
-        )
-        self.written_bytes = Counter(
-            f"{PREFIX}tier_written_bytes",
-            "Payload bytes this tier accepted from sets",
-            [*names, "tier"],
-            registry=registry,
-        )
-        self.write_failures = Counter(
-            f"{PREFIX}tier_write_failures",
+        self.read_bytes = per_tier("tier_read_bytes", "Payload bytes read from this tier")
+        self.written_bytes = per_tier("tier_written_bytes", "Payload bytes this tier accepted from sets")
+        self.write_failures = per_tier(
+            "tier_write_failures",
             "Keys a set did not store in this tier (see tier_refusals_total for causes)",
-            [*names, "tier"],
-            registry=registry,
         )
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 

@@ -36,8 +36,8 @@ import numpy as np
 import torch
 
 from hicache_mooncake.config.errors import ConfigError
-from hicache_mooncake.host_memory import HostRangeError
-from hicache_mooncake.pools.provider import class_names
+from hicache_mooncake.sglang_adapter.host_memory import HostRangeError
+from hicache_mooncake.sglang_adapter.host_pools.provider import class_names
 
 # SGLang's MHA host layouts whose page a head group can be cut from (``_grouped``).
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")

@@ -25,12 +25,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from hicache_mooncake.failures import FailureLog
-from hicache_mooncake.hit_policy import BLOCK_GROUPS, HitResult, PoolQuery, evaluate
-from hicache_mooncake.host_memory import HostRangeError
-from hicache_mooncake.metrics import BackendMetrics
+from hicache_mooncake.metrics.rank import BackendMetrics
 from hicache_mooncake.object_split import chunk_count, chunk_keys, chunked, split_pages, whole
-from hicache_mooncake.pools import PoolSet, RegisteredPool
-from hicache_mooncake.pools.names import pool_name
+from hicache_mooncake.sglang_adapter.hit_policy import BLOCK_GROUPS, HitResult, PoolQuery, evaluate
+from hicache_mooncake.sglang_adapter.host_memory import HostRangeError
+from hicache_mooncake.sglang_adapter.host_pools import PoolSet, RegisteredPool
+from hicache_mooncake.sglang_adapter.host_pools.names import pool_name
 from hicache_mooncake.tiers.parts import pages_nbytes
 from hicache_mooncake.tiers.policy.base import TRAILING_TYPES
 from hicache_mooncake.tiers.policy.hints import session_of

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hicache_mooncake.config import validate_config
-from hicache_mooncake.metrics import BackendMetrics
+from hicache_mooncake.metrics.rank import BackendMetrics
 
 LOOPBACKS = ("127.0.0.1", "127.0.0.2")
 

@@ -241,7 +241,7 @@ def test_node_metrics_host_is_the_address_the_endpoint_listens_on(
     from test_metrics_host_keys import LOOPBACKS, answers
 
     from hicache_mooncake.config.cluster import NodeSection
-    from hicache_mooncake.metrics_node import serve_node_metrics
+    from hicache_mooncake.metrics.node import serve_node_metrics
 
     section = NodeSection.model_validate(
         {"metrics": {"host": host, "port": 0, "discovery_dir": str(tmp_path)}}

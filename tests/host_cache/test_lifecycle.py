@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from host_cache_procs import PrivateHostCache, pid_alive
 
-from hicache_mooncake import metrics_discovery
 from hicache_mooncake.config import validate_config
-from hicache_mooncake.metrics import BackendMetrics, RankLabels
+from hicache_mooncake.metrics import discovery as metrics_discovery
+from hicache_mooncake.metrics.rank import BackendMetrics, RankLabels
 from hicache_mooncake.store_builder import build_client_store
 
 pytestmark = pytest.mark.integration

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 from host_cache_procs import REPO, PrivateHostCache
 
-from hicache_mooncake import metrics_discovery
 from hicache_mooncake.cli import main
 from hicache_mooncake.config import MetricsConfig, validate_config
-from hicache_mooncake.metrics import BackendMetrics, RankLabels
+from hicache_mooncake.metrics import discovery as metrics_discovery
+from hicache_mooncake.metrics.rank import BackendMetrics, RankLabels
 from hicache_mooncake.store_builder import build_client_store
 
 pytestmark = pytest.mark.integration

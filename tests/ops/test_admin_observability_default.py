@@ -16,7 +16,7 @@ from hicache_mooncake.admin.server import AdminServer
 from hicache_mooncake.cli import main
 from hicache_mooncake.config import load_config_file
 from hicache_mooncake.config.admin import TOKEN_ENV
-from hicache_mooncake.metrics import BackendMetrics, RankLabels
+from hicache_mooncake.metrics.rank import BackendMetrics, RankLabels
 from hicache_mooncake.presets import preset_names, preset_path
 
 

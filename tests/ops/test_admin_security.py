@@ -109,7 +109,7 @@ def test_a_generated_token_others_could_read_or_replace_is_refused(tmp_path, ser
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o777)
-    with pytest.raises(ConfigError, match="writable by others"):
+    with pytest.raises(ConfigError, match="writable by group or others"):
         serve(tmp_path, shared)
 
 

@@ -18,7 +18,7 @@ import yaml
 from transport_procs import SECRET, NodeProc, free_port, node_env
 
 from hicache_mooncake.cli import main
-from hicache_mooncake.metrics_scrape import scrape
+from hicache_mooncake.metrics.scrape import scrape
 
 pytestmark = [pytest.mark.sglang, pytest.mark.integration]
 HERE = Path(__file__).resolve().parent

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from sglang_helpers import SMALL, make_backend, small_extra
 
-from hicache_mooncake import sglang_settings_check
 from hicache_mooncake.config import ConfigError
+from hicache_mooncake.sglang_adapter import settings_check as sglang_settings_check
 
 pytestmark = pytest.mark.sglang
 

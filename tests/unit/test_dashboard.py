@@ -10,10 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 GRAFANA = REPO / "deploy" / "grafana"
-SOURCES = [
-    REPO / "hicache_mooncake" / f
-    for f in ("metrics.py", "metrics_timing.py", "metrics_tiers.py", "metrics_node.py")
-]
+SOURCES = [REPO / "hicache_mooncake" / "metrics" / f for f in ("rank.py", "timing.py", "tiers.py", "node.py")]
 
 
 def generator():

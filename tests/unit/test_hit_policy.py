@@ -1,9 +1,14 @@
-"""``batch_exists_v2``'s arithmetic (hicache_mooncake.hit_policy), case by case; the same rules run
+"""``batch_exists_v2``'s arithmetic (hicache_mooncake.sglang_adapter.hit_policy), case by case; the same rules run
 through SGLang's real pools in tests/sglang/test_hybrid_pools.py."""
 
 from __future__ import annotations
 
-from hicache_mooncake.hit_policy import PoolQuery, block_group_pages, evaluate, trailing_stop_points
+from hicache_mooncake.sglang_adapter.hit_policy import (
+    PoolQuery,
+    block_group_pages,
+    evaluate,
+    trailing_stop_points,
+)
 
 
 def bits(n: int, present: set[int]) -> list[bool]:

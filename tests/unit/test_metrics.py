@@ -22,12 +22,12 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from transport_procs import SECRET, free_port, node_command, node_env
 
-from hicache_mooncake import metrics_discovery
 from hicache_mooncake.cli import main
 from hicache_mooncake.config.metrics import MetricsConfig
-from hicache_mooncake.metrics import BackendMetrics, RankLabels, rank_index
-from hicache_mooncake.metrics_exporter import MetricsExporter
-from hicache_mooncake.metrics_scrape import quantile, scrape
+from hicache_mooncake.metrics import discovery as metrics_discovery
+from hicache_mooncake.metrics.exporter import MetricsExporter
+from hicache_mooncake.metrics.rank import BackendMetrics, RankLabels, rank_index
+from hicache_mooncake.metrics.scrape import quantile, scrape
 from hicache_mooncake.ssd import SsdEngine, SsdOptions
 from hicache_mooncake.tiers.dram_tier import DramTier
 from hicache_mooncake.tiers.policy import make_policy
@@ -321,7 +321,7 @@ def test_discovery_refuses_a_directory_others_can_write(tmp_path):
     directory = tmp_path / "open"
     directory.mkdir()
     directory.chmod(0o777)
-    with pytest.raises(OSError, match="writable by others"):
+    with pytest.raises(OSError, match="writable by group or others"):
         metrics_discovery.register(directory, metrics_discovery.Endpoint("backend", "u", os.getpid()), 1)
 
 

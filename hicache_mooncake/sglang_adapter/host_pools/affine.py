@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hicache_mooncake.pools.index_array import NUMPY_NOGIL_MIN, index_array
-from hicache_mooncake.pools.provider import PoolProvider
+from hicache_mooncake.sglang_adapter.host_pools.index_array import NUMPY_NOGIL_MIN, index_array
+from hicache_mooncake.sglang_adapter.host_pools.provider import PoolProvider
 
 AFFINE_METHODS = frozenset(
     {"MHATokenToKVPoolHost.get_page_buffer_meta", "MLATokenToKVPoolHost.get_page_buffer_meta"}

@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from hicache_mooncake.host_memory import pool_tensors
-from hicache_mooncake.pools.provider import PoolProvider, class_names, register_provider
+from hicache_mooncake.sglang_adapter.host_memory import pool_tensors
+from hicache_mooncake.sglang_adapter.host_pools.provider import PoolProvider, class_names, register_provider
 
 
 @register_provider

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from hicache_mooncake.pools.provider import PoolProvider, class_names, register_provider
+from hicache_mooncake.sglang_adapter.host_pools.provider import PoolProvider, class_names, register_provider
 
 
 @register_provider

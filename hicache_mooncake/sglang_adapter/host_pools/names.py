@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hicache_mooncake.pools.provider import class_names
+from hicache_mooncake.sglang_adapter.host_pools.provider import class_names
 from hicache_mooncake.tiers.policy import ObjectType
 
 KV = "kv"

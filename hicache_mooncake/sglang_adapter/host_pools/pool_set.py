@@ -16,11 +16,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from hicache_mooncake.host_memory import HostMemoryMap
 from hicache_mooncake.keys import RankInfo, build_keyspace, pool_geometry, sidecar_keyspace
-from hicache_mooncake.pools.names import KV, object_type_for, pool_name, rank_sharded
-from hicache_mooncake.pools.provider import provider_for
-from hicache_mooncake.pools.registered import RegisteredPool
+from hicache_mooncake.sglang_adapter.host_memory import HostMemoryMap
+from hicache_mooncake.sglang_adapter.host_pools.names import KV, object_type_for, pool_name, rank_sharded
+from hicache_mooncake.sglang_adapter.host_pools.provider import provider_for
+from hicache_mooncake.sglang_adapter.host_pools.registered import RegisteredPool
 
 
 class PoolSet:

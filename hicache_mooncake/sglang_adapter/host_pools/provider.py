@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from hicache_mooncake.host_memory import pool_tensors
+from hicache_mooncake.sglang_adapter.host_memory import pool_tensors
 
 
 class PoolProvider(ABC):
@@ -50,7 +50,7 @@ def register_provider(cls: type[PoolProvider]) -> type[PoolProvider]:
 
 
 def provider_for(pool: Any) -> PoolProvider:
-    from hicache_mooncake.pools import generic, logical, mamba  # noqa: F401  (they register themselves)
+    from hicache_mooncake.sglang_adapter.host_pools import generic, logical, mamba  # noqa: F401  (they register themselves)
 
     for cls in _PROVIDERS:
         if cls.handles(pool):

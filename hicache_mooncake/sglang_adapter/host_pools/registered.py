@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from hicache_mooncake.host_memory import HostMemoryMap, HostRangeError
 from hicache_mooncake.keys import KeySpace
-from hicache_mooncake.pools.affine import AffineRuns
-from hicache_mooncake.pools.index_array import bounds, index_array
-from hicache_mooncake.pools.provider import PoolProvider
+from hicache_mooncake.sglang_adapter.host_memory import HostMemoryMap, HostRangeError
+from hicache_mooncake.sglang_adapter.host_pools.affine import AffineRuns
+from hicache_mooncake.sglang_adapter.host_pools.index_array import bounds, index_array
+from hicache_mooncake.sglang_adapter.host_pools.provider import PoolProvider
 from hicache_mooncake.tiers.policy import ObjectType
 
 
