@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from .core import EngineCore
 from .format import BLOCK, RegionHeader, entry_size
 from .io import URGENT, IoBatch
+from .names import tell_untold
 from .reclaim import drop_all, pick_victim
 from .region import Region, RegionState, open_region_fd, preallocate, remove_region_file, write_region_header
 from .space import FloorGuard
@@ -141,8 +142,7 @@ class RegionAllocator:
     def maybe_free(self, r: Region) -> None:
         if r.state is RegionState.DRAINING and not r.pinned:
             r.state = RegionState.FREE
-            r.keys = []
-            r.live_bytes = 0
+            r.reset_entries()
 
     def drop_oldest(self, di: int) -> tuple[Region | None, list[str]]:
         """Synchronously evict the oldest sealed unpinned region of ``di`` (no reinsertion)."""
@@ -300,8 +300,7 @@ class RegionAllocator:
                 if ok and r.epoch == c.epoch and not c.closed:
                     r.state = RegionState.ACTIVE
                     r.write_off = BLOCK
-                    r.keys = []
-                    r.live_bytes = 0
+                    r.reset_entries()
                     r.summarized = False
                     if self.active[di] is None:
                         self.active[di] = r
@@ -336,6 +335,7 @@ class RegionAllocator:
     def _open_region(self, r: Region) -> tuple[bool, str]:
         """Make ``r``'s file ready (state OPENING: this thread owns it): preallocate, write header."""
         o = self.core.options
+        tell_untold(self.core, r)  # keys a synchronous eviction dropped: before its summary goes
         try:
             if not r.allocated and not self.floors[r.dir_index].ok(extra=o.region_size, fresh=True):
                 return False, "floor" if o.min_free_bytes > 0 else "no_space"
@@ -392,6 +392,7 @@ class RegionAllocator:
         assert c.pool is not None
 
         def remove() -> None:
+            tell_untold(c, r)
             remove_region_file(r)
             self._region_file(r, False)
 

@@ -21,6 +21,7 @@ import os
 import resource
 import threading
 import time
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -195,9 +196,11 @@ def _load_summaries(core: EngineCore, summaries: list[tuple[Region, RegionSummar
         r.epoch = core.epoch
         r.write_off = summ.end_offset
         r.summarized = True
-        r.keys = summ.keys
+        fps = core.index.fps(summ.keys)  # one native call per summary, and one to index them
+        core.index.load_region_fps(fps, r.rid, r.gen, summ.offsets, summ.lengths, summ.seqs)
+        r.fps = array("Q", fps.tobytes())
+        r.names = None  # the keys stay in the summary (names.py)
         r.live_bytes = int(summ.lengths.sum())
-        core.index.load_region(summ.keys, r.rid, r.gen, summ.offsets, summ.lengths, summ.seqs)
         core.counts["recover_from_summaries"] += 1
 
 

@@ -36,9 +36,11 @@ from .buffer import reserve_staging
 from .core import EngineCore
 from .epoch import EpochKeeper
 from .io import IoPool
+from .names import region_names
 from .options import SsdOptions
 from .reader import ReadPath
 from .reclaimer import Reclaimer
+from .region import RegionState
 from .rescan import BackgroundScan
 from .resize import ResizeProgress, Resizer
 from .writer import WritePath
@@ -54,6 +56,7 @@ _STAT_KEYS = (
     "recovered_entries", "recover_corrupt", "recover_torn", "recover_stale_entries",
     "recover_stale_epoch_regions", "recover_bad_region_headers", "recover_from_summaries",
     "recover_lost_regions", "recover_missing_regions", "late_writes", "skipped_puts", "skipped_gets",
+    "fingerprint_collisions",
 )  # fmt: skip
 _REJECT_REASONS = ("no_space", "floor", "too_large", "io_error", "bad_key", "stale_epoch")
 
@@ -305,10 +308,34 @@ class SsdEngine:
             return found
 
     def keys(self) -> Iterator[str]:
-        """A snapshot of the committed keys."""
-        with self._core.lock:
-            snap = self._core.index.keys_snapshot()
-        return iter(snap)
+        """A snapshot of the committed keys. The index holds fingerprints only: each live
+        region's keys are read where they are kept (memory, else its summary or entry headers:
+        file I/O, no lock held) and listed where the index still points into that region."""
+        c = self._core
+        with c.lock:
+            live = [
+                r for r in c.regions
+                if r.state in (RegionState.ACTIVE, RegionState.SEALED) and len(r.fps)
+            ]  # fmt: skip
+            for r in live:
+                r.readers += 1  # not reopened while its keys are read
+        out: dict[str, None] = {}
+        try:
+            for r in live:
+                named = region_names(c, r)
+                if named is None:
+                    continue
+                names, fps = named
+                with c.lock:
+                    for key, loc in zip(names, c.index.lookup(fps), strict=True):
+                        if loc is not None and loc.region == r.rid and loc.gen == r.gen:
+                            out[key] = None
+        finally:
+            with c.lock:
+                for r in live:
+                    r.readers -= 1
+                    self._alloc.maybe_free(r)
+        return iter(list(out))
 
     def clear(self, deadline: float | None = None) -> bool:
         """Drop everything, durably; True once the new epoch is on disk by ``deadline`` (see
@@ -380,6 +407,7 @@ class SsdEngine:
             s: dict[str, Any] = {
                 "entries": len(c.index),
                 "bytes": c.index.bytes,
+                "index_bytes": c.index.nbytes,
                 "capacity": c.region_limit * o.region_size,
                 "max_capacity": o.num_regions * o.region_size,
                 "region_size": o.region_size,

@@ -189,8 +189,8 @@ class EpochKeeper:
                 self.writer.forget_all()
                 for r in c.regions:
                     if r.state in (RegionState.ACTIVE, RegionState.SEALED, RegionState.DRAINING):
-                        r.keys = []
-                        r.live_bytes = 0
+                        r.reset_entries()
+                        r.untold = None  # nothing is told on a clear
                         r.state = RegionState.DRAINING if r.pinned else RegionState.FREE
                 self.alloc.forget_all()
                 c.counts["clears"] += 1

@@ -131,7 +131,10 @@ class ReadPath:
         views_list = [[byte_view(p) for p in parts] for _, parts in items]
         plan: list[ReadItem] = []
         mem: list[tuple[int, WriteBuffer, Slot]] = []
+        fps = c.index.fps([key for key, _ in items]) if items else None
         with c.lock:
+            locs = c.index.lookup(fps) if fps is not None else []
+            read: list[int] = []
             for i, (key, _) in enumerate(items):
                 views = views_list[i]
                 size = sum(v.nbytes for v in views)
@@ -144,7 +147,7 @@ class ReadPath:
                     wb.acquire()
                     mem.append((i, wb, slot))
                     continue
-                loc = c.index.get(key)
+                loc = locs[i]
                 if loc is None:
                     continue
                 if loc.length != size:
@@ -152,9 +155,10 @@ class ReadPath:
                     continue
                 r = c.regions[loc.region]
                 r.readers += 1
-                if not internal:
-                    c.index.hit(key)
+                read.append(i)
                 plan.append(ReadItem(i, key, loc, r, views))
+            if read and not internal and fps is not None:
+                c.index.hit_many(fps[read])
         for i, wb, slot in mem:
             try:
                 copy_views(views_list[i], wb.payload_views(slot))
@@ -216,9 +220,12 @@ class ReadPath:
         if bad:
             with c.lock:
                 for it in bad:
+                    if it.other_key:  # another key's entry: a miss, the entry stays indexed
+                        c.counts["fingerprint_collisions"] += 1
+                        continue
                     if c.index.get(it.key) == it.loc:  # still this entry (seq and gen are in it)
                         c.index.pop(it.key)
-                c.counts["read_checksum_errors"] += len(bad)
+                c.counts["read_checksum_errors"] += sum(1 for it in bad if not it.other_key)
 
     def _unpin(self, run: Run) -> None:
         for it in run.items:
@@ -290,7 +297,8 @@ class ReadPath:
     def _deliver(self, run: Run, landed: _Landed, results: list[bool]) -> list[ReadItem]:
         """Verify ``run``'s entries, copy the bounced ones into the caller's views and set their
         results; returns the entries that failed verification (an I/O error fails none: they
-        are misses, and the entries stay indexed)."""
+        are misses, and the entries stay indexed), among them those whose entry is sound but
+        holds another key (``other_key``: a fingerprint collision; the entry stays indexed)."""
         if landed.error is not None:
             return []
         if len(landed.where) != len(run.items):  # the region's file was closed: nothing read
@@ -309,11 +317,12 @@ class ReadPath:
         return bad
 
     def _verify(self, it: ReadItem, hdr: memoryview, payload: Sequence[memoryview]) -> bool:
+        """Whether the entry is ``it.key``'s and sound. A sound header of the location's entry
+        that holds another key (a fingerprint collision) sets ``it.other_key``."""
         h, why = parse_entry_header(hdr, self.core.options.max_key_bytes)
         if (
             h is None
             or h.flags & FLAG_DEAD
-            or h.key != it.key.encode("utf-8", "surrogateescape")
             or h.gen != it.loc.gen
             or h.seq != it.loc.seq
             or h.payload_len != it.loc.length
@@ -321,6 +330,10 @@ class ReadPath:
             log.warning(
                 "ssd: bad entry header for %r at %s+%d: %s", it.key, it.region.path, it.loc.offset, why
             )
+            return False
+        if h.key != it.key.encode("utf-8", "surrogateescape"):
+            log.debug("ssd: %r shares its fingerprint with %r (a miss)", it.key, h.key)
+            it.other_key = True
             return False
         if payload_hash(payload) != h.payload_hash:
             log.warning(

@@ -31,6 +31,7 @@ class ReadItem:
     region: Region
     views: list[memoryview]
     bounce: bool = False
+    other_key: bool = False  # its entry is sound but holds another key (a fingerprint collision)
 
     @property
     def size(self) -> int:

@@ -13,10 +13,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import numpy as np
+
 from .allocator import RegionAllocator
 from .core import EngineCore
 from .format import entry_size
 from .index import Location
+from .names import region_names
 from .reader import ReadPath
 from .reclaim import pick_victim, split_for_reinsertion
 from .region import Region, RegionState
@@ -65,15 +68,23 @@ class Reclaimer:
             self._busy[di] = True
             c.fifo.remove(victim.rid)
             victim.state = RegionState.DRAINING
-            budget = int(o.region_size * reinsertion_fraction)
-            hot, evicted = split_for_reinsertion(victim, c.index, o.reinsertion_hits, budget, c.keep)
             victim.readers += 1
-            c.counts["reclaimed_regions"] += 1
-            c.counts["evicted_entries"] += len(evicted)
             gen = victim.gen
-        c.notify_evicted(evicted)
         late: list[str] = []
+        names: list[str] = []
+        fps = np.zeros(0, np.uint64)
         try:
+            named = region_names(c, victim)  # file I/O when its keys are not in memory (names.py)
+            if named is not None:
+                names, fps = named
+            with c.lock:
+                budget = int(o.region_size * reinsertion_fraction)
+                hot, evicted = split_for_reinsertion(
+                    victim, c.index, names, fps, o.reinsertion_hits, budget, c.keep
+                )
+                c.counts["reclaimed_regions"] += 1
+                c.counts["evicted_entries"] += len(evicted)
+            c.notify_evicted(evicted)
             if hot:
                 self._reinsert(victim, hot, deadline, open_regions)
         except Exception:  # noqa: BLE001
@@ -81,12 +92,13 @@ class Reclaimer:
         finally:
             with c.lock:
                 victim.readers -= 1
-                for key in victim.keys:
-                    if c.index.pop_if(key, victim.rid, gen) is not None:
-                        late.append(key)
-                c.counts["evicted_entries"] += len(late)
-                victim.keys = []
-                victim.live_bytes = 0
+                left = np.frombuffer(victim.fps, np.uint64).copy()
+                gone = c.index.pop_if_many(left, victim.rid, gen)
+                if gone.any():
+                    by_fp = dict(zip(fps.tolist(), names, strict=True))
+                    late = [k for k in map(by_fp.get, left[gone].tolist()) if k is not None]
+                    c.counts["evicted_entries"] += int(gone.sum())
+                victim.reset_entries()
                 self.alloc.maybe_free(victim)
                 self._busy[di] = False
         c.notify_evicted(late)

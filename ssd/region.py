@@ -15,6 +15,9 @@ Invariants (all state changes happen under the engine lock; file I/O never does)
 * ``gen`` changes only when the region is reopened; entries carry the gen they were written
   under, so entries of an older life are stale and ignored.
 * ``write_off`` only grows while ACTIVE; every reservation lies inside ``[BLOCK, region_size)``.
+* ``fps`` lists the fingerprint of every entry indexed into this generation (8 bytes each; some
+  may since point elsewhere); ``names`` their keys in the same order while the region's summary
+  is not on disk, None once it is (the keys are then read from it: :mod:`.names`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+from array import array
 from enum import Enum
+
+import numpy as np
 
 from .format import BLOCK, RegionHeader, region_file_name
 from .io import O_DIRECT, aligned_buffer, pwritev_full
@@ -40,7 +46,7 @@ class RegionState(Enum):
 class Region:
     __slots__ = (
         "rid", "dir_index", "path", "fd", "allocated", "state", "gen", "epoch", "write_off",
-        "readers", "writers", "keys", "alloc_retry_at", "unlink_when_free", "live_bytes", "dirty", "summarized",
+        "readers", "writers", "fps", "names", "untold", "alloc_retry_at", "unlink_when_free", "live_bytes", "dirty", "summarized",
     )  # fmt: skip
 
     def __init__(self, rid: int, dir_index: int, directory: str) -> None:
@@ -55,12 +61,28 @@ class Region:
         self.write_off = BLOCK
         self.readers = 0
         self.writers = 0
-        self.keys: list[str] = []
+        self.fps = array("Q")  # fingerprints of the entries indexed into this generation
+        self.names: list[str] | None = []  # their keys, until its summary is on disk (names.py)
+        # dropped by a synchronous eviction, on_evict not yet told: (fps, gen, epoch) (names.py)
+        self.untold: tuple[np.ndarray, int, int] | None = None
         self.alloc_retry_at = 0.0
         self.unlink_when_free = False
         self.live_bytes = 0
         self.dirty = False
         self.summarized = False  # its summary (summary.py) is written for this generation
+
+    def add(self, fp: int, key: str, length: int) -> None:
+        """One entry indexed into this generation (lock held)."""
+        self.fps.append(fp)
+        if self.names is not None:
+            self.names.append(key)
+        self.live_bytes += length
+
+    def reset_entries(self) -> None:
+        """No entry of this generation is indexed any more (lock held); keys not yet told stay."""
+        self.fps = array("Q")
+        self.names = []
+        self.live_bytes = 0
 
     @property
     def pinned(self) -> bool:

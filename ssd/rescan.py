@@ -21,6 +21,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from .core import EngineCore
 from .index import Location
 from .recover import EntryRecord, recover, region_loss
@@ -35,17 +37,24 @@ INDEX_SLICE = 512
 def index_entries(
     core: EngineCore, r: Region, keys: list[str], offsets: list[int], lengths: list[int], seqs: list[int]
 ) -> int:
-    """Index ``r``'s entries where they are the newest of their key (lock held); returns how many."""
+    """Index ``r``'s entries where they are the newest of their key (lock held; one native call
+    to fingerprint them, one to look them up); returns how many."""
+    if not keys:
+        return 0
     index = core.index
     rid, gen = r.rid, r.gen
+    fps = index.fps(keys).tolist()
+    newest: dict[int, int] = {}  # fingerprint -> seq indexed (the table's, then this slice's)
+    for fp, cur in zip(fps, index.lookup(np.array(fps, np.uint64)), strict=True):
+        if cur is not None:
+            newest[fp] = cur.seq
     added = 0
-    for key, off, length, seq in zip(keys, offsets, lengths, seqs, strict=True):
-        cur = index.get(key)
-        if cur is not None and cur.seq >= seq:
+    for fp, key, off, length, seq in zip(fps, keys, offsets, lengths, seqs, strict=True):
+        if newest.get(fp, -1) >= seq:
             continue
-        index.set(key, Location(rid, gen, off, length, seq))
-        r.keys.append(key)
-        r.live_bytes += length
+        newest[fp] = seq
+        index.set_fp(fp, Location(rid, gen, off, length, seq))
+        r.add(fp, key, length)
         added += 1
     return added
 
@@ -116,16 +125,15 @@ class BackgroundScan:
                 log.exception("ssd background scan of %s failed", path)
                 with c.lock:
                     if r.state is RegionState.SEALED and r.rid not in c.fifo:
-                        for key in r.keys:  # the slices indexed so far: they point into a region to be freed
-                            c.index.pop_if(key, r.rid, r.gen)
+                        # the slices indexed so far: they point into a region to be freed
+                        c.index.pop_if_many(np.frombuffer(r.fps, np.uint64).copy(), r.rid, r.gen)
                         r.state = RegionState.DRAINING
             finally:
                 with c.lock:
                     r.readers -= 1
                     if r.state is RegionState.DRAINING and not r.pinned:
                         r.state = RegionState.FREE
-                        r.keys = []
-                        r.live_bytes = 0
+                        r.reset_entries()
                     self.left -= 1
         self.seconds = time.monotonic() - t0
         log.info("ssd engine: background scan of %d regions done in %.2fs", len(self.todo), self.seconds)

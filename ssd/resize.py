@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from .allocator import RegionAllocator
 from .core import EngineCore
+from .names import tell_untold
 from .reclaimer import Reclaimer
 from .region import Region, RegionState, remove_region_file
 from .summary import remove_summary
@@ -106,6 +107,7 @@ class Resizer:
                 return False
             r.state = RegionState.OPENING  # exclusive while its file goes
         try:
+            tell_untold(c, r)
             remove_region_file(r)
             remove_summary(r.path)
             cb = self.alloc.on_region_file

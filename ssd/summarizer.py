@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
+
 from .core import EngineCore
 from .region import Region, RegionState
 from .summary import write_summary
@@ -18,14 +20,40 @@ class Summarizer:
         self.core = core
 
     def entries(self, r: Region) -> list[tuple[str, int, int, int]]:
-        """``(key, offset, length, seq)`` of the entries still indexed in ``r`` (lock held)."""
+        """``(key, offset, length, seq)`` of the entries still indexed in ``r`` (lock held; its
+        keys are in memory: a region without a summary keeps them)."""
+        names = r.names
+        if not names:
+            return []
+        fps = np.frombuffer(r.fps, np.uint64)
         out = []
-        index = self.core.index
-        for k in r.keys:
-            loc = index.get(k)
-            if loc is not None and loc.region == r.rid and loc.gen == r.gen:
+        seen: set[int] = set()
+        for k, fp, loc in zip(names, fps.tolist(), self.core.index.lookup(fps), strict=True):
+            if loc is not None and loc.region == r.rid and loc.gen == r.gen and fp not in seen:
+                seen.add(fp)
                 out.append((k, loc.offset, loc.length, loc.seq))
         return out
+
+    def _write(
+        self,
+        r: Region,
+        path: str,
+        rid: int,
+        gen: int,
+        epoch: int,
+        end: int,
+        entries: list[tuple[str, int, int, int]],
+    ) -> None:
+        """Write a summary (lock not held); once it is on disk the region's keys are read from it
+        and leave memory (:mod:`.names`)."""
+        try:
+            write_summary(path, rid, gen, epoch, end, entries)
+        except OSError as e:
+            log.debug("ssd: no summary for %s: %s", path, e)
+            return
+        with self.core.lock:
+            if r.gen == gen and r.summarized and r.state is RegionState.SEALED and not r.writers:
+                r.names = None
 
     def maybe_summarize(self, r: Region) -> None:
         """Write ``r``'s summary once it is sealed and its last write is over (lock held; the
@@ -36,14 +64,7 @@ class Summarizer:
         r.summarized = True
         entries = self.entries(r)
         rid, gen, epoch, end, path = r.rid, r.gen, r.epoch, r.write_off, r.path
-
-        def write() -> None:
-            try:
-                write_summary(path, rid, gen, epoch, end, entries)
-            except OSError as e:
-                log.debug("ssd: no summary for %s: %s", path, e)
-
-        c.pool.submit([write])
+        c.pool.submit([lambda: self._write(r, path, rid, gen, epoch, end, entries)])
 
     def summarize_all_now(self) -> None:
         """At close (no I/O in flight): write the summaries still missing, the active regions'
@@ -55,9 +76,6 @@ class Summarizer:
                 live = r.state is RegionState.ACTIVE or (r.state is RegionState.SEALED and r.rid in c.fifo)
                 if live and not r.summarized and not r.writers and r.fd is not None:
                     r.summarized = True
-                    todo.append((r.path, r.rid, r.gen, r.epoch, r.write_off, self.entries(r)))
-        for path, rid, gen, epoch, end, entries in todo:
-            try:
-                write_summary(path, rid, gen, epoch, end, entries)
-            except OSError as e:
-                log.debug("ssd: no summary for %s: %s", path, e)
+                    todo.append((r, r.path, r.rid, r.gen, r.epoch, r.write_off, self.entries(r)))
+        for r, path, rid, gen, epoch, end, entries in todo:
+            self._write(r, path, rid, gen, epoch, end, entries)

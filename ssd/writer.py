@@ -375,9 +375,9 @@ class WritePath:
             c.counts["reinserted_entries"] += 1
         assert it.slot is not None
         loc = Location(r.rid, g.res.gen, g.res.file_off + (it.slot.offset - g.start), it.size, seq)
-        c.index.set(it.key, loc)
-        r.keys.append(it.key)
-        r.live_bytes += it.size
+        fp = c.index.fp(it.key)
+        c.index.set_fp(fp, loc)
+        r.add(fp, it.key, it.size)
 
     def write_jobs(self, g: _Group, buf: WriteBuffer, state: _BatchWrite) -> list[Callable[[], None]]:
         """Jobs of whole entries, about ``write_chunk_bytes`` each (an entry larger than that is a

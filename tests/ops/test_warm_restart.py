@@ -71,7 +71,7 @@ def test_attach_does_not_wait_for_the_adoption_and_serves_meanwhile(tmp_path, mo
 
     config, store, load = hot_store(tmp_path)
     assert store.flush(30)
-    keys = sorted(store.ssd.engine._core.index.keys_snapshot())[:8]
+    keys = sorted(store.ssd.engine.keys())[:8]
     store.close(flush_timeout_s=10)
     snap = tmp_path / "ssd" / "rank0" / SNAPSHOT_NAME
     written = snap.read_bytes()

@@ -1,4 +1,9 @@
-"""The DRAM index: key -> location of its live entry.
+"""Reference model of the SSD index (tests only): the engine's former pure-Python index, a dict
+of key strings -> packed locations. ``tests/ssd/test_ssd_index.py`` holds the native
+fingerprint index (``hicache_mooncake.ssd.index``) to the same answers; nothing in the product
+imports this module. Its original notes follow.
+
+The DRAM index: key -> location of its live entry.
 
 The index is a plain dict guarded by the engine lock. A location is one int packing (region, gen,
 offset, length, seq), so an indexed entry costs its key, its dict slot and one ~56-byte int, not
@@ -31,71 +36,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_LEN_BITS, _OFF_BITS, _REGION_BITS, _GEN_BITS = 40, 48, 32, 64  # gen and seq: boot << 40 | counter
-_OFF_SHIFT = _LEN_BITS
-_REGION_SHIFT = _OFF_SHIFT + _OFF_BITS
-_GEN_SHIFT = _REGION_SHIFT + _REGION_BITS
-_SEQ_SHIFT = _GEN_SHIFT + _GEN_BITS
+from hicache_mooncake.ssd.index import Location
 
-
-class Location(int):
-    """Where an entry lies: ``region`` id, the region's generation ``gen`` it was written under,
-    ``offset`` of its header block in the region file, ``length`` (payload bytes), ``seq`` (newer
-    writes of a key have larger ones). Field widths: length < 2**40, offset < 2**48, region <
-    2**32, gen < 2**64 (ValueError beyond); seq is unbounded. Compares as its packed value only
-    where code asks for it: callers compare fields."""
-
-    __slots__ = ()
-
-    def __new__(cls, region: int, gen: int, offset: int, length: int, seq: int) -> Location:
-        if (
-            length >> _LEN_BITS
-            or offset >> _OFF_BITS
-            or region >> _REGION_BITS
-            or gen >> _GEN_BITS
-            or seq < 0
-        ):
-            raise ValueError(
-                f"location out of range: r={region} gen={gen} off={offset} len={length} seq={seq}"
-            )
-        return int.__new__(
-            cls,
-            (seq << _SEQ_SHIFT)
-            | (gen << _GEN_SHIFT)
-            | (region << _REGION_SHIFT)
-            | (offset << _OFF_SHIFT)
-            | length,
-        )
-
-    @property
-    def region(self) -> int:
-        return (self >> _REGION_SHIFT) & ((1 << _REGION_BITS) - 1)
-
-    @property
-    def gen(self) -> int:
-        return (self >> _GEN_SHIFT) & ((1 << _GEN_BITS) - 1)
-
-    @property
-    def offset(self) -> int:
-        return (self >> _OFF_SHIFT) & ((1 << _OFF_BITS) - 1)
-
-    @property
-    def length(self) -> int:
-        return self & ((1 << _LEN_BITS) - 1)
-
-    @property
-    def seq(self) -> int:
-        return self >> _SEQ_SHIFT
-
-    def __bool__(self) -> bool:
-        return True  # a location at offset 0 of region 0 is still a location
-
-    def __repr__(self) -> str:
-        return (
-            f"Location(r={self.region}, gen={self.gen}, off={self.offset}, len={self.length}, seq={self.seq})"
-        )
-
-
+_LEN_BITS = 40
 _REF_BITS = 32
 _REF_MASK = (1 << _REF_BITS) - 1
 _LEN_MASK = (1 << _LEN_BITS) - 1

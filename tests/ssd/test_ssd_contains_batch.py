@@ -57,14 +57,15 @@ def test_an_entry_that_cannot_be_indexed_is_a_failed_put_and_close_does_not_wait
     from hicache_mooncake.ssd.index import Index
 
     e = open_engine(ssd_dir, capacity_bytes=8 << 20, region_size=1 << 20)
-    real_set = Index.set
+    real_set = Index.set_fp
+    bad = Index.fp("bad")
 
-    def failing_set(self: Index, key: str, loc: object) -> object:
-        if key == "bad":
+    def failing_set(self: Index, fp: int, loc: object) -> object:
+        if fp == bad:
             raise RuntimeError("injected")
-        return real_set(self, key, loc)  # type: ignore[arg-type]
+        return real_set(self, fp, loc)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Index, "set", failing_set)
+    monkeypatch.setattr(Index, "set_fp", failing_set)
     assert e.put_batch([(k, [_page(k)]) for k in ("a", "bad", "b")]) == [True, False, True]
     assert e.contains_batch(["a", "bad", "b"]) == [True, False, True]
     assert e.stats()["index_failures"] == 1

@@ -1,6 +1,9 @@
-"""The SSD index's entries: a ``Location`` packs every field exactly (the widths the disk format
-allows), refuses what does not fit instead of corrupting a neighbour field, and read counts
-belong to the entry, not to the key: a new entry of the key starts at zero."""
+"""The SSD index (a native fingerprint table): a ``Location`` packs every field exactly (the
+widths the disk format allows) and refuses what does not fit instead of corrupting a neighbour
+field; read counts belong to the entry, not to the key (a new entry of the key starts at zero);
+and seeded random sequences of writes, lookups, removes, region reclaims, clears and reopens
+(the index rebuilt from region summaries, as after a crash) answer exactly as the former
+pure-Python dict index does (``reference_index.py``)."""
 
 from __future__ import annotations
 
@@ -9,8 +12,9 @@ import random
 
 import numpy as np
 import pytest
+from reference_index import Index as ReferenceIndex
 
-from hicache_mooncake.ssd.index import Index, Location
+from hicache_mooncake.ssd.index import MAX_HITS, Index, Location
 
 
 def test_every_field_round_trips_at_its_limits() -> None:
@@ -51,6 +55,9 @@ def test_read_counts_belong_to_the_entry() -> None:
     index.hit("k")
     index.load(["k"], [Location(4, 1, 0, 10, 4)])
     assert index.hits("k") == 0 and index.get("k") == Location(4, 1, 0, 10, 4)
+    for _ in range(MAX_HITS + 5):
+        index.hit("k")
+    assert index.hits("k") == MAX_HITS and index.get("k") == Location(4, 1, 0, 10, 4)  # saturates
     index.recount()
     assert index.bytes == 10 and len(index) == 1
 
@@ -61,24 +68,22 @@ def u64(values: list[int]) -> np.ndarray:
 
 def test_a_region_loaded_from_its_summary_is_read_as_its_locations_and_checked_the_same() -> None:
     offsets, lengths, seqs = (
-        [4096, 12288, 1 << 30],
-        [100, 8192, 4096],
-        [(2 << 40) | 5, (2 << 40) | 6, (2 << 40) | 9],
+        [4096, 12288, (1 << 48) - 4096],
+        [100, 8192, (1 << 40) - 1],
+        [(2 << 40) | 5, (2 << 40) | 6, (1 << 64) - 1],
     )
-    gen = (2 << 40) | 1
-    one = [Location(7, gen, o, n, s) for o, n, s in zip(offsets, lengths, seqs, strict=True)]
+    gen = (1 << 64) - 2
+    one = [Location((1 << 32) - 1, gen, o, n, s) for o, n, s in zip(offsets, lengths, seqs, strict=True)]
     index = Index()
     index.hit("a")
-    index.load_region(["a", "b", "c"], 7, gen, u64(offsets), u64(lengths), u64(seqs))
+    index.load_region(["a", "b", "c"], (1 << 32) - 1, gen, u64(offsets), u64(lengths), u64(seqs))
     index.recount()
     got = [index.get(k) for k in "abc"]
     assert got == one and all(type(loc) is Location for loc in got)  # handed out as Locations
     assert index.hits("a") == 0 and index.bytes == sum(lengths)
-    assert dict(index.items()) == dict(zip("abc", one, strict=True))
-    assert index.pop_if("a", 7, gen + 1) is None and index.pop_if("a", 8, gen) is None
-    assert index.pop_if("a", 7, gen) == one[0] and index.pop("b") == one[1]
+    assert index.pop_if("a", (1 << 32) - 1, gen + 1) is None and index.pop_if("a", 8, gen) is None
+    assert index.pop_if("a", (1 << 32) - 1, gen) == one[0] and index.pop("b") == one[1]
     assert index.set("c", one[0]) == one[2] and index.bytes == lengths[0]
-    assert index._loads == [None]  # no entry refers to the region's columns: they are dropped
     index.load_region([], 7, gen, u64([]), u64([]), u64([]))
     for bad in (
         (u64([0, 1 << 48]), u64([1, 1]), u64([1, 2])),
@@ -93,52 +98,93 @@ def test_a_region_loaded_from_its_summary_is_read_as_its_locations_and_checked_t
     assert "x" not in index and "y" not in index  # a refused region adds nothing
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_loaded_written_and_removed_entries_answer_as_a_plain_dict_of_locations(seed: int) -> None:
-    """Regions loaded at open (keys shared between regions included), then writes, pops and
-    reclaims in any order: every answer equals a dict of Locations, and a region's columns are
-    dropped only once nothing refers to them (a lookup through a dropped load would fail)."""
-    rng = random.Random(seed)
-    index, model = Index(), {}
-    keys = [f"k{i}" for i in range(400)]
-    for region in range(12):
-        chosen = rng.sample(keys, rng.randrange(0, 80))
-        cols = (
-            [rng.randrange(1 << 30) for _ in chosen],
-            [rng.randrange(1, 1 << 20) for _ in chosen],
-            [rng.randrange(1 << 50) for _ in chosen],
-        )
-        index.load_region(chosen, region, 100 + region, *map(u64, cols))
-        model.update(
-            {k: Location(region, 100 + region, o, n, s) for k, o, n, s in zip(chosen, *cols, strict=True)}
-        )
-    for step in range(3000):
-        key, op = rng.choice(keys), rng.random()
-        if op < 0.3:
-            loc = Location(50 + step % 7, 1, rng.randrange(1 << 30), rng.randrange(1, 1 << 20), step)
-            assert index.set(key, loc) == model.get(key)
-            model[key] = loc
-        elif op < 0.5:
-            assert index.pop(key) == model.pop(key, None)
-        elif op < 0.7 and key in model:
-            cur = model[key]
-            region, gen = (cur.region, cur.gen) if rng.random() < 0.7 else (cur.region, cur.gen + 1)
-            got = index.pop_if(key, region, gen)
-            assert got == (model.pop(key) if gen == cur.gen else None)
-        else:
-            assert index.get(key) == model.get(key) and (key in index) == (key in model)
-    assert dict(index.items()) == model
+def _reopened(cls: type, summaries: list[tuple[int, int, list[str], list[Location]]]) -> Index:
+    """An index rebuilt as a reopen does: every region's summary loaded, oldest first."""
+    index = cls()
+    for region, gen, keys, locs in sorted(summaries, key=lambda s: s[1]):
+        cols = [u64([getattr(loc, f) for loc in locs]) for f in ("offset", "length", "seq")]
+        index.load_region(keys, region, gen, *cols)
     index.recount()
-    assert index.bytes == sum(loc.length for loc in model.values()) and len(index) == len(model)
-    live = {~v >> 32 for v in index._map.values() if v < 0}  # references (module docstring)
-    assert all(index._loads[slot] is not None for slot in live)
-    index.clear()
-    assert not len(index) and index._loads == []
+    return index
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_native_index_answers_as_the_reference_dict_index(seed: int) -> None:
+    """Seeded random writes, lookups (single and batch), read counts, removes, conditional
+    removes, whole-region reclaims (batch), clears and reopens from region summaries (what a
+    restart after a crash reads): every answer of the native index equals the reference's."""
+    rng = random.Random(seed)
+    keys = [f"model/tp0/k{i}" for i in range(300)]
+    ref, nat = ReferenceIndex(), Index()
+    written: dict[int, list[str]] = {}  # region -> keys written into its current generation
+    gens: dict[int, int] = {}
+    seq = 0
+
+    def check_all() -> None:
+        fps = nat.fps(keys)
+        assert nat.lookup(fps) == [ref.get(k) for k in keys]
+        assert nat.contains_many(keys) == ref.contains_many(keys)
+        assert len(nat) == len(ref) and nat.bytes == ref.bytes
+
+    for step in range(2500):
+        op = rng.random()
+        key = rng.choice(keys)
+        if op < 0.35:
+            region = rng.randrange(8)
+            seq += 1
+            gens.setdefault(region, seq)
+            loc = Location(
+                region, gens[region], 4096 * rng.randrange(1 << 20), rng.randrange(1, 1 << 22), seq
+            )
+            assert nat.set(key, loc) == ref.set(key, loc)
+            written.setdefault(region, []).append(key)
+        elif op < 0.5:
+            assert nat.get(key) == ref.get(key) and (key in nat) == (key in ref)
+        elif op < 0.6:
+            if key in ref:  # (the reference counted reads of absent keys too; the engine never asks)
+                nat.hit(key)
+                ref.hit(key)
+                assert nat.hits(key) == min(ref.hits(key), MAX_HITS)
+        elif op < 0.7:
+            assert nat.pop(key) == ref.pop(key)
+        elif op < 0.8:
+            cur = ref.get(key)
+            region, gen = (cur.region, cur.gen) if cur is not None and rng.random() < 0.7 else (3, 99)
+            assert nat.pop_if(key, region, gen) == ref.pop_if(key, region, gen)
+        elif op < 0.9 and written:
+            region = rng.choice(sorted(written))  # reclaim: drop what still points into it
+            names = written.pop(region)
+            gen = gens.pop(region)
+            removed = nat.pop_if_many(nat.fps(names), region, gen)
+            want = [ref.pop_if(k, region, gen) is not None for k in names]
+            assert removed.tolist() == want
+        elif op < 0.995:
+            # crash and reopen: every region's summary lists its keys still indexed there
+            summaries = []
+            for region, names in written.items():
+                live = list(
+                    dict.fromkeys(
+                        k for k in names if (loc := ref.get(k)) is not None and loc.region == region
+                    )
+                )
+                summaries.append((region, gens[region], live, [ref.get(k) for k in live]))
+            ref, nat = _reopened(ReferenceIndex, summaries), _reopened(Index, summaries)
+            written = {r: s[2] for r, s in zip(written, summaries, strict=True)}
+        else:
+            ref.clear()
+            nat.clear()
+            written.clear()
+            gens.clear()
+        if step % 250 == 0:
+            check_all()
+    check_all()
+    fps, locs = nat.items_fp()
+    assert dict(zip(fps.tolist(), locs, strict=True)) == {int(nat.fp(k)): loc for k, loc in ref.items()}
 
 
 def test_indexed_entries_leave_nothing_for_the_garbage_collector_to_visit() -> None:
-    """A full collection visits every tracked object with the GIL held; an index of millions of
-    entries must not add one per entry (an ``int`` subclass instance is tracked, a plain int not)."""
+    """A full collection visits every tracked object with the GIL held; the index keeps no
+    Python object per entry at all (the entries live in the native table)."""
     index = Index()
     gc.collect()
     before = len(gc.get_objects())
