@@ -39,6 +39,7 @@ from .checksums import xxh3_64, xxh3_batch  # noqa: E402
 from .copies import copy_pages, copy_pages_checksum  # noqa: E402
 from .fingerprints import fingerprint, fingerprints, set_test_fingerprint_mask  # noqa: E402
 from .fptable import FpTable  # noqa: E402
+from .io import io_late_items, io_threads, pread_batch, pwrite_batch, set_io_threads  # noqa: E402
 
 __all__ = [
     "XXH3_SOURCE",
@@ -47,6 +48,11 @@ __all__ = [
     "copy_pages_checksum",
     "fingerprint",
     "fingerprints",
+    "io_late_items",
+    "io_threads",
+    "pread_batch",
+    "pwrite_batch",
+    "set_io_threads",
     "set_test_fingerprint_mask",
     "xxh3_64",
     "xxh3_batch",

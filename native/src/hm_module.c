@@ -4,6 +4,7 @@
 #include "hm_copy.h"
 #include "hm_fingerprint.h"
 #include "hm_fptable.h"
+#include "hm_io.h"
 #include "hm_xxh3.h"
 
 static PyMethodDef module_methods[] = {
@@ -20,6 +21,14 @@ static PyMethodDef module_methods[] = {
      "copy_pages(dst, dst_offsets, src, src_offsets, lengths)"},
     {"copy_pages_checksum", HM_FASTCALL(hm_py_copy_pages_checksum), METH_FASTCALL,
      "copy_pages_checksum(dst, dst_offsets, src, src_offsets, lengths, out)"},
+    {"pread_batch", HM_FASTCALL(hm_py_pread_batch), METH_FASTCALL,
+     "pread_batch(fd, buf, buf_offsets, lengths, file_offsets, timeout_s, out)"},
+    {"pwrite_batch", HM_FASTCALL(hm_py_pwrite_batch), METH_FASTCALL,
+     "pwrite_batch(fd, buf, buf_offsets, lengths, file_offsets, timeout_s, out)"},
+    {"set_io_threads", hm_py_set_io_threads, METH_O, "set_io_threads(n): grow the I/O pool to n workers"},
+    {"io_threads", hm_py_io_threads, METH_NOARGS, "io_threads() -> the I/O pool's size"},
+    {"io_late_items", hm_py_io_late_items, METH_NOARGS,
+     "io_late_items() -> (late reads discarded, late writes done) since start"},
     {NULL, NULL, 0, NULL},
 };
 
