@@ -1,113 +1,207 @@
-"""The set path of a ``TieredStore``: local placement of new pages (``SetPath.put_local``) and the
-DRAM room a set or a served reservation waits for (``SetPath.with_dram_room``)."""
+"""The set path of a ``TieredStore`` (``SetPath.put``), as its steps:
+
+1. refuse: a frozen store, a tenant being cleared, a clear in progress: every page False (SGLang
+   keeps it in its host pool); nothing is asked or written.
+2. screen (``_screen``): a page whose key is stored already with another size is refused (False,
+   counted ``refused_other_size``, logged once: values are immutable once committed, so another
+   size under the same key is the caller's error); it goes to no tier. A page larger than a local
+   tier can hold is False locally (counted as that tier's ``too_large``; logged once per size); a
+   pool may still take it. The policy is not asked for either, so nothing moves for them.
+3. decide (``_decide``): the placement is asked ONCE per key (``StoreState.decide_sets``); what it
+   drops leaves both local tiers, DRAM overflow goes to the mover (``StoreState.apply``). With
+   ``_COPY_FIRST_MIN`` or more new pages of one size, the new pages are first copied into free
+   DRAM (as many as free slots hold), then the placement decides, and copies it does not want in
+   DRAM are removed again: deciding first would demote to make room the copies then wait for.
+4. write (``_write``): pages placed in DRAM are copied there, waiting for room up to the deadline
+   (``with_dram_room``); pages placed on SSD (no DRAM tier) are written within the deadline. A
+   page whose copy could not be made is unplaced (``_unplace``: a new page is forgotten, False; a
+   page moving up from SSD stays placed on SSD).
+5. publish (``_publish``): ``ssd_write_through`` queues an SSD copy of every new DRAM page; pool
+   tiers get the pages they lack (write-through pools every page, the others the pages not kept
+   locally), unless a clear started since the set began (counted ``pool_writes_skipped_clear``).
+
+Per page, ``put`` answers True when a tier stored it or the policy refused it with no pool to take
+it instead (a decision, not a failure: ``not_admitted``), False when it was not stored. Every wait
+is bounded by the call's deadline. The clear fence (``StoreState.fence``) is read before any byte
+is taken: a clear since then keeps the set's pages out of every tier.
+"""
 
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from collections.abc import Callable, Sequence
-from itertools import compress
-from operator import not_
+from dataclasses import dataclass, field
+from itertools import compress, repeat
 
 from .dram_tier import DramTier
-from .parts import Parts
-from .policy import AccessContext
-from .policy.placement import SetOutcome
+from .mover import Mover
+from .parts import Parts, pages_sizes
+from .policy import AccessContext, ObjectType
+from .policy.contexts import set_contexts
+from .policy.placement import SSD, SetOutcome
 from .store_state import StoreState
 
 log = logging.getLogger(__name__)
-# new pages per set from which they are copied into free DRAM before the placement decides
 _COPY_FIRST_MIN = 8
+"""New pages per set from which they are copied into free DRAM before the placement decides."""
 _TO_DRAM = (SetOutcome.NEW_DRAM, SetOutcome.UP)
 _KEPT: tuple[bool | None, ...] = tuple(
     None if SetOutcome(value) == SetOutcome.REFUSED else True for value in range(len(SetOutcome))
 )
-"""``put_local``'s answer for a page, indexed by its ``SetOutcome`` (whose values are 0..n-1)."""
+"""A page's local answer, indexed by its ``SetOutcome`` (whose values are 0..n-1)."""
+
+
+@dataclass
+class _LocalSet:
+    """One call's pages on their way into the local tiers (indices into the call's lists)."""
+
+    keys: Sequence[str]
+    parts: Sequence[Parts]
+    ctxs: Sequence[AccessContext]
+    sizes: Sequence[int]
+    in_dram: Sequence[bool]
+    """Whether DRAM held each key when the set began."""
+    deadline: float
+    fence: tuple[int | None, int | None]
+    outcomes: list[SetOutcome] = field(default_factory=list)
+    dropped: set[str] = field(default_factory=set)
+    """Keys the placement dropped while deciding (this call's own pages among them: not kept)."""
+    landed: set[int] = field(default_factory=set)
+    """Pages whose bytes are in DRAM now."""
 
 
 class SetPath:
     def __init__(self, state: StoreState) -> None:
         self.state = state
         self._too_large_logged: set[int] = set()  # page sizes already warned about
+        self._other_size_logged = False
 
-    def put_local(
+    # ------------------------------------------------------------------ the whole set
+    def put(
+        self,
+        keys: Sequence[str],
+        parts: Sequence[Parts],
+        prev_key: str | None,
+        prefix_len: int | None,
+        obj_type: ObjectType,
+        deadline: float | None,
+        supersedes: Sequence[str],
+    ) -> list[bool]:
+        """``TieredStore.put_batch`` (module docstring: the steps and their answers)."""
+        state = self.state
+        if not keys:
+            return []
+        if state.refuses_sets(keys[0]):
+            state.counts["refused_frozen"] += len(keys)
+            state.tenant_count(keys[0], set_pages=len(keys), set_refused_frozen=len(keys))
+            return [False] * len(keys)
+        epoch = state.clear_epoch
+        if epoch & 1:  # a clear runs: nothing is published until it is done
+            state.counts["refused_clearing"] += len(keys)
+            return [False] * len(keys)
+        fence = state.fence()
+        sizes = pages_sizes(parts)
+        ctxs = set_contexts(keys, prefix_len or 0, prev_key, sizes, obj_type=obj_type)
+        call_deadline = state.deadline(deadline)
+        held = self._dram_sizes(keys)
+        live = self._other_size(keys, sizes, held) if state.local else None
+        if live is None:
+            in_dram = [h is not None for h in held]
+            stored = self._store(keys, parts, ctxs, sizes, in_dram, call_deadline, supersedes, fence, epoch)
+        else:
+            stored = [False] * len(keys)
+            if live:
+                got = self._store(
+                    [keys[i] for i in live], [parts[i] for i in live], [ctxs[i] for i in live],
+                    [sizes[i] for i in live], [held[i] is not None for i in live], call_deadline,
+                    supersedes, fence, epoch,
+                )  # fmt: skip
+                for i, ok in zip(live, got, strict=True):
+                    stored[i] = ok
+        state.tenant_count(keys[0], set_pages=len(keys), set_stored_pages=sum(stored))
+        return stored
+
+    def _store(
         self,
         keys: Sequence[str],
         parts: Sequence[Parts],
         ctxs: Sequence[AccessContext],
         sizes: Sequence[int],
+        in_dram: Sequence[bool],
         deadline: float,
-        supersedes: Sequence[str] = (),
-        fence: tuple[int | None, int | None] = (None, None),
-    ) -> list[bool | None]:
-        """Local placement of a set; per key: True placed, None refused, False no room in time
-        or too large for a local tier (then the policy is not asked and nothing moves for it).
-        ``fence``: ``_fence()`` read when the set started (a clear since: nothing published)."""
-        unfit = self.too_large(sizes)
-        if unfit:
-            fit = [i for i in range(len(keys)) if i not in unfit]
-            kept: list[bool | None] = [False] * len(keys)
-            if fit:
-                placed = self.put_local(
-                    [keys[i] for i in fit], [parts[i] for i in fit], [ctxs[i] for i in fit],
-                    [sizes[i] for i in fit], deadline, supersedes, fence,
-                )  # fmt: skip
-                for i, k in zip(fit, placed, strict=True):
-                    kept[i] = k
-            return kept
-        dram, n = self.state.dram, len(keys)
-        in_dram = dram.contains_batch(keys) if dram is not None else [False] * n
-        new = list(compress(range(n), map(not_, in_dram)))
-        landed: set[int] = set()
-        copy_first = len(new) >= _COPY_FIRST_MIN
-        if dram is not None and copy_first and sizes.count(sizes[0]) == n:
-            # only as many as free slots hold now (the rest are copied once the placement has
-            # made room: a copy that found no slot would count as refused, which it is not)
-            new = new[: dram.free_objects(sizes[0])]
-        if dram is not None and copy_first and new:
-            # the new pages go into free DRAM first, then the placement decides; copies it does
-            # not want there are removed again (deciding first demotes to make room the copies
-            # then wait for, and pages were lost on their way to the SSD)
-            items = (
-                list(zip(keys, parts, ctxs, strict=True))
-                if len(new) == n
-                else [(keys[i], parts[i], ctxs[i]) for i in new]
+        supersedes: Sequence[str],
+        fence: tuple[int | None, int | None],
+        epoch: int,
+    ) -> list[bool]:
+        """Local placement (steps 2-4), then the pools (step 5); per page whether it is stored."""
+        state = self.state
+        kept = (
+            self._put_local(keys, parts, ctxs, sizes, in_dram, deadline, supersedes, fence)
+            if state.local
+            else [None] * len(keys)
+        )
+        # kept: True placed locally, None not placed by decision (refused, or no local tier),
+        # False a copy that could not be made in time; a refusal is a decision (True) unless a
+        # pool was to take the page instead
+        stored = list(
+            map(operator.is_, kept, repeat(True))
+            if state.pools
+            else map(operator.is_not, kept, repeat(False))
+        )
+        self._copy_to_pools(keys, parts, ctxs, kept, stored, deadline, epoch)
+        return stored
+
+    # ------------------------------------------------------------------ step 2: screen
+    def _dram_sizes(self, keys: Sequence[str]) -> list[int | None]:
+        """DRAM's size of each key (None: absent): one index batch for all keys, and a second
+        one for the keys DRAM holds only when it holds any (a set of pages stored already)."""
+        dram = self.state.dram
+        if dram is None:
+            return [None] * len(keys)
+        present = dram.contains_batch(keys)
+        if not any(present):
+            return [None] * len(keys)
+        held = [i for i, p in enumerate(present) if p]
+        out: list[int | None] = [None] * len(keys)
+        for i, size in zip(held, dram.stored_sizes([keys[i] for i in held]), strict=True):
+            out[i] = size
+        return out
+
+    def _other_size(
+        self, keys: Sequence[str], sizes: Sequence[int], in_dram: Sequence[int | None]
+    ) -> list[int] | None:
+        """Indices of the pages to store: None when all are (the usual set), else those whose key
+        is not stored already with another size (the rest are refused: counted, logged once).
+        ``in_dram``: DRAM's size of each key (None: absent); the SSD is asked only for keys the
+        placement holds there (never for a new key)."""
+        state = self.state
+        ssd = state.ssd
+        held = list(in_dram)
+        if ssd is not None and state.placement is not None:
+            placement = state.placement
+            with state.lock:
+                on_ssd = [i for i, h in enumerate(held) if h is None and placement.tier_of(keys[i]) == SSD]
+            for i in on_ssd:
+                held[i] = ssd.engine.object_size(keys[i])
+        other = [i for i, (h, s) in enumerate(zip(held, sizes, strict=True)) if h is not None and h != s]
+        if not other:
+            return None
+        state.counts["refused_other_size"] += len(other)
+        if not self._other_size_logged:
+            self._other_size_logged = True
+            i = other[0]
+            log.warning(
+                "a set of %r with %d bytes is refused: the key is stored with %s bytes (values are "
+                "immutable; another size under the same key is the caller's error; counted "
+                "refused_other_size, logged once)",
+                keys[i],
+                sizes[i],
+                held[i],
             )
-            ok = dram.put_batch(items, deadline, fence[0])
-            outcomes, drops, demote = self.state.decide_sets(keys, ctxs, sizes[0], supersedes)
-            landed = set(compress(new, ok))
-            dropped = {key for key, _tier in drops}
-            if dropped or not all(map(_TO_DRAM.__contains__, outcomes)):
-                unwanted = [i for i in landed if outcomes[i] not in _TO_DRAM or keys[i] in dropped]
-                dram.remove_batch([keys[i] for i in unwanted])
-                landed.difference_update(unwanted)
-        else:
-            outcomes, drops, demote = self.state.decide_sets(keys, ctxs, sizes[0], supersedes)
-        self.state.apply(drops, demote)
-        dropped = {key for key, _tier in drops}
-        to_dram: list[int] = []
-        if len(landed) < n:  # else every page that DRAM wants is in
-            wanted = compress(range(n), map(_TO_DRAM.__contains__, outcomes))
-            to_dram = [i for i in wanted if i not in landed and keys[i] not in dropped]
-        to_ssd: list[int] = []
-        if SetOutcome.NEW_SSD in outcomes:
-            to_ssd = [i for i, o in enumerate(outcomes) if o == SetOutcome.NEW_SSD and keys[i] not in dropped]
-        failed: list[int] = []
-        kept = list(map(_KEPT.__getitem__, outcomes))
-        if dropped:
-            for i, key in enumerate(keys):
-                if key in dropped:
-                    kept[i] = None
-        if to_dram and dram is not None:
-            failed.extend(self.copy_into_dram(dram, keys, parts, ctxs, to_dram, landed, deadline, fence[0]))
-        if to_ssd and (ssd := self.state.ssd) is not None:
-            ok = ssd.put_batch([(keys[i], parts[i], ctxs[i]) for i in to_ssd], deadline, fence[1])
-            failed.extend(i for i, good in zip(to_ssd, ok, strict=True) if not good)
-        if failed:
-            self.unplace(keys, outcomes, failed, kept)
-        if (mover := self.state.mover) is not None and self.state.options.ssd_write_through:
-            mover.copy_later([keys[i] for i in sorted(landed) if outcomes[i] == SetOutcome.NEW_DRAM])
-        return kept
+        refused = set(other)
+        return [i for i in range(len(keys)) if i not in refused]
 
     def too_large(self, sizes: Sequence[int]) -> set[int]:
         """Indices of pages some local tier cannot hold at all (larger than DRAM's slab, than an
@@ -135,29 +229,133 @@ class SetPath:
                 )  # fmt: skip
         return unfit
 
-    def copy_into_dram(
+    # ------------------------------------------------------------------ steps 2-4: the local tiers
+    def _put_local(
         self,
-        dram: DramTier,
         keys: Sequence[str],
         parts: Sequence[Parts],
         ctxs: Sequence[AccessContext],
-        idx: list[int],
-        landed: set[int],
+        sizes: Sequence[int],
+        in_dram: Sequence[bool],
         deadline: float,
-        generation: int | None = None,
-    ) -> list[int]:
-        """Copy pages ``idx`` into free DRAM (adding them to ``landed``); returns those that found
-        no room in time (``with_dram_room``). ``dram``: the tier the call started with (a runtime
-        detach may have published a new layout since; the tier stays usable until the call ends).
-        ``generation``: DRAM's clear fence when the set started (``DramTier.put_batch``)."""
+        supersedes: Sequence[str],
+        fence: tuple[int | None, int | None],
+    ) -> list[bool | None]:
+        """Local placement of a set; per key: True placed, None refused by the policy (or dropped
+        while making room), False no room in time or too large for a local tier (then the policy
+        is not asked and nothing moves for it). ``fence``: ``StoreState.fence`` read when the set
+        started (a clear since: nothing published); ``in_dram``: whether DRAM holds each key."""
+        unfit = self.too_large(sizes)
+        fit = [i for i in range(len(keys)) if i not in unfit] if unfit else None
+        if fit is None:
+            return self._place(_LocalSet(keys, parts, ctxs, sizes, in_dram, deadline, fence), supersedes)
+        kept: list[bool | None] = [False] * len(keys)
+        if fit:
+            sub = _LocalSet(
+                [keys[i] for i in fit], [parts[i] for i in fit], [ctxs[i] for i in fit],
+                [sizes[i] for i in fit], [in_dram[i] for i in fit], deadline, fence,
+            )  # fmt: skip
+            for i, k in zip(fit, self._place(sub, supersedes), strict=True):
+                kept[i] = k
+        return kept
+
+    def _place(self, call: _LocalSet, supersedes: Sequence[str]) -> list[bool | None]:
+        """Steps 3 and 4 for pages every local tier can hold."""
+        self._decide(call, supersedes)
+        keys, outcomes, dropped = call.keys, call.outcomes, call.dropped
+        kept = list(map(_KEPT.__getitem__, outcomes))
+        if dropped:
+            for i, key in enumerate(keys):
+                if key in dropped:
+                    kept[i] = None
+        failed = self._write(call)
+        if failed:
+            self._unplace(call, failed, kept)
+        if (mover := self.state.mover) is not None and self.state.options.ssd_write_through:
+            mover.copy_later([keys[i] for i in sorted(call.landed) if outcomes[i] == SetOutcome.NEW_DRAM])
+        return kept
+
+    def _decide(self, call: _LocalSet, supersedes: Sequence[str]) -> None:
+        """Step 3: one placement call per key (``call.outcomes``), its drops and demotions done.
+        Copies made into free DRAM before deciding (many new pages) that the placement does not
+        want there are removed again."""
+        state = self.state
+        dram, keys, sizes, n = state.dram, call.keys, call.sizes, len(call.keys)
+        new = [i for i, h in enumerate(call.in_dram) if not h] if dram is not None else []
+        copy_first = dram is not None and len(new) >= _COPY_FIRST_MIN
+        if dram is not None and copy_first and sizes.count(sizes[0]) == n:
+            # only as many as free slots hold now (the rest are copied once the placement has
+            # made room: a copy that found no slot would count as refused, which it is not)
+            new = new[: dram.free_objects(sizes[0])]
+        if dram is not None and copy_first and new:
+            ok = dram.put_batch(
+                [(keys[i], call.parts[i], call.ctxs[i]) for i in new], call.deadline, call.fence[0]
+            )
+            call.landed = set(compress(new, ok))
+        outcomes, drops, demote = state.decide_sets(keys, call.ctxs, sizes[0], supersedes)
+        call.outcomes = outcomes
+        call.dropped = {key for key, _tier in drops}
+        if call.landed and dram is not None:
+            unwanted = [i for i in call.landed if outcomes[i] not in _TO_DRAM or keys[i] in call.dropped]
+            if unwanted:
+                dram.remove_batch([keys[i] for i in unwanted])
+                call.landed.difference_update(unwanted)
+        state.apply(drops, demote)
+
+    def _write(self, call: _LocalSet) -> list[int]:
+        """Step 4: copy the pages placed in DRAM there (waiting for room up to the deadline) and
+        write those placed on SSD; returns the pages whose copy could not be made."""
+        state = self.state
+        keys, outcomes, dropped = call.keys, call.outcomes, call.dropped
+        failed: list[int] = []
+        dram = state.dram
+        if dram is not None and len(call.landed) < len(keys):  # else every page DRAM wants is in
+            to_dram = [
+                i
+                for i, o in enumerate(outcomes)
+                if o in _TO_DRAM and i not in call.landed and keys[i] not in dropped
+            ]
+            if to_dram:
+                failed.extend(self._copy_into_dram(dram, call, to_dram))
+        if SetOutcome.NEW_SSD in outcomes and (ssd := state.ssd) is not None:
+            to_ssd = [i for i, o in enumerate(outcomes) if o == SetOutcome.NEW_SSD and keys[i] not in dropped]
+            if to_ssd:
+                ok = ssd.put_batch(
+                    [(keys[i], call.parts[i], call.ctxs[i]) for i in to_ssd], call.deadline, call.fence[1]
+                )
+                failed.extend(i for i, good in zip(to_ssd, ok, strict=True) if not good)
+        return failed
+
+    def _copy_into_dram(self, dram: DramTier, call: _LocalSet, idx: list[int]) -> list[int]:
+        """Copy pages ``idx`` into free DRAM (adding them to ``call.landed``); returns those that
+        found no room in time. ``dram``: the tier the call started with (a runtime detach may
+        have published a new layout since; the tier stays usable until the call ends)."""
+        keys, parts, ctxs = call.keys, call.parts, call.ctxs
 
         def attempt(missing: list[int]) -> list[bool]:
-            ok = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in missing], deadline, generation)
-            landed.update(i for i, good in zip(missing, ok, strict=True) if good)
+            ok = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in missing], call.deadline, call.fence[0])
+            call.landed.update(i for i, good in zip(missing, ok, strict=True) if good)
             return ok
 
-        return self.with_dram_room(keys, ctxs, idx, attempt, deadline)
+        return self.with_dram_room(keys, ctxs, idx, attempt, call.deadline)
 
+    def _unplace(self, call: _LocalSet, failed: Sequence[int], kept: list[bool | None]) -> None:
+        """Pages whose copy could not be made in time: a new page is forgotten (False: SGLang
+        keeps it in its host pool); a page moving up from SSD stays placed on SSD."""
+        state = self.state
+        with state.lock:
+            placement = state.placement
+            for i in failed:
+                if call.outcomes[i] == SetOutcome.UP:
+                    if placement is not None:
+                        placement.leave_dram(call.keys[i])
+                    continue
+                kept[i] = False
+                if placement is not None:
+                    placement.remove(call.keys[i])
+            state.counts["local_put_failed"] += len(failed)
+
+    # ------------------------------------------------------------------ DRAM room (sets, served arenas)
     def with_dram_room(
         self,
         keys: Sequence[str],
@@ -166,61 +364,103 @@ class SetPath:
         attempt: Callable[[list[int]], list[bool]],
         deadline: float,
     ) -> list[int]:
-        """Run ``attempt`` (take free DRAM slots for the pages ``idx``) until every page has one or
-        the deadline passes; returns those without. When DRAM has no free slot, queued demotions
-        run in this thread (``wait_for_room``) and, if DRAM is still full, the placement frees room
-        (``free_dram``: the writing tenant's own pages first when it has a share, then its least
-        recent DRAM pages are demoted, or victims dropped without an SSD). When the pages' size
-        class has no free slot and no slab is free, only pages that make room leave
-        (``DramTier.room_plan``, ``TierPlacement.free_dram_room``): none when none can."""
-        missing = idx
+        """Run ``attempt`` (take free DRAM slots for the pages ``idx``; per page whether it got one)
+        until every page has one or the deadline passes; returns those without. Between attempts
+        room is made, each way at most once per call, cheapest first:
+
+        1. queued demotions run in this thread (``tiers.ssd.foreground_demotion``:
+           ``Mover.make_room``);
+        2. the placement frees room (deferred placement work settled first, so it knows every
+           page DRAM holds): ``free_dram`` (the writing tenant's own pages first when it has a
+           share, then its least recent DRAM pages are demoted, or victims dropped without an
+           SSD); when the pages' size class has no free slot and no slab is free, only pages that
+           make room for that class leave (``DramTier.room_plan``,
+           ``TierPlacement.free_dram_room``): none when none can. The demotions then run here.
+        """
+        missing = self._attempt(attempt, idx)
         mover = self.state.mover  # one layout for the whole call (a runtime change publishes a new one)
-        for step in range(3):
-            if step == 1 and mover is not None and self.state.options.wait_for_room:
-                self.state.counts["waits_for_room"] += 1
-                mover.make_room(ctxs[missing[0]].size, len(missing), deadline)
-            elif step == 2:
-                self.state.settle_deferred(deadline)
-                size = ctxs[missing[0]].size
-                # short of slots, not bytes: only pages that make room for this class leave
-                plan = dram.room_plan(size) if (dram := self.state.dram) is not None else None
-                strays: list[str] = []
-                with self.state.lock:
-                    placement = self.state.placement_for(size)
-                    if plan is None:
-                        drops, demote = placement.free_dram(
-                            sum(ctxs[i].size for i in missing), keys[missing[0]]
-                        )
-                    else:
-                        drops, demote, strays = placement.free_dram_room(plan, len(missing), keys[missing[0]])
-                if strays and dram is not None:
-                    dram.remove_batch(strays)  # DRAM held them, the placement did not know them
-                self.state.apply(drops, demote)
-                if demote and mover is not None and self.state.options.wait_for_room:
-                    mover.make_room(ctxs[missing[0]].size, len(missing), deadline)
-            ok = attempt(missing)
-            missing = [i for i, good in zip(missing, ok, strict=True) if not good]
+        for make_room in (self._run_queued_demotions, self._free_dram):
             if not missing or time.monotonic() >= deadline:
                 break
+            make_room(keys, ctxs, missing, deadline, mover)
+            missing = self._attempt(attempt, missing)
         return missing
 
-    def unplace(
+    @staticmethod
+    def _attempt(attempt: Callable[[list[int]], list[bool]], idx: list[int]) -> list[int]:
+        ok = attempt(idx)
+        return [i for i, good in zip(idx, ok, strict=True) if not good]
+
+    def _run_queued_demotions(
         self,
         keys: Sequence[str],
-        outcomes: Sequence[SetOutcome],
-        failed: Sequence[int],
-        kept: list[bool | None],
+        ctxs: Sequence[AccessContext],
+        missing: list[int],
+        deadline: float,
+        mover: Mover | None,
     ) -> None:
-        """Pages whose copy could not be made in time: a new page is forgotten (False: SGLang
-        keeps it in its host pool); a page moving up from SSD stays placed on SSD."""
-        with self.state.lock:
-            placement = self.state.placement
-            for i in failed:
-                if outcomes[i] == SetOutcome.UP:
-                    if placement is not None:
-                        placement.leave_dram(keys[i])
-                    continue
-                kept[i] = False
-                if placement is not None:
-                    placement.remove(keys[i])
-            self.state.counts["local_put_failed"] += len(failed)
+        """Room step 1: queued demotions in this thread (when ``wait_for_room`` is on)."""
+        state = self.state
+        if mover is not None and state.options.wait_for_room:
+            state.counts["waits_for_room"] += 1
+            mover.make_room(ctxs[missing[0]].size, len(missing), deadline)
+
+    def _free_dram(
+        self,
+        keys: Sequence[str],
+        ctxs: Sequence[AccessContext],
+        missing: list[int],
+        deadline: float,
+        mover: Mover | None,
+    ) -> None:
+        """Room step 2: the placement frees DRAM for the pages ``missing`` (one placement call)."""
+        state = self.state
+        state.settle_deferred(deadline)
+        size = ctxs[missing[0]].size
+        # short of slots, not bytes: only pages that make room for this class leave
+        plan = dram.room_plan(size) if (dram := state.dram) is not None else None
+        strays: list[str] = []
+        with state.lock:
+            placement = state.placement_for(size)
+            if plan is None:
+                drops, demote = placement.free_dram(sum(ctxs[i].size for i in missing), keys[missing[0]])
+            else:
+                drops, demote, strays = placement.free_dram_room(plan, len(missing), keys[missing[0]])
+        if strays and dram is not None:
+            dram.remove_batch(strays)  # DRAM held them, the placement did not know them
+        state.apply(drops, demote)
+        if demote and mover is not None and state.options.wait_for_room:
+            mover.make_room(size, len(missing), deadline)
+
+    # ------------------------------------------------------------------ step 5: publish to the pools
+    def _copy_to_pools(
+        self,
+        keys: Sequence[str],
+        parts: Sequence[Parts],
+        ctxs: Sequence[AccessContext],
+        kept: Sequence[bool | None],
+        stored: list[bool],
+        deadline: float,
+        epoch: int,
+    ) -> None:
+        """Write-through pools get every page they lack; the others the pages not kept locally.
+        ``epoch``: the clear fence when the set began (a clear since: the pages stay out)."""
+        state = self.state
+        for pool in state.pools:
+            want = [i for i, k in enumerate(kept) if pool.write_through or k is not True]
+            if not want:
+                continue
+            if state.clear_epoch != epoch:  # a clear since the set began: its pages stay out
+                state.counts["pool_writes_skipped_clear"] += len(want)
+                break
+            if pool.put_skips_present:
+                found = [False] * len(want)
+            else:
+                found = pool.contains_batch([keys[i] for i in want])
+            todo = [i for i, f in zip(want, found, strict=True) if not f]
+            if todo:
+                results = pool.put_batch([(keys[i], parts[i], ctxs[i]) for i in todo], deadline=deadline)
+                for i, ok in zip(todo, results, strict=True):
+                    stored[i] = stored[i] or ok
+            for i, f in zip(want, found, strict=True):
+                stored[i] = stored[i] or f

@@ -69,12 +69,11 @@ served to other processes (``served_arena``) and ``settle`` barriers.
 from __future__ import annotations
 
 import logging
-import operator
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from itertools import compress, repeat
+from itertools import compress
 from operator import not_
 from typing import Any
 
@@ -83,7 +82,7 @@ from .events_sink import EventsSink
 from .mover import Mover
 from .parts import Parts, pages_sizes
 from .policy import AccessContext, EvictionPolicy, ObjectType
-from .policy.contexts import get_contexts, miss_context, set_contexts
+from .policy.contexts import get_contexts, miss_context
 from .policy.hints import Hints
 from .policy.placement import DRAM, SSD, TierPlacement
 from .policy.quotas import TenantShare, default_tenant
@@ -470,53 +469,7 @@ class TieredStore:
         this call (SGLang's ``prefix_keys``), ``prev_key`` the last of them. ``supersedes``: for
         trailing sidecar objects, those of the same pool for earlier pages of the chain; the
         resident ones are evicted first while the last of ``keys`` is resident (local tiers)."""
-        if not keys:
-            return []
-        if self.state.refuses_sets(keys[0]):
-            # frozen, or the tenant is being cleared: SGLang keeps the pages in its host pool
-            self.counts["refused_frozen"] += len(keys)
-            self.state.tenant_count(keys[0], set_pages=len(keys), set_refused_frozen=len(keys))
-            return [False] * len(keys)
-        epoch = self.state.clear_epoch
-        if epoch & 1:  # a clear runs: nothing is published until it is done
-            self.counts["refused_clearing"] += len(keys)
-            return [False] * len(keys)
-        deadline = self.state.deadline(deadline)
-        sizes = pages_sizes(parts)
-        ctxs = set_contexts(keys, prefix_len or 0, prev_key, sizes, obj_type=obj_type)
-        kept = (
-            self.set_path.put_local(keys, parts, ctxs, sizes, deadline, supersedes, self.state.fence())
-            if self.local
-            else [None] * len(keys)
-        )
-        # kept: True placed locally, None not placed by decision (refused, or no local tier),
-        # False a copy that could not be made in time
-        # a refusal is a decision (True) unless a pool was to take the page instead
-        # (one C-level pass: ``k is True or (k is None and not self.pools)``)
-        stored = list(
-            map(operator.is_, kept, repeat(True)) if self.pools else map(operator.is_not, kept, repeat(False))
-        )
-        for pool in self.pools:
-            # write-through pools get every page they lack; the others the pages not kept locally
-            want = [i for i, k in enumerate(kept) if pool.write_through or k is not True]
-            if not want:
-                continue
-            if self.state.clear_epoch != epoch:  # a clear since the set began: its pages stay out
-                self.counts["pool_writes_skipped_clear"] += len(want)
-                break
-            if pool.put_skips_present:
-                found = [False] * len(want)
-            else:
-                found = pool.contains_batch([keys[i] for i in want])
-            todo = [i for i, f in zip(want, found, strict=True) if not f]
-            if todo:
-                results = pool.put_batch([(keys[i], parts[i], ctxs[i]) for i in todo], deadline=deadline)
-                for i, ok in zip(todo, results, strict=True):
-                    stored[i] = stored[i] or ok
-            for i, f in zip(want, found, strict=True):
-                stored[i] = stored[i] or f
-        self.state.tenant_count(keys[0], set_pages=len(keys), set_stored_pages=sum(stored))
-        return stored
+        return self.set_path.put(keys, parts, prev_key, prefix_len, obj_type, deadline, supersedes)
 
     # ------------------------------------------------------------------ the rest of the contract
     @gated
