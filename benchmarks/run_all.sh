@@ -13,6 +13,7 @@ TRACE=${TRACE:-../shared/traces/conversation_trace.jsonl}
 mkdir -p "$OUT"
 "$HM" bench sglang --json "$OUT/bench_sglang.json" --plot "$OUT/bench_sglang.png"
 "$HM" bench ssd --drop-caches --hugepages --json "$OUT/bench_ssd.json" --plot "$OUT/bench_ssd.png"
+"$HM" bench gil --json "$OUT/bench_gil.json"
 "$HM" bench gil_io --drop-caches --json "$OUT/bench_gil_io.json" --plot "$OUT/bench_gil_io.png"
 "$HM" bench remote --pip-install-mooncake --apt-install-ibverbs --json "$OUT/bench_remote.json" --plot "$OUT/bench_remote.png"
 "$HM" bench scale --drop-caches --json "$OUT/bench_scale.json" --plot "$OUT/bench_scale.png"

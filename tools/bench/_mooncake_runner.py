@@ -489,7 +489,27 @@ def _batch(store: Any, args: argparse.Namespace, info: dict[str, Any]) -> None:
 
 
 def _bench(args: argparse.Namespace) -> None:
-    if not args.allow_shared_netns:
+    n_sizes = len(args.sizes.split(","))
+    # Each repeat of each page size uses fresh keys (a get's lease blocks removal for 5 s); keep
+    # the segment below the master's 0.95 eviction watermark.
+    segment = int(args.total * args.repeats * n_sizes / 0.8) + 64 * MiB
+    if args.provider:  # two series, each holding one repeat's objects at a time
+        segment = int(4 * args.total) + 64 * MiB
+    info: dict[str, Any] = {"pages": {}}
+    with running_store(segment, info, args.allow_shared_netns) as store:
+        if args.provider:
+            _provider_pages(store, args, info)
+        else:
+            (_serve if args.serve else _batch)(store, args, info)
+
+
+@contextlib.contextmanager
+def running_store(segment: int, info: dict[str, Any], allow_shared_netns: bool = False) -> Iterator[Any]:
+    """A master, a segment holder of ``segment`` bytes and a connected pure client (yielded), in
+    this private network namespace (refused outside one unless ``allow_shared_netns``); ``info``
+    gets the wheel version, the flags, the interfaces and the PIDs. Everything it started is
+    stopped by PID on the way out, the client's objects removed first."""
+    if not allow_shared_netns:
         ifs = interfaces()
         if ifs != ["lo"]:
             raise RuntimeError(
@@ -505,20 +525,13 @@ def _bench(args: argparse.Namespace) -> None:
         master_bin.chmod(master_bin.stat().st_mode | 0o111)
     env = dict(os.environ, MC_TCP_BIND_ADDRESS="127.0.0.1")
     os.environ["MC_TCP_BIND_ADDRESS"] = "127.0.0.1"
-    n_sizes = len(args.sizes.split(","))
-    # Each repeat of each page size uses fresh keys (a get's lease blocks removal for 5 s); keep
-    # the segment below the master's 0.95 eviction watermark.
-    segment = int(args.total * args.repeats * n_sizes / 0.8) + 64 * MiB
-    if args.provider:  # two series, each holding one repeat's objects at a time
-        segment = int(4 * args.total) + 64 * MiB
-    info: dict[str, Any] = {
-        "wheel_version": _wheel_version(),
-        "master_flags": MASTER_FLAGS,
-        "holder_segment_bytes": segment,
-        "client_setup": ["127.0.0.1", METADATA_URL, 0, CLIENT_LOCAL_BUFFER, "tcp", "", MASTER_ADDR],
-        "interfaces": interfaces(),
-        "pages": {},
-    }
+    info.update(
+        wheel_version=_wheel_version(),
+        master_flags=MASTER_FLAGS,
+        holder_segment_bytes=segment,
+        client_setup=["127.0.0.1", METADATA_URL, 0, CLIENT_LOCAL_BUFFER, "tcp", "", MASTER_ADDR],
+        interfaces=interfaces(),
+    )
     with tempfile.TemporaryDirectory(prefix="mc-bench-") as tmp_s:
         tmp = Path(tmp_s)
         master_log, holder_log = tmp / "master.log", tmp / "holder.log"
@@ -541,10 +554,7 @@ def _bench(args: argparse.Namespace) -> None:
                     store = _store()
                     _setup(store, 0, CLIENT_LOCAL_BUFFER)
                     try:
-                        if args.provider:
-                            _provider_pages(store, args, info)
-                        else:
-                            (_serve if args.serve else _batch)(store, args, info)
+                        yield store
                     finally:
                         with contextlib.suppress(Exception):
                             store.remove_all()
