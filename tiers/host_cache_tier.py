@@ -21,10 +21,8 @@ from typing import Any
 from hicache_mooncake.transport.node_client import NodeClient
 from hicache_mooncake.transport.wire import SetHint
 
-from .parts import Parts
-from .policy import DEFAULT_CONTEXT, AccessContext
 from .policy.hints import Hints
-from .tier import Tier
+from .tier import PutItem, Tier
 
 
 class HostCacheTier(Tier):
@@ -40,36 +38,23 @@ class HostCacheTier(Tier):
         self._on_close = on_close
         self._closed = False
 
-    def contains(self, key: str) -> bool:
-        return self.contains_batch([key])[0]
-
     def contains_batch(self, keys: Sequence[str]) -> list[bool]:
         return self.client.exists_batch(keys) if keys else []
 
-    def put(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
-        return self.put_batch([(key, parts, ctx)])[0]
-
-    def put_batch(
-        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
-    ) -> list[bool]:
+    def put_batch(self, items: Sequence[PutItem], deadline: float | None = None) -> list[bool]:
         if not items:
             return []
         first = items[0][2]
         hint = SetHint(first.prefix_hits, first.prev_key)
         return self.client.put_batch([(key, parts) for key, parts, _ in items], int(first.obj_type), hint)
 
-    def get_into(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
-        return self.get_batch_into([(key, parts, ctx)])[0]
-
-    def get_batch_into(
-        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
-    ) -> list[bool]:
+    def get_batch_into(self, items: Sequence[PutItem], deadline: float | None = None) -> list[bool]:
         if not items:
             return []
         return self.client.get_batch_into([(key, parts) for key, parts, _ in items])
 
-    def remove(self, key: str) -> bool:
-        return self.client.remove_batch([key])[0]
+    def remove_batch(self, keys: Sequence[str]) -> int:
+        return sum(self.client.remove_batch(keys)) if keys else 0
 
     def clear(self) -> None:
         self.client.clear()

@@ -20,10 +20,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from .call_guard import CallGuard
-from .parts import Parts, pages_nbytes
-from .policy import DEFAULT_CONTEXT, AccessContext
+from .parts import pages_nbytes
+from .policy import AccessContext
 from .pool_providers.base import Item, PoolProvider, PoolUnavailable
-from .tier import Tier
+from .tier import PutItem, Tier
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -115,9 +115,6 @@ class RemoteDramTier(Tier):
     def should_promote(self, key: str, ctx: AccessContext) -> bool:
         return self.promote_on_hit
 
-    def contains(self, key: str) -> bool:
-        return self.contains_batch([key])[0]
-
     def contains_batch(self, keys: Sequence[str]) -> list[bool]:
         if not keys:
             return []
@@ -126,12 +123,7 @@ class RemoteDramTier(Tier):
         self._count("exists_found", sum(found))
         return found
 
-    def put(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
-        return self.put_batch([(key, parts, ctx)])[0]
-
-    def put_batch(
-        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
-    ) -> list[bool]:
+    def put_batch(self, items: Sequence[PutItem], deadline: float | None = None) -> list[bool]:
         if not items:
             return []
         obj_type = int(items[0][2].obj_type)
@@ -143,12 +135,7 @@ class RemoteDramTier(Tier):
         self.events.stored(self.name, [key for (key, _), done in zip(plain, ok, strict=True) if done])
         return ok
 
-    def get_into(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
-        return self.get_batch_into([(key, parts, ctx)])[0]
-
-    def get_batch_into(
-        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
-    ) -> list[bool]:
+    def get_batch_into(self, items: Sequence[PutItem], deadline: float | None = None) -> list[bool]:
         if not items:
             return []
         plain: list[Item] = [(key, parts) for key, parts, _ in items]
@@ -158,11 +145,14 @@ class RemoteDramTier(Tier):
         self._count("get_bytes", pages_nbytes([ps for _, ps in plain], ok))
         return ok
 
-    def remove(self, key: str) -> bool:
-        gone = self._call("remove", lambda: self.provider.remove_batch([key]), 1, False)[0]
+    def remove_batch(self, keys: Sequence[str]) -> int:
+        if not keys:
+            return 0
+        done = self._call("remove", lambda: self.provider.remove_batch(keys), len(keys), False)
+        gone = [key for key, ok in zip(keys, done, strict=True) if ok]
         if gone:
-            self.events.removed(self.name, (key,))
-        return gone
+            self.events.removed(self.name, gone)
+        return len(gone)
 
     def clear(self) -> None:
         self._call("clear", lambda: [self.provider.clear()], 1, None)

@@ -475,8 +475,7 @@ class RuntimeOps:
                 lay.dram.remove_batch(chunk)
             for tier in (lay.ssd, *lay.pools):
                 if tier is not None:
-                    for key in chunk:
-                        tier.remove(key)
+                    tier.remove_batch(chunk)
             removed += len(chunk)
             progress.advance(removed)
         return removed

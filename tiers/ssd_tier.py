@@ -29,10 +29,9 @@ from typing import Any
 from hicache_mooncake.ssd import SsdEngine
 from hicache_mooncake.ssd.format import BLOCK, entry_size
 
-from .parts import Parts
-from .policy import DEFAULT_CONTEXT, AccessContext
+from .policy import AccessContext
 from .rate_budget import RateBudget
-from .tier import Tier
+from .tier import PutItem, Tier
 
 _ITEM_KEY = operator.itemgetter(0)
 
@@ -120,19 +119,11 @@ class SsdTier(Tier):
             return given
         return None if self.timeout_s is None else time.monotonic() + self.timeout_s
 
-    def contains(self, key: str) -> bool:
-        return self.engine.contains(key)
-
     def contains_batch(self, keys: Sequence[str]) -> list[bool]:
         return self.engine.contains_batch(keys)
 
     def entry_count(self) -> int:
         return self.engine.entry_count()
-
-    def put(
-        self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT, deadline: float | None = None
-    ) -> bool:
-        return self.put_batch([(key, parts, ctx)], deadline=deadline)[0]
 
     @property
     def epoch(self) -> int:
@@ -142,7 +133,7 @@ class SsdTier(Tier):
 
     def put_batch(
         self,
-        items: Sequence[tuple[str, Parts, AccessContext]],
+        items: Sequence[PutItem],
         deadline: float | None = None,
         epoch: int | None = None,
     ) -> list[bool]:
@@ -155,14 +146,7 @@ class SsdTier(Tier):
         self.events.stored(self.name, list(compress(map(_ITEM_KEY, items), done)))
         return done
 
-    def get_into(
-        self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT, deadline: float | None = None
-    ) -> bool:
-        return self.get_batch_into([(key, parts, ctx)], deadline=deadline)[0]
-
-    def get_batch_into(
-        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
-    ) -> list[bool]:
+    def get_batch_into(self, items: Sequence[PutItem], deadline: float | None = None) -> list[bool]:
         if not items:
             return []
         result = self.engine.get_batch_into(
@@ -174,13 +158,15 @@ class SsdTier(Tier):
                     self._reads[key] = self._reads.get(key, 0) + 1
         return result
 
-    def remove(self, key: str) -> bool:
+    def remove_batch(self, keys: Sequence[str]) -> int:
+        """Index removals only (never waits for the disk)."""
         with self._lock:
-            self._reads.pop(key, None)
-        gone = self.engine.remove(key)
+            for key in keys:
+                self._reads.pop(key, None)
+        gone = [key for key in keys if self.engine.remove(key)]
         if gone:
-            self.events.removed(self.name, (key,))
-        return gone
+            self.events.removed(self.name, gone)
+        return len(gone)
 
     def clear(self) -> None:
         """Durable clear within ``timeout_s``; if the new epoch is not on disk by then the tier

@@ -264,8 +264,7 @@ class StoreState:
             if (dram := self.dram) is not None:
                 dram.remove_batch(keys)
             if (ssd := self.ssd) is not None:
-                for key in keys:
-                    ssd.remove(key)
+                ssd.remove_batch(keys)
             self.counts["dropped"] += len(drops)
             for tier, n in Counter(map(_DROP_TIER, drops)).items():  # per tier: evictions (metrics)
                 self.counts[f"dropped_{tier}"] += n

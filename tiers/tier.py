@@ -1,20 +1,41 @@
-"""The contract between ``TieredStore`` and each storage tier (DRAM, remote DRAM, SSD).
+"""The contract between ``TieredStore`` and each storage tier (DRAM, SSD, remote pool, host cache):
+batch first.
 
 A tier stores immutable objects addressed by string keys. Payloads move as *parts*: a sequence
 of writable/readable ``memoryview``s (one per contiguous run of SGLang's host pool, e.g. K and V
-of a page). ``put`` gathers the parts into one object; ``get_into`` scatters an object back into
+of a page). A put gathers an object's parts into one object; a get scatters an object back into
 parts whose total length must equal the object's length.
 
-Failure semantics, for every tier:
-- ``put`` returns False when the object was not stored (no space, refused by admission, I/O
-  error); it never raises for those. A key that is already present is left unchanged and
-  ``put`` returns True (values are immutable).
-- ``get_into`` returns False on a miss, a size mismatch or an I/O error; on False the contents of
-  the destination parts are unspecified (the caller treats the page as not loaded).
-- The batched calls take an absolute ``deadline`` (``time.monotonic()``; None: the tier's own
-  timeout); work not finished by then is reported as not done (a miss, or False). No method
-  blocks longer than the tier's configured timeout.
-- Every method is thread-safe.
+The batch calls are the contract (the abstract methods): ``contains_batch``, ``put_batch``,
+``get_batch_into``, ``remove_batch``, plus ``clear``, ``close`` and ``stats``. One store call is
+one batch call per tier, so a tier can do its per-key work in one pass (one lock hold, one
+native call, one round trip). The singular calls (``contains``, ``put``, ``get_into``,
+``remove``) are one-key batches, derived here; tiers do not write them.
+
+Shape (what the native data plane fills in):
+- Keys in: a sequence of ``str``, in the caller's order; a key may appear twice (each answer is
+  its own). Items in: ``(key, parts, ctx)`` in the caller's order.
+- Results out: one entry per key, in the same order, as a ``list[bool]`` (``remove_batch``: the
+  count of keys that were present). The contract creates no per-key Python object of its own;
+  a tier answers in whatever it computed (a converted native bool array is fine).
+- Buffers: the caller owns every part; a tier borrows them for the duration of the call only
+  and never touches them after it returned (a late read lands in the tier's own memory first).
+
+Failure semantics, for every tier and every call:
+- Partial failure is per key: each key's answer is independent (one key's I/O error, missing
+  room or refusal does not fail the others); nothing raises for those.
+- ``put_batch``: True when the object is stored (now, or already: values are immutable, a key
+  that is present is left unchanged and answers True); False when it was not stored (no space,
+  refused by admission, I/O error, deadline passed).
+- ``get_batch_into``: True when the parts hold the object's bytes; False on a miss, a size
+  mismatch, an I/O error or a deadline passed; on False the parts' contents are unspecified (the
+  caller treats the page as not loaded).
+- ``contains_batch``: index lookups only (a pool asks its nodes once per batch, within its
+  timeout); True means a get issued now would find the key (it may still miss later).
+- Deadlines: ``put_batch`` / ``get_batch_into`` take an absolute ``deadline``
+  (``time.monotonic()``; None: the tier's own timeout). Work not finished by then is reported as
+  not done (False). No call blocks longer than the tier's configured timeout.
+- Every call is thread-safe; a closed tier answers miss / False / 0 and never raises.
 """
 
 from __future__ import annotations
@@ -27,9 +48,12 @@ from .events_sink import NULL_SINK, EventsSink
 from .parts import Parts
 from .policy.base import DEFAULT_CONTEXT, AccessContext
 
+PutItem = tuple[str, Parts, AccessContext]
+"""One object of a ``put_batch`` / ``get_batch_into``: its key, its parts, its access context."""
+
 
 class Tier(ABC):
-    """One storage tier; see the module docstring for the failure semantics."""
+    """One storage tier; see the module docstring for the contract and its failure semantics."""
 
     name: str = ""
     write_through: bool = False
@@ -48,18 +72,22 @@ class Tier(ABC):
         """After a hit here, copy the object into the tiers above? (default: no)."""
         return False
 
+    # ------------------------------------------------------------------ the contract: batches
     @abstractmethod
-    def contains(self, key: str) -> bool: ...
+    def contains_batch(self, keys: Sequence[str]) -> list[bool]:
+        """Per key: does this tier hold it?"""
 
     @abstractmethod
-    def put(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool: ...
+    def put_batch(self, items: Sequence[PutItem], deadline: float | None = None) -> list[bool]:
+        """Store each object; per item: stored (or present already)."""
 
     @abstractmethod
-    def get_into(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool: ...
+    def get_batch_into(self, items: Sequence[PutItem], deadline: float | None = None) -> list[bool]:
+        """Copy each object into its parts; per item: its bytes are there."""
 
     @abstractmethod
-    def remove(self, key: str) -> bool:
-        """Drop ``key``; True if it was present."""
+    def remove_batch(self, keys: Sequence[str]) -> int:
+        """Drop each key; returns how many were present."""
 
     @abstractmethod
     def clear(self) -> None: ...
@@ -71,21 +99,21 @@ class Tier(ABC):
     @abstractmethod
     def stats(self) -> dict[str, Any]: ...
 
-    # Batched forms. Tiers that can coalesce I/O (SSD, remote) override these.
-    def put_batch(
-        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
-    ) -> list[bool]:
-        return [self.put(key, parts, ctx) for key, parts, ctx in items]
-
-    def get_batch_into(
-        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
-    ) -> list[bool]:
-        return [self.get_into(key, parts, ctx) for key, parts, ctx in items]
-
-    def contains_batch(self, keys: Sequence[str]) -> list[bool]:
-        return [self.contains(key) for key in keys]
-
     def entry_count(self) -> int | None:
         """Objects held, where the tier knows it in memory without waiting (None: it does not,
         e.g. a pool behind a network). Read without the tier's lock: an estimate."""
         return None
+
+    # ------------------------------------------------------------------ one-key batches
+    def contains(self, key: str) -> bool:
+        return self.contains_batch((key,))[0]
+
+    def put(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
+        return self.put_batch(((key, parts, ctx),))[0]
+
+    def get_into(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
+        return self.get_batch_into(((key, parts, ctx),))[0]
+
+    def remove(self, key: str) -> bool:
+        """Drop ``key``; True if it was present."""
+        return self.remove_batch((key,)) > 0
