@@ -30,7 +30,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a broken install o
         "(needs gcc and the Python headers)"
     ) from exc
 
-from ._xxh3_loader import load_xxh3  # noqa: E402
+from ._xxh3_loader import SYSTEM_LIBRARY, SYSTEM_SYMBOL, load_xxh3, set_xxh3_library  # noqa: E402
 
 XXH3_SOURCE: tuple[str, str] = load_xxh3()
 """(library path, symbol) xxh3 is computed with: python-xxhash's dispatch or the system lib."""
@@ -42,6 +42,8 @@ from .fptable import FpTable  # noqa: E402
 from .io import io_late_items, io_threads, pread_batch, pwrite_batch, set_io_threads  # noqa: E402
 
 __all__ = [
+    "SYSTEM_LIBRARY",
+    "SYSTEM_SYMBOL",
     "XXH3_SOURCE",
     "FpTable",
     "copy_pages",
@@ -54,6 +56,7 @@ __all__ = [
     "pwrite_batch",
     "set_io_threads",
     "set_test_fingerprint_mask",
+    "set_xxh3_library",
     "xxh3_64",
     "xxh3_batch",
 ]

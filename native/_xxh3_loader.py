@@ -17,6 +17,12 @@ SYSTEM_LIBRARY = "libxxhash.so.0"
 SYSTEM_SYMBOL = "XXH3_64bits"
 
 
+def set_xxh3_library(library: str, symbol: str) -> None:
+    """Makes every later hash use ``symbol`` of ``library`` (OSError when either is missing,
+    ValueError when it does not compute xxh3_64). For measurements; the import chose already."""
+    _core.set_xxh3_library(library, symbol)
+
+
 def python_xxhash_library() -> str | None:
     """Path of python-xxhash's extension module (None when python-xxhash is not installed)."""
     try:
