@@ -13,7 +13,8 @@ write a job (:meth:`WriteBuffer.fill_job`):
 * **borrowed** (zero copy): the header blocks live in this buffer's aligned memory and the
   payload iovecs are the caller's own memoryviews (SGLang's host pool), written in place.
 
-The put's own thread fills the jobs (copy, payload hash) in order while the I/O threads write
+The put's own thread fills the jobs (copy, payload hash: native batch calls, one crossing per job)
+in order while the I/O threads write
 the jobs filled before, so copies overlap writes; no fill runs after the put returned: the
 checksum is taken from the caller's bytes as they were during the call.
 So a write that completes after its put gave up (deadline), while the caller already reuses its
@@ -35,10 +36,15 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from hicache_mooncake.native import copy_pages, copy_pages_checksum, xxh3_batch
+
 from . import checksum
 from .format import BLOCK, EntryHeader, align_up, entry_size
-from .io import HUGE_PAGE, aligned_buffer, copy_into, huge_buffer
+from .io import HUGE_PAGE, aligned_buffer, byte_view, huge_buffer
 from .options import SsdOptions
+from .spans import common_base
 
 
 @dataclass
@@ -153,6 +159,37 @@ def reserve_staging(pool: BufferPool, options: SsdOptions) -> int:
 _ZEROS = memoryview(aligned_buffer(BLOCK))
 
 
+def _stage(view: memoryview, slots: Sequence[Slot]) -> list[int]:
+    """Copy the payloads of ``slots`` into ``view`` as laid out on disk (each after its 4096-byte
+    header block, back to back) and return their xxh3_64: one ``copy_pages_checksum`` when every
+    payload is one part and all lie in one buffer (the common case); otherwise one
+    ``copy_pages`` per source buffer and one ``xxh3_batch`` over the staged payloads."""
+    dst: list[int] = []
+    parts: list[memoryview] = []
+    starts: list[int] = []
+    pos = 0
+    for slot in slots:
+        at = pos + BLOCK
+        starts.append(at)
+        for p in slot.payload:
+            dst.append(at)
+            parts.append(byte_view(p))
+            at += p.nbytes
+        pos += slot.size
+    lengths = np.fromiter((p.nbytes for p in parts), np.uint64, len(parts))
+    found = common_base(parts)
+    if found is not None:
+        src, src_offsets = found
+        if len(parts) == len(slots):
+            return copy_pages_checksum(view, dst, src, src_offsets, lengths).tolist()
+        copy_pages(view, dst, src, src_offsets, lengths)
+    else:
+        for p, at in zip(parts, dst, strict=True):
+            copy_pages(view, [at], p, [0], [p.nbytes])
+    sizes = np.fromiter((slot.payload_len for slot in slots), np.uint64, len(slots))
+    return xxh3_batch(view, starts, sizes).tolist()
+
+
 class WriteBuffer:
     """Layout and header blocks of one batch; see the module docstring for layout and lifetime."""
 
@@ -184,12 +221,14 @@ class WriteBuffer:
     ) -> tuple[list[memoryview], Buffer | None]:
         """Hash (and when staged, copy) the entries of one write job and write their headers
         (``(slot, seq)``, back to back on disk). Returns the iovecs to write and the staging
-        buffer to give back to the pool once written (None when borrowed). The copies and hashes
-        keep the GIL (``copy_into``, :mod:`.checksum`)."""
+        buffer to give back to the pool once written (None when borrowed). The payloads are
+        copied and hashed by native batch calls (:func:`_stage`, :func:`~.checksum.payload_hashes`),
+        the GIL released once per call, not once per page."""
         if self.borrow:
             iov: list[memoryview] = []
-            for slot, seq in entries:
-                slot.payload_hash = checksum.payload_hash(slot.payload)
+            hashes = checksum.payload_hashes([slot.payload for slot, _ in entries])
+            for (slot, seq), h in zip(entries, hashes, strict=True):
+                slot.payload_hash = h
                 slot.hdr[:] = _ZEROS
                 EntryHeader(slot.key, slot.payload_len, seq, gen, slot.payload_hash).pack_into(slot.hdr)
                 iov.append(slot.hdr)
@@ -200,21 +239,16 @@ class WriteBuffer:
         nbytes = sum(slot.size for slot, _ in entries)
         mem = self._pool.take(nbytes)
         view = memoryview(mem)
-        pos = 0
         try:
-            for slot, seq in entries:
+            hashes = _stage(view, [slot for slot, _ in entries])
+            pos = 0
+            for (slot, seq), h in zip(entries, hashes, strict=True):
                 hdr = view[pos : pos + BLOCK]
                 hdr[:] = _ZEROS
-                at = pos + BLOCK
-                hasher = checksum.new_hasher()
-                for p in slot.payload:
-                    dst = view[at : at + p.nbytes]
-                    copy_into(dst, p)
-                    checksum.update(hasher, dst)
-                    at += p.nbytes
                 if slot.pad:
+                    at = pos + BLOCK + slot.payload_len
                     view[at : at + slot.pad] = _ZEROS[: slot.pad]
-                slot.payload_hash = hasher.intdigest()
+                slot.payload_hash = h
                 EntryHeader(slot.key, slot.payload_len, seq, gen, slot.payload_hash).pack_into(hdr)
                 pos += slot.size
         except BaseException:

@@ -1,4 +1,13 @@
-"""Payload checksums (xxh3_64), computed in slices short enough to keep the GIL.
+"""Payload checksums (xxh3_64, seed 0: the values on disk since the first format).
+
+The data path hashes in batches with the native extension (:func:`payload_hashes`: one
+``xxh3_batch`` call per batch of entries whose payloads lie in one buffer, the GIL released once
+for it). A payload in several parts (MHA's K and V) is hashed as their concatenation: natively
+when the parts lie back to back in one buffer, else with the streaming hasher below (the native
+API hashes one range per item). The streaming hasher also serves recovery's scans of payloads
+larger than one read chunk. Its notes:
+
+Streaming xxh3 is computed in slices short enough to keep the GIL.
 
 python-xxhash gives the GIL up around every ``update``, whatever its length. While another
 thread runs Python (SGLang's scheduler thread does, next to the cache controller's threads that
@@ -13,11 +22,15 @@ whatever the slicing (xxh3 streaming), so entries written before this module are
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+import numpy as np
 import xxhash
 
+from hicache_mooncake.native import xxh3_64, xxh3_batch
+
 from .io import byte_view
+from .spans import common_base
 
 HASH_SLICE = 32 << 10
 
@@ -39,8 +52,57 @@ def update(hasher: xxhash.xxh3_64, data: memoryview) -> None:
 
 
 def payload_hash(parts: Iterable[memoryview]) -> int:
-    """xxh3_64 of ``parts`` back to back."""
+    """xxh3_64 of ``parts`` back to back (one native call for a single part)."""
+    views = [byte_view(p) for p in parts]
+    if len(views) == 1:
+        return xxh3_64(views[0])
     hasher = new_hasher()
-    for p in parts:
+    for p in views:
         update(hasher, p)
     return hasher.intdigest()
+
+
+def _joined(parts: Sequence[memoryview]) -> memoryview | None:
+    """The single view ``parts`` make when they lie back to back in one buffer (else None)."""
+    if len(parts) == 1:
+        return parts[0]
+    found = common_base(parts)
+    if found is None:
+        return None
+    base, offsets = found
+    pos = int(offsets[0])
+    for v, off in zip(parts, offsets.tolist(), strict=True):
+        if off != pos:
+            return None
+        pos += v.nbytes
+    return base[int(offsets[0]) : pos]
+
+
+def payload_hashes(payloads: Sequence[Sequence[memoryview]]) -> list[int]:
+    """:func:`payload_hash` of each entry's parts, in as few native calls as the memory allows:
+    one ``xxh3_batch`` over every payload that is one span of a common buffer (an engine
+    staging buffer, SGLang's host pool), one call per other single-span payload, and the
+    streaming hasher for parts that are not contiguous."""
+    out = [0] * len(payloads)
+    spans: list[memoryview] = []
+    where: list[int] = []
+    for i, parts in enumerate(payloads):
+        views = [byte_view(p) for p in parts if p.nbytes] or [memoryview(b"")]
+        one = _joined(views)
+        if one is None:
+            out[i] = payload_hash(views)
+        else:
+            spans.append(one)
+            where.append(i)
+    if not spans:
+        return out
+    found = common_base(spans)
+    if found is not None:
+        base, offsets = found
+        lengths = np.fromiter((v.nbytes for v in spans), np.uint64, len(spans))
+        hashes = xxh3_batch(base, offsets, lengths).tolist()
+    else:
+        hashes = [xxh3_64(v) for v in spans]
+    for i, h in zip(where, hashes, strict=True):
+        out[i] = h
+    return out

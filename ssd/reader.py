@@ -23,13 +23,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from hicache_mooncake.native import copy_pages
+
 from .allocator import RegionAllocator
 from .buffer import Buffer, BufferPool, Slot, WriteBuffer
-from .checksum import payload_hash
+from .checksum import payload_hash, payload_hashes
 from .core import EngineCore
 from .format import BLOCK, FLAG_DEAD, parse_entry_header
 from .io import READ, IoBatch, byte_view, copy_into, preadv_full
 from .readplan import ReadItem, Run, plan_runs
+from .spans import common_base
 from .writer import WritePath
 
 log = logging.getLogger("hicache_mooncake.ssd")
@@ -50,6 +53,29 @@ def copy_views(dst: Sequence[memoryview], src: Sequence[memoryview]) -> None:
             so += take
             if so == s.nbytes:
                 si, so = si + 1, 0
+
+
+def copy_out(items: Sequence[tuple[ReadItem, memoryview]]) -> None:
+    """Copy each verified bounced payload (one span of engine memory) into its item's views:
+    one native ``copy_pages`` when the views lie in one caller buffer and the payloads in one
+    engine buffer (the rule), else one native call per view."""
+    dst: list[memoryview] = []
+    src: list[memoryview] = []
+    for it, payload in items:
+        so = 0
+        for v in it.views:
+            dst.append(byte_view(v))
+            src.append(payload[so : so + v.nbytes])
+            so += v.nbytes
+    lengths = [v.nbytes for v in dst]
+    d = common_base(dst, writable=True)
+    s = common_base(src)
+    if d is not None and s is not None:
+        copy_pages(d[0], d[1], s[0], s[1], lengths)
+        return
+    for dv, sv in zip(dst, src, strict=True):
+        if dv.nbytes:
+            copy_pages(dv, [0], sv, [0], [dv.nbytes])
 
 
 class _Landed:
@@ -305,15 +331,24 @@ class ReadPath:
             return list(run.items)
         bad: list[ReadItem] = []
         pos = 0
+        hashes = payload_hashes([payload for _, payload in landed.where])  # one native call, as a rule
+        for it, h in zip(run.items, hashes, strict=True):
+            it.payload_hash = h
+        out: list[tuple[ReadItem, memoryview]] = []  # verified bounced entries: (item, payload)
         for it, (hdr, payload) in zip(run.items, landed.where, strict=True):
             pos += it.size
             whole = landed.got >= pos - (it.size - BLOCK - it.loc.length)
             if whole and self._verify(it, hdr, payload):
                 if it.bounce:
-                    copy_views(it.views, payload)
-                results[it.idx] = True
+                    out.append((it, payload[0]))
+                else:
+                    results[it.idx] = True
             else:
                 bad.append(it)
+        if out:
+            copy_out(out)
+            for it, _ in out:
+                results[it.idx] = True
         return bad
 
     def _verify(self, it: ReadItem, hdr: memoryview, payload: Sequence[memoryview]) -> bool:
@@ -335,7 +370,8 @@ class ReadPath:
             log.debug("ssd: %r shares its fingerprint with %r (a miss)", it.key, h.key)
             it.other_key = True
             return False
-        if payload_hash(payload) != h.payload_hash:
+        got = it.payload_hash if it.payload_hash is not None else payload_hash(payload)
+        if got != h.payload_hash:
             log.warning(
                 "ssd: payload checksum mismatch for %r at %s+%d", it.key, it.region.path, it.loc.offset
             )

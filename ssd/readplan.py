@@ -32,6 +32,7 @@ class ReadItem:
     views: list[memoryview]
     bounce: bool = False
     other_key: bool = False  # its entry is sound but holds another key (a fingerprint collision)
+    payload_hash: int | None = None  # xxh3 of the payload as read (one batch call per run)
 
     @property
     def size(self) -> int:

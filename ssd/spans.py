@@ -1,0 +1,43 @@
+"""Where a batch of memoryviews lies in one exporting buffer (:func:`common_base`), so that a
+native batch call (``copy_pages``, ``copy_pages_checksum``, ``xxh3_batch``), which takes one
+buffer and byte offsets into it, can serve a whole batch in one crossing.
+
+The views a batch hands the engine are slices of one buffer in the common case (SGLang's host
+pool, the DRAM tier's arena, an engine staging buffer); when they are not, the caller makes one
+call per view instead (still native, never a Python copy or hash loop over the bytes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .io import byte_view
+
+
+def _address(mv: memoryview) -> int:
+    return int(np.frombuffer(mv, dtype=np.uint8).ctypes.data) if mv.nbytes else 0
+
+
+def common_base(views: Sequence[memoryview], writable: bool = False) -> tuple[memoryview, np.ndarray] | None:
+    """``(base, offsets)`` with ``views[i] == base[offsets[i] : offsets[i] + views[i].nbytes]``
+    when every view is a slice of the same exporting object (``memoryview.obj``), C-contiguous as
+    a whole (and writable with ``writable``); None otherwise (or for no views)."""
+    if not views:
+        return None
+    obj = views[0].obj
+    if obj is None or any(v.obj is not obj for v in views):
+        return None
+    try:
+        base = byte_view(obj)
+    except (TypeError, ValueError):
+        return None  # not C-contiguous as a whole
+    if writable and base.readonly:
+        return None
+    start = _address(base)
+    offsets = np.fromiter((_address(v) - start if v.nbytes else 0 for v in views), np.int64, len(views))
+    ends = offsets + np.fromiter((v.nbytes for v in views), np.int64, len(views))
+    if len(offsets) and (int(offsets.min()) < 0 or int(ends.max()) > base.nbytes):
+        return None  # (a view of a copy the exporter made: not inside it)
+    return base, offsets.astype(np.uint64)
