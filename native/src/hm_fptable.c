@@ -8,6 +8,7 @@
 #include "hm_fptable.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,7 +21,16 @@ typedef struct {
     unsigned value_words;
     pthread_rwlock_t lock;
     int lock_ready;
+    /* Published under the write lock at the end of every writing call, read without any lock:
+     * len() and nbytes never wait for a long batch while holding the GIL. */
+    _Atomic size_t pub_count, pub_capacity;
 } FpTable;
+
+/* Needs the write lock. */
+static void publish(FpTable *self) {
+    atomic_store_explicit(&self->pub_count, self->table.count, memory_order_release);
+    atomic_store_explicit(&self->pub_capacity, self->table.capacity, memory_order_release);
+}
 
 static int check_keys(const uint64_t *fps, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -86,6 +96,7 @@ static PyObject *FpTable_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
+    publish(self);
     return (PyObject *)self;
 }
 
@@ -129,6 +140,7 @@ static PyObject *FpTable_put(FpTable *self, PyObject *const *args, Py_ssize_t na
             }
             present[i] = (unsigned char)r;
         }
+        publish(self);
         pthread_rwlock_unlock(&self->lock);
         Py_END_ALLOW_THREADS
     }
@@ -262,6 +274,7 @@ static PyObject *remove_batch(FpTable *self, PyObject *fps_obj, PyObject *expect
         pthread_rwlock_wrlock(&self->lock);
         for (Py_ssize_t i = 0; i < n; i++)
             r[i] = (unsigned char)hm_table_remove(&self->table, k[i], e ? e + i : NULL);
+        publish(self);
         pthread_rwlock_unlock(&self->lock);
         Py_END_ALLOW_THREADS
     }
@@ -339,32 +352,25 @@ static PyObject *FpTable_clear(FpTable *self, PyObject *unused) {
     Py_BEGIN_ALLOW_THREADS
     pthread_rwlock_wrlock(&self->lock);
     hm_table_clear(&self->table, self->initial_capacity);
+    publish(self);
     pthread_rwlock_unlock(&self->lock);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
 static Py_ssize_t FpTable_len(FpTable *self) {
-    pthread_rwlock_rdlock(&self->lock);
-    size_t n = self->table.count;
-    pthread_rwlock_unlock(&self->lock);
-    return (Py_ssize_t)n;
+    return (Py_ssize_t)atomic_load_explicit(&self->pub_count, memory_order_acquire);
 }
 
 static PyObject *FpTable_get_nbytes(FpTable *self, void *closure) {
     (void)closure;
-    pthread_rwlock_rdlock(&self->lock);
-    size_t b = hm_table_nbytes(&self->table);
-    pthread_rwlock_unlock(&self->lock);
-    return PyLong_FromSize_t(b);
+    size_t cap = atomic_load_explicit(&self->pub_capacity, memory_order_acquire);
+    return PyLong_FromSize_t(cap * (1 + self->value_words) * sizeof(uint64_t));
 }
 
 static PyObject *FpTable_get_capacity(FpTable *self, void *closure) {
     (void)closure;
-    pthread_rwlock_rdlock(&self->lock);
-    size_t c = self->table.capacity;
-    pthread_rwlock_unlock(&self->lock);
-    return PyLong_FromSize_t(c);
+    return PyLong_FromSize_t(atomic_load_explicit(&self->pub_capacity, memory_order_acquire));
 }
 
 static PyObject *FpTable_get_value_words(FpTable *self, void *closure) {

@@ -308,6 +308,10 @@ static PyObject *io_batch(PyObject *const *args, Py_ssize_t nargs, int is_write)
             goto fail_out;
         }
     }
+    if (n > INT32_MAX / 2) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd items is more than one batch may hold", name, n);
+        goto fail_out;
+    }
     int64_t *res = out.buf;
     for (Py_ssize_t i = 0; i < n; i++)
         res[i] = -ETIMEDOUT;
