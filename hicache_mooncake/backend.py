@@ -70,7 +70,7 @@ from hicache_mooncake.object_split import (  # noqa: E402
     whole,
 )
 from hicache_mooncake.sglang_adapter.cross_tp import HeadGroupPages, group_suffixes, head_groups_for  # noqa: E402
-from hicache_mooncake.sglang_adapter.host_memory import HostRangeError  # noqa: E402
+from hicache_mooncake.sglang_adapter.host_pool_views import HostRangeError  # noqa: E402
 from hicache_mooncake.sglang_adapter.host_pools import PoolSet, RegisteredPool  # noqa: E402
 from hicache_mooncake.sglang_adapter.host_pools.names import KV, pool_name  # noqa: E402
 from hicache_mooncake.sglang_adapter.hybrid import SidecarIO  # noqa: E402

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from hicache_mooncake.config.metrics import ExporterConfig
 from hicache_mooncake.metrics.exporter import MetricsExporter
-from hicache_mooncake.metrics.tiers import TierStatsCollector, _Families, _num
+from hicache_mooncake.metrics.tiers import Families, TierStatsCollector, stat_value
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class NodeStatsCollector(Collector):
         self._base = {"node": node_id}
 
     def collect(self) -> Iterator[Metric]:
-        out = _Families(self._base)
+        out = Families(self._base)
         stats = self._stats()
         for op, n in _items(stats.get("requests")):
             out.add("counter", "node_requests", "Requests served, by op", {"op": op}, n)
@@ -53,7 +53,7 @@ class NodeStatsCollector(Collector):
             ("connections", "node_connections", "Authenticated connections open"),
             ("handshakes", "node_handshakes_pending", "Sockets still authenticating"),
         ):
-            if (value := _num(stats, key)) is not None:
+            if (value := stat_value(stats, key)) is not None:
                 out.add("gauge", name, doc, {}, value)
         if isinstance(stats.get("draining"), bool):
             out.add("gauge", "node_draining", "1 while the node drains (SIGTERM)", {}, stats["draining"])
@@ -76,15 +76,15 @@ def _items(value: Any) -> list[tuple[str, float]]:
     return [(str(k), float(v)) for k, v in value.items() if isinstance(v, int | float)]
 
 
-def _flat_store(out: _Families, store: Mapping[str, Any]) -> None:
+def _flat_store(out: Families, store: Mapping[str, Any]) -> None:
     for keys, name, doc in _STORE_GAUGES:
-        value = next((v for k in keys if (v := _num(store, k)) is not None), None)
+        value = next((v for k in keys if (v := stat_value(store, k)) is not None), None)
         if value is not None:
             out.add("gauge", name, doc, {}, value)
     for key, name, doc in _STORE_COUNTERS:
-        if (value := _num(store, key)) is not None:
+        if (value := stat_value(store, key)) is not None:
             out.add("counter", name, doc, {}, value)
-    if (value := _num(store, "no_space")) is not None:
+    if (value := stat_value(store, "no_space")) is not None:
         out.add("counter", "node_refusals", "Objects refused, by cause", {"cause": "no_space"}, value)
 
 

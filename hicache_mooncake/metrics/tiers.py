@@ -47,7 +47,7 @@ REFUSAL_CAUSES = ("no_space", "too_large", "floor", "io_error")
 MOVER_KINDS = ("demoted", "copied", "flushed")
 
 
-class _Families:
+class Families:
     """Families of one scrape, created on first use, with the base labels prepended."""
 
     def __init__(self, base: Mapping[str, str]) -> None:
@@ -70,7 +70,8 @@ class _Families:
         return iter(self._families.values())
 
 
-def _num(stats: Mapping[str, Any], key: str) -> float | None:
+def stat_value(stats: Mapping[str, Any], key: str) -> float | None:
+    """``stats[key]`` as a float when it is a number (not a bool), else None (absent: no sample)."""
     value = stats.get(key)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
@@ -81,7 +82,7 @@ class TierStatsCollector(Collector):
         self._base = dict(base_labels)
 
     def collect(self) -> Iterator[Metric]:
-        out = _Families(self._base)
+        out = Families(self._base)
         stats = self._stats()
         placement = stats.get("placement") if isinstance(stats.get("placement"), dict) else {}
         for name, tier in stats.items():
@@ -100,14 +101,14 @@ class TierStatsCollector(Collector):
         yield from out
 
 
-def _tier(out: _Families, name: str, tier: Mapping[str, Any], placement: Mapping[str, Any]) -> None:
+def _tier(out: Families, name: str, tier: Mapping[str, Any], placement: Mapping[str, Any]) -> None:
     t = {"tier": name}
     for key, family, doc in (
         ("entries", "tier_entries", "Objects held per tier"),
         ("used_bytes", "tier_used_bytes", "Bytes held per tier"),
         ("capacity_bytes", "tier_capacity_bytes", "Capacity per tier"),
     ):
-        value = _num(tier, key)
+        value = stat_value(tier, key)
         if value is not None:
             out.add("gauge", family, doc, t, value)
     evictions = _evictions(name, tier, placement)
@@ -115,21 +116,21 @@ def _tier(out: _Families, name: str, tier: Mapping[str, Any], placement: Mapping
         out.add("counter", "tier_evictions", "Pages that left a tier for lack of room", t, evictions)
     for cause, value in _refusals(tier).items():
         out.add("counter", "tier_refusals", "Pages a tier refused, by cause", {**t, "cause": cause}, value)
-    if (checksum := _num(tier, "read_checksum_errors")) is not None:
+    if (checksum := stat_value(tier, "read_checksum_errors")) is not None:
         out.add(
             "counter", "tier_checksum_errors", "Reads whose payload failed its checksum (a miss)", t, checksum
         )
-    if (collisions := _num(tier, "fingerprint_collisions")) is not None:
+    if (collisions := stat_value(tier, "fingerprint_collisions")) is not None:
         out.add(
             "counter", "tier_fingerprint_collisions",
             "Reads that found another key's entry under the key's fingerprint (a miss)", t, collisions,
         )  # fmt: skip
-    if (seconds := _num(tier, "recover_seconds")) is not None:
+    if (seconds := stat_value(tier, "recover_seconds")) is not None:
         out.add("gauge", "tier_recovery_seconds", "Time to rebuild the tier's index at attach", t, seconds)
-    if (recovered := _num(tier, "recovered_entries")) is not None:
+    if (recovered := stat_value(tier, "recovered_entries")) is not None:
         out.add("gauge", "tier_recovered_entries", "Entries found again at attach", t, recovered)
         for cause in ("corrupt", "torn"):
-            skipped = _num(tier, f"recover_{cause}")
+            skipped = stat_value(tier, f"recover_{cause}")
             if skipped is not None:
                 out.add(
                     "gauge",
@@ -142,7 +143,7 @@ def _tier(out: _Families, name: str, tier: Mapping[str, Any], placement: Mapping
         out.add(
             "gauge", "tier_degraded", "1 while the tier reports itself degraded", t, float(tier["degraded"])
         )
-    if (episodes := _num(tier, "degraded_episodes")) is not None:
+    if (episodes := stat_value(tier, "degraded_episodes")) is not None:
         out.add("counter", "tier_degraded_episodes", "Times the tier became degraded", t, episodes)
     if isinstance(tier.get("detached"), bool):
         out.add(
@@ -152,7 +153,7 @@ def _tier(out: _Families, name: str, tier: Mapping[str, Any], placement: Mapping
             t,
             tier["detached"],
         )
-    if (nodes := _num(tier, "nodes")) is not None:
+    if (nodes := stat_value(tier, "nodes")) is not None:
         out.add("gauge", "tier_nodes", "Live memory nodes of the pool", t, nodes)
     if isinstance(tier.get("io_mode"), str):
         out.add("gauge", "tier_info", "How the tier does its I/O", {**t, "io_mode": tier["io_mode"]}, 1)
@@ -175,12 +176,12 @@ def _refusals(tier: Mapping[str, Any]) -> dict[str, float]:
         if isinstance(value, int | float):
             found[cause] = float(value)
     for cause, key in (("admission", "dropped_cold"), ("budget", "dropped_budget")):
-        if (value := _num(tier, key)) is not None:
+        if (value := stat_value(tier, key)) is not None:
             found[cause] = value
     return found
 
 
-def _placement(out: _Families, placement: Mapping[str, Any]) -> None:
+def _placement(out: Families, placement: Mapping[str, Any]) -> None:
     for key, name, doc in (
         ("promotions", "promotions", "Pages copied into DRAM from SSD or the pool"),
         ("promotions_skipped_full", "promotions_skipped", "Promotions skipped: no DRAM room"),
@@ -189,16 +190,16 @@ def _placement(out: _Families, placement: Mapping[str, Any]) -> None:
         ("local_put_failed", "set_no_room", "Pages a set could not place in time"),
         ("waits_for_room", "set_waits_for_room", "Sets that ran queued demotions themselves"),
     ):
-        if (value := _num(placement, key)) is not None:
+        if (value := stat_value(placement, key)) is not None:
             out.add("counter", name, doc, {}, value)
 
 
-def _mover(out: _Families, mover: Mapping[str, Any]) -> None:
-    if (queued := _num(mover, "queued")) is not None:
+def _mover(out: Families, mover: Mapping[str, Any]) -> None:
+    if (queued := stat_value(mover, "queued")) is not None:
         out.add("gauge", "mover_queue_depth", "Pages queued for the DRAM -> SSD mover", {}, queued)
     for kind in MOVER_KINDS:
         for result, key in (("written", kind), ("refused", f"{kind}_refused"), ("failed", f"{kind}_failed")):
-            if (value := _num(mover, key)) is not None:
+            if (value := stat_value(mover, key)) is not None:
                 out.add(
                     "counter",
                     "mover_pages",
@@ -210,18 +211,18 @@ def _mover(out: _Families, mover: Mapping[str, Any]) -> None:
         ("lost", "mover_lost", "Demoted pages that found no SSD room and left the host"),
         ("errors", "mover_errors", "Mover batches that failed with an exception"),
     ):
-        if (value := _num(mover, key)) is not None:
+        if (value := stat_value(mover, key)) is not None:
             out.add("counter", name, doc, {}, value)
 
 
-def _tenant(out: _Families, tenant: str, t: Mapping[str, Any]) -> None:
+def _tenant(out: Families, tenant: str, t: Mapping[str, Any]) -> None:
     who = {"tenant": tenant}
     for tier in ("dram", "ssd"):
-        if (used := _num(t, f"{tier}_bytes")) is not None:
+        if (used := stat_value(t, f"{tier}_bytes")) is not None:
             out.add(
                 "gauge", "tenant_used_bytes", "Bytes a tenant holds per tier", {**who, "tier": tier}, used
             )
-        limit = _num(t, f"{tier}_limit_bytes")
+        limit = stat_value(t, f"{tier}_limit_bytes")
         if limit is not None and limit >= 0:
             out.add(
                 "gauge",
@@ -231,17 +232,17 @@ def _tenant(out: _Families, tenant: str, t: Mapping[str, Any]) -> None:
                 limit,
             )
     pages = {
-        ("get", "hit"): _num(t, "get_hit_pages"),
-        ("exists", "hit"): _num(t, "exists_hit_pages"),
-        ("set", "stored"): _num(t, "set_stored_pages"),
-        ("set", "refused_frozen"): _num(t, "set_refused_frozen"),
+        ("get", "hit"): stat_value(t, "get_hit_pages"),
+        ("exists", "hit"): stat_value(t, "exists_hit_pages"),
+        ("set", "stored"): stat_value(t, "set_stored_pages"),
+        ("set", "refused_frozen"): stat_value(t, "set_refused_frozen"),
     }
     for op, total_key, done_key in (
         ("get", "get_pages", "get_hit_pages"),
         ("exists", "exists_pages", "exists_hit_pages"),
         ("set", "set_pages", None),
     ):
-        total = _num(t, total_key)
+        total = stat_value(t, total_key)
         if total is None:
             continue
         if done_key is not None:
@@ -259,7 +260,7 @@ def _tenant(out: _Families, tenant: str, t: Mapping[str, Any]) -> None:
                 value,
             )
     for action, key in (("evicted", "over_share_evicted"), ("demoted", "over_share_demoted")):
-        if (value := _num(t, key)) is not None:
+        if (value := stat_value(t, key)) is not None:
             out.add(
                 "counter",
                 "tenant_over_share",

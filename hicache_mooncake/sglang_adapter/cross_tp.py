@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from hicache_mooncake.config.errors import ConfigError
-from hicache_mooncake.sglang_adapter.host_memory import HostRangeError
+from hicache_mooncake.sglang_adapter.host_pool_views import HostRangeError
 from hicache_mooncake.sglang_adapter.host_pools.provider import class_names
 
 # SGLang's MHA host layouts whose page a head group can be cut from (``_grouped``).

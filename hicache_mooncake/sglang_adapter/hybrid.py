@@ -28,7 +28,7 @@ from hicache_mooncake.failures import FailureLog
 from hicache_mooncake.metrics.rank import BackendMetrics
 from hicache_mooncake.object_split import chunk_count, chunk_keys, chunked, split_pages, whole
 from hicache_mooncake.sglang_adapter.hit_policy import BLOCK_GROUPS, HitResult, PoolQuery, evaluate
-from hicache_mooncake.sglang_adapter.host_memory import HostRangeError
+from hicache_mooncake.sglang_adapter.host_pool_views import HostRangeError
 from hicache_mooncake.sglang_adapter.host_pools import PoolSet, RegisteredPool
 from hicache_mooncake.sglang_adapter.host_pools.names import pool_name
 from hicache_mooncake.tiers.parts import pages_nbytes

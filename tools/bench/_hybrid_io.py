@@ -135,11 +135,11 @@ def hybrid_memcpy(w: HybridWorkload) -> tuple[float, float]:
     ``w.total_bytes`` (numpy copies of the same memoryviews our backend moves)."""
     import numpy as np
 
-    from hicache_mooncake.sglang_adapter.host_memory import HostMemoryMap, pool_tensors
+    from hicache_mooncake.sglang_adapter.host_pool_views import HostPoolViews, pool_tensors
 
-    maps = [HostMemoryMap(pool_tensors(w.kv.host)), HostMemoryMap(pool_tensors(w.mamba))]
+    maps = [HostPoolViews(pool_tensors(w.kv.host)), HostPoolViews(pool_tensors(w.mamba))]
 
-    def parts(pool: Any, hmap: HostMemoryMap, idx: Any, pages: int) -> list[memoryview]:
+    def parts(pool: Any, hmap: HostPoolViews, idx: Any, pages: int) -> list[memoryview]:
         ptrs, sizes = pool.get_page_buffer_meta(idx)
         return [p for page in hmap.page_parts(ptrs, sizes, pages) for p in page]
 

@@ -168,10 +168,10 @@ class PageStamps:
     outside the timed region of the benchmarks."""
 
     def __init__(self, host: Any) -> None:
-        from hicache_mooncake.sglang_adapter.host_memory import HostMemoryMap, pool_tensors
+        from hicache_mooncake.sglang_adapter.host_pool_views import HostPoolViews, pool_tensors
 
         self.host = host
-        self._map = HostMemoryMap(pool_tensors(host))
+        self._map = HostPoolViews(pool_tensors(host))
         self._parts: dict[tuple[int, int], list[list[Any]]] = {}
 
     def parts(self, region: Any, pages: int) -> list[list[Any]]:

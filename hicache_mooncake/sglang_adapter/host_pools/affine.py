@@ -11,7 +11,7 @@ whose method is the MHA or MLA one (not an override), whose logical page is its 
 widening), and whose runs for a few probe pages (the first two, an unaligned one, one in the
 middle, the last, and all of them in one call) match the affine form exactly gets it; any other
 pool keeps its provider's ``page_runs`` as the one path. The runs made here are bounds-checked
-against the registered buffers like SGLang's (``HostMemoryMap``), so a wrong form could only
+against the registered buffers like SGLang's (``HostPoolViews``), so a wrong form could only
 address the pool's own memory, never outside it.
 """
 

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from hicache_mooncake.sglang_adapter.host_memory import pool_tensors
+from hicache_mooncake.sglang_adapter.host_pool_views import pool_tensors
 from hicache_mooncake.sglang_adapter.host_pools.provider import PoolProvider, class_names, register_provider
 
 

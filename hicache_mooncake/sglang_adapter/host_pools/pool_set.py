@@ -17,7 +17,7 @@ import threading
 from typing import Any
 
 from hicache_mooncake.keys import RankInfo, build_keyspace, pool_geometry, sidecar_keyspace
-from hicache_mooncake.sglang_adapter.host_memory import HostMemoryMap
+from hicache_mooncake.sglang_adapter.host_pool_views import HostPoolViews
 from hicache_mooncake.sglang_adapter.host_pools.names import KV, object_type_for, pool_name, rank_sharded
 from hicache_mooncake.sglang_adapter.host_pools.provider import provider_for
 from hicache_mooncake.sglang_adapter.host_pools.registered import RegisteredPool
@@ -46,7 +46,7 @@ class PoolSet:
                 name=key,
                 pool=pool,
                 provider=provider,
-                memory=HostMemoryMap(provider.buffers(pool)),
+                memory=HostPoolViews(provider.buffers(pool)),
                 obj_type=object_type_for(key),
                 rank_sharded=rank_sharded(key, pool),
             )

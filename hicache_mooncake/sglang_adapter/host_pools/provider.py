@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from hicache_mooncake.sglang_adapter.host_memory import pool_tensors
+from hicache_mooncake.sglang_adapter.host_pool_views import pool_tensors
 
 
 class PoolProvider(ABC):

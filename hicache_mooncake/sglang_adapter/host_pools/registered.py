@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from hicache_mooncake.keys import KeySpace
-from hicache_mooncake.sglang_adapter.host_memory import HostMemoryMap, HostRangeError
+from hicache_mooncake.sglang_adapter.host_pool_views import HostPoolViews, HostRangeError
 from hicache_mooncake.sglang_adapter.host_pools.affine import AffineRuns
 from hicache_mooncake.sglang_adapter.host_pools.index_array import bounds, index_array
 from hicache_mooncake.sglang_adapter.host_pools.provider import PoolProvider
@@ -31,7 +31,7 @@ class RegisteredPool:
     name: str
     pool: Any
     provider: PoolProvider
-    memory: HostMemoryMap
+    memory: HostPoolViews
     obj_type: ObjectType
     rank_sharded: bool
     """Keys carry the TP rank even when the model's KV is replicated (see ``names.rank_sharded``)."""

@@ -34,7 +34,7 @@ class HostRangeError(ValueError):
         self.reason = reason
 
 
-class HostMemoryMap:
+class HostPoolViews:
     def __init__(self, tensors: Iterable[Any]) -> None:
         regions: dict[int, int] = {}
         for tensor in tensors:
