@@ -1,6 +1,12 @@
 """Local host-DRAM tier: objects in a pre-allocated arena of size-class slabs. No policy of its
 own: the store's placement decides what lives here; this tier only stores, finds and frees.
 
+Index: keyed by the 64-bit fingerprint of each key in a native table (``dram_index``); the full
+key is kept per slot and checked on every lookup, so a fingerprint collision is a miss (counted as
+``fingerprint_collisions``), never another object's bytes; a set whose fingerprint is taken by
+another key is refused (False). Copies between SGLang's pool and the arena are one native call
+per batch (``part_copy``: the GIL released once, every offset bounds-checked).
+
 Concurrency: one lock guards the index and the allocator; it is never held while bytes are
 copied. A reader pins the slot it copies from; a slot removed while pinned becomes a *zombie*
 that is freed by its last reader, so a reader never sees another object's bytes. A writer copies
@@ -27,17 +33,18 @@ them out; each retired slab whose last slot is freed gives its memory back (``re
 from __future__ import annotations
 
 import itertools
+import logging
 import operator
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from itertools import compress, repeat
-from operator import not_
-from typing import Any, NamedTuple, cast
+from itertools import repeat
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from hicache_mooncake.native import copy_pages, fingerprints
 from hicache_mooncake.transport.arena_files import ArenaSpec
 from hicache_mooncake.transport.object_header import (
     HEADER_SIZE,
@@ -49,18 +56,18 @@ from hicache_mooncake.transport.object_header import (
 )
 
 from .dram_arena import DramArena
-from .parts import Parts, gather, gather_at, pages_sizes, scatter_from
-from .policy import DEFAULT_CONTEXT, AccessContext
+from .dram_index import SLOT_SHIFT, DramIndex
+from .part_copy import gather_pages, scatter_pages
+from .parts import Parts, pages_sizes
+from .policy import AccessContext
 from .policy.dram_room import RoomPlan
 from .slab_allocator import SlabAllocator, slot_size_for
 from .tier import Tier
 
+log = logging.getLogger(__name__)
 _ITEM_KEY = operator.itemgetter(0)
 _ITEM_PARTS = operator.itemgetter(1)
-
 _ITEM_CTX = operator.itemgetter(2)
-_ENTRY_OFFSET = operator.itemgetter(0)
-_ENTRY_NBYTES = operator.itemgetter(1)
 _CTX_TYPE = operator.attrgetter("obj_type")
 
 
@@ -133,9 +140,10 @@ class DramTier(Tier):
         self.headers = object_headers
         self._prefault = prefault
         self._resize_lock = threading.Lock()  # resize vs giving memory back (never under _lock)
-        # key -> (slot offset, nbytes, version, obj_type); version 0 without headers
-        self._index: dict[str, tuple[int, int, int, int]] = {}
-        self._hits: dict[str, int] = {}
+        # fingerprint -> (slot offset, nbytes, version, obj_type), the key kept per slot
+        self._index = DramIndex(self._allocator.max_slabs * self._allocator.slab_size)
+        self._hits = np.zeros(self._allocator.max_slabs * self._allocator.slab_size >> SLOT_SHIFT, np.uint32)
+        """Reads of the object in each slot since it was published (``Pinned.hits``)."""
         self._pins: dict[int, int] = {}
         self._zombies: dict[int, int] = {}
         self._versions = itertools.count(time.time_ns() // 1000)
@@ -156,6 +164,7 @@ class DramTier(Tier):
                 "size_mismatch",
                 "relocated",
                 "refused_after_clear",
+                "fingerprint_collisions",
             ),
             0,
         )
@@ -190,18 +199,17 @@ class DramTier(Tier):
             ObjectHeader.pack_into(self._arena.bytes, header_offset(offset, nbytes), STATE_FREE, 0, 0, 0, 0)
 
     # ------------------------------------------------------------------ queries
-    def contains(self, key: str) -> bool:
-        with self._lock:
-            return key in self._index
-
     def contains_batch(self, keys: Sequence[str]) -> list[bool]:
+        fps = fingerprints(keys)
         with self._lock:
-            return list(map(self._index.__contains__, keys))
+            return self._index.lookup(keys, fps).found.tolist()
 
     def stored_sizes(self, keys: Sequence[str]) -> list[int | None]:
         """The published size of each key (None: absent); no hit or miss is counted."""
+        fps = fingerprints(keys)
         with self._lock:
-            return [None if (e := self._index.get(k)) is None else e[1] for k in keys]
+            look = self._index.lookup(keys, fps)
+        return [n if ok else None for ok, n in zip(look.found.tolist(), look.sizes.tolist(), strict=True)]
 
     def entry_count(self) -> int:
         return len(self._index)
@@ -268,7 +276,8 @@ class DramTier(Tier):
                     used.update((s, n) for s, n in other.used_by_slab.items() if s < alloc.slab_count)
             if used:
                 pinned = {offset // slab_size for offset in self._pins}
-                for key, (offset, _size, _version, _otype) in self._index.items():
+                keys, offsets, *_rest = self._index.items()
+                for key, offset in zip(keys, offsets.tolist(), strict=True):
                     slab = offset // slab_size
                     if slab in used and slab not in pinned:
                         slab_keys.setdefault(slab, []).append(key)
@@ -283,25 +292,50 @@ class DramTier(Tier):
 
     def keys(self) -> list[str]:
         with self._lock:
-            return list(self._index)
+            return self._index.items()[0]
+
+    def slot_offsets(self) -> dict[str, int]:
+        """Each published key's slot offset (tests and diagnostics)."""
+        with self._lock:
+            keys, offsets, *_rest = self._index.items()
+        return dict(zip(keys, offsets.tolist(), strict=True))
+
+    @property
+    def index_nbytes(self) -> int:
+        """Bytes the index allocates (its native table and per-slot key array; not the keys)."""
+        return self._index.nbytes
 
     def locate(self, keys: Sequence[str], sizes: Sequence[int] | None = None) -> list[Located | None]:
         """Where each published key lives (None: absent, or not of the expected size; 0 = any).
         Counted as hits / misses like reads: a one-sided reader copies it next."""
         out: list[Located | None] = []
+        fps = fingerprints(keys)
         with self._lock:
-            for i, key in enumerate(keys):
-                entry = None if self._closed else self._index.get(key)
+            if self._closed:
+                self._counts["misses"] += len(keys)
+                return [None] * len(keys)
+            look = self._index.lookup(keys, fps)
+            self._counts["fingerprint_collisions"] += int(look.collided.sum())
+            rows = zip(
+                look.found.tolist(),
+                look.offsets.tolist(),
+                look.sizes.tolist(),
+                look.versions.tolist(),
+                look.obj_types.tolist(),
+                strict=True,
+            )
+            hit_slots: list[int] = []
+            for i, (ok, offset, nbytes, version, otype) in enumerate(rows):
                 want = sizes[i] if sizes is not None else 0
-                if entry is None or (want and entry[1] != want):
-                    self._counts["misses" if entry is None else "size_mismatch"] += 1
+                if not ok or (want and nbytes != want):
+                    self._counts["misses" if not ok else "size_mismatch"] += 1
                     out.append(None)
                     continue
-                offset, nbytes, version, otype = entry
-                self._hits[key] = self._hits.get(key, 0) + 1
+                hit_slots.append(offset >> SLOT_SHIFT)
                 self._counts["hits"] += 1
                 self._counts["hit_bytes"] += nbytes
                 out.append(Located(offset, nbytes, version, otype, header_offset(offset, nbytes)))
+            np.add.at(self._hits, hit_slots, 1)
         return out
 
     def committed_extent(self, offset: int, length: int) -> bool:
@@ -309,51 +343,54 @@ class DramTier(Tier):
         header? (Linear in the entries: the tcp engine's address-based reads only.)"""
         end = offset + length
         with self._lock:
-            for start, nbytes, _version, _otype in self._index.values():
-                stop = header_offset(start, nbytes) + (HEADER_SIZE if self.headers else 0)
-                if start <= offset and end <= stop:
-                    return True
-        return False
+            _keys, starts, sizes, *_rest = self._index.items()
+        starts_i = starts.astype(np.int64)
+        stops = starts_i + -(-sizes.astype(np.int64) // HEADER_SIZE) * HEADER_SIZE
+        if self.headers:
+            stops += HEADER_SIZE
+        return bool(np.any((starts_i <= offset) & (stops >= end)))
 
     # ------------------------------------------------------------------ writes
-    def put(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
-        return self.put_batch([(key, parts, ctx)])[0]
-
     def put_batch(
         self,
         items: Sequence[tuple[str, Parts, AccessContext]],
         deadline: float | None = None,
         generation: int | None = None,
     ) -> list[bool]:
-        """Reserve free slots for the whole batch under one lock hold, copy outside it, publish
-        under one hold. A key already present is True (values are immutable); an item with no
-        free slot of its class is False. Memory copies finish quickly, so ``deadline`` is only
-        part of the contract. ``generation``: the ``generation`` the caller's operation started
-        in; unless it is still the current one and no clear runs, nothing is published (every
-        item False, slots freed): bytes read before a clear never land after it."""
+        """Reserve free slots for the whole batch under one lock hold, copy outside it (one native
+        copy), publish under one hold. A key already present is True (values are immutable); an
+        item with no free slot of its class, or whose fingerprint another key holds, is False.
+        Memory copies finish quickly, so ``deadline`` is only part of the contract.
+        ``generation``: the ``generation`` the caller's operation started in; unless it is still
+        the current one and no clear runs, nothing is published (every item False, slots freed):
+        bytes read before a clear never land after it."""
         n = len(items)
         keys = list(map(_ITEM_KEY, items))
+        fps = fingerprints(keys)
         with self._lock:
             if self._closed:
                 return [False] * n
-            results = list(map(self._index.__contains__, keys))
-            fresh = list(compress(range(n), map(not_, results)))
+            look = self._index.lookup(keys, fps)
+            results: list[bool] = look.found.tolist()
+            self._counts["fingerprint_collisions"] += int(look.collided.sum())
+            fresh: list[int] = np.flatnonzero(~look.occupied).tolist()
             sizes = pages_sizes(map(_ITEM_PARTS, items) if len(fresh) == n else [items[i][1] for i in fresh])
             offsets = self._alloc_batch_locked(sizes)
-        if len(fresh) == n and None not in offsets:  # every page new, every page a slot: the usual call
-            reserved: list[tuple[int, int, int]] | None = None
-            arena = self._arena.bytes.data
-            for (_key, parts, _ctx), offset in zip(items, cast(list[int], offsets), strict=True):
-                gather_at(arena, offset, parts)
-        else:
-            reserved = [
-                (i, offset, nbytes)
-                for i, offset, nbytes in zip(fresh, offsets, sizes, strict=True)
-                if offset is not None
-            ]
-            view = self._arena.view
-            for i, offset, nbytes in reserved:
-                gather(view(offset, nbytes), items[i][1])
+        reserved = [
+            (i, offset, nbytes)
+            for i, offset, nbytes in zip(fresh, offsets, sizes, strict=True)
+            if offset is not None
+        ]
+        if reserved:
+            slots = [offset for _i, offset, _n in reserved]
+            try:
+                gather_pages(self._arena.bytes, slots, [items[i][1] for i, _o, _n in reserved])
+            except (ValueError, TypeError, BufferError) as exc:  # a part the copy refuses; closed
+                log.debug("DRAM put of %d pages not copied: %s", len(reserved), exc)
+                with self._lock:
+                    if not self._closed:
+                        self._free_unpublished_locked(offsets, sizes)
+                return results
         with self._lock:
             if self._closed:
                 return results
@@ -361,21 +398,17 @@ class DramTier(Tier):
                 self._free_unpublished_locked(offsets, sizes)
                 self._counts["refused_after_clear"] += n
                 return [False] * n
-            versions = self._versions
-            if reserved is None:
-                self._publish_new_locked(
-                    keys,
-                    cast(list[int], offsets),
-                    sizes,
-                    list(map(int, map(_CTX_TYPE, map(_ITEM_CTX, items)))),
-                )
-                return [True] * n
-            self._publish_locked(
-                (items[i][0], offset, nbytes, next(versions), int(items[i][2].obj_type))
-                for i, offset, nbytes in reserved
+            chosen = [i for i, _o, _n in reserved]
+            done = self._publish_locked(
+                [keys[i] for i in chosen],
+                fps[chosen],
+                [offset for _i, offset, _n in reserved],
+                [nbytes for _i, _o, nbytes in reserved],
+                list(itertools.islice(self._versions, len(reserved))),
+                [int(items[i][2].obj_type) for i in chosen],
             )
-            for i, _offset, _nbytes in reserved:
-                results[i] = True
+            for i, ok in zip(chosen, done, strict=True):
+                results[i] = ok
         return results
 
     def reserve(self, items: Sequence[tuple[str, int, int]], tag: int = 0) -> list[Reservation | None]:
@@ -411,11 +444,14 @@ class DramTier(Tier):
     def publish(self, reservations: Sequence[Reservation]) -> list[Located | None]:
         """Make filled reservations visible; returns where each key lives now. A key published
         meanwhile by someone else keeps its first value (this slot is freed, that one is
-        returned); None when the tier is closed, or when a clear ran (or runs) since the slot was
-        reserved (its slot is freed: bytes filled before a clear never land after it)."""
+        returned); None when the tier is closed, when another key holds the fingerprint (the
+        slot is freed; counted), or when a clear ran (or runs) since the slot was reserved (its
+        slot is freed: bytes filled before a clear never land after it)."""
         out: list[Located | None] = []
+        keys = [res.key for res in reservations]
+        fps = fingerprints(keys)
         with self._lock:
-            for res in reservations:
+            for j, res in enumerate(reservations):
                 if self._closed:
                     out.append(None)
                     continue
@@ -425,9 +461,24 @@ class DramTier(Tier):
                     self._counts["refused_after_clear"] += 1
                     out.append(None)
                     continue
-                self._publish_locked(((res.key, res.offset, res.nbytes, res.version, res.obj_type),))
-                offset, nbytes, version, otype = self._index[res.key]
-                out.append(Located(offset, nbytes, version, otype, header_offset(offset, nbytes)))
+                fp = fps[j : j + 1]
+                (ok,) = self._publish_locked(
+                    [res.key], fp, [res.offset], [res.nbytes], [res.version], [res.obj_type]
+                )
+                look = self._index.lookup([res.key], fp)
+                if not ok or not look.found[0]:
+                    out.append(None)
+                    continue
+                offset, nbytes = int(look.offsets[0]), int(look.sizes[0])
+                out.append(
+                    Located(
+                        offset,
+                        nbytes,
+                        int(look.versions[0]),
+                        int(look.obj_types[0]),
+                        header_offset(offset, nbytes),
+                    )
+                )
         return out
 
     def cancel(self, reservations: Sequence[Reservation]) -> None:
@@ -438,42 +489,36 @@ class DramTier(Tier):
                     self._invalidate(res.offset, res.nbytes)
                     self._allocator.free(res.offset, self._slot_bytes(res.nbytes))
 
-    def remove(self, key: str) -> bool:
-        with self._lock:
-            entry = self._index.pop(key, None)
-            if entry is None:
-                return False
-            self._hits.pop(key, None)
-            self._counts["removals"] += 1
-            self._release_locked(entry[0], entry[1])
-            self.events.removed(self.name, (key,))
-        if self._allocator.released:
-            self.release_retired()
-        return True
-
     def remove_batch(self, keys: Sequence[str]) -> int:
         """Remove each key present; returns how many were. The usual call (a store call's
         victims: slots of one size, none pinned by a reader) frees them in one allocator step."""
-        removed = 0
+        fps = fingerprints(keys)
         with self._lock:
-            fast = self._remove_unpinned_locked(keys)
-            if fast is not None:
-                removed = fast
-                keys = ()
-            gone: list[str] = []
-            for key in keys:
-                entry = self._index.pop(key, None)
-                if entry is not None:
-                    self._hits.pop(key, None)
-                    self._release_locked(entry[0], entry[1])
-                    gone.append(key)
-            removed += len(gone)
-            if gone:
-                self.events.removed(self.name, gone)
-            self._counts["removals"] += removed
+            look = self._index.lookup(keys, fps)
+            first: dict[int, int] = {}  # fingerprint -> its first position (a key given twice)
+            for j in np.flatnonzero(look.found).tolist():
+                first.setdefault(int(fps[j]), j)
+            if not first:
+                return 0
+            at = list(first.values())
+            gone = [keys[j] for j in at]
+            offsets = look.offsets[at]
+            nbytes = look.sizes[at].tolist()
+            self._index.remove(fps[at], offsets)
+            slots = offsets.tolist()
+            self.events.removed(self.name, gone)
+            if len(set(nbytes)) == 1 and len(at) > 1 and self._pins.keys().isdisjoint(slots):
+                if self.headers and not self._closed:
+                    for offset in slots:
+                        self._invalidate(offset, nbytes[0])
+                self._allocator.free_many(slots, self._slot_bytes(nbytes[0]))
+            else:
+                for offset, size in zip(slots, nbytes, strict=True):
+                    self._release_locked(offset, size)
+            self._counts["removals"] += len(at)
         if self._allocator.released:
             self.release_retired()
-        return removed
+        return len(at)
 
     # ------------------------------------------------------------------ clear (the fence)
     @property
@@ -513,74 +558,55 @@ class DramTier(Tier):
             began = not self._generation & 1
             if began:
                 self._generation += 1
-            for offset, nbytes, _version, _otype in self._index.values():
-                self._release_locked(offset, nbytes)
+            _keys, offsets, sizes, *_rest = self._index.items()
             self._index.clear()
-            self._hits.clear()
+            for offset, nbytes in zip(offsets.tolist(), sizes.tolist(), strict=True):
+                self._release_locked(offset, nbytes)
             self.events.cleared(self.name)
             if began:
                 self._generation += 1
 
     # ------------------------------------------------------------------ reads
-    def get_into(self, key: str, parts: Parts, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
-        return self.get_batch_into([(key, parts, ctx)])[0]
-
     def get_batch_into(
         self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
     ) -> list[bool]:
-        """Look up and pin the whole batch under one lock hold, copy out, unpin under one hold."""
+        """Look up and pin the whole batch under one lock hold, copy out in one native call,
+        unpin under one hold. A key found at another size, or whose fingerprint another key
+        holds, is a miss (counted as ``size_mismatch`` / ``fingerprint_collisions``)."""
         n = len(items)
         results = [False] * n
-        pinned: list[tuple[int, int, int]] = []
         keys = list(map(_ITEM_KEY, items))
         sizes = pages_sizes(map(_ITEM_PARTS, items))
+        fps = fingerprints(keys)
         with self._lock:
             if self._closed:
                 return results
-            index, hits, pins = self._index, self._hits, self._pins
-            entries = list(map(index.get, keys))
-            if (
-                None not in entries
-                and list(map(_ENTRY_NBYTES, cast(list[Any], entries))) == sizes
-                and len(set(keys)) == n
-            ):
-                # every page found at its size, no key twice (the usual call): the same counts and
-                # pins as the loop below, in C-level passes
-                offsets: list[int] = list(map(_ENTRY_OFFSET, cast(list[Any], entries)))
-                hits.update(
-                    zip(keys, map(operator.add, map(hits.get, keys, repeat(0)), repeat(1)), strict=True)
-                )
-                pins.update(
-                    zip(offsets, map(operator.add, map(pins.get, offsets, repeat(0)), repeat(1)), strict=True)
-                )
-                pinned = list(zip(range(n), offsets, sizes, strict=True))
-            misses = mismatched = 0
-            for i, (key, _parts, _ctx) in enumerate(items if not pinned else ()):
-                entry = index.get(key)
-                if entry is None:
-                    misses += 1
-                    continue
-                offset, nbytes = entry[0], entry[1]
-                if sizes[i] != nbytes:
-                    mismatched += 1
-                    continue
-                hits[key] = hits.get(key, 0) + 1
-                pins[offset] = pins.get(offset, 0) + 1
-                pinned.append((i, offset, nbytes))
-            self._counts["misses"] += misses
-            self._counts["size_mismatch"] += mismatched
-        copied = 0
+            look = self._index.lookup(keys, fps)
+            readable = look.found & (look.sizes == np.asarray(sizes, dtype=np.uint64))
+            chosen: list[int] = np.flatnonzero(readable).tolist()
+            offsets: list[int] = look.offsets[chosen].tolist()
+            found = int(look.found.sum())
+            self._counts["misses"] += n - found
+            self._counts["size_mismatch"] += found - len(chosen)
+            self._counts["fingerprint_collisions"] += int(look.collided.sum())
+            self._pin_locked(offsets)
+            np.add.at(self._hits, look.offsets[chosen] >> SLOT_SHIFT, 1)
+        done = False
         try:
-            arena = self._arena.bytes.data
-            for i, offset, nbytes in pinned:
-                scatter_from(arena, offset, items[i][1])
-                results[i] = True
-                copied += nbytes
+            if chosen:
+                scatter_pages(self._arena.bytes, offsets, [items[i][1] for i in chosen])
+            done = True
+        except (ValueError, TypeError, BufferError) as exc:  # a part the copy refuses; closed
+            log.debug("DRAM get of %d pages not copied: %s", len(chosen), exc)
+            return results
         finally:
             with self._lock:
-                self._unpin_locked([entry[1] for entry in pinned])
-                self._counts["hits"] += sum(results)
-                self._counts["hit_bytes"] += copied
+                self._unpin_locked(offsets)
+                if done:
+                    self._counts["hits"] += len(chosen)
+                    self._counts["hit_bytes"] += sum(sizes[i] for i in chosen)
+        for i in chosen:
+            results[i] = True
         return results
 
     # ------------------------------------------------------------------ pinned access (the mover)
@@ -588,15 +614,19 @@ class DramTier(Tier):
         """Pin resident entries for reading (copies to a lower tier, two-sided sends);
         ``release`` unpins them."""
         out: list[Pinned | None] = []
+        fps = fingerprints(keys)
         with self._lock:
-            for key in keys:
-                entry = None if self._closed else self._index.get(key)
-                if entry is None:
+            if self._closed:
+                return [None] * len(keys)
+            look = self._index.lookup(keys, fps)
+            rows = zip(keys, look.found.tolist(), look.offsets.tolist(), look.sizes.tolist(), strict=True)
+            for key, ok, offset, nbytes in rows:
+                if not ok:
                     out.append(None)
                     continue
-                self._pins[entry[0]] = self._pins.get(entry[0], 0) + 1
-                view = self._arena.view(entry[0], entry[1])
-                out.append(Pinned(key, entry[0], entry[1], view, self._hits.get(key, 0)))
+                self._pins[offset] = self._pins.get(offset, 0) + 1
+                view = self._arena.view(offset, nbytes)
+                out.append(Pinned(key, offset, nbytes, view, int(self._hits[offset >> SLOT_SHIFT])))
         return out
 
     def release(self, pinned: Sequence[Pinned]) -> None:
@@ -604,9 +634,10 @@ class DramTier(Tier):
             self._unpin_locked([p.offset for p in pinned])
 
     def object_type(self, key: str) -> int | None:
+        fps = fingerprints([key])
         with self._lock:
-            entry = self._index.get(key)
-            return None if entry is None else entry[3]
+            look = self._index.lookup([key], fps)
+        return int(look.obj_types[0]) if look.found[0] else None
 
     # ------------------------------------------------------------------ resizing
     @property
@@ -640,13 +671,9 @@ class DramTier(Tier):
         with self._lock:
             if not alloc.retired_in_use:
                 return []
-            out = []
-            for key, (offset, *_rest) in self._index.items():
-                if alloc.is_retired(offset):
-                    out.append(key)
-                    if len(out) >= limit:
-                        break
-            return out
+            keys, offsets, *_rest = self._index.items()
+        retired = np.flatnonzero(offsets >= np.uint64(alloc.slab_count * alloc.slab_size))[:limit]
+        return [keys[i] for i in retired.tolist()]
 
     @property
     def retired_slabs_in_use(self) -> int:
@@ -658,34 +685,41 @@ class DramTier(Tier):
         moved. Values are immutable, so both slots hold the same bytes while the index switches; a
         reader pinned on the old slot keeps it until done (it is freed by the last reader). False:
         not in a retired slab, gone meanwhile, or no free slot of its size."""
-        moves: list[tuple[int, str, tuple[int, int, int, int], int]] = []
+        moves: list[tuple[int, str, int, int, int, int]] = []  # (i, key, fp, old, nbytes, new)
         out = [False] * len(keys)
+        fps = fingerprints(keys)
         with self._lock:
             if self._closed or self.headers:  # served arenas never resize (their size is fixed)
                 return out
-            for i, key in enumerate(keys):
-                entry = self._index.get(key)
-                if entry is None or not self._allocator.is_retired(entry[0]):
+            look = self._index.lookup(keys, fps)
+            rows = zip(look.found.tolist(), look.offsets.tolist(), look.sizes.tolist(), strict=True)
+            for i, (ok, offset, nbytes) in enumerate(rows):
+                if (
+                    not ok
+                    or not self._allocator.is_retired(offset)
+                    or any(m[2] == int(fps[i]) for m in moves)
+                ):
                     continue
-                new = self._allocator.alloc(self._slot_bytes(entry[1]))
+                new = self._allocator.alloc(self._slot_bytes(nbytes))
                 if new is None:
                     continue
-                self._pins[entry[0]] = self._pins.get(entry[0], 0) + 1
-                moves.append((i, key, entry, new))
-        for _i, _key, (offset, nbytes, *_rest), new in moves:
-            self._arena.view(new, nbytes).data[:] = self._arena.view(
-                offset, nbytes
-            ).data  # keeps the GIL (parts)
+                self._pins[offset] = self._pins.get(offset, 0) + 1
+                moves.append((i, keys[i], int(fps[i]), offset, nbytes, new))
+        if moves:
+            arena = self._arena.bytes
+            olds = np.array([m[3] for m in moves], dtype=np.uint64)
+            news = np.array([m[5] for m in moves], dtype=np.uint64)
+            copy_pages(arena, news, arena, olds, np.array([m[4] for m in moves], dtype=np.uint64))
         with self._lock:
-            for i, key, entry, new in moves:
-                if not self._closed and self._index.get(key) == entry:
-                    self._index[key] = (new, *entry[1:])
-                    self._release_locked(entry[0], entry[1])  # a zombie until the pin below goes
+            for i, key, fp, offset, nbytes, new in moves:
+                if not self._closed and self._index.move(fp, key, offset, new):
+                    self._hits[new >> SLOT_SHIFT] = self._hits[offset >> SLOT_SHIFT]
+                    self._release_locked(offset, nbytes)  # a zombie until the pin below goes
                     out[i] = True
                     self._counts["relocated"] += 1
                 elif not self._closed:
-                    self._allocator.free(new, self._slot_bytes(entry[1]))
-                self._unpin_locked((entry[0],))
+                    self._allocator.free(new, self._slot_bytes(nbytes))
+                self._unpin_locked((offset,))
         self.release_retired()
         return out
 
@@ -719,64 +753,69 @@ class DramTier(Tier):
                 out.extend(got)
         return out
 
-    def _publish_locked(self, entries: Iterable[tuple[str, int, int, int, int]]) -> None:
-        """Make each ``(key, offset, nbytes, version, obj_type)`` findable. A key published
-        meanwhile by another writer keeps its first (immutable) value; this slot is freed."""
-        index, headers = self._index, self.headers
-        puts = put_bytes = 0
-        published: list[str] = []
-        for key, offset, nbytes, version, otype in entries:
-            if key in index:
-                self._invalidate(offset, nbytes)
-                self._allocator.free(offset, self._slot_bytes(nbytes))
-                continue
-            if headers:
-                self._write_header(offset, nbytes, STATE_VALID, version, key, otype)
-            index[key] = (offset, nbytes, version, otype)
-            published.append(key)
-            puts += 1
-            put_bytes += nbytes
-        if published:
-            self.events.stored(self.name, published)
-        self._counts["puts"] += puts
-        self._counts["put_bytes"] += put_bytes
+    def _publish_locked(
+        self,
+        keys: Sequence[str],
+        fps: np.ndarray,
+        offsets: Sequence[int],
+        sizes: Sequence[int],
+        versions: Sequence[int],
+        obj_types: Sequence[int],
+    ) -> list[bool]:
+        """Make each key findable at its filled slot, in one index call. A key published meanwhile
+        (by another writer, or earlier in this batch) keeps its first (immutable) value: this
+        slot is freed, True. A fingerprint another key holds: this slot is freed, False
+        (``fingerprint_collisions``)."""
+        m = len(keys)
+        if not m:
+            return []
+        look = self._index.lookup(keys, fps)
+        fp_list: list[int] = fps.tolist()
+        out = [True] * m
+        chosen: list[int] = list(range(m))
+        if look.occupied.any() or len(set(fp_list)) != m:
+            seen: dict[int, str] = {}
+            chosen = []
+            rows = zip(keys, fp_list, look.found.tolist(), look.occupied.tolist(), strict=True)
+            for j, (key, fp, same_key, occupied) in enumerate(rows):
+                if not occupied and fp not in seen:
+                    seen[fp] = key
+                    chosen.append(j)
+                    continue
+                same = same_key if occupied else seen[fp] == key
+                self._invalidate(offsets[j], sizes[j])
+                self._allocator.free(offsets[j], self._slot_bytes(sizes[j]))
+                if not same:
+                    self._counts["fingerprint_collisions"] += 1
+                out[j] = same
+        if not chosen:
+            return out
+        pick = chosen if len(chosen) != m else None
+        keys_in = list(keys) if pick is None else [keys[j] for j in pick]
+        offs = list(offsets) if pick is None else [offsets[j] for j in pick]
+        nbytes = list(sizes) if pick is None else [sizes[j] for j in pick]
+        vers = list(versions) if pick is None else [versions[j] for j in pick]
+        types = list(obj_types) if pick is None else [obj_types[j] for j in pick]
+        if self.headers:
+            for key, offset, size, version, otype in zip(keys_in, offs, nbytes, vers, types, strict=True):
+                self._write_header(offset, size, STATE_VALID, version, key, otype)
+        self._index.insert(keys_in, fps if pick is None else fps[pick], offs, nbytes, vers, types)
+        self._hits[np.asarray(offs, dtype=np.uint64) >> SLOT_SHIFT] = 0
+        self.events.stored(self.name, keys_in)
+        self._counts["puts"] += len(keys_in)
+        self._counts["put_bytes"] += sum(nbytes)
+        return out
 
-    def _publish_new_locked(
-        self, keys: list[str], offsets: list[int], sizes: list[int], types: list[int]
-    ) -> None:
-        """``_publish_locked`` of one slot per key, each with a fresh version: one C-level index
-        update when no key was published meanwhile and slots carry no header (the usual call)."""
-        versions = itertools.islice(self._versions, len(keys))
-        index = self._index
-        if self.headers or not index.keys().isdisjoint(keys):
-            self._publish_locked(zip(keys, offsets, sizes, versions, types, strict=True))
+    def _pin_locked(self, offsets: list[int]) -> None:
+        """Add one pin to each slot (a slot given twice gets two)."""
+        pins = self._pins
+        if len(set(offsets)) == len(offsets):
+            pins.update(
+                zip(offsets, map(operator.add, map(pins.get, offsets, repeat(0)), repeat(1)), strict=True)
+            )
             return
-        index.update(zip(keys, zip(offsets, sizes, versions, types, strict=True), strict=True))
-        self.events.stored(self.name, keys)
-        self._counts["puts"] += len(keys)
-        self._counts["put_bytes"] += sum(sizes)
-
-    def _remove_unpinned_locked(self, keys: Sequence[str]) -> int | None:
-        """``remove`` of each of ``keys`` in C-level passes when the keys present are there once
-        each, at one size, with no slot pinned by a reader (then ``_release_locked`` of each only
-        frees it): how many were removed. None (nothing done) otherwise."""
-        index = self._index
-        present = list(compress(keys, map(index.__contains__, keys)))
-        if len(present) < 2 or len(set(present)) != len(present):
-            return None
-        entries = list(map(index.__getitem__, present))
-        offsets = list(map(_ENTRY_OFFSET, entries))
-        sizes = set(map(_ENTRY_NBYTES, entries))
-        if len(sizes) != 1 or not self._pins.keys().isdisjoint(offsets):
-            return None
-        (nbytes,) = sizes
-        deque(map(index.__delitem__, present), maxlen=0)
-        deque(map(self._hits.pop, present, repeat(None)), maxlen=0)
-        self.events.removed(self.name, present)
-        if self.headers and not self._closed:
-            deque(map(self._invalidate, offsets, repeat(nbytes)), maxlen=0)
-        self._allocator.free_many(offsets, self._slot_bytes(nbytes))
-        return len(present)
+        for offset in offsets:
+            pins[offset] = pins.get(offset, 0) + 1
 
     def _release_locked(self, offset: int, nbytes: int) -> None:
         self._invalidate(offset, nbytes)  # one-sided readers miss from now on
@@ -811,6 +850,7 @@ class DramTier(Tier):
             return {
                 "tier": self.name,
                 "entries": len(self._index),
+                "index_bytes": self._index.nbytes,
                 "used_bytes": self._allocator.used_bytes,
                 "capacity_bytes": self._allocator.capacity,
                 "max_capacity_bytes": self.max_capacity_bytes,
@@ -825,4 +865,6 @@ class DramTier(Tier):
                 return
             self._closed = True
             self._index.clear()
+            self._pins.clear()
+            self._zombies.clear()
         self._arena.close()

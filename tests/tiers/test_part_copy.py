@@ -1,0 +1,50 @@
+"""Pages of SGLang's host pool move to and from arena slots in one native copy per pool buffer:
+parts that are slices of torch CPU tensors (as our pool views are) or of any writable buffer
+resolve to offsets in their buffer; the bytes land exactly, in part order; parts that cannot be
+resolved (read-only bytes) still copy exactly."""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+import torch
+
+from hicache_mooncake.tiers.part_copy import gather_pages, resolve, scatter_pages
+
+
+def arena(n: int) -> np.ndarray:
+    return np.frombuffer(mmap.mmap(-1, n), np.uint8)
+
+
+def test_pages_from_two_pool_tensors_round_trip_through_the_arena() -> None:
+    k = torch.arange(64 * 1024, dtype=torch.int32).reshape(64, 1024)  # 4 KiB rows, like a K buffer
+    v = -torch.arange(64 * 1024, dtype=torch.int32).reshape(64, 1024)
+    kb, vb = k.view(torch.uint8).numpy().reshape(-1), v.view(torch.uint8).numpy().reshape(-1)
+    rows = [3, 17, 17, 40, 63]
+    pages = [[kb.data[r * 4096 : (r + 1) * 4096], vb.data[r * 4096 : r * 4096 + 1000]] for r in rows]
+    slots = [0, 8192, 16384, 40960, 32768]
+    runs = resolve(pages, slots)
+    assert runs is not None and len(runs.groups) == 2  # one native copy per pool tensor
+    mem = arena(64 << 10)
+    gather_pages(mem, slots, pages)
+    for r, slot in zip(rows, slots, strict=True):
+        assert mem[slot : slot + 4096].tobytes() == k[r].numpy().tobytes()
+        assert mem[slot + 4096 : slot + 5096].tobytes() == v[r].numpy().tobytes()[:1000]
+    out_k, out_v = torch.zeros_like(k), torch.zeros_like(v)
+    ok_, ov_ = out_k.view(torch.uint8).numpy().reshape(-1), out_v.view(torch.uint8).numpy().reshape(-1)
+    back = [[ok_.data[i * 4096 : (i + 1) * 4096], ov_.data[i * 4096 : i * 4096 + 1000]] for i in range(5)]
+    scatter_pages(mem, slots, back)
+    for i, r in enumerate(rows):
+        assert (
+            torch.equal(out_k[i], k[r]) and out_v[i].numpy().tobytes()[:1000] == v[r].numpy().tobytes()[:1000]
+        )
+
+
+def test_read_only_parts_copy_exactly_without_the_native_path() -> None:
+    data = bytes(range(256)) * 40
+    pages = [[memoryview(data)[:5000], memoryview(data)[5000:]]]
+    assert resolve(pages, [4096]) is None
+    mem = arena(1 << 16)
+    gather_pages(mem, [4096], pages)
+    assert mem[4096 : 4096 + len(data)].tobytes() == data
