@@ -14,6 +14,7 @@ ImportError naming the fix. The package imports nothing else of ours (lowest lay
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 # A separately built _core (scripts/native_sanitize.sh: the AddressSanitizer + UBSan build) is
 # found first when this names its directory; the Python modules stay the ones beside this file.
@@ -24,10 +25,11 @@ if _CORE_DIR:
 try:
     from . import _core  # noqa: F401 - the import is the check
 except ImportError as exc:  # pragma: no cover - exercised by a broken install only
+    _built = any(any(Path(d).glob("_core.*.so")) for d in __path__)
     raise ImportError(
-        "hicache_mooncake.native._core (the C extension) is not built or cannot be loaded "
-        f"({exc}); build it with `pip install -e .` or `scripts/dev.sh setup` "
-        "(needs gcc and the Python headers)"
+        "hicache_mooncake.native._core (the C extension) "
+        + (f"cannot be loaded ({exc})" if _built else "is not built")
+        + ": build it with `pip install -e .` or `scripts/dev.sh setup` (needs gcc and the Python headers)"
     ) from exc
 
 from ._xxh3_loader import SYSTEM_LIBRARY, SYSTEM_SYMBOL, load_xxh3, set_xxh3_library  # noqa: E402

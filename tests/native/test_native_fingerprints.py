@@ -70,3 +70,21 @@ def test_checksums_equal_python_xxhash() -> None:
 def test_xxh3_comes_from_python_xxhash_dispatch() -> None:
     library, symbol = native.XXH3_SOURCE
     assert symbol == "XXH3_64bits_dispatch" and library == xxhash._xxhash.__file__
+
+
+def test_the_system_libxxhash_gives_the_same_values_and_a_wrong_library_is_refused() -> None:
+    data = np.random.default_rng(9).integers(0, 256, size=100_000, dtype=np.uint8)
+    want = [native.xxh3_64(data[:n]) for n in (0, 5, 200, 100_000)]
+    try:
+        native.set_xxh3_library(native.SYSTEM_LIBRARY, native.SYSTEM_SYMBOL)
+        assert [native.xxh3_64(data[:n]) for n in (0, 5, 200, 100_000)] == want
+        assert native.fingerprint("k") == ref_fingerprint("k")
+        with pytest.raises(OSError, match="no-such-libxxhash"):
+            native.set_xxh3_library("no-such-libxxhash.so", "XXH3_64bits")
+        with pytest.raises(OSError, match="has no symbol XXH3_nope"):
+            native.set_xxh3_library(native.SYSTEM_LIBRARY, "XXH3_nope")
+        with pytest.raises(ValueError, match="does not compute xxh3_64"):
+            native.set_xxh3_library(native.SYSTEM_LIBRARY, "XXH32")  # a 32-bit hash
+    finally:
+        native.set_xxh3_library(*native.XXH3_SOURCE)
+    assert native.xxh3_64(data) == want[-1]
