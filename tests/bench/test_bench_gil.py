@@ -88,8 +88,10 @@ def test_bench_gil_runs_every_leg_in_one_run_and_writes_the_figures(tmp_path: Pa
         assert "error" not in leg and "not_measured" not in leg, (name, leg)
         for key in PER_LEG:
             assert leg[key] >= 0, (name, key)
-        assert 0 <= leg["gil_wait_share"] <= 1 and leg["io_gbps"] > 0 and leg["busy_loops_per_s"] > 0
-        assert leg["failed_pages"] == 0 and leg["bad_pages"] == 0, (name, leg)
+        # (a window of milliseconds at this size: the busy loop may not get a core at all in it)
+        assert 0 <= leg["gil_wait_share"] <= 1 and leg["io_gbps"] > 0 and leg["busy_loops_per_s_alone"] > 0
+        assert leg["failed_pages"] == leg["failed_sets"] + leg["missed_gets"] == 0, (name, leg)
+        assert leg["bad_pages"] == 0, (name, leg)
         assert leg["pages_verified"] == 16 and len(leg["runs"]) == 1  # every stored page read back
     assert data["legs"]["dram_ssd"]["tier_hits"]["ssd"] > 0  # the SSD tier served some of the gets
     ours = max(data["legs"][leg]["gil_wait_share"] for leg in ("dram", "dram_ssd"))

@@ -108,8 +108,13 @@ class Workers(Protocol):
 class WorkersRun:
     seconds: float
     bytes: int
-    failed_pages: int
+    failed_sets: int
+    missed_gets: int
     thread_seconds: dict[str, float]
+
+    @property
+    def failed_pages(self) -> int:
+        return self.failed_sets + self.missed_gets
 
     @property
     def gbps(self) -> float:
@@ -152,11 +157,13 @@ def run_workers(workers: Workers, first_backup: int, batches: int, prefetch_thre
     if errors:
         raise errors[0]
     pages = sum(ok for _, ok, _ in done.values())
-    asked = len(threads) * batches * workers.batch_pages
+    per_thread = batches * workers.batch_pages
+    backed_up = done["backup"][1]
     return WorkersRun(
         seconds=seconds,
         bytes=pages * workers.page_bytes,
-        failed_pages=asked - pages,
+        failed_sets=per_thread - backed_up,
+        missed_gets=prefetch_threads * per_thread - (pages - backed_up),
         thread_seconds={name: s for name, (s, _, _) in done.items()},
     )
 
@@ -191,4 +198,6 @@ def measure_leg(workers: Workers, batches: int, busy_alone_s: float, first_backu
         "io_seconds": together.seconds,
         "io_seconds_alone": solo.seconds,
         "failed_pages": together.failed_pages + solo.failed_pages,
+        "failed_sets": together.failed_sets + solo.failed_sets,
+        "missed_gets": together.missed_gets + solo.missed_gets,
     }

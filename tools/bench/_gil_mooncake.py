@@ -48,10 +48,11 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over the runs of every figure (each ratio the median of the runs' own ratios), the
     failed pages summed, and every run."""
+    counts = ("failed_pages", "failed_sets", "missed_gets")
     out: dict[str, Any] = {
-        k: statistics.median(float(r[k]) for r in runs) for k in runs[0] if k != "failed_pages"
+        k: statistics.median(float(r[k]) for r in runs) for k in runs[0] if k not in counts
     }
-    out["failed_pages"] = sum(int(r["failed_pages"]) for r in runs)
+    out.update({k: sum(int(r[k]) for r in runs) for k in counts})
     out["runs"] = runs
     return out
 

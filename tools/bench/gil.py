@@ -64,8 +64,8 @@ def _slab(page: int, dram: int) -> int:
 
 def ours_config(leg: str, spec: dict[str, Any], work: str) -> dict[str, Any]:
     """The default preset, in this process (no host cache, no endpoints): ``dram`` holds every
-    page the leg writes; ``dram_ssd`` has DRAM for half the stored pages and an SSD tier in
-    ``work``, so gets are served from both tiers and sets demote to the SSD."""
+    page the leg writes; ``dram_ssd`` has DRAM for half the stored pages (and two calls' sets) and an
+    SSD tier in ``work``, so gets are served from both tiers and sets demote to the SSD."""
     import yaml
 
     from hicache_mooncake.presets import preset_path
@@ -82,8 +82,9 @@ def ours_config(leg: str, spec: dict[str, Any], work: str) -> dict[str, Any]:
         cfg["tiers"]["dram"].update(capacity=-(-(written * 5 // 4) // slab + 1) * slab, slab_size=slab)
         cfg["tiers"].pop("ssd", None)
         return cfg
-    slab = _slab(page, stored // 2)
-    cfg["tiers"]["dram"].update(capacity=max(2 * slab, stored // 2 // slab * slab), slab_size=slab)
+    dram = stored // 2 + 2 * batch * page  # half the stored pages, and room for two calls' sets
+    slab = _slab(page, dram)
+    cfg["tiers"]["dram"].update(capacity=max(2 * slab, dram // slab * slab), slab_size=slab)
     region = _SLAB
     cfg["tiers"]["ssd"].update(
         enabled=True,
@@ -209,7 +210,8 @@ def _print_leg(leg: str, row: dict[str, Any]) -> None:
         f"{leg:>9}: gil_wait_share {row['gil_wait_share']:.3f} (alone {row['gil_wait_share_alone']:.3f}, "
         f"cpu queue {row['cpu_queue_share']:.2f}) | busy loop {row['busy_ratio_vs_alone']:.2f} of alone | "
         f"I/O {row['io_gbps']:.2f} GB/s, {row['io_ratio_vs_alone']:.2f} of alone "
-        f"({row['io_gbps_alone']:.2f}) | failed {row['failed_pages']}, bad {row.get('bad_pages', 0)}",
+        f"({row['io_gbps_alone']:.2f}) | failed sets {row['failed_sets']}, missed gets {row['missed_gets']}, "
+        f"bad {row.get('bad_pages', 0)}",
         flush=True,
     )
 
