@@ -158,7 +158,8 @@ static void run_job(job *j, staging *s) {
     if (b->is_write) {
         if (!copy_enter(b))
             return;
-        memcpy(st, b->buf + b->buf_off[i], (size_t)len);
+        if (len)
+            memcpy(st, b->buf + b->buf_off[i], (size_t)len);
         copy_leave(b);
         int64_t r = do_io(1, b->fd, st, len, b->file_off[i]);
         pthread_mutex_lock(&b->mu);

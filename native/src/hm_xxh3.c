@@ -38,9 +38,10 @@ PyObject *hm_py_set_xxh3_library(PyObject *self, PyObject *const *args, Py_ssize
     }
     void *sym = dlsym(handle, symbol);
     if (!sym) {
+        /* dlerror's string lives only until the next dl* call: format it before dlclose. */
         const char *err = dlerror();
-        dlclose(handle);
         PyErr_Format(PyExc_OSError, "%s has no symbol %s: %s", path, symbol, err ? err : "unknown error");
+        dlclose(handle);
         return NULL;
     }
     hm_xxh3_fn fn;

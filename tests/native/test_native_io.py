@@ -164,3 +164,15 @@ def test_threads_share_the_pool(tmp_path: Path) -> None:
         for fd in fds:
             os.close(fd)
     assert not errors, errors[0]
+
+
+def test_zero_length_items_on_empty_buffers(tmp_path: Path) -> None:
+    fd = os.open(tmp_path / "empty", os.O_RDWR | os.O_CREAT)
+    try:
+        assert native.pwrite_batch(fd, b"", [0], [0], [0], 1.0).tolist() == [0]
+        assert native.pread_batch(fd, bytearray(), [0], [0], [0], 1.0).tolist() == [0]
+        assert native.pread_batch(fd, bytearray(), [], [], [], 1.0).tolist() == []
+    finally:
+        os.close(fd)
+    native.copy_pages(bytearray(), [0], b"", [0], [0])
+    assert native.copy_pages_checksum(bytearray(), [0], b"", [0], [0]).tolist() == [native.xxh3_64(b"")]
