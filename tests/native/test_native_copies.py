@@ -4,13 +4,11 @@ errors naming the item, and the GIL released while a big copy runs."""
 from __future__ import annotations
 
 import mmap
-import sys
-import threading
-import time
 
 import numpy as np
 import pytest
 import xxhash
+from gil_probe import progress_during
 
 from hicache_mooncake import native
 
@@ -99,34 +97,9 @@ def test_bad_copies_raise_naming_the_item_and_copy_nothing(change: dict, error: 
 
 
 def test_the_gil_is_released_during_a_big_copy() -> None:
-    """Another Python thread makes progress while one 256 MiB copy_pages runs: with the GIL held
-    for the whole call it could not: the switch interval is raised so that the main thread never
-    gives the GIL up on its own between the two readings of the counter."""
+    """Another Python thread makes progress while one 256 MiB copy_pages runs (gil_probe)."""
     size = 256 << 20
     src = np.ones(size, dtype=np.uint8)
     dst = np.empty(size, dtype=np.uint8)
-    count = [0]
-    stop = threading.Event()
-
-    def spin() -> None:
-        while not stop.is_set():
-            count[0] += 1
-            if count[0] % 100 == 0:
-                time.sleep(0)  # hands the GIL back to the main thread once its copy is done
-
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(30.0)
-    thread = threading.Thread(target=spin)
-    try:
-        thread.start()
-        while count[0] == 0:
-            stop.wait(0.001)  # lets the spinner start
-        before = count[0]
-        native.copy_pages(dst, [0], src, [0], [size])
-        during = count[0] - before
-    finally:
-        stop.set()
-        thread.join()
-        sys.setswitchinterval(old)
-    assert during > 0
+    assert progress_during(lambda: native.copy_pages(dst, [0], src, [0], [size])) > 0
     assert dst[0] == 1 and dst[-1] == 1

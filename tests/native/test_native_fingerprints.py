@@ -8,6 +8,7 @@ import random
 import numpy as np
 import pytest
 import xxhash
+from gil_probe import progress_during
 from reference_models import ref_fingerprint
 
 from hicache_mooncake import native
@@ -88,3 +89,10 @@ def test_the_system_libxxhash_gives_the_same_values_and_a_wrong_library_is_refus
     finally:
         native.set_xxh3_library(*native.XXH3_SOURCE)
     assert native.xxh3_64(data) == want[-1]
+
+
+def test_batch_hashing_releases_the_gil() -> None:
+    keys = random_keys(100_000, 4)
+    assert progress_during(lambda: native.fingerprints(keys)) > 0
+    big = np.zeros(128 << 20, dtype=np.uint8)
+    assert progress_during(lambda: native.xxh3_64(big)) > 0

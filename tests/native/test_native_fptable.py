@@ -9,6 +9,7 @@ import threading
 
 import numpy as np
 import pytest
+from gil_probe import progress_during
 from reference_models import RefFpTable
 
 from hicache_mooncake.native import FpTable
@@ -172,3 +173,13 @@ def test_empty_batches_answer_empty_arrays() -> None:
     assert found.shape == (0,) and values.shape == (0, 1)
     fps, vals = table.items()
     assert fps.shape == (0,) and vals.shape == (0, 1)
+
+
+def test_table_batches_release_the_gil() -> None:
+    """A big put, contains and remove let another Python thread run (gil_probe)."""
+    fps = np.arange(1, 2_000_001, dtype=np.uint64)
+    table = FpTable(capacity=8)
+    assert progress_during(lambda: table.put(fps, fps)) > 0  # grows inside the call too
+    assert progress_during(lambda: table.contains(fps)) > 0
+    assert progress_during(lambda: table.remove(fps)) > 0
+    assert len(table) == 0
