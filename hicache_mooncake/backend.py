@@ -445,9 +445,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
                 return [True] * len(keys)  # a logical KV anchor: nothing to read
             page = self._kv_pool().page_nbytes
             space = self._space_for(space, extra_info)
-            done = self._valid_only(
-                "batch_get_v1", keys, parts, lambda k, p: self._get(space, k, p, extra_info, page)
-            )
+            done = self._valid_only("batch_get_v1", keys, parts, lambda k, p: self._get(space, k, p, page))
             finish(done)
             return done
 
@@ -484,19 +482,11 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             done = self.store.put_batch(flat, cut.parts(parts[first : first + step]), prev, at)
             result.extend(whole(done, per))
             prev = flat[-1]
-        nbytes = page_nbytes * sum(result) if page_nbytes else pages_nbytes(parts, result)
-        self.metrics.record(
-            "set", sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start
-        )
+        self._record("set", result, parts, page_nbytes, start)
         return result
 
     def _get(
-        self,
-        space: KeySpace,
-        keys: Sequence[str],
-        parts: list[list[memoryview]],
-        extra_info: Any,
-        page_nbytes: int = 0,
+        self, space: KeySpace, keys: Sequence[str], parts: list[list[memoryview]], page_nbytes: int = 0
     ) -> list[bool]:
         """Read each page's objects as ``_put`` stored them; a page is read when all its objects
         are, and reading stops at the first page that is not (SGLang uses the leading run).
@@ -514,11 +504,15 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             if not result[-1] and len(result) < len(keys):
                 result.extend([False] * (len(keys) - len(result)))
                 break
-        nbytes = page_nbytes * sum(result) if page_nbytes else pages_nbytes(parts, result)
-        self.metrics.record(
-            "get", sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start
-        )
+        self._record("get", result, parts, page_nbytes, start)
         return result
+
+    def _record(
+        self, op: str, result: list[bool], parts: list[list[memoryview]], page_nbytes: int, start: float
+    ) -> None:
+        """One call's figures: pages done and not, their bytes, its time since ``start``."""
+        nbytes = page_nbytes * sum(result) if page_nbytes else pages_nbytes(parts, result)
+        self.metrics.record(op, sum(result), len(result) - sum(result), nbytes, time.perf_counter() - start)
 
     def _chunked_step(self, count: int) -> int:
         """Pages per store call when each page (or head group) is ``count`` chunks: at most
@@ -586,7 +580,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
                 t if t is not None else self.mem_pool_host.get_dummy_flat_data_page() for t in given
             ]
             parts = [[_tensor_bytes(t, writable=True)] for t in targets]
-            ok = self._valid_only("batch_get", keys, parts, lambda k, p: self._get(space, k, p, None))
+            ok = self._valid_only("batch_get", keys, parts, lambda k, p: self._get(space, k, p))
             return [t if hit else None for t, hit in zip(targets, ok, strict=True)]
 
         miss: list[torch.Tensor | None] = [None] * len(keys)

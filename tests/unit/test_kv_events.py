@@ -308,7 +308,7 @@ def test_the_subscriber_module_prints_the_events(make_store: Callable[..., Any])
     deadline = time.monotonic() + 10
     while publisher.stats()["published_batches"] == 0 and time.monotonic() < deadline:
         time.sleep(0.02)
-    cmd = [sys.executable, "-m", "hicache_mooncake.events_subscriber", publisher.endpoint]
+    cmd = [sys.executable, "-m", "hicache_mooncake.kv_events.subscriber", publisher.endpoint]
     cmd += ["--replay-endpoint", publisher.replay_endpoint, "--count", "1", "--seconds", "30"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -1,4 +1,4 @@
-"""Print the KV events a publisher sends: ``python -m hicache_mooncake.events_subscriber ENDPOINT``.
+"""Print the KV events a publisher sends: ``python -m hicache_mooncake.kv_events.subscriber ENDPOINT``.
 
 Connects a ZMQ SUB socket to ``ENDPOINT`` (the ``events.endpoint`` of a backend or of the host
 cache service, or SGLang's own ``--kv-events-config`` endpoint: the format is the same), decodes
@@ -57,7 +57,9 @@ def replay(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, first: int, out: 
 
 
 def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hicache_mooncake.events_subscriber", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m hicache_mooncake.kv_events.subscriber", description=__doc__
+    )
     parser.add_argument("endpoint", help="the publisher's endpoint, e.g. tcp://127.0.0.1:5600")
     parser.add_argument("--topic", default="", help="events.topic of the publisher")
     parser.add_argument(
