@@ -3,13 +3,16 @@
 Tiers: an optional ``DramTier``, an optional ``SsdTier`` and any number of pool tiers (the remote
 DRAM pool). ``policy.placement.TierPlacement`` owns the local capacity: its policy decides which
 pages leave the host, DRAM holds the most recently used of them, and every get or set asks it
-once per key (``set`` / ``hit``). This class moves bytes as told:
+once per key (``set`` / ``hit``). This class is the coordinator: each data call is gated
+(``CallGate``) and handed to the module that owns its path (``set_path``, ``get_path``,
+``lookups``); runtime changes go to ``runtime_ops``, warm restart to ``rewarm``. What they do:
 
 - set: new pages are copied into free DRAM from the caller's buffers (with no DRAM tier: written
   to SSD within the call's deadline); pages the policy refuses are a decision, not a failure (True,
   counted ``not_admitted``); pages that find no DRAM room in time are False (SGLang keeps them),
   and so are pages larger than a local tier can hold (counted as that tier's ``too_large``
-  refusal; the policy is not asked, so nothing is demoted or dropped to make room for them);
+  refusal; the policy is not asked, so nothing is demoted or dropped to make room for them) and
+  pages whose key is stored already with another size (``refused_other_size``);
   ``ssd_write_through`` also queues every new page for an SSD copy; pool tiers with
   ``write_through`` receive every page they lack.
 - get: DRAM, then SSD, then the pool; results after the first miss are False (SGLang uses only the
@@ -73,18 +76,17 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from itertools import compress
-from operator import not_
 from typing import Any
 
 from .dram_tier import DramTier
 from .events_sink import EventsSink
+from .get_path import GetPath
+from .lookups import Lookups
 from .mover import Mover
-from .parts import Parts, pages_sizes
-from .policy import AccessContext, EvictionPolicy, ObjectType
-from .policy.contexts import get_contexts, miss_context
+from .parts import Parts
+from .policy import EvictionPolicy, ObjectType
 from .policy.hints import Hints
-from .policy.placement import DRAM, SSD, TierPlacement
+from .policy.placement import TierPlacement
 from .policy.quotas import TenantShare, default_tenant
 from .progress import Progress
 from .rewarm import WarmKeeper
@@ -93,7 +95,7 @@ from .served_arena import ServedArena
 from .set_path import SetPath
 from .ssd_tier import SsdTier
 from .store_options import StoreOptions, WarmOptions
-from .store_state import REQUEST_MEMORY, StoreState, gated
+from .store_state import StoreState, gated
 from .tier import Tier
 
 __all__ = ["StoreOptions", "TieredStore", "WarmOptions"]
@@ -137,6 +139,8 @@ class TieredStore:
             state.hook_ssd(lay.ssd)
         if capacity is not None:
             state.placement_for(0)
+        self.lookups = Lookups(state)
+        self.get_path = GetPath(state)
         self.set_path = SetPath(state)
         self.served = ServedArena(state, self.set_path)
         warm = state.options.warm
@@ -219,92 +223,29 @@ class TieredStore:
         """``StoreState.capacities``."""
         return self.state.capacities(lay, nbytes)
 
-    # ------------------------------------------------------------------ existence
+    # ------------------------------------------------------------------ existence (lookups.py)
     @gated
     def exists_prefix(self, keys: Sequence[str]) -> int:
         """How many leading ``keys`` some tier holds."""
-        return self._exists(keys)[1]
+        return self.lookups.exists(keys)[1]
 
     @gated
     def exists_batch(self, keys: Sequence[str]) -> list[bool]:
         """Per key: does some tier hold it? The first missing key is told to the policy."""
-        return self._exists(keys)[0]
-
-    def _exists(self, keys: Sequence[str]) -> tuple[list[bool], int]:
-        """``exists_batch``'s flags and the length of their leading run of hits."""
-        if not keys:
-            return [], 0
-        n = len(keys)
-        present = self._contains(keys)
-        hit = present.index(False) if False in present else n
-        with self.state.lock:
-            request_len = self.state.request_len
-            request_len[keys[0]] = n
-            request_len.move_to_end(keys[0])
-            if len(request_len) > REQUEST_MEMORY:
-                request_len.popitem(last=False)
-            self.state.tenant_count_locked(keys[0], exists_pages=n, exists_hit_pages=hit)
-            if hit < n and self.local and self.state.placement is not None:
-                self.state.placement.miss(keys[hit], miss_context(hit, n))
-        return present, hit
+        return self.lookups.exists(keys)[0]
 
     @gated
     def contains_batch(self, keys: Sequence[str]) -> list[bool]:
         """Per key, whether some tier holds it (no prefix cut: a hybrid model's sidecar objects
         have holes that matter). Tells the policy nothing."""
-        return self._contains(keys)
-
-    def _contains(self, keys: Sequence[str]) -> list[bool]:
-        """``contains_batch`` inside a gated call: each tier is asked once, for the keys the
-        tiers before it lack (the index work runs in C-level passes, not per key in Python)."""
-        tiers = self._existence_order()
-        if not tiers or not keys:
-            return [False] * len(keys)
-        present = list(tiers[0].contains_batch(keys))
-        for tier in tiers[1:]:
-            if all(present):
-                break
-            pending = list(compress(range(len(keys)), map(not_, present)))
-            found = tier.contains_batch(list(map(keys.__getitem__, pending)))
-            for i in compress(pending, found):
-                present[i] = True
-        return present
+        return self.lookups.contains(keys)
 
     @gated
     def where_batch(self, keys: Sequence[str], pools: bool = False) -> list[str | None]:
-        """Per key, the name of the fastest tier holding it (read order: DRAM, SSD, then the pools
-        when ``pools``), else None. Read-only: one index lookup batch per tier (each tier asked only
-        for the keys the ones before lack), no store lock, no policy call, no count: a lookup is
-        not a hit. Without ``pools`` no I/O runs; a pool is asked once for the batch (its deadline)."""
-        lay = self.state.layout
-        local = [t for t in (lay.dram, lay.ssd) if t is not None]
-        where: list[str | None] = [None] * len(keys)
-        pending = list(range(len(keys)))
-        for tier in (*local, *lay.pools) if pools else local:
-            if not pending:
-                break
-            found = tier.contains_batch([keys[i] for i in pending])
-            for i in compress(pending, found):
-                where[i] = tier.name
-            pending = [i for i, hit in zip(pending, found, strict=True) if not hit]
-        return where
+        """Per key, the name of the fastest tier holding it (``Lookups.where``): read-only."""
+        return self.lookups.where(keys, pools)
 
-    def _existence_order(self) -> tuple[Tier, ...]:
-        """The order ``_contains`` asks the tiers in: the local ones (in-memory index lookups)
-        first, the one holding more entries before the other, then the pools in read order.
-
-        The answer does not depend on the order; its cost does. Each tier is asked only for the
-        keys the ones before it lack, and at a million entries every lookup of a fresh key costs
-        a few cache misses (~0.4 us here) whether it hits or not. With the SSD holding most pages
-        (every one, in write-through), asking DRAM first made most keys cost two lookups."""
-        lay = self.state.layout
-        dram, ssd = lay.dram, lay.ssd
-        if dram is None or ssd is None:
-            return lay.tiers
-        local = (ssd, dram) if ssd.entry_count() > dram.entry_count() else (dram, ssd)
-        return (*local, *lay.pools)
-
-    # ------------------------------------------------------------------ reads
+    # ------------------------------------------------------------------ reads (get_path.py)
     @gated
     def get_batch_into(
         self,
@@ -313,147 +254,10 @@ class TieredStore:
         obj_type: ObjectType = ObjectType.KV_PAGE,
         deadline: float | None = None,
     ) -> list[bool]:
-        if not keys:
-            return []
-        deadline = self.state.deadline(deadline)
-        sizes = pages_sizes(parts)
-        dram = self.dram
-        # the fence, read before any byte is: a promotion of bytes read before a clear never lands
-        generation = dram.generation if dram is not None else None
-        with self.state.lock:
-            request_len = self.state.request_len.get(keys[0], 0)
-            epoch = self.state.clear_epoch
-        ctxs = get_contexts(keys, sizes, request_len, obj_type=obj_type)
-        done, level_of = self._read_through(keys, parts, ctxs, deadline)
-        self.state.tenant_count(keys[0], get_pages=len(keys), get_hit_pages=sum(done))
-        promote = self._note_reads(keys, ctxs, done, level_of, sizes[0], epoch)
-        if promote and dram is not None:
-            landed = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in promote], deadline, generation)
-            failed = [keys[i] for i, ok in zip(promote, landed, strict=True) if not ok]
-            self.counts["promotions"] += len(promote) - len(failed)
-            if failed:
-                if dram.generation != generation:
-                    self.counts["promotions_skipped_clear"] += len(failed)
-                else:
-                    self.counts["promotions_skipped_full"] += len(failed)
-                self._reconcile(failed)
-        with self.state.lock:
-            drops, demote = self.state.placement.settle() if self.state.placement is not None else ([], [])
-        self.state.apply(drops, demote)
-        return done
+        """Read ``keys`` into ``parts`` (module docstring; the steps: ``get_path``)."""
+        return self.get_path.get(keys, parts, obj_type, deadline)
 
-    def _reconcile(self, keys: Sequence[str]) -> None:
-        """``keys`` are not in DRAM although the placement may place them there: they stay placed
-        on SSD when it holds them, and are forgotten otherwise."""
-        ssd_tier, dram_tier = self.ssd, self.dram
-        on_ssd = ssd_tier.contains_batch(keys) if ssd_tier is not None else [False] * len(keys)
-        in_dram = dram_tier.contains_batch(keys) if dram_tier is not None else [False] * len(keys)
-        with self.state.lock:
-            placement = self.state.placement
-            if placement is None:
-                return
-            for key, ssd, dram in zip(keys, on_ssd, in_dram, strict=True):
-                if dram:
-                    continue
-                if ssd:
-                    placement.leave_dram(key)
-                else:
-                    placement.remove(key)
-
-    def _read_through(
-        self, keys: Sequence[str], parts: Sequence[Parts], ctxs: Sequence[AccessContext], deadline: float
-    ) -> tuple[list[bool], list[Tier | None]]:
-        """Each key from the first tier that has it, tier by tier, stopping at the first key no
-        tier has (SGLang uses only the leading run). Returns per key whether its bytes were copied
-        and from which tier."""
-        n = len(keys)
-        done = [False] * n
-        level_of: list[Tier | None] = [None] * n
-        pending = list(range(n))
-        for tier in self.tiers:
-            if not pending:
-                break
-            if len(pending) == n:
-                got = tier.get_batch_into(list(zip(keys, parts, ctxs, strict=True)), deadline=deadline)
-                if all(got):  # the first tier served them all (the usual hit)
-                    return [True] * n, [tier] * n
-            else:
-                got = tier.get_batch_into([(keys[i], parts[i], ctxs[i]) for i in pending], deadline=deadline)
-            for i, ok in zip(pending, got, strict=True):
-                if ok:
-                    done[i], level_of[i] = True, tier
-            pending = [i for i in pending if not done[i]]
-        if pending:
-            first_miss = pending[0]
-            done[first_miss:] = [False] * (len(done) - first_miss)
-        return done, level_of
-
-    def _note_reads(
-        self,
-        keys: Sequence[str],
-        ctxs: Sequence[AccessContext],
-        done: Sequence[bool],
-        level_of: Sequence[Tier | None],
-        nbytes: int,
-        epoch: int | None = None,
-    ) -> list[int]:
-        """Placement bookkeeping of a read (one placement call per key read); returns the
-        indexes of the pages to copy into DRAM from the caller's buffers. ``epoch``: the clear
-        fence read when the read started; if a clear ran (or runs) since, the read is not told
-        to the placement (nothing adopted, nothing promoted)."""
-        if not self.local:
-            return []
-        # frozen, or the tenant being cleared: nothing is written, promotions included
-        frozen = self.frozen or bool(self.clearing and self.tenant_of(keys[0]) in self.clearing)
-        dram, ssd = self.dram, self.ssd  # one layout for the whole call
-        if dram is not None and level_of.count(dram) == len(keys) and all(done):
-            # every page read from DRAM (the usual hit): nothing to promote, one placement call
-            with self.state.lock:
-                if epoch is not None and epoch != self.state.clear_epoch:
-                    return []
-                placement = self.state.placement_for(nbytes)
-                self.state.forget_reclaimed(placement)
-                if placement.hit_in_dram_batch(keys, ctxs):
-                    return []
-        hot = [
-            bool(
-                not frozen
-                and done[i]
-                and tier is not None
-                and tier is not dram
-                and dram is not None
-                and tier.should_promote(key, ctxs[i])
-            )
-            for i, (key, tier) in enumerate(zip(keys, level_of, strict=True))
-        ]
-        promote: list[int] = []
-        with self.state.lock:
-            if epoch is not None and (epoch != self.state.clear_epoch or epoch & 1):
-                self.counts["reads_across_clear"] += 1
-                return []
-            placement = self.state.placement_for(nbytes)
-            self.state.forget_reclaimed(placement)
-            hit = placement.hit
-            for i, key in enumerate(keys):
-                tier = level_of[i]
-                if not done[i]:
-                    if tier is None and key in placement:
-                        placement.remove(key)  # bookkeeping said resident, no tier served it
-                    continue
-                up = hot[i]
-                before = hit(key, ctxs[i], up)
-                if before is None:
-                    if tier is dram or tier is ssd or up:
-                        where = DRAM if tier is dram or up else SSD
-                        if not placement.adopt(key, ctxs[i]._replace(promoted=True), where):
-                            continue
-                    else:
-                        continue  # a pool hit that stays in the pool
-                if tier is not dram and placement.tier_of(key) == DRAM:
-                    promote.append(i)
-        return promote
-
-    # ------------------------------------------------------------------ writes
+    # ------------------------------------------------------------------ writes (set_path.py)
     @gated
     def put_batch(
         self,
