@@ -71,7 +71,7 @@ from hicache_mooncake.object_split import (  # noqa: E402
 )
 from hicache_mooncake.sglang_adapter.cross_tp import HeadGroupPages, group_suffixes, head_groups_for  # noqa: E402
 from hicache_mooncake.sglang_adapter.host_pool_views import HostRangeError  # noqa: E402
-from hicache_mooncake.sglang_adapter.host_pools import PoolSet, RegisteredPool  # noqa: E402
+from hicache_mooncake.sglang_adapter.host_pools import HostPoolSet, RegisteredPool  # noqa: E402
 from hicache_mooncake.sglang_adapter.host_pools.names import KV, pool_name  # noqa: E402
 from hicache_mooncake.sglang_adapter.hybrid import SidecarIO  # noqa: E402
 from hicache_mooncake.sglang_adapter.settings_check import log_differences  # noqa: E402
@@ -124,7 +124,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
             )
         self.io_path = "v1" if self.config.interface_v1 else "flat"
         self.mem_pool_host: Any = None
-        self.pools = PoolSet(self.model_name, self.config.namespace.tenant, self.io_path, self.ranks)
+        self.host_pools = HostPoolSet(self.model_name, self.config.namespace.tenant, self.io_path, self.ranks)
         self._failures = FailureLog()
         self._closed = False
         self._close_lock = threading.Lock()
@@ -141,7 +141,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         self._kv_page_cut: tuple[RegisteredPool, PageCut] | None = None  # _kv_cut's (pool, cut)
         self.sidecars = SidecarIO(
             self.store,
-            self.pools,
+            self.host_pools,
             self._failures,
             self.metrics,
             is_storage_writer=self.is_storage_writer,
@@ -237,8 +237,8 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         """The store's keys of SGLang page hashes (for admin routes such as hints). ValueError
         until the key space is fixed (SGLang's registration burst is over, or its first data
         call): an admin request must not fix it early, before every pool joined its digest."""
-        kv = self.pools.kv
-        space = kv.keys if kv is not None and self.pools.final else None
+        kv = self.host_pools.kv
+        space = kv.keys if kv is not None and self.host_pools.final else None
         if space is None:
             raise ValueError("SGLang has not registered its host pools yet: no key space")
         owner = space.for_tenant(check_tenant_name(tenant)) if tenant is not None else space
@@ -267,23 +267,23 @@ class HiCacheMooncakeBackend(HiCacheStorage):
 
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
         super().register_mem_host_pool_v2(host_pool, host_pool_name)
-        if pool_name(host_pool_name) == KV and self.pools.kv is not None:
+        if pool_name(host_pool_name) == KV and self.host_pools.kv is not None:
             return  # the anchor, registered by register_mem_pool_host
         self._register(host_pool_name, host_pool)
 
     def on_host_pools_registered(self) -> None:
         """The burst is over: fix the key space now (the model digest covers every pool)."""
-        if self.pools.finalize():
-            kv = self.pools.kv
+        if self.host_pools.finalize():
+            kv = self.host_pools.kv
             log.info(
                 "hicache-mooncake: pools %s registered, key prefix %s",
-                self.pools.names(),
+                self.host_pools.names(),
                 kv.keys.prefix if kv is not None and kv.keys is not None else "?",
             )
 
     def _register(self, name: Any, pool: Any) -> None:
         try:
-            regions = self.pools.register(name, pool)
+            regions = self.host_pools.register(name, pool)
         except Exception as exc:
             self._failures.record(
                 f"host pool {pool_name(name)!r} ({type(pool).__name__}) not usable: misses", exc
@@ -296,8 +296,8 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     def _ready(self, op: str, count: int) -> KeySpace | None:
         if self._closed:
             return None
-        kv = self.pools.kv
-        if kv is None or not self.pools.finalize():
+        kv = self.host_pools.kv
+        if kv is None or not self.host_pools.finalize():
             self._failures.record(f"{op} before register_mem_pool_host")
             return None
         if count > self.config.io.max_batch_pages:
@@ -330,11 +330,11 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     @property
     def _keys(self) -> KeySpace | None:
         """The KV pool's key space (None before ``register_mem_pool_host``)."""
-        kv = self.pools.kv
-        return kv.keys if kv is not None and self.pools.finalize() else None
+        kv = self.host_pools.kv
+        return kv.keys if kv is not None and self.host_pools.finalize() else None
 
     def _kv_pool(self) -> RegisteredPool:
-        kv = self.pools.kv
+        kv = self.host_pools.kv
         assert kv is not None
         return kv
 
@@ -346,7 +346,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         """How a KV page becomes objects: one object, or this rank's head groups (``cross_tp``),
         each in chunks when larger than some local tier accepts (``object_split``), as a sidecar
         page is (logged once)."""
-        kv = self.pools.kv
+        kv = self.host_pools.kv
         groups = group_suffixes(self.ranks.head_groups, self.ranks.tp_rank, self.ranks.tp_size)
         if kv is None:
             return PageCut(1, groups)
@@ -621,7 +621,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
 
     def _v2(self, op: str, transfers: Any, extra_info: Any) -> dict[Any, list[bool]]:
         transfers = list(transfers or [])
-        if self._closed or self.pools.kv is None or not self.pools.finalize():
+        if self._closed or self.host_pools.kv is None or not self.host_pools.finalize():
             if not self._closed:
                 self._failures.record(f"batch_{op}_v2 before register_mem_pool_host")
             return {t.name: [False] * len(t.keys or []) for t in transfers}
@@ -711,7 +711,7 @@ class HiCacheMooncakeBackend(HiCacheStorage):
                 step()
             except Exception as exc:
                 self._failures.record(f"close step {name} failed", exc)
-        self.pools.close()
+        self.host_pools.close()
         self.mem_pool_host = None
 
 

@@ -58,7 +58,7 @@ def backend_layout(backend: Any) -> dict[str, Any]:
         },
         "tiers": tiers_of(backend.store),
     }
-    pools = backend.pools
+    pools = backend.host_pools
     kv = pools.kv
     if kv is None or not pools.final or kv.keys is None:
         report["reason"] = "SGLang has not registered its host pools yet: the key space is not fixed"

@@ -29,7 +29,7 @@ from hicache_mooncake.metrics.rank import BackendMetrics
 from hicache_mooncake.object_split import chunk_count, chunk_keys, chunked, split_pages, whole
 from hicache_mooncake.sglang_adapter.hit_policy import BLOCK_GROUPS, HitResult, PoolQuery, evaluate
 from hicache_mooncake.sglang_adapter.host_pool_views import HostRangeError
-from hicache_mooncake.sglang_adapter.host_pools import PoolSet, RegisteredPool
+from hicache_mooncake.sglang_adapter.host_pools import HostPoolSet, RegisteredPool
 from hicache_mooncake.sglang_adapter.host_pools.names import pool_name
 from hicache_mooncake.tiers.parts import pages_nbytes
 from hicache_mooncake.tiers.policy.base import TRAILING_TYPES
@@ -42,7 +42,7 @@ class SidecarIO:
     def __init__(
         self,
         store: Any,
-        pools: PoolSet,
+        host_pools: HostPoolSet,
         failures: FailureLog,
         metrics: BackendMetrics,
         *,
@@ -51,7 +51,7 @@ class SidecarIO:
         max_object_bytes: int,
     ) -> None:
         self.store = store
-        self.pools = pools
+        self.host_pools = host_pools
         self.failures = failures
         self.metrics = metrics
         self.is_storage_writer = is_storage_writer
@@ -81,7 +81,7 @@ class SidecarIO:
 
     def _present(self, name: str, page_hashes: list[str]) -> list[bool]:
         """Whether each page has ``name``'s object(s); all False for an unknown pool."""
-        pool = self.pools.get(name)
+        pool = self.host_pools.get(name)
         if pool is None or pool.keys is None:
             self.failures.record(f"batch_exists_v2 for unregistered pool {name!r}: misses")
             return [False] * len(page_hashes)
@@ -107,7 +107,7 @@ class SidecarIO:
         page_hashes = list(transfer.keys or [])
         if not page_hashes:
             return []
-        pool = self.pools.get(name)
+        pool = self.host_pools.get(name)
         if pool is None or pool.keys is None:
             self.failures.record(f"batch_{op}_v2 for unregistered pool {name!r}: misses")
             return [False] * len(page_hashes)

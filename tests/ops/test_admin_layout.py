@@ -116,7 +116,7 @@ def test_a_hybrid_models_sidecar_pool_is_reported_with_its_keys(tmp_path):
         assert "sidecar" in mamba["object_kind"] and mamba["page_bytes"] > 0
         (suffix,) = mamba["suffixes"]
         assert suffix.startswith(".mamba~") and suffix.endswith("@tp0of1")
-        entry = backend.pools.get("mamba")
+        entry = backend.host_pools.get("mamba")
         assert entry.keys.key("h" * 64) == layout["key_prefix"] + "h" * 64 + suffix  # the key v2 sets use
     finally:
         backend.close()

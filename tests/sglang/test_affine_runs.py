@@ -89,7 +89,7 @@ def test_the_backend_moves_pages_through_the_affine_form(sglang_runtime: Any) ->
 
     backend, host = make_backend("layer_first")
     try:
-        kv = backend.pools.kv
+        kv = backend.host_pools.kv
         assert kv is not None and kv.affine_runs is not None
     finally:
         backend.close()

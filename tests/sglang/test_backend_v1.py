@@ -108,7 +108,7 @@ def test_a_kv_page_larger_than_a_slab_is_stored_in_chunks_and_read_back_whole(tm
                                       "region_size": "1MiB", "min_free": 0, "mode": "write_through"})  # fmt: skip
     backend, host = make_backend(layout, extra=extra)
     try:
-        assert 16 << 10 < backend.pools.kv.page_nbytes <= 32 << 10
+        assert 16 << 10 < backend.host_pools.kv.page_nbytes <= 32 << 10
         src, dst = host.alloc(6 * PS), host.alloc(6 * PS)
         fill_random_pages(host, src, seed=7)
         fill_random_pages(host, dst, seed=8)

@@ -139,7 +139,7 @@ def test_backup_then_prefetch_of_a_hybrid_model_through_the_controller_threads(c
     ctl, group = controller
     attach(ctl, group)
     assert isinstance(ctl.storage_backend, HiCacheMooncakeBackend)
-    assert ctl.storage_backend.pools.names() == ["kv", "mamba"]
+    assert ctl.storage_backend.host_pools.names() == ["kv", "mamba"]
     tokens, hashes = chain(6)
     kv_a, state_a = backup(ctl, group, tokens, hashes, 0, 3, seed=10)
     kv_b, state_b = backup(ctl, group, tokens, hashes, 3, 6, seed=20)
@@ -185,7 +185,7 @@ def test_runtime_attach_detach_of_a_hybrid_model_and_pages_survive_on_ssd(contro
     assert hit == 4 * PS
     assert same(kv_pages, kv_want) and torch.equal(state, state_want)
     assert mamba_hits(acks) == [1]
-    assert backend.pools.get("mamba").obj_type == ObjectType.MAMBA_STATE
+    assert backend.host_pools.get("mamba").obj_type == ObjectType.MAMBA_STATE
 
 
 def test_repeated_attach_detach_of_a_hybrid_model_leaks_no_threads_or_fds(controller):

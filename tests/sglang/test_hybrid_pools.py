@@ -78,7 +78,7 @@ def test_mamba_state_with_slot_side_states_round_trips_zero_copy(sglang_runtime)
     with pytest.raises(NotImplementedError):
         mamba.get_page_buffer_meta(torch.tensor([0]))
     backend = hybrid_backend(group)
-    assert backend.pools.get("mamba").page_nbytes == mamba.get_size_per_token()  # every byte of the slot
+    assert backend.host_pools.get("mamba").page_nbytes == mamba.get_size_per_token()  # every byte of the slot
     slot, dst = mamba.alloc(1), mamba.alloc(1)
     fill_random_pages(mamba, slot, seed=6)
     assert backend.batch_set_v2([transfer(PoolName.MAMBA, ["s" * 64], slot)]) == {PoolName.MAMBA: [True]}
@@ -215,8 +215,8 @@ def test_deepseek_v4_logical_anchor_compressed_pools_and_compressor_state(sglang
     assert ok == {PoolName.DEEPSEEK_V4_C4: [True] * 3, PoolName.DEEPSEEK_V4_C4_STATE: [True]}
     assert all(torch.equal(a, b) for a, b in zip(page_snapshot(c4, idx)[:3], want[:3], strict=True))
     assert torch.equal(page_snapshot(state, swa_idx)[0], state_want[0])
-    assert backend.pools.get("deepseek_v4_c4_state").obj_type == ObjectType.COMPRESS_STATE
-    assert backend.pools.get("deepseek_v4_c4").obj_type == ObjectType.COMPRESSED_KV
+    assert backend.host_pools.get("deepseek_v4_c4_state").obj_type == ObjectType.COMPRESS_STATE
+    assert backend.host_pools.get("deepseek_v4_c4").obj_type == ObjectType.COMPRESSED_KV
     backend.close()
 
 
@@ -259,12 +259,12 @@ def test_sidecar_objects_carry_their_type_and_are_scoped_per_pool_and_rank(sglan
     group = kv_mamba_group()
     r0 = hybrid_backend(group, is_mla=True, tp_rank=0, tp_size=2)
     r1 = hybrid_backend(group, is_mla=True, tp_rank=1, tp_size=2)
-    kv0, kv1 = r0.pools.kv.keys, r1.pools.kv.keys
-    m0, m1 = r0.pools.get("mamba").keys, r1.pools.get("mamba").keys
+    kv0, kv1 = r0.host_pools.kv.keys, r1.host_pools.kv.keys
+    m0, m1 = r0.host_pools.get("mamba").keys, r1.host_pools.get("mamba").keys
     assert kv0.key("h") == kv1.key("h")  # MLA KV: one copy for all ranks
     assert m0.key("h") != m1.key("h") and m0.key("h").endswith("@tp0of2")  # Mamba state is TP-sharded
     assert ".mamba~" in m0.key("h") and m0.key("h") != kv0.key("h")
-    assert r0.pools.get("mamba").obj_type == ObjectType.MAMBA_STATE
+    assert r0.host_pools.get("mamba").obj_type == ObjectType.MAMBA_STATE
     # a non-writer rank still stores its own (sharded) Mamba state
     mamba = group.get_pool(PoolName.MAMBA)
     slot = mamba.alloc(1)
@@ -296,11 +296,13 @@ def test_a_changed_sidecar_geometry_changes_every_key_of_the_model(sglang_runtim
     kv_only = hybrid_backend(
         host_group([(PoolName.KV, host_pool_for(kv_only_dev, "page_first", False, SMALL), kv_only_dev)])
     )
-    assert a.pools.kv.keys.key("h") != b.pools.kv.keys.key("h")
-    assert a.pools.get("mamba").keys.key("h") != b.pools.get("mamba").keys.key("h")
-    assert a.pools.kv.keys.key("h") != kv_only.pools.kv.keys.key("h")
-    assert a.pools.kv.keys.key("h") == same.pools.kv.keys.key("h")  # deterministic: re-attach finds them
-    assert a.pools.get("mamba").keys.key("h") == same.pools.get("mamba").keys.key("h")
+    assert a.host_pools.kv.keys.key("h") != b.host_pools.kv.keys.key("h")
+    assert a.host_pools.get("mamba").keys.key("h") != b.host_pools.get("mamba").keys.key("h")
+    assert a.host_pools.kv.keys.key("h") != kv_only.host_pools.kv.keys.key("h")
+    assert a.host_pools.kv.keys.key("h") == same.host_pools.kv.keys.key(
+        "h"
+    )  # deterministic: re-attach finds them
+    assert a.host_pools.get("mamba").keys.key("h") == same.host_pools.get("mamba").keys.key("h")
     for backend in (a, b, same, kv_only):
         backend.close()
 
@@ -312,7 +314,7 @@ def test_a_state_larger_than_a_slab_is_stored_in_chunks_and_read_back_whole(sgla
     group = kv_mamba_group(mamba=MambaShape(num_heads=8, head_dim=32, state_size=32))
     backend = hybrid_backend(group, extra=extra)
     mamba = group.get_pool(PoolName.MAMBA)
-    assert 32 << 10 < backend.pools.get("mamba").page_nbytes <= 64 << 10
+    assert 32 << 10 < backend.host_pools.get("mamba").page_nbytes <= 64 << 10
     hashes = page_hashes(2)
     write_kv(backend, group.get_pool(PoolName.KV), hashes, seed=1)
     slot, dst = mamba.alloc(1), mamba.alloc(1)
@@ -323,7 +325,7 @@ def test_a_state_larger_than_a_slab_is_stored_in_chunks_and_read_back_whole(sgla
     assert backend.batch_exists_v2(hashes, [transfer(PoolName.MAMBA, ["x"])]).kv_hit_pages == 2
     assert backend.batch_get_v2([transfer(PoolName.MAMBA, hashes[-1:], dst)])[PoolName.MAMBA] == [True]
     assert torch.equal(page_snapshot(mamba, dst)[0], page_snapshot(mamba, slot)[0])
-    backend.store.remove(backend.pools.get("mamba").keys.key(hashes[-1]) + "#1of2")
+    backend.store.remove(backend.host_pools.get("mamba").keys.key(hashes[-1]) + "#1of2")
     assert backend.batch_exists_v2(hashes, [transfer(PoolName.MAMBA, ["x"])]).kv_hit_pages == 0
     assert backend.batch_get_v2([transfer(PoolName.MAMBA, hashes[-1:], dst)])[PoolName.MAMBA] == [False]
     backend.close()

@@ -131,7 +131,7 @@ def test_a_hybrid_models_states_are_shared_through_the_pool_with_their_type(
 
     hit = b.batch_exists_v2(hashes, [transfer(PoolName.MAMBA, ["x"])])
     assert hit.kv_hit_pages == 4 and hit.restorable_prefix_pages == [4]
-    state_key = b.pools.get("mamba").keys.key(hashes[-1])
+    state_key = b.host_pools.get("mamba").keys.key(hashes[-1])
     (ref,) = b.store.tier("remote").provider.client.lookup_batch([state_key])
     assert ref.found and ref.obj_type == ObjectType.MAMBA_STATE
     kv_b, mamba_b = groups[1].get_pool(PoolName.KV), groups[1].get_pool(PoolName.MAMBA)
@@ -170,7 +170,7 @@ def test_a_page_larger_than_a_nodes_slab_is_shared_in_chunks(
         while any(len(be.store.tier("remote").provider.client.nodes()) < 2 for be in (a, b)):
             assert time.monotonic() < deadline, "clients did not see both nodes"
             time.sleep(0.05)
-        assert a.pools.kv.page_nbytes == 96 << 10  # above the 64 KiB slab: 2 chunks
+        assert a.host_pools.kv.page_nbytes == 96 << 10  # above the 64 KiB slab: 2 chunks
         ps = shape.page_size
         src = host_a.alloc(6 * ps)
         fill_random_pages(host_a, src, seed=41)

@@ -1,4 +1,4 @@
-"""``PoolSet``: the host pools SGLang registered on one attach and their key spaces.
+"""``HostPoolSet``: the host pools SGLang registered on one attach and their key spaces.
 
 SGLang registers the KV anchor (``register_mem_pool_host``), then every ``HostPoolGroup`` entry
 (``register_mem_host_pool_v2``, the KV pool again under ``"kv"``), then says the burst is over
@@ -23,7 +23,7 @@ from hicache_mooncake.sglang_adapter.host_pools.provider import provider_for
 from hicache_mooncake.sglang_adapter.host_pools.registered import RegisteredPool
 
 
-class PoolSet:
+class HostPoolSet:
     def __init__(self, model: str, tenant: str, io_path: str, ranks: RankInfo) -> None:
         self.model, self.tenant, self.io_path, self.ranks = model, tenant, io_path, ranks
         self._pools: dict[str, RegisteredPool] = {}
