@@ -40,7 +40,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import repeat
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -308,34 +308,36 @@ class DramTier(Tier):
     def locate(self, keys: Sequence[str], sizes: Sequence[int] | None = None) -> list[Located | None]:
         """Where each published key lives (None: absent, or not of the expected size; 0 = any).
         Counted as hits / misses like reads: a one-sided reader copies it next."""
-        out: list[Located | None] = []
+        n = len(keys)
+        out: list[Located | None] = [None] * n
         fps = fingerprints(keys)
         with self._lock:
             if self._closed:
-                self._counts["misses"] += len(keys)
-                return [None] * len(keys)
+                self._counts["misses"] += n
+                return out
             look = self._index.lookup(keys, fps)
+            ok = look.found
+            if sizes is not None:
+                want = np.asarray(sizes, dtype=np.uint64)
+                ok = ok & ((want == 0) | (look.sizes == want))
+            hit: list[int] = np.flatnonzero(ok).tolist()
+            found = int(look.found.sum())
+            self._counts["misses"] += n - found
+            self._counts["size_mismatch"] += found - len(hit)
             self._counts["fingerprint_collisions"] += int(look.collided.sum())
-            rows = zip(
-                look.found.tolist(),
-                look.offsets.tolist(),
-                look.sizes.tolist(),
-                look.versions.tolist(),
-                look.obj_types.tolist(),
-                strict=True,
-            )
-            hit_slots: list[int] = []
-            for i, (ok, offset, nbytes, version, otype) in enumerate(rows):
-                want = sizes[i] if sizes is not None else 0
-                if not ok or (want and nbytes != want):
-                    self._counts["misses" if not ok else "size_mismatch"] += 1
-                    out.append(None)
-                    continue
-                hit_slots.append(offset >> SLOT_SHIFT)
-                self._counts["hits"] += 1
-                self._counts["hit_bytes"] += nbytes
-                out.append(Located(offset, nbytes, version, otype, header_offset(offset, nbytes)))
-            np.add.at(self._hits, hit_slots, 1)
+            self._counts["hits"] += len(hit)
+            self._counts["hit_bytes"] += int(look.sizes[hit].sum())
+            np.add.at(self._hits, look.offsets[hit] >> SLOT_SHIFT, 1)
+        rows = zip(
+            hit,
+            look.offsets[hit].tolist(),
+            look.sizes[hit].tolist(),
+            look.versions[hit].tolist(),
+            look.obj_types[hit].tolist(),
+            strict=True,
+        )
+        for i, offset, nbytes, version, otype in rows:
+            out[i] = Located(offset, nbytes, version, otype, header_offset(offset, nbytes))
         return out
 
     def committed_extent(self, offset: int, length: int) -> bool:
@@ -376,17 +378,22 @@ class DramTier(Tier):
             fresh: list[int] = np.flatnonzero(~look.occupied).tolist()
             sizes = pages_sizes(map(_ITEM_PARTS, items) if len(fresh) == n else [items[i][1] for i in fresh])
             offsets = self._alloc_batch_locked(sizes)
-        reserved = [
-            (i, offset, nbytes)
-            for i, offset, nbytes in zip(fresh, offsets, sizes, strict=True)
-            if offset is not None
-        ]
-        if reserved:
-            slots = [offset for _i, offset, _n in reserved]
+        if len(fresh) == n and None not in offsets:  # every page new, every page a slot: the usual call
+            chosen: list[int] = fresh
+            slots = cast(list[int], offsets)
+            nbytes = sizes
+            pages: list[Parts] = list(map(_ITEM_PARTS, items))
+        else:
+            kept = [j for j, offset in enumerate(offsets) if offset is not None]
+            chosen = [fresh[j] for j in kept]
+            slots = [cast(int, offsets[j]) for j in kept]
+            nbytes = [sizes[j] for j in kept]
+            pages = [items[i][1] for i in chosen]
+        if chosen:
             try:
-                gather_pages(self._arena.bytes, slots, [items[i][1] for i, _o, _n in reserved])
+                gather_pages(self._arena.bytes, slots, pages)
             except (ValueError, TypeError, BufferError) as exc:  # a part the copy refuses; closed
-                log.debug("DRAM put of %d pages not copied: %s", len(reserved), exc)
+                log.debug("DRAM put of %d pages not copied: %s", len(chosen), exc)
                 with self._lock:
                     if not self._closed:
                         self._free_unpublished_locked(offsets, sizes)
@@ -398,15 +405,17 @@ class DramTier(Tier):
                 self._free_unpublished_locked(offsets, sizes)
                 self._counts["refused_after_clear"] += n
                 return [False] * n
-            chosen = [i for i, _o, _n in reserved]
+            types = list(map(int, map(_CTX_TYPE, map(_ITEM_CTX, items))))
             done = self._publish_locked(
-                [keys[i] for i in chosen],
-                fps[chosen],
-                [offset for _i, offset, _n in reserved],
-                [nbytes for _i, _o, nbytes in reserved],
-                list(itertools.islice(self._versions, len(reserved))),
-                [int(items[i][2].obj_type) for i in chosen],
+                keys if len(chosen) == n else [keys[i] for i in chosen],
+                fps if len(chosen) == n else fps[chosen],
+                slots,
+                nbytes,
+                list(itertools.islice(self._versions, len(chosen))),
+                types if len(chosen) == n else [types[i] for i in chosen],
             )
+            if len(chosen) == n:
+                return done
             for i, ok in zip(chosen, done, strict=True):
                 results[i] = ok
         return results
@@ -442,43 +451,51 @@ class DramTier(Tier):
         return out
 
     def publish(self, reservations: Sequence[Reservation]) -> list[Located | None]:
-        """Make filled reservations visible; returns where each key lives now. A key published
-        meanwhile by someone else keeps its first value (this slot is freed, that one is
-        returned); None when the tier is closed, when another key holds the fingerprint (the
-        slot is freed; counted), or when a clear ran (or runs) since the slot was reserved (its
-        slot is freed: bytes filled before a clear never land after it)."""
-        out: list[Located | None] = []
+        """Make filled reservations visible, in one index call; returns where each key lives now.
+        A key published meanwhile by someone else keeps its first value (this slot is freed,
+        that one is returned); None when the tier is closed, when another key holds the
+        fingerprint (the slot is freed; counted), or when a clear ran (or runs) since the slot
+        was reserved (its slot is freed: bytes filled before a clear never land after it)."""
+        out: list[Located | None] = [None] * len(reservations)
         keys = [res.key for res in reservations]
         fps = fingerprints(keys)
         with self._lock:
+            if self._closed:
+                return out
+            live: list[int] = []
             for j, res in enumerate(reservations):
-                if self._closed:
-                    out.append(None)
+                if self._open_locked(res.generation):
+                    live.append(j)
                     continue
-                if not self._open_locked(res.generation):
-                    self._invalidate(res.offset, res.nbytes)
-                    self._allocator.free(res.offset, self._slot_bytes(res.nbytes))
-                    self._counts["refused_after_clear"] += 1
-                    out.append(None)
-                    continue
-                fp = fps[j : j + 1]
-                (ok,) = self._publish_locked(
-                    [res.key], fp, [res.offset], [res.nbytes], [res.version], [res.obj_type]
-                )
-                look = self._index.lookup([res.key], fp)
-                if not ok or not look.found[0]:
-                    out.append(None)
-                    continue
-                offset, nbytes = int(look.offsets[0]), int(look.sizes[0])
-                out.append(
-                    Located(
-                        offset,
-                        nbytes,
-                        int(look.versions[0]),
-                        int(look.obj_types[0]),
-                        header_offset(offset, nbytes),
-                    )
-                )
+                self._invalidate(res.offset, res.nbytes)
+                self._allocator.free(res.offset, self._slot_bytes(res.nbytes))
+                self._counts["refused_after_clear"] += 1
+            if not live:
+                return out
+            chosen = [reservations[j] for j in live]
+            live_keys = [keys[j] for j in live]
+            done = self._publish_locked(
+                live_keys,
+                fps[live],
+                [r.offset for r in chosen],
+                [r.nbytes for r in chosen],
+                [r.version for r in chosen],
+                [r.obj_type for r in chosen],
+            )
+            look = self._index.lookup(live_keys, fps[live])
+        rows = zip(
+            live,
+            done,
+            look.found.tolist(),
+            look.offsets.tolist(),
+            look.sizes.tolist(),
+            look.versions.tolist(),
+            look.obj_types.tolist(),
+            strict=True,
+        )
+        for j, ok, found, offset, nbytes, version, otype in rows:
+            if ok and found:
+                out[j] = Located(offset, nbytes, version, otype, header_offset(offset, nbytes))
         return out
 
     def cancel(self, reservations: Sequence[Reservation]) -> None:
@@ -589,8 +606,7 @@ class DramTier(Tier):
             self._counts["misses"] += n - found
             self._counts["size_mismatch"] += found - len(chosen)
             self._counts["fingerprint_collisions"] += int(look.collided.sum())
-            self._pin_locked(offsets)
-            np.add.at(self._hits, look.offsets[chosen] >> SLOT_SHIFT, 1)
+            self._pin_locked(offsets, look.offsets[chosen] >> SLOT_SHIFT)
         done = False
         try:
             if chosen:
@@ -806,14 +822,16 @@ class DramTier(Tier):
         self._counts["put_bytes"] += sum(nbytes)
         return out
 
-    def _pin_locked(self, offsets: list[int]) -> None:
-        """Add one pin to each slot (a slot given twice gets two)."""
+    def _pin_locked(self, offsets: list[int], slots: np.ndarray) -> None:
+        """Add one pin and one hit to each slot (a slot given twice gets two)."""
         pins = self._pins
         if len(set(offsets)) == len(offsets):
             pins.update(
                 zip(offsets, map(operator.add, map(pins.get, offsets, repeat(0)), repeat(1)), strict=True)
             )
+            self._hits[slots] += 1
             return
+        np.add.at(self._hits, slots, 1)
         for offset in offsets:
             pins[offset] = pins.get(offset, 0) + 1
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, is_
 
 import numpy as np
 
@@ -46,31 +46,39 @@ class PartRuns:
 def resolve(pages: Sequence[Parts], slot_offsets: Sequence[int]) -> PartRuns | None:
     """The runs of ``pages`` (page ``i`` goes to/from ``slot_offsets[i]``, parts back to back), or
     None when a part cannot be resolved (the caller copies the batch by ``gather_at``)."""
-    counts = list(map(len, pages))
     flat = list(chain.from_iterable(pages))
     if not flat:
         return PartRuns([])
-    lengths = np.fromiter(map(_NBYTES, flat), dtype=np.uint64, count=len(flat))
+    sizes = list(map(_NBYTES, flat))
+    if 0 in sizes:  # a zero-length part exports nothing to take an address of
+        return None
+    owners = list(map(_OBJ, flat))
+    first = owners[0]
     try:
-        if not lengths.all():  # a zero-length part exports nothing to take an address of
-            return None
-        addresses = np.fromiter(map(_addressof, map(_from_buffer, flat)), dtype=np.uint64, count=len(flat))
-        owners = list(map(_OBJ, flat))
-        bases = {id(o): (o, _addressof(_from_buffer(o))) for o in {id(o): o for o in owners}.values()}
+        addresses = np.array(list(map(_addressof, map(_from_buffer, flat))), dtype=np.uint64)
+        if all(map(is_, owners, repeat(first))):  # identity: numpy's == compares elements
+            bases = {id(first): (first, _addressof(_from_buffer(first)))}
+        else:
+            distinct = {id(o): o for o in owners}
+            bases = {key: (o, _addressof(_from_buffer(o))) for key, o in distinct.items()}
     except (TypeError, ValueError, BufferError):
         return None
-    count_arr = np.asarray(counts, dtype=np.int64)
-    ends = np.cumsum(lengths)
-    starts = ends - lengths  # of each part in the batch's flat byte sequence
-    first = np.cumsum(count_arr) - count_arr  # each page's first part
-    page_start = starts[np.minimum(first, len(flat) - 1)]
-    dest = np.repeat(np.asarray(slot_offsets, dtype=np.uint64) - page_start, count_arr) + starts
+    lengths = np.array(sizes, dtype=np.uint64)
+    if len(flat) == len(pages):  # one part per page (page-first layouts)
+        dest = np.asarray(slot_offsets, dtype=np.uint64)
+    else:
+        counts = np.fromiter(map(len, pages), dtype=np.int64, count=len(pages))
+        ends = np.cumsum(lengths)
+        starts = ends - lengths  # of each part in the batch's flat byte sequence
+        first_part = np.cumsum(counts) - counts  # each page's first part
+        page_start = starts[np.minimum(first_part, len(flat) - 1)]
+        dest = np.repeat(np.asarray(slot_offsets, dtype=np.uint64) - page_start, counts) + starts
     if len(bases) == 1:
         ((owner, base),) = bases.values()
         if int(addresses.min()) < base:
             return None
         return PartRuns([(owner, addresses - np.uint64(base), lengths, dest)])
-    ids = np.fromiter(map(id, owners), dtype=np.uint64, count=len(flat))
+    ids = np.array(list(map(id, owners)), dtype=np.uint64)
     groups = []
     for key, (owner, base) in bases.items():
         mine = ids == np.uint64(key)

@@ -48,3 +48,19 @@ def test_read_only_parts_copy_exactly_without_the_native_path() -> None:
     mem = arena(1 << 16)
     gather_pages(mem, [4096], pages)
     assert mem[4096 : 4096 + len(data)].tobytes() == data
+
+
+def test_pages_of_one_pool_tensor_are_one_native_copy_and_land_in_order() -> None:
+    pool = torch.randint(0, 255, (16, 8192), dtype=torch.uint8)
+    flat = pool.numpy().reshape(-1)
+    pages = [
+        [flat.data[r * 8192 : r * 8192 + 3000], flat.data[r * 8192 + 3000 : (r + 1) * 8192]]
+        for r in (9, 2, 5)
+    ]
+    slots = [16384, 0, 8192]
+    runs = resolve(pages, slots)
+    assert runs is not None and len(runs.groups) == 1
+    mem = arena(32 << 10)
+    gather_pages(mem, slots, pages)
+    for r, slot in zip((9, 2, 5), slots, strict=True):
+        assert mem[slot : slot + 8192].tobytes() == pool[r].numpy().tobytes()
