@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the native extension with AddressSanitizer + UBSan into its own directory (the normal
 # in-place build is untouched) and runs the native tests against it; any sanitizer report fails.
-#   scripts/native_sanitize.sh                 # tests/native + the SSD index tests (below)
+#   scripts/native_sanitize.sh                 # tests/native + the native-index tests (below)
 #   scripts/native_sanitize.sh tests/ssd ...   # other test paths instead
 # CPython itself is not instrumented: libasan is preloaded so its allocator is in place first, and
 # leak detection is off (CPython keeps memory at exit by design).
@@ -34,9 +34,14 @@ import sys
 from hicache_mooncake.native import _core
 assert _core.__file__.startswith(sys.argv[1]), f"loaded {_core.__file__}, not the sanitizer build"
 PY
-# By default: the native tests, and the SSD tests that drive its index on the native table (a file
-# listed here that is gone fails the run: update the list with the move).
+# By default: the native tests, and the SSD and DRAM tests that drive their indexes on the native
+# table and copy SGLang's pool parts natively (a file listed here that is gone fails the run:
+# update the list with the move). All of tests/ssd passes too, in ~2 min: too long for every CI run.
 paths=("$@")
-((${#paths[@]})) || paths=(tests/native tests/ssd/test_ssd_index.py tests/ssd/test_ssd_fingerprint_collisions.py)
+((${#paths[@]})) || paths=(
+  tests/native
+  tests/ssd/test_ssd_index.py tests/ssd/test_ssd_fingerprint_collisions.py
+  tests/tiers/test_dram_native_index.py tests/tiers/test_part_copy.py
+)
 LD_PRELOAD=$libasan "$VENV/bin/python" -m pytest -q -p no:cacheprovider --capture=sys "${paths[@]}"
 echo "native sanitizers: ok in $(($(date +%s) - start)) s"
