@@ -86,7 +86,7 @@ run_tests() {
   "$VENV/bin/ruff" format --check .
   echo "==> mypy"
   "$VENV/bin/python" scripts/typecheck.py
-  echo "==> native sanitizers (tests/native against an AddressSanitizer + UBSan build)"
+  echo "==> native sanitizers (the native tests against an AddressSanitizer + UBSan build)"
   VENV=$VENV bash scripts/native_sanitize.sh
   echo "==> pytest (next to a running default-preset host cache: the suite must not depend on the host's)"
   local hc_pid rc=0
