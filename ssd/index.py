@@ -220,6 +220,20 @@ class Index:
         self.bytes += loc.length - (old.length if old is not None else 0)
         return old
 
+    def set_many(self, fps: np.ndarray, locs: Sequence[Location]) -> None:
+        """:meth:`set_fp` of each pair in two native calls (a fingerprint listed twice: the
+        later location wins, as one after the other would)."""
+        if not len(fps):
+            return
+        found, values = self._table.get(fps)
+        gone = values[found]
+        if len(gone):
+            self.bytes -= int(_lengths(gone).sum())
+        self._table.put(fps, np.array([_pack(loc) for loc in locs], np.uint64))
+        self.bytes += sum(loc.length for loc in locs)
+        if len(set(fps.tolist())) != len(fps):
+            self.recount()  # (a repeated fingerprint: its replaced lengths were counted twice)
+
     def pop(self, key: str) -> Location | None:
         return self.pop_fp(fingerprint(key))
 

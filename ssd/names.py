@@ -10,6 +10,8 @@ file there: it records the fingerprints it dropped (``Region.untold``) and whoev
 region alone (its reopen, or the removal of its file, both off the lock) tells ``on_evict`` their
 keys before the region's summary and entries are gone (:func:`tell_untold`).
 
+A key stored again between its eviction and that telling is not told (it is held again).
+
 Failure semantics: a summary or file that cannot be read gives no keys (``None``); the entries
 are still dropped from the index (a miss, never wrong bytes), only their ``on_evict`` is lost
 (logged).
@@ -81,5 +83,8 @@ def tell_untold(core: EngineCore, r: Region) -> None:
         return
     dropped = set(untold.tolist())
     fps = fingerprints(keys) if keys else np.zeros(0, np.uint64)
-    told = [k for k, fp in zip(keys, fps.tolist(), strict=True) if fp in dropped]
+    mine = [i for i, fp in enumerate(fps.tolist()) if fp in dropped]
+    with core.lock:  # a key stored again since it was dropped is not told gone
+        back = core.index.lookup(fps[mine]) if mine else []
+    told = [keys[i] for i, loc in zip(mine, back, strict=True) if loc is None]
     core.notify_evicted(list(dict.fromkeys(told)))

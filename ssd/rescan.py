@@ -37,8 +37,8 @@ INDEX_SLICE = 512
 def index_entries(
     core: EngineCore, r: Region, keys: list[str], offsets: list[int], lengths: list[int], seqs: list[int]
 ) -> int:
-    """Index ``r``'s entries where they are the newest of their key (lock held; one native call
-    to fingerprint them, one to look them up); returns how many."""
+    """Index ``r``'s entries where they are the newest of their key (lock held; native calls:
+    one to fingerprint them, one to look them up, two to index them); returns how many."""
     if not keys:
         return 0
     index = core.index
@@ -48,15 +48,17 @@ def index_entries(
     for fp, cur in zip(fps, index.lookup(np.array(fps, np.uint64)), strict=True):
         if cur is not None:
             newest[fp] = cur.seq
-    added = 0
+    new_fps: list[int] = []
+    new_locs: list[Location] = []
     for fp, key, off, length, seq in zip(fps, keys, offsets, lengths, seqs, strict=True):
         if newest.get(fp, -1) >= seq:
             continue
         newest[fp] = seq
-        index.set_fp(fp, Location(rid, gen, off, length, seq))
+        new_fps.append(fp)
+        new_locs.append(Location(rid, gen, off, length, seq))
         r.add(fp, key, length)
-        added += 1
-    return added
+    index.set_many(np.array(new_fps, np.uint64), new_locs)  # one lookup and one insert per slice
+    return len(new_fps)
 
 
 def seal_into_fifo(core: EngineCore, r: Region) -> None:

@@ -138,6 +138,16 @@ def test_the_native_index_answers_as_the_reference_dict_index(seed: int) -> None
             )
             assert nat.set(key, loc) == ref.set(key, loc)
             written.setdefault(region, []).append(key)
+        elif op < 0.4:
+            batch = [*rng.sample(keys, 5), key, key]  # a batch insert, a key twice included
+            seq += 1
+            region = rng.randrange(8)
+            gens.setdefault(region, seq)
+            locs = [Location(region, gens[region], 4096 * j, 1 + j, seq) for j in range(len(batch))]
+            nat.set_many(nat.fps(batch), locs)
+            for k, loc in zip(batch, locs, strict=True):
+                ref.set(k, loc)
+            written.setdefault(region, []).extend(batch)
         elif op < 0.5:
             assert nat.get(key) == ref.get(key) and (key in nat) == (key in ref)
         elif op < 0.6:
