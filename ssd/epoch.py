@@ -188,9 +188,9 @@ class EpochKeeper:
                 c.index.clear()
                 self.writer.forget_all()
                 for r in c.regions:
+                    r.untold = None  # nothing is told on a clear
                     if r.state in (RegionState.ACTIVE, RegionState.SEALED, RegionState.DRAINING):
                         r.reset_entries()
-                        r.untold = None  # nothing is told on a clear
                         r.state = RegionState.DRAINING if r.pinned else RegionState.FREE
                 self.alloc.forget_all()
                 c.counts["clears"] += 1
