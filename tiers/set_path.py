@@ -71,6 +71,13 @@ class _LocalSet:
     landed: set[int] = field(default_factory=set)
     """Pages whose bytes are in DRAM now."""
 
+    def subset(self, idx: Sequence[int]) -> _LocalSet:
+        """The pages ``idx`` only (before any step ran: nothing decided or landed yet)."""
+        return _LocalSet(
+            [self.keys[i] for i in idx], [self.parts[i] for i in idx], [self.ctxs[i] for i in idx],
+            [self.sizes[i] for i in idx], [self.in_dram[i] for i in idx], self.deadline, self.fence,
+        )  # fmt: skip
+
 
 class SetPath:
     def __init__(self, state: StoreState) -> None:
@@ -104,44 +111,24 @@ class SetPath:
         fence = state.fence()
         sizes = pages_sizes(parts)
         ctxs = set_contexts(keys, prefix_len or 0, prev_key, sizes, obj_type=obj_type)
-        call_deadline = state.deadline(deadline)
         held = self._dram_sizes(keys)
+        in_dram = [h is not None for h in held]
+        call = _LocalSet(keys, parts, ctxs, sizes, in_dram, state.deadline(deadline), fence)
         live = self._other_size(keys, sizes, held) if state.local else None
         if live is None:
-            in_dram = [h is not None for h in held]
-            stored = self._store(keys, parts, ctxs, sizes, in_dram, call_deadline, supersedes, fence, epoch)
+            stored = self._store(call, supersedes, epoch)
         else:
             stored = [False] * len(keys)
             if live:
-                got = self._store(
-                    [keys[i] for i in live], [parts[i] for i in live], [ctxs[i] for i in live],
-                    [sizes[i] for i in live], [held[i] is not None for i in live], call_deadline,
-                    supersedes, fence, epoch,
-                )  # fmt: skip
-                for i, ok in zip(live, got, strict=True):
+                for i, ok in zip(live, self._store(call.subset(live), supersedes, epoch), strict=True):
                     stored[i] = ok
         state.tenant_count(keys[0], set_pages=len(keys), set_stored_pages=sum(stored))
         return stored
 
-    def _store(
-        self,
-        keys: Sequence[str],
-        parts: Sequence[Parts],
-        ctxs: Sequence[AccessContext],
-        sizes: Sequence[int],
-        in_dram: Sequence[bool],
-        deadline: float,
-        supersedes: Sequence[str],
-        fence: tuple[int | None, int | None],
-        epoch: int,
-    ) -> list[bool]:
+    def _store(self, call: _LocalSet, supersedes: Sequence[str], epoch: int) -> list[bool]:
         """Local placement (steps 2-4), then the pools (step 5); per page whether it is stored."""
         state = self.state
-        kept = (
-            self._put_local(keys, parts, ctxs, sizes, in_dram, deadline, supersedes, fence)
-            if state.local
-            else [None] * len(keys)
-        )
+        kept = self._put_local(call, supersedes) if state.local else [None] * len(call.keys)
         # kept: True placed locally, None not placed by decision (refused, or no local tier),
         # False a copy that could not be made in time; a refusal is a decision (True) unless a
         # pool was to take the page instead
@@ -150,7 +137,7 @@ class SetPath:
             if state.pools
             else map(operator.is_not, kept, repeat(False))
         )
-        self._copy_to_pools(keys, parts, ctxs, kept, stored, deadline, epoch)
+        self._copy_to_pools(call, kept, stored, epoch)
         return stored
 
     # ------------------------------------------------------------------ step 2: screen
@@ -230,32 +217,18 @@ class SetPath:
         return unfit
 
     # ------------------------------------------------------------------ steps 2-4: the local tiers
-    def _put_local(
-        self,
-        keys: Sequence[str],
-        parts: Sequence[Parts],
-        ctxs: Sequence[AccessContext],
-        sizes: Sequence[int],
-        in_dram: Sequence[bool],
-        deadline: float,
-        supersedes: Sequence[str],
-        fence: tuple[int | None, int | None],
-    ) -> list[bool | None]:
+    def _put_local(self, call: _LocalSet, supersedes: Sequence[str]) -> list[bool | None]:
         """Local placement of a set; per key: True placed, None refused by the policy (or dropped
         while making room), False no room in time or too large for a local tier (then the policy
-        is not asked and nothing moves for it). ``fence``: ``StoreState.fence`` read when the set
-        started (a clear since: nothing published); ``in_dram``: whether DRAM holds each key."""
-        unfit = self.too_large(sizes)
-        fit = [i for i in range(len(keys)) if i not in unfit] if unfit else None
-        if fit is None:
-            return self._place(_LocalSet(keys, parts, ctxs, sizes, in_dram, deadline, fence), supersedes)
-        kept: list[bool | None] = [False] * len(keys)
+        is not asked and nothing moves for it). ``call.fence``: ``StoreState.fence`` read when the
+        set started (a clear since: nothing published)."""
+        unfit = self.too_large(call.sizes)
+        if not unfit:
+            return self._place(call, supersedes)
+        kept: list[bool | None] = [False] * len(call.keys)
+        fit = [i for i in range(len(call.keys)) if i not in unfit]
         if fit:
-            sub = _LocalSet(
-                [keys[i] for i in fit], [parts[i] for i in fit], [ctxs[i] for i in fit],
-                [sizes[i] for i in fit], [in_dram[i] for i in fit], deadline, fence,
-            )  # fmt: skip
-            for i, k in zip(fit, self._place(sub, supersedes), strict=True):
+            for i, k in zip(fit, self._place(call.subset(fit), supersedes), strict=True):
                 kept[i] = k
         return kept
 
@@ -434,18 +407,13 @@ class SetPath:
 
     # ------------------------------------------------------------------ step 5: publish to the pools
     def _copy_to_pools(
-        self,
-        keys: Sequence[str],
-        parts: Sequence[Parts],
-        ctxs: Sequence[AccessContext],
-        kept: Sequence[bool | None],
-        stored: list[bool],
-        deadline: float,
-        epoch: int,
+        self, call: _LocalSet, kept: Sequence[bool | None], stored: list[bool], epoch: int
     ) -> None:
-        """Write-through pools get every page they lack; the others the pages not kept locally.
-        ``epoch``: the clear fence when the set began (a clear since: the pages stay out)."""
+        """Write-through pools get every page they lack; the others the pages not kept locally
+        (``stored`` updated in place). ``epoch``: the clear fence when the set began (a clear
+        since: the pages stay out)."""
         state = self.state
+        keys, parts, ctxs, deadline = call.keys, call.parts, call.ctxs, call.deadline
         for pool in state.pools:
             want = [i for i, k in enumerate(kept) if pool.write_through or k is not True]
             if not want:

@@ -24,10 +24,7 @@ WINDOW = 8
 _FILLER = re.compile(r'^[()\[\]{},:;\s]*$|^""$')  # lone brackets, a lone docstring
 _SKIP = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING}
 _STRINGS = {tokenize.STRING, *(getattr(tokenize, n) for n in ("FSTRING_START",) if hasattr(tokenize, n))}
-KNOWN: set[tuple[str, str]] = {
-    # engineer D's (tiers/, being rewritten): ``_store`` and ``_put_local`` repeat one parameter list
-    ("tiers/set_path.py", "self ,"),
-}
+KNOWN: set[tuple[str, str]] = set()
 
 
 def code_lines(path: Path) -> list[tuple[int, str]]:
