@@ -219,7 +219,10 @@ class Connection:
 
 
 def _refused(h: FrameHeader) -> RequestRefused:
-    name = Status(h.status).name if h.status in Status._value2member_map_ else h.status
+    try:
+        name: str | int = Status(h.status).name
+    except ValueError:  # a status this client does not know (a newer node)
+        name = h.status
     return RequestRefused(f"node answered {name}")
 
 

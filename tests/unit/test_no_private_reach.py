@@ -33,8 +33,6 @@ OFFENDERS: dict[tuple[str, str], str] = {
     ("hicache_mooncake/cli.py", "_actions"): "argparse: no public list of a parser's actions",
     ("hicache_mooncake/cli.py", "_SubParsersAction"): "argparse: the subparsers action has no public class",
     ("hicache_mooncake/launch_command.py", "_actions"): "argparse: SGLang's parser, searched by flag",
-    # engineer B's (transport/): Enum's value table; ``Status(value)`` in a try is the public form
-    ("transport/connection.py", "_value2member_map_"): "to fix (transport/, B): Enum lookup",
 }
 
 
