@@ -50,11 +50,12 @@ class _Calls:
 
 
 def test_the_gil_wait_share_tells_threads_that_hold_the_gil_from_threads_that_do_not() -> None:
-    holding = measure_leg(_Calls(hold_gil=True), 60, 0.2)
-    waiting = measure_leg(_Calls(hold_gil=False), 60, 0.2)
+    holding = measure_leg(_Calls(hold_gil=True), 100, 0.2)
+    waiting = measure_leg(_Calls(hold_gil=False), 100, 0.2)
     # three threads holding the GIL: the busy thread gets a fraction of it and waits the rest
-    assert holding["gil_wait_share"] > waiting["gil_wait_share"] + 0.15, (holding, waiting)
-    assert waiting["gil_wait_share"] < 0.15 and waiting["gil_wait_share_alone"] < 0.1
+    # (0.7-0.85 on this project's loaded 2-core VM; threads that sleep: 0.00-0.11)
+    assert holding["gil_wait_share"] > 0.4 and holding["gil_wait_share"] > waiting["gil_wait_share"] + 0.3
+    assert waiting["gil_wait_share"] < 0.3 and waiting["gil_wait_share_alone"] < 0.1, (holding, waiting)
     for leg in (holding, waiting):
         assert all(leg[k] >= 0 for k in PER_LEG) and leg["failed_pages"] == 0
         assert leg["io_ratio_vs_alone"] == pytest.approx(leg["io_gbps"] / leg["io_gbps_alone"])

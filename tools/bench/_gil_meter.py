@@ -5,9 +5,11 @@ A pure-Python thread (``BusyLoop``, standing in for SGLang's scheduler thread) i
 runnable: over a window of wall time it is either on a CPU (``schedstat`` field 1: run time), or
 waiting in a CPU's run queue for a core (field 2: another process or thread holds the core, which
 is the machine's load, not the GIL), or blocked, and the only thing it ever blocks on is the GIL.
-So ``gil_wait = wall - run - runqueue_wait``, and its share of the wall time is the figure
-(``gil_wait_share``): robust on a shared VM, because time spent waiting for a core is not counted
-as time spent waiting for the GIL. It reads ``/proc/self/task/<tid>/schedstat`` (Linux; present
+So ``gil_wait = wall - run - runqueue_wait``, and the figure (``gil_wait_share``) is its share of
+the time the thread was not waiting for a core (``run + gil_wait``): robust on a shared VM, where
+other processes keep the thread queued for a core part of the time (``cpu_queue_share`` of the
+wall time): that time is neither counted as GIL wait nor lets a busy machine hide it (on an idle
+machine both denominators are the wall time). It reads ``/proc/self/task/<tid>/schedstat`` (Linux; present
 with ``CONFIG_SCHED_INFO``, as on every distribution kernel); its absence is an error naming the
 file, never a silent zero.
 
@@ -80,9 +82,10 @@ def busy_figures(before: tuple[float, int, int, int], after: tuple[float, int, i
     wall = after[0] - before[0]
     run = (after[2] - before[2]) / 1e9
     queued = (after[3] - before[3]) / 1e9
+    gil_wait = max(0.0, wall - run - queued)
     return {
         "busy_loops_per_s": (after[1] - before[1]) / wall if wall > 0 else 0.0,
-        "gil_wait_share": max(0.0, wall - run - queued) / wall if wall > 0 else 0.0,
+        "gil_wait_share": gil_wait / (run + gil_wait) if run + gil_wait > 0 else 0.0,
         "cpu_queue_share": queued / wall if wall > 0 else 0.0,
         "busy_wall_s": wall,
     }
