@@ -381,6 +381,47 @@ def render_gil_io(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def render_gil(d: dict[str, Any]) -> list[str]:
+    lines = [
+        f"A pure-Python busy thread (SGLang's scheduler) beside one backup and two prefetch threads, "
+        f"{size_name(d.get('page_bytes', 0))} pages, {fmt(d.get('batch_pages'))} per call; "
+        f"`gil_wait_share` is the busy thread's time blocked on the GIL (kernel accounting; time waiting "
+        f"for a core is `cpu queue`). Headline (worse of ours): {fmt(d.get('gil_wait_share'), 3)}, "
+        f"Mooncake's client {fmt(d.get('gil_wait_share_mooncake'), 3)}, target <= "
+        f"{fmt(d.get('target_gil_wait_share'))}: {'met' if d.get('meets_target') else 'not met'}.",
+        "",
+    ]
+    rows = []
+    for name, leg in d.get("legs", {}).items():
+        if "gil_wait_share" not in leg:
+            rows.append([name, str(leg.get("not_measured") or leg.get("error")), "", "", "", "", ""])
+            continue
+        rows.append(
+            [
+                name,
+                fmt(leg.get("gil_wait_share"), 3),
+                fmt(leg.get("cpu_queue_share")),
+                fmt(leg.get("busy_ratio_vs_alone")),
+                fmt(leg.get("io_gbps")),
+                fmt(leg.get("io_ratio_vs_alone")),
+                f"{fmt(leg.get('failed_pages'))} / {fmt(leg.get('bad_pages'))}",
+            ]
+        )
+    lines += table(
+        [
+            "leg",
+            "gil_wait_share",
+            "cpu queue",
+            "busy / alone",
+            "I/O GB/s",
+            "I/O / alone",
+            "failed / bad pages",
+        ],
+        rows,
+    )
+    return lines
+
+
 def render_rewarm(d: dict[str, Any]) -> list[str]:
     lines = [
         f"A restart in the middle of a trace replay (request {fmt(d.get('restart_at_request'))} of "
@@ -522,6 +563,7 @@ KINDS: dict[str, Kind] = {
         render_remote_mooncake,
     ),
     "bench_scale": Kind("Scale: memory per entry, exists latency, reopen", "bench scale", render_scale),
+    "bench_gil": Kind("The scheduler's GIL beside our threads", "bench gil", render_gil),
     "bench_gil_io": Kind("Python I/O threads beside SGLang's interpreter", "bench gil_io", render_gil_io),
     "bench_rewarm": Kind("Warm restart", "bench rewarm", render_rewarm),
     "bench_lookup": Kind(

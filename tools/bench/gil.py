@@ -171,6 +171,7 @@ def measure(
     legs: list[str], spec: dict[str, Any], work: str, mooncake_timeout_s: float = 600
 ) -> dict[str, Any]:
     """Every leg of ``legs`` in this run, in order; the result as ``bench gil --json`` writes it."""
+    load = os.getloadavg()  # at the start, as the performance page reads it
     out: dict[str, Any] = {}
     for leg in legs:
         if leg == "mooncake":
@@ -187,7 +188,7 @@ def measure(
         "threads": {"busy": 1, "backup": 1, "prefetch": PREFETCH_THREADS},
         "switch_interval_s": sys.getswitchinterval(),
         "cpu_count": os.cpu_count(),
-        "load_average": os.getloadavg(),
+        "load_average": load,
         "target_gil_wait_share": TARGET_GIL_WAIT_SHARE,
         "gil_wait_share": max(ours) if ours else None,
         "gil_wait_share_mooncake": mc,
