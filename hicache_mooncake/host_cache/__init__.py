@@ -1,6 +1,8 @@
-"""The host cache: one service per host that owns a shared-memory DRAM arena, the SSD tier and the
-policy (the same ``TieredStore`` a process runs in-process), used by every SGLang process of the
-host as a client (DESIGN.md §2 "Where the tiers live").
+"""The host cache: one service per host running one store (shared-memory DRAM arena, SSD tier,
+placement) for every SGLang process of the host, and the client side of it.
+
+The service runs the same ``TieredStore`` a process runs in-process (DESIGN.md §2 "Where the tiers
+live").
 
 - ``paths``: where a named host cache lives (socket, lock, log, config snapshot);
 - ``lock``: the lock file that makes exactly one service run per name;

@@ -1,3 +1,4 @@
-"""The demos behind ``hicache-mooncake demo`` (``demo``: one backend on SGLang's host pool, its
-tiers and misses explained by ``report``) and ``hicache-mooncake demo-share`` (``share``: two
-instances share a prefix through the host cache, KV events printed)."""
+"""The demos behind ``hicache-mooncake demo`` and ``hicache-mooncake demo-share``.
+
+``demo``: one backend on SGLang's host pool, its tiers and misses explained by ``report``;
+``share``: two instances share a prefix through the host cache, KV events printed."""

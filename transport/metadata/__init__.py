@@ -1,5 +1,7 @@
 """Cluster metadata of the ``nodes`` pool provider: node membership (TTL heartbeats), key homes
-(rendezvous hashing) and object types. Backends: ``embedded`` and ``redis``. There is no leader
+(rendezvous hashing) and object types.
+
+Backends: ``embedded`` and ``redis``. There is no leader
 election here: nothing in the node pool needs one coordinator (homes are computed by every client);
 high availability of a pool comes from Mooncake Store's master HA (``tiers.remote.provider: mooncake``)."""
 
