@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hicache_mooncake.native import copy_pages
+from hicache_mooncake.native import copy_pages, xxh3_batch
 
 from .allocator import RegionAllocator
 from .buffer import Buffer, BufferPool, Slot, WriteBuffer
@@ -55,39 +55,38 @@ def copy_views(dst: Sequence[memoryview], src: Sequence[memoryview]) -> None:
                 si, so = si + 1, 0
 
 
-def copy_out(items: Sequence[tuple[ReadItem, memoryview]]) -> None:
-    """Copy each verified bounced payload (one span of engine memory) into its item's views:
-    one native ``copy_pages`` when the views lie in one caller buffer and the payloads in one
-    engine buffer (the rule), else one native call per view."""
+def copy_out(scratch: Buffer, items: Sequence[tuple[ReadItem, int]]) -> None:
+    """Copy each verified bounced payload (at its offset in the engine's ``scratch``) into its
+    item's views: one native ``copy_pages`` when the views lie in one caller buffer (the rule),
+    else one native call per view."""
     dst: list[memoryview] = []
-    src: list[memoryview] = []
-    for it, payload in items:
-        so = 0
+    src_offsets: list[int] = []
+    for it, at in items:
         for v in it.views:
             dst.append(byte_view(v))
-            src.append(payload[so : so + v.nbytes])
-            so += v.nbytes
+            src_offsets.append(at)
+            at += v.nbytes
     lengths = [v.nbytes for v in dst]
     d = common_base(dst, writable=True)
-    s = common_base(src)
-    if d is not None and s is not None:
-        copy_pages(d[0], d[1], s[0], s[1], lengths)
+    if d is not None:
+        copy_pages(d[0], d[1], scratch, src_offsets, lengths)
         return
-    for dv, sv in zip(dst, src, strict=True):
-        if dv.nbytes:
-            copy_pages(dv, [0], sv, [0], [dv.nbytes])
+    for dv, at, n in zip(dst, src_offsets, lengths, strict=True):
+        if n:
+            copy_pages(dv, [0], scratch, [at], [n])
 
 
 class _Landed:
     """One run's read: engine memory (``scratch``: header blocks, padding, bounced entries),
     where each entry's header and payload are (``where``), bytes read (``got``) or the error."""
 
-    __slots__ = ("pool", "scratch", "where", "got", "error")
+    __slots__ = ("pool", "scratch", "where", "bounced_at", "got", "error")
 
     def __init__(self, pool: BufferPool, scratch: Buffer) -> None:
         self.pool = pool
         self.scratch: Buffer | None = scratch
         self.where: list[tuple[memoryview, list[memoryview]]] = []
+        self.bounced_at: list[int] = []  # per entry: its payload's offset in scratch (-1: in place)
         self.got = 0
         self.error: BaseException | None = None
 
@@ -307,11 +306,13 @@ class ReadPath:
         for j, it in enumerate(run.items):
             if it.bounce:
                 ent = sv[bounce_at : bounce_at + it.size]
+                landed.bounced_at.append(bounce_at + BLOCK)
                 bounce_at += it.size
                 iov.append(ent)
                 landed.where.append((ent[:BLOCK], [ent[BLOCK : BLOCK + it.loc.length]]))
             else:
                 hdr = sv[BLOCK * j : BLOCK * (j + 1)]
+                landed.bounced_at.append(-1)
                 iov.append(hdr)
                 iov.extend(it.views)
                 tail = it.size - BLOCK - it.loc.length
@@ -331,22 +332,27 @@ class ReadPath:
             return list(run.items)
         bad: list[ReadItem] = []
         pos = 0
-        hashes = payload_hashes([payload for _, payload in landed.where])  # one native call, as a rule
+        if landed.scratch is not None and min(landed.bounced_at) >= 0:  # all in engine memory
+            lengths = [it.loc.length for it in run.items]
+            hashes = xxh3_batch(landed.scratch, landed.bounced_at, lengths).tolist()
+        else:  # (in the caller's memory: where its views lie is looked up)
+            hashes = payload_hashes([payload for _, payload in landed.where])
         for it, h in zip(run.items, hashes, strict=True):
             it.payload_hash = h
-        out: list[tuple[ReadItem, memoryview]] = []  # verified bounced entries: (item, payload)
-        for it, (hdr, payload) in zip(run.items, landed.where, strict=True):
+        out: list[tuple[ReadItem, int]] = []  # verified bounced entries: (item, offset in scratch)
+        for it, (hdr, payload), at in zip(run.items, landed.where, landed.bounced_at, strict=True):
             pos += it.size
             whole = landed.got >= pos - (it.size - BLOCK - it.loc.length)
             if whole and self._verify(it, hdr, payload):
                 if it.bounce:
-                    out.append((it, payload[0]))
+                    out.append((it, at))
                 else:
                     results[it.idx] = True
             else:
                 bad.append(it)
         if out:
-            copy_out(out)
+            assert landed.scratch is not None
+            copy_out(landed.scratch, out)
             for it, _ in out:
                 results[it.idx] = True
         return bad
