@@ -276,14 +276,16 @@ class SsdEngine:
         return len(self._core.index)
 
     def contains_batch(self, keys: Sequence[str]) -> list[bool]:
-        """``contains`` of each key under one lock: index hits by one C-level pass, and only the
-        keys it misses are looked for among the writes in flight."""
+        """``contains`` of each key under one lock: the keys are fingerprinted and looked up in
+        two native calls (outside the lock, the fingerprints), and only the keys they miss are
+        looked for among the writes in flight, when there are any."""
         c = self._core
         if not c.usable():
             return [False] * len(keys)
+        fps = c.index.fps(keys) if keys else None
         with c.lock:
-            found = c.index.contains_many(keys)
-            if not all(found):
+            found = c.index.contains_fps(fps) if fps is not None else []
+            if self._writer.pending and not all(found):
                 pending = self._writer.pending_slot
                 found = [ok or pending(k) is not None for k, ok in zip(keys, found, strict=True)]
             return found

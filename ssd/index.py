@@ -162,6 +162,9 @@ class Index:
             return []
         return self._table.contains(fingerprints(keys)).tolist()
 
+    def contains_fps(self, fps: np.ndarray) -> list[bool]:
+        return self._table.contains(fps).tolist() if len(fps) else []
+
     def get(self, key: str) -> Location | None:
         return self.get_fp(fingerprint(key))
 
