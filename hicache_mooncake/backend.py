@@ -47,9 +47,9 @@ SGLANG_VERSION = check_sglang_version()
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage  # noqa: E402
 
 from hicache_mooncake import logs  # noqa: E402
+from hicache_mooncake.checks.environment import check_at_attach  # noqa: E402
 from hicache_mooncake.config import BackendConfig, load_backend_config  # noqa: E402
 from hicache_mooncake.config.tenants import check_tenant_name  # noqa: E402
-from hicache_mooncake.environment_checks import check_at_attach  # noqa: E402
 from hicache_mooncake.failures import FailureLog  # noqa: E402
 from hicache_mooncake.host_cache.mode import use_host_cache  # noqa: E402
 from hicache_mooncake.keys import (  # noqa: E402

@@ -5,7 +5,7 @@
 ``--hicache-storage-backend-extra-config @$(hicache-mooncake config path default)``. Without a
 name it lists every preset with its path.
 
-``config validate FILE...`` is the strongest check there is (``config_validation``): SGLang's own
+``config validate FILE...`` is the strongest check there is (``checks.validation``): SGLang's own
 extra-config parsing of the file, then the backend's loader (``$HICACHE_MOONCAKE_CONFIG``
 honoured as the backend honours it), the ``sglang:`` section against our tiers and this host's
 memory, and this host (SSD directories and space, shared memory, ports), as ``launch`` does
@@ -23,10 +23,10 @@ import os
 import sys
 from typing import Any
 
+from hicache_mooncake.checks.validation import env_override, validate_file
 from hicache_mooncake.commands import UsageError
 from hicache_mooncake.config import CONFIG_ENV, load_backend_config, load_config_file
 from hicache_mooncake.config.display import sized_yaml
-from hicache_mooncake.config_validation import env_override, validate_file
 from hicache_mooncake.presets import preset_dir, preset_names
 from hicache_mooncake.sizes import UNIT_RULE
 

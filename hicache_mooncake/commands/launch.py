@@ -21,13 +21,13 @@ import shlex
 import sys
 from typing import Any
 
+from hicache_mooncake.checks.environment import environment_findings
+from hicache_mooncake.checks.findings import Finding, errors
+from hicache_mooncake.checks.launch import check
+from hicache_mooncake.checks.validation import env_override
 from hicache_mooncake.commands import UsageError
 from hicache_mooncake.config import CONFIG_ENV, load_config_file
 from hicache_mooncake.config.sglang_parse import sglang_refusals
-from hicache_mooncake.config_validation import env_override
-from hicache_mooncake.environment_checks import environment_findings
-from hicache_mooncake.findings import Finding, errors
-from hicache_mooncake.launch_checks import check
 from hicache_mooncake.launch_command import LaunchCommand, LaunchError, build
 
 

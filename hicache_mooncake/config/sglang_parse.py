@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from hicache_mooncake.findings import Finding
+from hicache_mooncake.checks.findings import Finding
 
 PARSER_FILE = "srt/mem_cache/hybrid_cache/hybrid_cache_controller.py"
 PARSER_CLASS, PARSER_FUNCTION = "HybridCacheController", "parse_storage_backend_extra_config"

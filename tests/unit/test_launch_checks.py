@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
+from hicache_mooncake.checks.launch import HostMemory, check
 from hicache_mooncake.cli import main
 from hicache_mooncake.config import load_backend_config, load_config_file
-from hicache_mooncake.launch_checks import HostMemory, check
 from hicache_mooncake.presets import preset_names, preset_path
 
 GiB = 1 << 30

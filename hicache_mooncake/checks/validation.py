@@ -8,8 +8,8 @@ In order, each stage adding findings (``error`` refuses):
 2. our loader, exactly as the backend runs it, ``$HICACHE_MOONCAKE_CONFIG`` included: when it is
    set the backend reads THAT file instead (inline keys ignored), so that file is the one checked
    from here on, and a warning says so;
-3. the ``sglang:`` section against our tiers and this host's memory (``launch_checks``);
-4. this host: SSD directories and free space, shared memory, ports (``environment_checks``).
+3. the ``sglang:`` section against our tiers and this host's memory (``checks.launch``);
+4. this host: SSD directories and free space, shared memory, ports (``checks.environment``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hicache_mooncake.checks.environment import environment_findings
+from hicache_mooncake.checks.findings import Finding, errors
+from hicache_mooncake.checks.launch import check
 from hicache_mooncake.config import (
     CONFIG_ENV,
     BackendConfig,
@@ -28,9 +31,6 @@ from hicache_mooncake.config import (
 )
 from hicache_mooncake.config.loader import config_file_path
 from hicache_mooncake.config.sglang_parse import sglang_refusals
-from hicache_mooncake.environment_checks import environment_findings
-from hicache_mooncake.findings import Finding, errors
-from hicache_mooncake.launch_checks import check
 
 
 @dataclass

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hicache_mooncake.checks.findings import Finding, Level
 from hicache_mooncake.config import BackendConfig
 from hicache_mooncake.config.sglang_section import SglangSection
-from hicache_mooncake.findings import Finding, Level
 from hicache_mooncake.host_ram import memory_available, memory_limit
 from hicache_mooncake.sizes import format_size
 

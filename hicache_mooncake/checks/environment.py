@@ -33,8 +33,8 @@ import socket
 import tempfile
 from collections.abc import Iterator
 
+from hicache_mooncake.checks.findings import Finding, Level, errors
 from hicache_mooncake.config import BackendConfig, ConfigError
-from hicache_mooncake.findings import Finding, Level, errors
 from hicache_mooncake.sizes import format_size
 
 log = logging.getLogger(__name__)
