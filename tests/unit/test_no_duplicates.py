@@ -21,21 +21,31 @@ from pathlib import Path
 from product_code import Module, product_modules
 
 WINDOW = 8
-_FILLER = re.compile(r'^[()\[\]{},:;\s]*$|^""$')  # lone brackets, a lone docstring
+_FILLER = re.compile(r"^[()\[\]{},:;\s]*$")  # lone brackets and commas
 _SKIP = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING}
 _STRINGS = {tokenize.STRING, *(getattr(tokenize, n) for n in ("FSTRING_START",) if hasattr(tokenize, n))}
-KNOWN: set[tuple[str, str]] = set()
+KNOWN: set[tuple[str, str]] = {
+    # engineer D's (tiers/, being rewritten): the room steps _run_queued_demotions and _free_dram
+    # repeat one parameter list and their first line
+    ("tiers/set_path.py", "self ,"),
+}
 
 
 def code_lines(path: Path) -> list[tuple[int, str]]:
     """(line number, normalized text) of the lines that count: the line's tokens, each string
-    literal (f-strings and docstrings too) as ``""`` so that a block differing only in its messages
-    is still the same block; comments dropped."""
+    literal (f-strings too) as ``""`` so that a block differing only in its messages is still the
+    same block, except in lines of strings alone (a table's rows); comments and docstrings dropped."""
     rows: dict[int, list[tokenize.TokenInfo]] = defaultdict(list)
+    statement: list[tokenize.TokenInfo] = []
     with path.open("rb") as f:
         for tok in tokenize.tokenize(f.readline):
-            if tok.type not in _SKIP:
-                rows[tok.start[0]].append(tok)
+            if tok.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+                if not (len(statement) == 1 and statement[0].type in _STRINGS):  # a docstring: prose
+                    for kept in statement:
+                        rows[kept.start[0]].append(kept)
+                statement = []
+            elif tok.type not in _SKIP:
+                statement.append(tok)
     out = []
     for number in sorted(rows):
         toks = rows[number]
