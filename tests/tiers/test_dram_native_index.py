@@ -140,3 +140,21 @@ def test_random_sequences_answer_as_the_reference_model(mask: int, seed: int) ->
         assert (stats["fingerprint_collisions"] > 0) == bool(mask)
     finally:
         tier.close()
+
+
+def test_address_based_reads_see_exactly_the_published_bodies_and_headers() -> None:
+    """``committed_extent`` (the tcp engine's reads by address) answers from the native index:
+    a published object's body and header are readable, the slot past them and a removed
+    object's slot are not."""
+    tier = DramTier(capacity=2 * MiB, slab_size=MiB, object_headers=True)
+    try:
+        assert put_all(tier, [("a", value_of("a", 10_000)), ("b", value_of("b", 10_000))]) == [True, True]
+        (loc,) = tier.locate(["a"])
+        assert loc is not None
+        assert tier.committed_extent(loc.offset, 10_000)
+        assert tier.committed_extent(loc.header, 64)
+        assert not tier.committed_extent(loc.offset, loc.header + 64 - loc.offset + 1)
+        assert tier.remove_batch(["a"]) == 1
+        assert not tier.committed_extent(loc.offset, 10_000)
+    finally:
+        tier.close()
