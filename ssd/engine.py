@@ -30,6 +30,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from .allocator import RegionAllocator
 from .attach import attach, release
 from .buffer import reserve_staging
@@ -275,14 +277,18 @@ class SsdEngine:
         """Entries indexed (without the lock: an estimate; writes in flight not counted)."""
         return len(self._core.index)
 
-    def contains_batch(self, keys: Sequence[str]) -> list[bool]:
+    def contains_batch(self, keys: Sequence[str], fps: np.ndarray | None = None) -> list[bool]:
         """``contains`` of each key under one lock: the keys are fingerprinted and looked up in
-        two native calls (outside the lock, the fingerprints), and only the keys they miss are
-        looked for among the writes in flight, when there are any."""
+        two native calls (outside the lock, the fingerprints; ``fps``: the caller's, computed
+        once at the store's entry, one per key), and only the keys they miss are looked for
+        among the writes in flight, when there are any."""
         c = self._core
         if not c.usable():
             return [False] * len(keys)
-        fps = c.index.fps(keys) if keys else None
+        if not keys:
+            fps = None
+        elif fps is None:
+            fps = c.index.fps(keys)
         with c.lock:
             found = c.index.contains_fps(fps) if fps is not None else []
             if self._writer.pending and not all(found):

@@ -199,8 +199,9 @@ class DramTier(Tier):
             ObjectHeader.pack_into(self._arena.bytes, header_offset(offset, nbytes), STATE_FREE, 0, 0, 0, 0)
 
     # ------------------------------------------------------------------ queries
-    def contains_batch(self, keys: Sequence[str]) -> list[bool]:
-        fps = fingerprints(keys)
+    def contains_batch(self, keys: Sequence[str], fps: np.ndarray | None = None) -> list[bool]:
+        if fps is None:
+            fps = fingerprints(keys)
         with self._lock:
             return self._index.lookup(keys, fps).found.tolist()
 
@@ -506,10 +507,11 @@ class DramTier(Tier):
                     self._invalidate(res.offset, res.nbytes)
                     self._allocator.free(res.offset, self._slot_bytes(res.nbytes))
 
-    def remove_batch(self, keys: Sequence[str]) -> int:
+    def remove_batch(self, keys: Sequence[str], fps: np.ndarray | None = None) -> int:
         """Remove each key present; returns how many were. The usual call (a store call's
         victims: slots of one size, none pinned by a reader) frees them in one allocator step."""
-        fps = fingerprints(keys)
+        if fps is None:
+            fps = fingerprints(keys)
         with self._lock:
             look = self._index.lookup(keys, fps)
             first: dict[int, int] = {}  # fingerprint -> its first position (a key given twice)

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from hicache_mooncake.transport.node_client import NodeClient
 from hicache_mooncake.transport.wire import SetHint
 
@@ -38,7 +40,7 @@ class HostCacheTier(Tier):
         self._on_close = on_close
         self._closed = False
 
-    def contains_batch(self, keys: Sequence[str]) -> list[bool]:
+    def contains_batch(self, keys: Sequence[str], fps: np.ndarray | None = None) -> list[bool]:
         return self.client.exists_batch(keys) if keys else []
 
     def put_batch(self, items: Sequence[PutItem], deadline: float | None = None) -> list[bool]:
@@ -53,7 +55,7 @@ class HostCacheTier(Tier):
             return []
         return self.client.get_batch_into([(key, parts) for key, parts, _ in items])
 
-    def remove_batch(self, keys: Sequence[str]) -> int:
+    def remove_batch(self, keys: Sequence[str], fps: np.ndarray | None = None) -> int:
         return sum(self.client.remove_batch(keys)) if keys else 0
 
     def clear(self) -> None:

@@ -8,7 +8,9 @@
 - ``where``: per key, the name of the fastest tier holding it; read-only, no lock, no count.
 
 Each tier is asked once per call, for the keys the tiers before it lack. Index lookups only:
-no I/O runs for the local tiers; a pool is asked once per batch, within its own deadline.
+no I/O runs for the local tiers; a pool is asked once per batch, within its own deadline. The
+keys are fingerprinted once per call (``native.fingerprints``) and each tier gets the
+fingerprints of the keys it is asked for (``Tier.contains_batch``'s ``fps``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import compress
 from operator import not_
+
+import numpy as np
+
+from hicache_mooncake.native import fingerprints
 
 from .policy.contexts import miss_context
 from .store_state import REQUEST_MEMORY, StoreState
@@ -51,12 +57,13 @@ class Lookups:
         tiers = self._existence_order()
         if not tiers or not keys:
             return [False] * len(keys)
-        present = list(tiers[0].contains_batch(keys))
+        fps = fingerprints(keys)
+        present = list(tiers[0].contains_batch(keys, fps))
         for tier in tiers[1:]:
             if all(present):
                 break
             pending = list(compress(range(len(keys)), map(not_, present)))
-            found = tier.contains_batch(list(map(keys.__getitem__, pending)))
+            found = tier.contains_batch(list(map(keys.__getitem__, pending)), fps[pending])
             for i in compress(pending, found):
                 present[i] = True
         return present
@@ -70,10 +77,11 @@ class Lookups:
         local = [t for t in (lay.dram, lay.ssd) if t is not None]
         where: list[str | None] = [None] * len(keys)
         pending = list(range(len(keys)))
+        fps: np.ndarray = fingerprints(keys) if keys else np.zeros(0, np.uint64)
         for tier in (*local, *lay.pools) if pools else local:
             if not pending:
                 break
-            found = tier.contains_batch([keys[i] for i in pending])
+            found = tier.contains_batch([keys[i] for i in pending], fps[pending])
             for i in compress(pending, found):
                 where[i] = tier.name
             pending = [i for i, hit in zip(pending, found, strict=True) if not hit]

@@ -19,6 +19,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
+
 from .call_guard import CallGuard
 from .parts import pages_nbytes
 from .policy import AccessContext
@@ -115,7 +117,7 @@ class RemoteDramTier(Tier):
     def should_promote(self, key: str, ctx: AccessContext) -> bool:
         return self.promote_on_hit
 
-    def contains_batch(self, keys: Sequence[str]) -> list[bool]:
+    def contains_batch(self, keys: Sequence[str], fps: np.ndarray | None = None) -> list[bool]:
         if not keys:
             return []
         found = self._call("exists", lambda: self.provider.exists_batch(keys), len(keys), False)
@@ -145,7 +147,7 @@ class RemoteDramTier(Tier):
         self._count("get_bytes", pages_nbytes([ps for _, ps in plain], ok))
         return ok
 
-    def remove_batch(self, keys: Sequence[str]) -> int:
+    def remove_batch(self, keys: Sequence[str], fps: np.ndarray | None = None) -> int:
         if not keys:
             return 0
         done = self._call("remove", lambda: self.provider.remove_batch(keys), len(keys), False)

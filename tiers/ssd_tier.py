@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from itertools import compress
 from typing import Any
 
+import numpy as np
+
 from hicache_mooncake.ssd import SsdEngine
 from hicache_mooncake.ssd.format import BLOCK, entry_size
 
@@ -119,8 +121,8 @@ class SsdTier(Tier):
             return given
         return None if self.timeout_s is None else time.monotonic() + self.timeout_s
 
-    def contains_batch(self, keys: Sequence[str]) -> list[bool]:
-        return self.engine.contains_batch(keys)
+    def contains_batch(self, keys: Sequence[str], fps: np.ndarray | None = None) -> list[bool]:
+        return self.engine.contains_batch(keys, fps)
 
     def entry_count(self) -> int:
         return self.engine.entry_count()
@@ -158,8 +160,9 @@ class SsdTier(Tier):
                     self._reads[key] = self._reads.get(key, 0) + 1
         return result
 
-    def remove_batch(self, keys: Sequence[str]) -> int:
-        """Index removals only (never waits for the disk)."""
+    def remove_batch(self, keys: Sequence[str], fps: np.ndarray | None = None) -> int:
+        """Index removals only (never waits for the disk); ``fps`` is not used (one engine
+        removal per key)."""
         with self._lock:
             for key in keys:
                 self._reads.pop(key, None)

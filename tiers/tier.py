@@ -15,6 +15,13 @@ native call, one round trip). The singular calls (``contains``, ``put``, ``get_i
 Shape (what the native data plane fills in):
 - Keys in: a sequence of ``str``, in the caller's order; a key may appear twice (each answer is
   its own). Items in: ``(key, parts, ctx)`` in the caller's order.
+- Fingerprints in (optional): ``contains_batch`` and ``remove_batch`` take ``fps``, the keys'
+  64-bit fingerprints (``hicache_mooncake.native.fingerprints(keys)``: a ``uint64`` array, one per
+  key, same order), so a store call fingerprints its keys once at its entry and every tier
+  indexed by fingerprints uses them instead of hashing the keys again. A tier that is not
+  indexed by fingerprints ignores them. The keys stay the truth: a tier still checks the full
+  key where it keeps one, so ``fps`` that do not match ``keys`` can only cause misses. None:
+  the tier fingerprints the keys itself.
 - Results out: one entry per key, in the same order, as a ``list[bool]`` (``remove_batch``: the
   count of keys that were present). The contract creates no per-key Python object of its own;
   a tier answers in whatever it computed (a converted native bool array is fine).
@@ -43,6 +50,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from .events_sink import NULL_SINK, EventsSink
 from .parts import Parts
@@ -74,8 +83,8 @@ class Tier(ABC):
 
     # ------------------------------------------------------------------ the contract: batches
     @abstractmethod
-    def contains_batch(self, keys: Sequence[str]) -> list[bool]:
-        """Per key: does this tier hold it?"""
+    def contains_batch(self, keys: Sequence[str], fps: np.ndarray | None = None) -> list[bool]:
+        """Per key: does this tier hold it? (``fps``: the keys' fingerprints, module docstring.)"""
 
     @abstractmethod
     def put_batch(self, items: Sequence[PutItem], deadline: float | None = None) -> list[bool]:
@@ -86,8 +95,8 @@ class Tier(ABC):
         """Copy each object into its parts; per item: its bytes are there."""
 
     @abstractmethod
-    def remove_batch(self, keys: Sequence[str]) -> int:
-        """Drop each key; returns how many were present."""
+    def remove_batch(self, keys: Sequence[str], fps: np.ndarray | None = None) -> int:
+        """Drop each key; returns how many were present. (``fps``: the keys' fingerprints.)"""
 
     @abstractmethod
     def clear(self) -> None: ...

@@ -271,9 +271,9 @@ def _spy_contains(tier: Any) -> list[list[str]]:
     asked: list[list[str]] = []
     inner = tier.contains_batch
 
-    def spy(keys: Any) -> list[bool]:
+    def spy(keys: Any, fps: Any = None) -> list[bool]:
         asked.append(list(keys))
-        return inner(keys)
+        return inner(keys, fps)
 
     tier.contains_batch = spy
     return asked

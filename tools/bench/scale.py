@@ -35,8 +35,8 @@ from hicache_mooncake.tools.results_json import write_json
 REQUIRES = ("torch", "sglang")  # optional modules, checked by ``bench`` before any work
 
 EXISTS_KEYS = 128
-TARGET_BYTES_PER_ENTRY = 400
-TARGET_EXISTS_P99_US = 100.0
+TARGET_BYTES_PER_ENTRY = 150  # issue 49's targets (default policy; 1M and 10M entries)
+TARGET_EXISTS_P99_US = 50.0
 TARGET_REOPEN_CLEAN_S = 2.0
 TARGET_REOPEN_KILLED_S = 10.0
 
@@ -48,8 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dram", default="256MiB", help="DRAM tier capacity")
     parser.add_argument("--batch", type=int, default=128, help="pages per batch_set_v1")
     parser.add_argument("--samples", type=int, default=2000, help="batch_exists calls timed")
+    parser.add_argument(
+        "--index-only",
+        action="store_true",
+        help="no payload, no backend: fill the SSD index and the default placement + policy with "
+        "each count's keys in one process (RAM per entry, index exists p99; for 10M entries)",
+    )
     add_drop_caches_argument(parser)
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # fill | reopen | policy
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # fill | reopen | policy | index
     parser.add_argument("--child-dir", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-n", type=int, default=0, help=argparse.SUPPRESS)
@@ -340,6 +346,77 @@ def _child_policy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _child_index(args: argparse.Namespace) -> int:
+    """``--index-only``: what the in-memory indexes keep per entry, without payload or backend.
+    ``n`` keys of the store's shape (103 characters) are set into the default configuration's
+    placement and policy (sizes of one page; DRAM watermarks of ``--dram``, settled after each
+    batch as the store does) and into an SSD index (fingerprints and locations, one region's
+    worth per load), batch by batch; the caller's key strings are dropped after each batch, so
+    RSS growth / n is what the indexes keep. Then 128-key runs of stored keys are looked up as
+    ``batch_exists`` does on the SSD index: one native fingerprinting pass, one table probe."""
+    import gc
+
+    import numpy as np
+
+    from hicache_mooncake.config.loader import validate_config
+    from hicache_mooncake.native import fingerprints
+    from hicache_mooncake.ssd.index import Index
+    from hicache_mooncake.tiers.policy import policy_factory
+    from hicache_mooncake.tiers.policy.contexts import set_contexts
+    from hicache_mooncake.tiers.policy.placement import TierPlacement
+
+    n, batch, page = args.child_n, args.batch, parse_size(args.page_bytes)
+    cfg = validate_config(_config(args.child_dir, n, page, parse_size(args.dram)))
+    policy = policy_factory(cfg.tiers.policy, **dict(cfg.tiers.policy_options))()
+    dram = parse_size(args.dram) // page * page
+    placement = TierPlacement(policy, (n + batch) * page, int(dram * 0.95), int(dram * 0.9))
+    index = Index()
+    prefix, suffix = f"org-demo-model/{0:016x}/", "@tp0of1"
+    gc.collect()
+    rss0 = _rss()
+    t0 = time.perf_counter()
+    per_region = 16384
+    for first in range(0, n, batch):
+        keys = [f"{prefix}{i:064x}{suffix}" for i in range(first, min(n, first + batch))]
+        placement.set_batch(keys, set_contexts(keys, 0, None, page))
+        placement.settle()
+        m = len(keys)
+        slot = np.arange(first, first + m, dtype=np.uint64) % np.uint64(per_region)
+        index.load_region_fps(
+            fingerprints(keys),
+            first // per_region,
+            1,
+            slot * np.uint64(page + 4096),
+            np.full(m, page, np.uint64),
+            np.arange(first, first + m, dtype=np.uint64),
+        )
+        del keys
+    fill_s = time.perf_counter() - t0
+    gc.collect()
+    rss1 = _rss()
+    rng = random.Random(n)
+    times: list[float] = []
+    found = 0
+    for _ in range(args.samples):
+        start = rng.randrange(0, max(1, n - EXISTS_KEYS))
+        keys = [f"{prefix}{i:064x}{suffix}" for i in range(start, min(n, start + EXISTS_KEYS))]
+        t1 = time.perf_counter()
+        found += sum(index.contains_fps(fingerprints(keys)))
+        times.append(time.perf_counter() - t1)
+    out = {
+        "entries": n,
+        "policy": type(policy).__name__,
+        "fill_seconds": fill_s,
+        "residents": len(placement),
+        "dram_residents": placement.dram_len,
+        "ssd_index_nbytes": index.nbytes,
+        "bytes_per_entry": (rss1 - rss0) / n,
+        "exists": {**_percentiles_us(times), "samples": len(times), "found": found},
+    }
+    Path(args.child_out).write_text(json.dumps(out))
+    return 0
+
+
 # ------------------------------------------------------------------------------------------ driver
 
 
@@ -411,6 +488,8 @@ def run(args: argparse.Namespace) -> int:
         return _child_reopen(args)
     if args.child == "policy":
         return _child_policy(args)
+    if args.child == "index":
+        return _child_index(args)
     counts = [int(x) for x in args.entries.split(",") if x.strip()]
     page_bytes = parse_size(args.page_bytes)
     _shape(page_bytes)  # a bad size is refused before any work
@@ -419,6 +498,8 @@ def run(args: argparse.Namespace) -> int:
 
     for n in counts:  # and a configuration the children would refuse (a DRAM tier below one slab)
         validate_config(_config(base_parent, n, page_bytes, parse_size(args.dram)), "bench scale")
+    if args.index_only:
+        return _run_index_only(args, counts, page_bytes, base_parent)
     if not args.drop_caches:
         print(NOT_DROPPED, flush=True)
     os.makedirs(base_parent, exist_ok=True)
@@ -466,6 +547,9 @@ def run(args: argparse.Namespace) -> int:
         "steady state (the policy alone, (horizon + 2) capacities of keys set, its victims evicted)",
         "per_entries": rows,
     }
+    if rows:  # the figures of issue 49's table, at the largest count
+        result["bytes_per_entry"] = rows[-1]["bytes_per_entry"]
+        result["exists_p99_us"] = rows[-1]["exists_p99_us"]
     if len(rows) >= 2:
         a, b = rows[0], rows[-1]
         per = (b["entries"] - a["entries"]) / 1e6
@@ -481,6 +565,52 @@ def run(args: argparse.Namespace) -> int:
         write_json(args.json_out, result)
     if args.plot_out:
         _plot(rows, args.plot_out)
+    return 0
+
+
+def _run_index_only(args: argparse.Namespace, counts: list[int], page_bytes: int, base_parent: str) -> int:
+    """``--index-only``: one child per count (``_child_index``), a row each."""
+    os.makedirs(base_parent, exist_ok=True)
+    base = tempfile.mkdtemp(prefix="hicache-bench-scale-", dir=base_parent)
+    rows = []
+    try:
+        for n in counts:
+            out = os.path.join(base, f"index-{n}.json")
+            subprocess.run(_child(args, "index", base, n, out), check=True)
+            w = json.loads(Path(out).read_text())
+            row = {
+                "entries": n,
+                "index_only": w,
+                "bytes_per_entry": w["bytes_per_entry"],
+                "exists_p50_us": w["exists"]["p50_us"],
+                "exists_p99_us": w["exists"]["p99_us"],
+            }
+            rows.append(row)
+            print(
+                f"{n:>11,} entries, index only ({w['policy']}): {row['bytes_per_entry']:.0f} B of RAM per entry "
+                f"(SSD index {w['ssd_index_nbytes'] / n:.0f}; fill {w['fill_seconds']:.1f} s) | "
+                f"SSD index exists of {EXISTS_KEYS} keys p50 {row['exists_p50_us']:.1f} us "
+                f"p99 {row['exists_p99_us']:.1f} us",
+                flush=True,
+            )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    result: dict[str, Any] = {
+        "benchmark": "scale",
+        "mode": "index_only",
+        "page_bytes": page_bytes,
+        "cpu_count": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "targets": {"bytes_per_entry": TARGET_BYTES_PER_ENTRY, "exists_p99_us": TARGET_EXISTS_P99_US},
+        "note": "no payload, no backend: the default placement + policy and an SSD index filled with "
+        "each count's keys; RAM per entry = VmRSS growth / entries (the caller's key strings dropped); "
+        "exists = fingerprints + one SSD index probe per 128 stored keys",
+        "per_entries": rows,
+        "bytes_per_entry": rows[-1]["bytes_per_entry"] if rows else None,
+        "exists_p99_us": rows[-1]["exists_p99_us"] if rows else None,
+    }
+    if args.json_out:
+        write_json(args.json_out, result)
     return 0
 
 
