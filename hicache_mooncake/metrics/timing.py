@@ -130,9 +130,9 @@ class TierTiming:
             self.wrote(name, items, result)
             return result
 
-        def contains_batch(keys: Sequence[str]) -> list[bool]:
+        def contains_batch(keys: Sequence[str], *more: Any, **named: Any) -> list[bool]:
             start = clock()
-            result = contains(keys)
+            result = contains(keys, *more, **named)  # ``more``: the keys' fingerprints, where given
             self.observe(name, "exists", clock() - start)
             return result
 
