@@ -493,3 +493,29 @@ def test_7c_scratch_size_bounds_the_unregistered_bytes_one_call_can_bounce(sim: 
         finally:
             c.close()
             c.engine.close()
+
+
+def test_unregistered_pages_bounce_in_one_native_copy_per_local_buffer(sim: Sim) -> None:
+    """Issue 49 item 3: pages nobody registered are bounced through scratch in one native copy
+    per local buffer per round (a set: one; a get: headers and bodies, then the headers again),
+    not one Python copy per page, and the bytes round-trip exactly."""
+    fab = sim.fabric()
+    node = sim.node(fab)
+    c = NodeClient("127.0.0.1", node.port, OPTS, "rdma")
+    try:
+        pool = np.random.default_rng(3).integers(0, 256, 32 * PAGE, dtype=np.uint8)  # not registered
+        keys = [f"bounce-{i}" for i in range(32)]
+        assert (
+            c.put_batch([(k, [pool.data[i * PAGE : (i + 1) * PAGE]]) for i, k in enumerate(keys)])
+            == [True] * 32
+        )
+        eng = c.engine
+        assert isinstance(eng, RdmaEngine)
+        assert (eng.counters["native_copies"], eng.counters["python_copied_parts"]) == (1, 0)
+        out = np.zeros_like(pool)
+        into = [(k, [out.data[i * PAGE : (i + 1) * PAGE]]) for i, k in enumerate(keys)]
+        assert c.get_batch_into(into) == [True] * 32
+        assert (eng.counters["native_copies"], eng.counters["python_copied_parts"]) == (1 + 3, 0)
+        assert eng.counters["zero_copy_bytes"] == 0 and np.array_equal(out, pool)
+    finally:
+        c.close()

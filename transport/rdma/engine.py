@@ -7,7 +7,8 @@ its own control connection (RDMA_CONNECT, ``handshake``) and with its own CQ.
 
 A call (``read``/``write``) takes one QP for its whole duration, maps every local part to
 registered memory (``register_memory``: SGLang's host pool, moved with no copy) or, failing that,
-to the scratch pool (one bounce copy), builds chained work requests with selective signaling
+to the scratch pool (one bounce copy, one native ``copy_pages`` per local buffer for the whole
+round: ``batch_copy``), builds chained work requests with selective signaling
 (``wr``) and keeps at most two windows of them outstanding, each closed by one signaled
 completion that the poller routes back by its unique ``wr_id``. Every wait is bounded by the
 call's deadline; a deadline that passes moves the QP to the error state and destroys it, so the
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .. import wire
+from ..batch_copy import Located, copy_into, copy_out
 from ..connection import Connection, ConnectionPool
 from ..engine import Extent, Segment
 from ..errors import EngineUnavailable, PeerUnavailable, ProtocolError, RdmaNotServed, TransportError
@@ -65,7 +67,9 @@ class _Round:
     """The items of one call that fit the scratch pool at once, mapped to local SGEs."""
 
     extents: list[tuple[int, int, list[Sge]]] = field(default_factory=list)
-    copy_back: list[tuple[int, memoryview, int]] = field(default_factory=list)  # item, dst, scratch offset
+    # item, local view, scratch offset of its bounce: copied out after completion (reads; writes
+    # copy them in at the end of the plan, in one native call per local buffer)
+    copy_back: list[tuple[int, memoryview, int]] = field(default_factory=list)
     taken: list[tuple[int, int]] = field(default_factory=list)  # scratch (offset, n) to give back
     deferred: list[int] = field(default_factory=list)  # items for a later round (no scratch room now)
 
@@ -265,6 +269,13 @@ class RdmaEngine:
                 rnd.taken += taken
                 rnd.copy_back += backs
                 rnd.extents.append((i, items[i][0], sges))
+        if not read and rnd.copy_back:
+            assert self.scratch is not None
+            bounced = rnd.copy_back
+            self._count_copies(
+                copy_into(self.scratch.view, [o for _, _, o in bounced], [v for _, v, _ in bounced])
+            )
+            rnd.copy_back = []
         return rnd
 
     def _map_item(self, i: int, parts: Sequence[memoryview], read: bool, wait_until: float | None) -> Any:
@@ -297,10 +308,7 @@ class RdmaEngine:
                 result = _NO_ROOM
                 break
             taken.append((off, n))
-            if read:
-                backs.append((i, view, off))
-            else:
-                scratch.view[off : off + n] = view
+            backs.append((i, view, off))  # reads: copied out after completion; writes: in at the plan's end
             sges.append(Sge(scratch.addr + off, n, scratch.lkey))
             self._count("bounce_bytes", n)
         if result is not None and result is not _NO_ROOM and sges:
@@ -308,6 +316,13 @@ class RdmaEngine:
         for off, n in taken:
             scratch.give(off, n)
         return result if result is _NO_ROOM else None
+
+    def _count_copies(self, where: Located) -> None:
+        """native_copies: copy_pages calls of bounces (one per local buffer per round);
+        python_copied_parts: bounced parts not located in a writable buffer (copied in Python)."""
+        self._count("native_copies", len(where.groups))
+        if where.loose:
+            self._count("python_copied_parts", len(where.loose))
 
     def _give_back(self, rnd: _Round) -> None:
         assert self.scratch is not None
@@ -338,12 +353,10 @@ class RdmaEngine:
             return None if status != TIMED_OUT and time.monotonic() < deadline else []
         peer.release(qp)
         ok = {i for i, _, _ in rnd.extents} - set(bad)
-        if read:
+        backs = [(dst, off) for i, dst, off in rnd.copy_back if i in ok]
+        if read and backs:
             assert self.scratch is not None
-            src = self.scratch.view
-            for i, dst, off in rnd.copy_back:
-                if i in ok:
-                    dst[:] = src[off : off + len(dst)]
+            self._count_copies(copy_out(self.scratch.view, [o for _, o in backs], [d for d, _ in backs]))
         return sorted(ok)
 
     def _post_and_wait(self, qp: RcQp, wins: list[list[Any]], read: bool, deadline: float) -> int:

@@ -1,0 +1,121 @@
+"""Copying a batch of local views to or from one large buffer (a node's shared arena mapped by the
+``local`` engine, the RDMA scratch pool) in one native ``copy_pages`` call per distinct local
+buffer, the GIL released once per call: SGLang's host pool views are slices of one array per
+pool buffer, so a batch of pages is one call (two for split K/V buffers), whatever its length.
+
+Each view is located as (the object exporting its memory, ``memoryview.obj``; its offset in that
+object's buffer) from the two addresses. The native side checks every offset and length against
+the sizes of the buffers it borrows before it copies a byte (all or nothing per call, a
+``ValueError`` naming the item otherwise), so a wrong location can only fail the call, never touch
+other memory. Views that cannot be located (read-only or zero-length, or whose exporter is not
+one writable contiguous buffer, e.g. ``bytes``) are copied by memoryview assignment, keeping the
+GIL: small internal buffers and tests; SGLang's pool always locates.
+
+This module imports nothing of SGLang (``transport`` is below ``tiers``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hicache_mooncake.native import copy_pages
+
+_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+_LOCATE_ERRORS = (TypeError, ValueError, BufferError)
+
+
+@dataclass
+class Located:
+    """Where the views of a batch lie: per distinct exporting object, the positions of its views
+    in the batch and their byte offsets in its buffer; ``loose``: positions of views that could
+    not be located (copied in Python)."""
+
+    groups: list[tuple[object, list[int], list[int]]] = field(default_factory=list)
+    loose: list[int] = field(default_factory=list)
+
+
+def locate(views: Sequence[memoryview]) -> Located:
+    """Locate each view of ``views`` (1-D byte views) in the buffer of the object exporting it.
+    Zero-length views are left out (nothing to copy)."""
+    out = Located()
+    by_owner: dict[int, tuple[object, list[int], list[int]]] = {}
+    bases: dict[int, int] = {}
+    for i, view in enumerate(views):
+        if not view.nbytes:
+            continue
+        owner = view.obj
+        key = id(owner)
+        try:
+            addr = _addressof(_from_buffer(view))
+            base = bases.get(key)
+            if base is None:
+                base = bases[key] = _addressof(_from_buffer(owner))
+        except _LOCATE_ERRORS:
+            out.loose.append(i)
+            continue
+        if addr < base:
+            out.loose.append(i)
+            continue
+        group = by_owner.get(key)
+        if group is None:
+            group = by_owner[key] = (owner, [], [])
+        group[1].append(i)
+        group[2].append(addr - base)
+    out.groups = list(by_owner.values())
+    return out
+
+
+def copy_into(big: memoryview, big_offsets: Sequence[int], views: Sequence[memoryview]) -> Located:
+    """Copy each ``views[i]`` into ``big`` at ``big_offsets[i]``; returns where the views lay (one
+    native call per group, the loose ones copied in Python).
+    A range outside ``big`` is a ``ValueError`` naming the first such item, and nothing is
+    copied."""
+    where, offsets, lengths = _prepare(big, big_offsets, views)
+    for owner, idx, src in where.groups:
+        copy_pages(big, offsets[idx], owner, _i64(src), lengths[idx])
+    for i in where.loose:
+        off = big_offsets[i]
+        big[off : off + views[i].nbytes] = views[i]
+    return where
+
+
+def copy_out(big: memoryview, big_offsets: Sequence[int], views: Sequence[memoryview]) -> Located:
+    """Copy ``big`` from ``big_offsets[i]`` on into each ``views[i]``; returns where the views lay
+    (as ``copy_into``). A range outside ``big`` is a ``ValueError`` naming the first such item, and nothing is
+    copied."""
+    where, offsets, lengths = _prepare(big, big_offsets, views)
+    for owner, idx, dst in where.groups:
+        copy_pages(owner, _i64(dst), big, offsets[idx], lengths[idx])
+    for i in where.loose:
+        off = big_offsets[i]
+        views[i][:] = big[off : off + views[i].nbytes]
+    return where
+
+
+def _prepare(
+    big: memoryview, big_offsets: Sequence[int], views: Sequence[memoryview]
+) -> tuple[Located, np.ndarray, np.ndarray]:
+    """The views located, and the batch's offsets and lengths in ``big``, every range checked
+    against ``big`` first (so a bad item fails the whole batch before any byte moves; the
+    native calls check both sides again)."""
+    if len(big_offsets) != len(views):
+        raise ValueError(f"{len(big_offsets)} offsets for {len(views)} views")
+    offsets = _i64(big_offsets)
+    lengths = np.fromiter((v.nbytes for v in views), dtype=np.int64, count=len(views))
+    size = big.nbytes
+    bad = np.flatnonzero((offsets < 0) | (offsets > size - lengths))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"copy {i}: offset {int(offsets[i])} + length {int(lengths[i])} outside a buffer of {size} bytes"
+        )
+    return locate(views), offsets, lengths
+
+
+def _i64(values: Sequence[int]) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
