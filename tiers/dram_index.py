@@ -76,10 +76,17 @@ class DramIndex:
             fps = fingerprints(keys)
         occupied, values = self._table.get(fps)
         offsets = values[:, 0]
-        stored = map(self._slot_keys.__getitem__, (offsets >> SLOT_SHIFT).tolist())
-        found = occupied & np.fromiter(map(operator.eq, stored, keys), bool, len(keys))
+        if occupied.any():
+            stored = map(self._slot_keys.__getitem__, (offsets >> SLOT_SHIFT).tolist())
+            found = occupied & np.fromiter(map(operator.eq, stored, keys), bool, len(keys))
+        else:  # every key new (a set's usual call): nothing to compare
+            found = occupied
         word1 = values[:, 1]
         return Lookup(fps, found, occupied, offsets, word1 & _SIZE_MASK, values[:, 2], word1 >> _TYPE_SHIFT)
+
+    def occupied(self, fps: np.ndarray) -> np.ndarray:
+        """Whether each fingerprint is in the table (for any key): one native call, no values."""
+        return self._table.contains(fps)
 
     def key_at(self, offset: int) -> str | None:
         return self._slot_keys[offset >> SLOT_SHIFT]

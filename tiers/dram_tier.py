@@ -787,11 +787,11 @@ class DramTier(Tier):
         m = len(keys)
         if not m:
             return []
-        look = self._index.lookup(keys, fps)
         fp_list: list[int] = fps.tolist()
         out = [True] * m
         chosen: list[int] = list(range(m))
-        if look.occupied.any() or len(set(fp_list)) != m:
+        if self._index.occupied(fps).any() or len(set(fp_list)) != m:
+            look = self._index.lookup(keys, fps)
             seen: dict[int, str] = {}
             chosen = []
             rows = zip(keys, fp_list, look.found.tolist(), look.occupied.tolist(), strict=True)
