@@ -56,11 +56,14 @@ class Pending:
 
 
 class _New:
-    __slots__ = ("idx", "key", "kb", "views", "size", "pending", "slot")
+    __slots__ = ("idx", "key", "fp", "kb", "views", "size", "pending", "slot")
 
-    def __init__(self, idx: int, key: str, kb: bytes, views: list[memoryview], size: int, p: Pending) -> None:
+    def __init__(
+        self, idx: int, key: str, fp: int, kb: bytes, views: list[memoryview], size: int, p: Pending
+    ) -> None:
         self.idx = idx
         self.key = key
+        self.fp = fp  # the key's fingerprint (the index's key)
         self.kb = kb
         self.views = views
         self.size = size
@@ -165,7 +168,9 @@ class WritePath:
         floor_ok = reinsert_rid is not None or self.alloc.floors[di].ok()
         mine: list[_New] = []
         waits: list[tuple[int, Pending]] = []
+        fps = c.index.fps([key for _, key, _, _, _ in prepared]) if prepared else None
         with c.lock:
+            stored = c.index.lookup(fps) if fps is not None else []  # one native lookup
             c.counts.update(rejects)
             if reinsert_rid is None:
                 c.counts["puts"] += len(items)
@@ -175,8 +180,9 @@ class WritePath:
             if epoch is not None and epoch != c.epoch:
                 c.counts["rejected_stale_epoch"] += len(prepared)
                 prepared = []
-            for i, key, kb, views, size in prepared:
-                loc = c.index.get(key)
+            fp_list = fps.tolist() if fps is not None else []
+            for j, (i, key, kb, views, size) in enumerate(prepared):
+                fp, loc = fp_list[j], stored[j]
                 if loc is not None and loc.region != reinsert_rid:
                     results[i] = True
                     c.counts["put_existing"] += 1
@@ -187,7 +193,7 @@ class WritePath:
                     continue
                 p = Pending()
                 self.pending[key] = p
-                mine.append(_New(i, key, kb, views, size, p))
+                mine.append(_New(i, key, fp, kb, views, size, p))
         if not floor_ok:
             self.alloc.release_for_floor(di, deadline)
         # Sub-batches of at most one region's worth of bytes each, all in flight at once.
@@ -369,15 +375,14 @@ class WritePath:
         if it.pending.removed or g.res.epoch != c.epoch or r.gen != g.res.gen:
             return
         if reinsert_rid is not None:
-            cur = c.index.get(it.key)
+            cur = c.index.get_fp(it.fp)
             if cur is None or cur.region != reinsert_rid:
                 return
             c.counts["reinserted_entries"] += 1
         assert it.slot is not None
         loc = Location(r.rid, g.res.gen, g.res.file_off + (it.slot.offset - g.start), it.size, seq)
-        fp = c.index.fp(it.key)
-        c.index.set_fp(fp, loc)
-        r.add(fp, it.key, it.size)
+        c.index.set_fp(it.fp, loc)
+        r.add(it.fp, it.key, it.size)
 
     def write_jobs(self, g: _Group, buf: WriteBuffer, state: _BatchWrite) -> list[Callable[[], None]]:
         """Jobs of whole entries, about ``write_chunk_bytes`` each (an entry larger than that is a
