@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from reference_dram_index import ReferenceDramIndex
 
+from hicache_mooncake.metrics.tiers import TierStatsCollector
 from hicache_mooncake.native import fingerprint, set_test_fingerprint_mask
 from hicache_mooncake.tiers.dram_tier import DramTier
 from hicache_mooncake.tiers.policy import DEFAULT_CONTEXT
@@ -72,7 +73,12 @@ def test_two_keys_with_one_fingerprint_never_read_each_others_bytes(colliding: N
         assert tier.contains_batch([first, second]) == [True, False]
         assert tier.locate([second]) == [None] and tier.pin_entries([second]) == [None]
         assert not tier.remove(second) and tier.contains(first)  # the other key's entry stays
-        assert tier.stats()["fingerprint_collisions"] >= 3
+        collisions = tier.stats()["fingerprint_collisions"]
+        assert collisions >= 3
+        metrics = {
+            f.name.split(":")[-1]: f for f in TierStatsCollector(lambda: {"dram": tier.stats()}, {}).collect()
+        }
+        assert metrics["tier_fingerprint_collisions"].samples[0].value == collisions
         # the other order, in one batch: the first of the batch is stored, the second refused
         assert tier.remove(first)
         assert put_all(tier, [(second, b), (first, a)]) == [True, False]
