@@ -5,7 +5,9 @@ promotion rules of hot/cold movement.
   ``admit_min_hits`` times in DRAM and the write fits the MB/s budget; otherwise it is dropped
   and counted (never blocked).
 - Promotion: a page read from SSD ``promote_min_hits`` times is reported hot, and ``TieredStore``
-  copies it into the tiers above (DRAM, and the pool when one is configured).
+  copies it into the tiers above (DRAM, and the pool when one is configured). Reads are counted
+  per key fingerprint in a native table (no key string kept): two keys sharing a fingerprint
+  share a count, which can only move a promotion earlier, never serve other bytes.
 - Deadlines: ``put_batch`` / ``get_batch_into`` take an optional absolute ``deadline``
   (``time.monotonic()``; None: now + ``timeout_s``, the YAML's ``io.timeout_s``, as the ``Tier``
   contract says); ``clear`` and ``close`` are bounded by ``timeout_s``; ``contains`` and
@@ -28,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from hicache_mooncake.native import FpTable, fingerprint, fingerprints
 from hicache_mooncake.ssd import SsdEngine
 from hicache_mooncake.ssd.format import BLOCK, entry_size
 
@@ -54,7 +57,7 @@ class SsdTier(Tier):
         self.admit_min_hits = admit_min_hits
         self.promote_min_hits = promote_min_hits
         self.budget = write_budget or RateBudget(None)
-        self._reads: dict[str, int] = {}
+        self._reads = FpTable(1, 1024)  # key fingerprint -> reads from SSD since it was stored
         self._lock = threading.Lock()
         self.counts: Counter[str] = Counter()
         self.evict_listeners: list[Callable[[str], None]] = []
@@ -73,7 +76,7 @@ class SsdTier(Tier):
     def _forget(self, key: str) -> None:
         """The engine dropped ``key`` (region reclaim): forget it here and tell listeners."""
         with self._lock:
-            self._reads.pop(key, None)
+            self._reads.remove(np.array([fingerprint(key)], np.uint64))
         self.events.removed(self.name, (key,))
         for listener in self.evict_listeners:
             listener(key)
@@ -108,8 +111,9 @@ class SsdTier(Tier):
     def should_promote(self, key: str, ctx: AccessContext) -> bool:
         if self.promote_min_hits <= 0:
             return False
+        fp = np.array([fingerprint(key)], np.uint64)
         with self._lock:
-            hot = self._reads.get(key, 0) >= self.promote_min_hits
+            hot = int(self._reads.get(fp)[1][0, 0]) >= self.promote_min_hits
         if hot:
             self.counts["promotions"] += 1
         return hot
@@ -154,18 +158,24 @@ class SsdTier(Tier):
         result = self.engine.get_batch_into(
             [(key, parts) for key, parts, _ in items], self._deadline(deadline)
         )
-        with self._lock:
-            for (key, _, _), ok in zip(items, result, strict=True):
-                if ok:
-                    self._reads[key] = self._reads.get(key, 0) + 1
+        read = [key for (key, _, _), ok in zip(items, result, strict=True) if ok]
+        if read:
+            # one row per distinct fingerprint: a key read twice in one call counts twice
+            fps, times = np.unique(fingerprints(read), return_counts=True)
+            with self._lock:
+                counts = self._reads.get(fps)[1][:, 0]
+                self._reads.put(fps, counts + times.astype(np.uint64))
         return result
 
     def remove_batch(self, keys: Sequence[str], fps: np.ndarray | None = None) -> int:
-        """Index removals only (never waits for the disk); ``fps`` is not used (one engine
-        removal per key)."""
+        """Index removals only (never waits for the disk); ``fps`` (the keys' fingerprints)
+        forget their read counts in one native call (the engine still removes key by key)."""
+        if not keys:
+            return 0
+        if fps is None:
+            fps = fingerprints(keys)
         with self._lock:
-            for key in keys:
-                self._reads.pop(key, None)
+            self._reads.remove(fps)
         gone = [key for key in keys if self.engine.remove(key)]
         if gone:
             self.events.removed(self.name, gone)

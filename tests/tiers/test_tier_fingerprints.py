@@ -123,3 +123,28 @@ def test_a_collision_in_the_store_lookups_is_a_miss_in_dram_never_anothers_bytes
     buf = np.zeros(PAGE, np.uint8)
     assert store.get_batch_into([second], [[memoryview(buf)]]) == [False]
     assert not buf.any()
+
+
+def test_ssd_read_counts_are_kept_per_fingerprint_and_forgotten_with_the_key(make_store: Any) -> None:
+    """The SSD tier's read counts (``promote_min_hits``) live in a native table keyed by the keys'
+    fingerprints: a read counts once per page read (twice in one call: twice), a removal with the
+    caller's fingerprints forgets the count, and a key never read is not hot."""
+    ssd = make_store().ssd
+    ssd.promote_min_hits = 2
+    keys = ["hot", "warm", "cold"]
+    assert all(ssd.put_batch([(k, [memoryview(page(k))], DEFAULT_CONTEXT) for k in keys]))
+
+    def read(*asked: str) -> list[bool]:
+        bufs = [np.zeros(PAGE, np.uint8) for _ in asked]
+        return ssd.get_batch_into(
+            [(k, [memoryview(b)], DEFAULT_CONTEXT) for k, b in zip(asked, bufs, strict=True)]
+        )
+
+    assert read("hot", "hot", "warm") == [True, True, True]
+    assert read("absent") == [False]
+    hot = [ssd.should_promote(k, DEFAULT_CONTEXT) for k in (*keys, "absent")]
+    assert hot == [True, False, False, False]
+    assert ssd.remove_batch(["hot"], fingerprints(["hot"])) == 1
+    assert ssd.put_batch([("hot", [memoryview(page("hot"))], DEFAULT_CONTEXT)]) == [True]
+    assert not ssd.should_promote("hot", DEFAULT_CONTEXT)  # stored again: its count starts over
+    assert read("warm") == [True] and ssd.should_promote("warm", DEFAULT_CONTEXT)
