@@ -58,7 +58,16 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    spec = json.loads((argv if argv is not None else sys.argv[1:])[0])
+    args = argv if argv is not None else sys.argv[1:]
+    try:
+        spec = json.loads(args[0])
+    except (IndexError, json.JSONDecodeError):
+        print(
+            f"usage: unshare -n -- python -m {__spec__.name if __spec__ else __name__} SPEC_JSON "
+            "(started by `hicache-mooncake bench gil`)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         result = measure(spec)
     except Exception as exc:
