@@ -81,6 +81,10 @@ class SsdEngine:
         try:
             self._recover_seconds, to_scan = attach(core, self._epochs, self._lock_fds, progress)
             core.pool = IoPool(options.io_threads)
+            with core.lock:  # regions scanned at open (strict): summarized now, their keys leave memory
+                for r in core.regions:
+                    if r.state is RegionState.SEALED and not r.summarized and r.rid in core.fifo:
+                        self._alloc.summaries.maybe_summarize(r)
             reserve_staging(core.buffers, options)
             self._rescan = BackgroundScan(
                 core, to_scan, lambda rid: rid in self._epochs.maps[rid % len(options.dirs)],

@@ -92,3 +92,19 @@ def test_a_synchronous_eviction_tells_the_keys_when_the_region_is_reopened(ssd_d
         _check(e, put, evicted)
     finally:
         e.close()
+
+
+def test_regions_scanned_at_a_strict_open_are_summarized_and_their_keys_leave_memory(ssd_dir: str) -> None:
+    put = [f"model/tp0/page-{i:05d}" for i in range(40)]
+    e = open_engine(ssd_dir, capacity_bytes=6 << 20, region_size=1 << 20)
+    try:
+        _put_all(e, put)
+    finally:
+        e.close()
+    e = open_engine(ssd_dir, capacity_bytes=6 << 20, region_size=1 << 20, strict=True)
+    try:
+        assert e.stats()["recover_from_summaries"] == 0  # strict: every region scanned
+        _summaries_written(e)
+        assert sorted(e.keys()) == sorted(put)
+    finally:
+        e.close()
