@@ -1,20 +1,22 @@
-"""The host cache's client moves a batch of pages between its host pool and the service's shared
-arena in one native copy per pool buffer, whatever the batch's length (issue 49 item 3): a set of
-32 pages that are slices of one pool array is one copy; a get is one copy for the object headers
-and one for the bodies, then one for the headers' second reading; the bytes round-trip exactly
-through a real host-cache service process."""
+"""The host cache's client moves a batch of pages between SGLang's host pool and the service's
+shared arena in one native copy per pool buffer, whatever the batch's length (issue 49 item 3): a
+set of 32 pages, each a K run and a V run of two pool tensors (views made by the adapter's
+``HostPoolViews``, as for SGLang's pool), is one copy per tensor; a get is one copy for the object
+headers and one per tensor, then one for the headers' second reading; no part is copied in
+Python, and the bytes round-trip exactly through a real host-cache service process."""
 
 from __future__ import annotations
 
-import numpy as np
+import torch
 from host_cache_procs import PrivateHostCache
 
 from hicache_mooncake.config import validate_config
+from hicache_mooncake.sglang_adapter.host_pool_views import HostPoolViews
 from hicache_mooncake.store_builder import build_client_store
 from hicache_mooncake.tiers.host_cache_tier import HostCacheTier
 from hicache_mooncake.transport.local import LocalEngine
 
-PAGE = 16 << 10
+HALF = 8 << 10  # bytes of a page's K (and of its V) run
 PAGES = 32
 
 
@@ -26,18 +28,23 @@ def test_a_batch_of_pool_pages_is_one_native_copy_each_way(host_cache: PrivateHo
         assert isinstance(tier, HostCacheTier)
         engine = tier.client.engine
         assert isinstance(engine, LocalEngine)
-        pool = np.random.default_rng(7).integers(0, 256, PAGES * PAGE, dtype=np.uint8)  # a host pool buffer
+        k = torch.randint(0, 256, (PAGES, HALF), dtype=torch.uint8)  # the pool's K and V buffers
+        v = torch.randint(0, 256, (PAGES, HALF), dtype=torch.uint8)
+        views = HostPoolViews([k, v])
         keys = [f"native-{i}" for i in range(PAGES)]
-        pages = [[pool.data[i * PAGE : (i + 1) * PAGE]] for i in range(PAGES)]
-        assert store.put_batch(keys, pages) == [True] * PAGES
-        assert engine.counters == {"native_copies": 1, "python_copied_parts": 0}
 
-        out = np.zeros_like(pool)
-        into = [[out.data[i * PAGE : (i + 1) * PAGE]] for i in reversed(range(PAGES))]
-        assert store.get_batch_into(keys, into) == [True] * PAGES
-        assert engine.counters == {"native_copies": 1 + 3, "python_copied_parts": 0}
-        for i in range(PAGES):
-            j = PAGES - 1 - i  # page i was read into row j
-            assert np.array_equal(out[j * PAGE : (j + 1) * PAGE], pool[i * PAGE : (i + 1) * PAGE]), i
+        def runs(rows: list[int]) -> list[list[memoryview]]:
+            ptrs = [t.data_ptr() + r * HALF for r in rows for t in (k, v)]
+            return views.page_parts(ptrs, [HALF] * len(ptrs), len(rows))
+
+        assert store.put_batch(keys, runs(list(range(PAGES)))) == [True] * PAGES
+        assert engine.counters == {"native_copies": 2, "python_copied_parts": 0}
+        want_k, want_v = k.clone(), v.clone()
+        k.zero_()
+        v.zero_()
+        rows = list(reversed(range(PAGES)))  # page i is read into row PAGES - 1 - i
+        assert store.get_batch_into(keys, runs(rows)) == [True] * PAGES
+        assert engine.counters == {"native_copies": 2 + 3 + 1, "python_copied_parts": 0}
+        assert torch.equal(k, want_k.flip(0)) and torch.equal(v, want_v.flip(0))
     finally:
         store.close()
