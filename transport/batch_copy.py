@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
@@ -27,24 +28,55 @@ from hicache_mooncake.native import copy_pages
 _from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
 _LOCATE_ERRORS = (TypeError, ValueError, BufferError)
+_OBJ = attrgetter("obj")
 
 
 @dataclass
 class Located:
     """Where the views of a batch lie: per distinct exporting object, the positions of its views
-    in the batch and their byte offsets in its buffer; ``loose``: positions of views that could
-    not be located (copied in Python)."""
+    in the batch and their byte offsets in its buffer (int64 arrays); ``loose``: positions of
+    views that could not be located (copied in Python)."""
 
-    groups: list[tuple[object, list[int], list[int]]] = field(default_factory=list)
+    groups: list[tuple[object, np.ndarray, np.ndarray]] = field(default_factory=list)
     loose: list[int] = field(default_factory=list)
 
 
 def locate(views: Sequence[memoryview]) -> Located:
     """Locate each view of ``views`` (1-D byte views) in the buffer of the object exporting it.
-    Zero-length views are left out (nothing to copy)."""
+    Zero-length views are left out (nothing to copy). The usual batch (every view writable and
+    non-empty, a few exporters) is located with no per-view Python loop."""
+    if not views:
+        return Located()
+    owners = list(map(_OBJ, views))
+    try:
+        addrs = np.fromiter(map(_addressof, map(_from_buffer, views)), dtype=np.int64, count=len(views))
+        distinct = {id(o): o for o in owners}
+        bases = {key: _addressof(_from_buffer(o)) for key, o in distinct.items()}
+    except _LOCATE_ERRORS:  # a read-only, empty or odd view: sort them one by one
+        return _locate_each(views)
     out = Located()
+    if len(distinct) == 1:
+        ((key, owner),) = distinct.items()
+        offsets = addrs - bases[key]
+        if offsets.min() < 0:
+            return _locate_each(views)
+        out.groups.append((owner, np.arange(len(views)), offsets))
+        return out
+    ids = np.fromiter(map(id, owners), dtype=np.uint64, count=len(owners))
+    for key, owner in distinct.items():
+        idx = np.flatnonzero(ids == np.uint64(key))
+        offsets = addrs[idx] - bases[key]
+        if offsets.min() < 0:
+            return _locate_each(views)
+        out.groups.append((owner, idx, offsets))
+    return out
+
+
+def _locate_each(views: Sequence[memoryview]) -> Located:
+    """``locate`` one view at a time: the views that cannot be located are ``loose``."""
     by_owner: dict[int, tuple[object, list[int], list[int]]] = {}
     bases: dict[int, int] = {}
+    loose: list[int] = []
     for i, view in enumerate(views):
         if not view.nbytes:
             continue
@@ -56,18 +88,18 @@ def locate(views: Sequence[memoryview]) -> Located:
             if base is None:
                 base = bases[key] = _addressof(_from_buffer(owner))
         except _LOCATE_ERRORS:
-            out.loose.append(i)
+            loose.append(i)
             continue
         if addr < base:
-            out.loose.append(i)
+            loose.append(i)
             continue
         group = by_owner.get(key)
         if group is None:
             group = by_owner[key] = (owner, [], [])
         group[1].append(i)
         group[2].append(addr - base)
-    out.groups = list(by_owner.values())
-    return out
+    groups = [(o, _i64(idx), _i64(offs)) for o, idx, offs in by_owner.values()]
+    return Located(groups, loose)
 
 
 def copy_into(big: memoryview, big_offsets: Sequence[int], views: Sequence[memoryview]) -> Located:
@@ -77,7 +109,7 @@ def copy_into(big: memoryview, big_offsets: Sequence[int], views: Sequence[memor
     copied."""
     where, offsets, lengths = _prepare(big, big_offsets, views)
     for owner, idx, src in where.groups:
-        copy_pages(big, offsets[idx], owner, _i64(src), lengths[idx])
+        copy_pages(big, offsets[idx], owner, src, lengths[idx])
     for i in where.loose:
         off = big_offsets[i]
         big[off : off + views[i].nbytes] = views[i]
@@ -90,7 +122,7 @@ def copy_out(big: memoryview, big_offsets: Sequence[int], views: Sequence[memory
     copied."""
     where, offsets, lengths = _prepare(big, big_offsets, views)
     for owner, idx, dst in where.groups:
-        copy_pages(owner, _i64(dst), big, offsets[idx], lengths[idx])
+        copy_pages(owner, dst, big, offsets[idx], lengths[idx])
     for i in where.loose:
         off = big_offsets[i]
         views[i][:] = big[off : off + views[i].nbytes]

@@ -76,7 +76,7 @@ def test_read_only_and_zero_length_views_copy_exactly_in_python() -> None:
     pool = np.full(PAGE, 9, dtype=np.uint8)
     views = [memoryview(data)[:5000], pool.data[0:0], memoryview(data)[5000:], pool.data[:100]]
     where = locate(views)
-    assert where.loose == [0, 2] and [idx for _, idx, _ in where.groups] == [[3]]
+    assert where.loose == [0, 2] and [idx.tolist() for _, idx, _ in where.groups] == [[3]]
     big = arena(4 * PAGE)
     copy_into(big, [PAGE, 0, PAGE + 5000, 0], views)
     assert big[PAGE : PAGE + len(data)] == data and big[:100] == b"\x09" * 100
