@@ -271,11 +271,14 @@ class RdmaEngine:
                 rnd.extents.append((i, items[i][0], sges))
         if not read and rnd.copy_back:
             assert self.scratch is not None
-            bounced = rnd.copy_back
-            self._count_copies(
-                copy_into(self.scratch.view, [o for _, _, o in bounced], [v for _, v, _ in bounced])
-            )
-            rnd.copy_back = []
+            bounced, rnd.copy_back = rnd.copy_back, []
+            try:
+                self._count_copies(
+                    copy_into(self.scratch.view, [o for _, _, o in bounced], [v for _, v, _ in bounced])
+                )
+            except ValueError:  # refused before a byte moved: the round's items fail (a miss)
+                self._count("copy_errors", 1)
+                rnd.extents = []
         return rnd
 
     def _map_item(self, i: int, parts: Sequence[memoryview], read: bool, wait_until: float | None) -> Any:
@@ -356,7 +359,11 @@ class RdmaEngine:
         backs = [(dst, off) for i, dst, off in rnd.copy_back if i in ok]
         if read and backs:
             assert self.scratch is not None
-            self._count_copies(copy_out(self.scratch.view, [o for _, o in backs], [d for d, _ in backs]))
+            try:
+                self._count_copies(copy_out(self.scratch.view, [o for _, o in backs], [d for d, _ in backs]))
+            except ValueError:  # refused before a byte moved: the round's items fail (a miss)
+                self._count("copy_errors", 1)
+                return []
         return sorted(ok)
 
     def _post_and_wait(self, qp: RcQp, wins: list[list[Any]], read: bool, deadline: float) -> int:
