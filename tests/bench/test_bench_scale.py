@@ -74,6 +74,29 @@ def test_bench_scale_end_to_end(tmp_path: Path) -> None:
         "reopen_after_kill_s",
     }
     assert "exists_p99_us_per_million_entries" in data
+    # issue 49's figures by their names, at the largest count
+    assert data["bytes_per_entry"] == data["per_entries"][-1]["bytes_per_entry"]
+    assert data["exists_p99_us"] == data["per_entries"][-1]["exists_p99_us"]
+
+
+def test_bench_scale_index_only_fills_the_default_placement_and_an_ssd_index(tmp_path: Path) -> None:
+    """``--index-only``'s child (no payload, no backend): every key resident in the default policy,
+    DRAM's share at its watermarks, every looked-up key found in the SSD index."""
+    import argparse
+
+    from hicache_mooncake.tools.bench.scale import _child_index
+
+    out = tmp_path / "index.json"
+    args = argparse.Namespace(
+        child_n=20000, batch=128, page_bytes="4KiB", dram="64MiB", child_dir=str(tmp_path), child_out=str(out),
+        samples=50,
+    )  # fmt: skip
+    assert _child_index(args) == 0
+    row = json.loads(out.read_text())
+    assert row["policy"] == "ReusePolicy" and row["residents"] == 20000
+    assert 0 < row["dram_residents"] <= 16384 * 0.95  # 64 MiB of 4 KiB pages, at the high watermark
+    assert row["exists"]["found"] == 50 * 128 and 0 < row["exists"]["p50_us"] <= row["exists"]["p99_us"]
+    assert row["ssd_index_nbytes"] > 0 and row["bytes_per_entry"] > 0
 
 
 def test_bench_scale_refuses_a_configuration_its_children_would_refuse(tmp_path: Path) -> None:
