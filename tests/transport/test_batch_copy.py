@@ -1,17 +1,23 @@
 """``transport.batch_copy``: a batch of pages that are slices of one pool buffer (as SGLang's host
 pool views are, numpy or torch) crosses into native code once, its bytes land exactly, in part
 order, both ways; a range outside the large buffer is refused naming the item and moves no byte
-of the batch; views that cannot be located (read-only bytes) still copy exactly."""
+of the batch; views that cannot be located (read-only bytes) still copy exactly. The ``local``
+engine on a real node's arena fails only the items outside it, and nothing past its deadline."""
 
 from __future__ import annotations
 
 import mmap
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from transport_procs import SECRET, NodeProc
 
+from hicache_mooncake.transport import ClientOptions, NodeClient
 from hicache_mooncake.transport.batch_copy import copy_into, copy_out, locate
+from hicache_mooncake.transport.local import LocalEngine
 
 PAGE = 4096
 
@@ -83,3 +89,40 @@ def test_read_only_and_zero_length_views_copy_exactly_in_python() -> None:
     readonly = memoryview(bytes(100))
     with pytest.raises(TypeError):
         copy_out(big, [0], [readonly])  # a read-only destination is refused, not silently skipped
+
+
+@pytest.mark.integration
+def test_the_local_engine_fails_only_items_outside_the_arena_and_moves_nothing_past_its_deadline(
+    tmp_path: Path,
+) -> None:
+    """Against a real node's mapped arena: a batch read with one extent past the arena's end
+    copies the others (one native copy) and leaves that item's buffer untouched; a batch whose
+    deadline has passed fails every item and writes no byte."""
+    node = NodeProc(tmp_path, "batch-node", None, "t", capacity="4MiB").start()
+    c = NodeClient("127.0.0.1", node.port, ClientOptions(timeout_s=2.0, secret=SECRET.encode()), "local")
+    try:
+        page = np.random.default_rng(5).integers(0, 256, PAGE, dtype=np.uint8)
+        assert c.put_batch([("p", [page.data])]) == [True]
+        [ref] = c.lookup_batch(["p"])
+        engine = c.engine
+        assert isinstance(engine, LocalEngine) and ref.found
+        out = np.full(4 * PAGE, 0xAB, dtype=np.uint8)
+        parts = [out.data[i * PAGE : (i + 1) * PAGE] for i in range(4)]
+        before = engine.counters["native_copies"]
+        far = time.monotonic() + 5
+        extents = [
+            (ref.offset, [parts[0]]),
+            (1 << 40, [parts[1]]),
+            (-1, [parts[2]]),
+            (ref.offset, [parts[3]]),
+        ]
+        assert engine.read("batch-node", extents, far) == [True, False, False, True]
+        assert np.array_equal(out[:PAGE], page) and np.array_equal(out[3 * PAGE :], page)
+        assert (out[PAGE : 3 * PAGE] == 0xAB).all()
+        assert engine.counters["native_copies"] == before + 1
+        out[:] = 0xCD
+        assert engine.read("batch-node", extents[:1], time.monotonic() - 0.001) == [False]
+        assert (out == 0xCD).all()
+    finally:
+        c.close()
+        node.stop()
