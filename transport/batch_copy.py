@@ -4,12 +4,13 @@ buffer, the GIL released once per call: SGLang's host pool views are slices of o
 pool buffer, so a batch of pages is one call (two for split K/V buffers), whatever its length.
 
 Each view is located as (the object exporting its memory, ``memoryview.obj``; its offset in that
-object's buffer) from the two addresses. The native side checks every offset and length against
-the sizes of the buffers it borrows before it copies a byte (all or nothing per call, a
-``ValueError`` naming the item otherwise), so a wrong location can only fail the call, never touch
-other memory. Views that cannot be located (read-only or zero-length, or whose exporter is not
-one writable contiguous buffer, e.g. ``bytes``) are copied by memoryview assignment, keeping the
-GIL: small internal buffers and tests; SGLang's pool always locates.
+object's buffer) from the two addresses. Every range in the large buffer is checked for the whole
+batch before a byte moves (a ``ValueError`` naming the first bad item, nothing copied), and the
+native side checks every offset and length against the sizes of both buffers it borrows (all or
+nothing per call), so a wrong location can only fail the call, never touch other memory. Views
+that cannot be located (read-only, or whose exporter is not one writable contiguous buffer, e.g.
+``bytes``) are copied by memoryview assignment, keeping the GIL: small internal buffers and
+tests; SGLang's pool always locates. Zero-length views copy nothing.
 
 This module imports nothing of SGLang (``transport`` is below ``tiers``).
 """
