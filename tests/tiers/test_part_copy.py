@@ -1,7 +1,7 @@
 """Pages of SGLang's host pool move to and from arena slots in one native copy per pool buffer:
-parts that are slices of torch CPU tensors (as our pool views are) or of any writable buffer
-resolve to offsets in their buffer; the bytes land exactly, in part order; parts that cannot be
-resolved (read-only bytes) still copy exactly."""
+parts that are slices of torch CPU tensors (as our pool views are) are located in their buffer;
+the bytes land exactly, each page's parts back to back in its slot; parts that cannot be located
+(read-only bytes) still copy exactly."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import mmap
 import numpy as np
 import torch
 
-from hicache_mooncake.tiers.part_copy import gather_pages, resolve, scatter_pages
+from hicache_mooncake.tiers.part_copy import gather_pages, scatter_pages
 
 
 def arena(n: int) -> np.ndarray:
@@ -24,10 +24,9 @@ def test_pages_from_two_pool_tensors_round_trip_through_the_arena() -> None:
     rows = [3, 17, 17, 40, 63]
     pages = [[kb.data[r * 4096 : (r + 1) * 4096], vb.data[r * 4096 : r * 4096 + 1000]] for r in rows]
     slots = [0, 8192, 16384, 40960, 32768]
-    runs = resolve(pages, slots)
-    assert runs is not None and len(runs.groups) == 2  # one native copy per pool tensor
     mem = arena(64 << 10)
-    gather_pages(mem, slots, pages)
+    where = gather_pages(mem, slots, pages)
+    assert len(where.groups) == 2 and not where.loose  # one native copy per pool tensor
     for r, slot in zip(rows, slots, strict=True):
         assert mem[slot : slot + 4096].tobytes() == k[r].numpy().tobytes()
         assert mem[slot + 4096 : slot + 5096].tobytes() == v[r].numpy().tobytes()[:1000]
@@ -44,9 +43,9 @@ def test_pages_from_two_pool_tensors_round_trip_through_the_arena() -> None:
 def test_read_only_parts_copy_exactly_without_the_native_path() -> None:
     data = bytes(range(256)) * 40
     pages = [[memoryview(data)[:5000], memoryview(data)[5000:]]]
-    assert resolve(pages, [4096]) is None
     mem = arena(1 << 16)
-    gather_pages(mem, [4096], pages)
+    where = gather_pages(mem, [4096], pages)
+    assert not where.groups and where.loose == [0, 1]
     assert mem[4096 : 4096 + len(data)].tobytes() == data
 
 
@@ -58,9 +57,8 @@ def test_pages_of_one_pool_tensor_are_one_native_copy_and_land_in_order() -> Non
         for r in (9, 2, 5)
     ]
     slots = [16384, 0, 8192]
-    runs = resolve(pages, slots)
-    assert runs is not None and len(runs.groups) == 1
     mem = arena(32 << 10)
-    gather_pages(mem, slots, pages)
+    where = gather_pages(mem, slots, pages)
+    assert len(where.groups) == 1 and not where.loose
     for r, slot in zip((9, 2, 5), slots, strict=True):
         assert mem[slot : slot + 8192].tobytes() == pool[r].numpy().tobytes()
