@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hicache_mooncake.native import fingerprints
+
 from .parts import Parts, pages_sizes
 from .policy import AccessContext, ObjectType
 from .policy.contexts import get_contexts
@@ -73,8 +75,9 @@ class GetPath:
         """``keys`` are not in DRAM although the placement may place them there: they stay placed
         on SSD when it holds them, and are forgotten otherwise."""
         ssd_tier, dram_tier = self.state.ssd, self.state.dram
-        on_ssd = ssd_tier.contains_batch(keys) if ssd_tier is not None else [False] * len(keys)
-        in_dram = dram_tier.contains_batch(keys) if dram_tier is not None else [False] * len(keys)
+        fps = fingerprints(keys)  # once for both tiers
+        on_ssd = ssd_tier.contains_batch(keys, fps) if ssd_tier is not None else [False] * len(keys)
+        in_dram = dram_tier.contains_batch(keys, fps) if dram_tier is not None else [False] * len(keys)
         with self.state.lock:
             placement = self.state.placement
             if placement is None:

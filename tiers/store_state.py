@@ -36,6 +36,8 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar, cast
 
+from hicache_mooncake.native import fingerprints
+
 from .dram_tier import DramTier
 from .events_sink import NULL_SINK, EventsSink
 from .layout import CallGate, TierLayout
@@ -261,10 +263,11 @@ class StoreState:
         """Remove dropped pages from both local tiers; hand DRAM overflow to the mover."""
         if drops:
             keys = list(map(_DROP_KEY, drops))
+            fps = fingerprints(keys)  # once for both tiers
             if (dram := self.dram) is not None:
-                dram.remove_batch(keys)
+                dram.remove_batch(keys, fps)
             if (ssd := self.ssd) is not None:
-                ssd.remove_batch(keys)
+                ssd.remove_batch(keys, fps)
             self.counts["dropped"] += len(drops)
             for tier, n in Counter(map(_DROP_TIER, drops)).items():  # per tier: evictions (metrics)
                 self.counts[f"dropped_{tier}"] += n
