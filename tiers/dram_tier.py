@@ -47,6 +47,7 @@ import numpy as np
 from hicache_mooncake.native import copy_pages, fingerprints
 from hicache_mooncake.transport.arena_files import ArenaSpec
 from hicache_mooncake.transport.object_header import (
+    HEADER_MAGIC,
     HEADER_SIZE,
     STATE_FREE,
     STATE_VALID,
@@ -65,6 +66,19 @@ from .slab_allocator import SlabAllocator, slot_size_for
 from .tier import Tier
 
 log = logging.getLogger(__name__)
+_HEADER_DTYPE = np.dtype(
+    [
+        ("magic", "<u4"),
+        ("state", "<u4"),
+        ("version", "<u8"),
+        ("key_hash", "<u8"),
+        ("size", "<u8"),
+        ("obj_type", "u1"),
+        ("reserved", "V31"),
+    ]
+)
+"""``ObjectHeader``'s layout as a numpy record (64 bytes, little-endian, no padding)."""
+assert _HEADER_DTYPE.itemsize == HEADER_SIZE
 _ITEM_KEY = operator.itemgetter(0)
 _ITEM_PARTS = operator.itemgetter(1)
 _ITEM_CTX = operator.itemgetter(2)
@@ -197,6 +211,39 @@ class DramTier(Tier):
     def _invalidate(self, offset: int, nbytes: int) -> None:
         if self.headers and not self._closed:
             ObjectHeader.pack_into(self._arena.bytes, header_offset(offset, nbytes), STATE_FREE, 0, 0, 0, 0)
+
+    def _write_headers(
+        self,
+        offsets: Sequence[int],
+        sizes: Sequence[int],
+        state: int,
+        versions: Sequence[int] | int = 0,
+        keys: Sequence[str] | None = None,
+        obj_types: Sequence[int] | int = 0,
+    ) -> None:
+        """``_write_header`` of a batch in one native copy (FREE headers: ``keys`` None, zeros)."""
+        n = len(offsets)
+        if not n or self._closed:
+            return
+        headers = np.zeros(n, dtype=_HEADER_DTYPE)
+        headers["magic"] = HEADER_MAGIC
+        headers["state"] = state
+        if state != STATE_FREE:
+            headers["version"] = versions
+            headers["key_hash"] = list(map(key_hash, keys or ()))
+            headers["size"] = sizes
+            headers["obj_type"] = obj_types
+        size_arr = np.asarray(sizes, dtype=np.uint64)
+        at = np.asarray(offsets, dtype=np.uint64) + (size_arr + np.uint64(HEADER_SIZE - 1)) // np.uint64(
+            HEADER_SIZE
+        ) * np.uint64(HEADER_SIZE)
+        copy_pages(
+            self._arena.bytes,
+            at,
+            headers.view(np.uint8),
+            np.arange(n, dtype=np.uint64) * np.uint64(HEADER_SIZE),
+            np.full(n, HEADER_SIZE, dtype=np.uint64),
+        )
 
     # ------------------------------------------------------------------ queries
     def contains_batch(self, keys: Sequence[str], fps: np.ndarray | None = None) -> list[bool]:
@@ -435,8 +482,6 @@ class DramTier(Tier):
                     out.append(None)
                     continue
                 version = next(self._versions)
-                if self.headers:
-                    self._write_header(offset, nbytes, STATE_WRITING, version, key, obj_type)
                 out.append(
                     Reservation(
                         key,
@@ -448,6 +493,16 @@ class DramTier(Tier):
                         self._generation,
                         tag,
                     )
+                )
+            if self.headers:
+                made = [r for r in out if r is not None]
+                self._write_headers(
+                    [r.offset for r in made],
+                    [r.nbytes for r in made],
+                    STATE_WRITING,
+                    [r.version for r in made],
+                    [r.key for r in made],
+                    [r.obj_type for r in made],
                 )
         return out
 
@@ -527,9 +582,8 @@ class DramTier(Tier):
             slots = offsets.tolist()
             self.events.removed(self.name, gone)
             if len(set(nbytes)) == 1 and len(at) > 1 and self._pins.keys().isdisjoint(slots):
-                if self.headers and not self._closed:
-                    for offset in slots:
-                        self._invalidate(offset, nbytes[0])
+                if self.headers:
+                    self._write_headers(slots, nbytes, STATE_FREE)
                 self._allocator.free_many(slots, self._slot_bytes(nbytes[0]))
             else:
                 for offset, size in zip(slots, nbytes, strict=True):
@@ -815,8 +869,7 @@ class DramTier(Tier):
         vers = list(versions) if pick is None else [versions[j] for j in pick]
         types = list(obj_types) if pick is None else [obj_types[j] for j in pick]
         if self.headers:
-            for key, offset, size, version, otype in zip(keys_in, offs, nbytes, vers, types, strict=True):
-                self._write_header(offset, size, STATE_VALID, version, key, otype)
+            self._write_headers(offs, nbytes, STATE_VALID, vers, keys_in, types)
         self._index.insert(keys_in, fps if pick is None else fps[pick], offs, nbytes, vers, types)
         self._hits[np.asarray(offs, dtype=np.uint64) >> SLOT_SHIFT] = 0
         self.events.stored(self.name, keys_in)

@@ -15,8 +15,9 @@ from reference_dram_index import ReferenceDramIndex
 
 from hicache_mooncake.metrics.tiers import TierStatsCollector
 from hicache_mooncake.native import fingerprint, set_test_fingerprint_mask
-from hicache_mooncake.tiers.dram_tier import DramTier
+from hicache_mooncake.tiers.dram_tier import DramTier, header_offset
 from hicache_mooncake.tiers.policy import DEFAULT_CONTEXT
+from hicache_mooncake.transport.object_header import STATE_FREE, STATE_WRITING, ObjectHeader
 
 MiB = 1 << 20
 COLLIDING_MASK = 0x7  # eight fingerprints for every key: collisions in every few keys
@@ -162,5 +163,32 @@ def test_address_based_reads_see_exactly_the_published_bodies_and_headers() -> N
         assert not tier.committed_extent(loc.offset, loc.header + 64 - loc.offset + 1)
         assert tier.remove_batch(["a"]) == 1
         assert not tier.committed_extent(loc.offset, 10_000)
+    finally:
+        tier.close()
+
+
+def test_a_batch_of_served_slots_carries_the_headers_one_sided_readers_check() -> None:
+    """Reserve, publish and remove of a batch write each slot's ``ObjectHeader`` (WRITING, then
+    VALID with the key's hash, version, size and type, then FREE) exactly as a one-sided reader
+    validates it."""
+    tier = DramTier(capacity=4 * MiB, slab_size=MiB, object_headers=True)
+    try:
+        keys = [f"served/{i}" for i in range(6)]
+        res = tier.reserve([(k, 10_000, i % 3) for i, k in enumerate(keys)])
+        assert all(r is not None for r in res)
+
+        def header(r_offset: int, nbytes: int) -> ObjectHeader:
+            at = header_offset(r_offset, nbytes)
+            return ObjectHeader.unpack(bytes(tier.arena_view[tier.wire_offset(at) :][:64]))
+
+        for r in res:
+            assert r is not None and header(r.offset, r.nbytes).state == STATE_WRITING
+        located = tier.publish([r for r in res if r is not None])
+        for key, loc in zip(keys, located, strict=True):
+            assert loc is not None and header(loc.offset, loc.nbytes).matches(key, loc.version, 10_000)
+        assert tier.remove_batch(keys[:4]) == 4
+        for loc in located[:4]:
+            assert loc is not None and header(loc.offset, loc.nbytes).state == STATE_FREE
+        assert header(located[4].offset, 10_000).matches(keys[4], located[4].version, 10_000)  # type: ignore[union-attr]
     finally:
         tier.close()
