@@ -159,6 +159,8 @@ class DramTier(Tier):
         self._hits = np.zeros(self._allocator.max_slabs * self._allocator.slab_size >> SLOT_SHIFT, np.uint32)
         """Reads of the object in each slot since it was published (``Pinned.hits``)."""
         self._pins: dict[int, int] = {}
+        self._inserts = 0
+        """Index inserts so far (under ``_lock``): a lookup made when it was N still holds while it is."""
         self._zombies: dict[int, int] = {}
         self._versions = itertools.count(time.time_ns() // 1000)
         self._lock = threading.Lock()
@@ -421,6 +423,7 @@ class DramTier(Tier):
             if self._closed:
                 return [False] * n
             look = self._index.lookup(keys, fps)
+            looked_at = self._inserts  # no insert since: the lookup still holds at publish
             results: list[bool] = look.found.tolist()
             self._counts["fingerprint_collisions"] += int(look.collided.sum())
             fresh: list[int] = np.flatnonzero(~look.occupied).tolist()
@@ -461,6 +464,7 @@ class DramTier(Tier):
                 nbytes,
                 list(itertools.islice(self._versions, len(chosen))),
                 types if len(chosen) == n else [types[i] for i in chosen],
+                known_absent=looked_at == self._inserts,
             )
             if len(chosen) == n:
                 return done
@@ -833,18 +837,20 @@ class DramTier(Tier):
         sizes: Sequence[int],
         versions: Sequence[int],
         obj_types: Sequence[int],
+        known_absent: bool = False,
     ) -> list[bool]:
         """Make each key findable at its filled slot, in one index call. A key published meanwhile
         (by another writer, or earlier in this batch) keeps its first (immutable) value: this
         slot is freed, True. A fingerprint another key holds: this slot is freed, False
-        (``fingerprint_collisions``)."""
+        (``fingerprint_collisions``). ``known_absent``: the caller looked every fingerprint up
+        as absent and no insert ran since (``_inserts``): the index is not asked again."""
         m = len(keys)
         if not m:
             return []
         fp_list: list[int] = fps.tolist()
         out = [True] * m
         chosen: list[int] = list(range(m))
-        if self._index.occupied(fps).any() or len(set(fp_list)) != m:
+        if len(set(fp_list)) != m or (not known_absent and self._index.occupied(fps).any()):
             look = self._index.lookup(keys, fps)
             seen: dict[int, str] = {}
             chosen = []
@@ -871,6 +877,7 @@ class DramTier(Tier):
         if self.headers:
             self._write_headers(offs, nbytes, STATE_VALID, vers, keys_in, types)
         self._index.insert(keys_in, fps if pick is None else fps[pick], offs, nbytes, vers, types)
+        self._inserts += 1
         self._hits[np.asarray(offs, dtype=np.uint64) >> SLOT_SHIFT] = 0
         self.events.stored(self.name, keys_in)
         self._counts["puts"] += len(keys_in)

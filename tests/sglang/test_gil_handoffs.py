@@ -1,13 +1,16 @@
-"""A data call on the DRAM tier gives the GIL up at most once: for its one native copy.
+"""A data call on the DRAM tier gives the GIL up a few times per call, never per page or part.
 
 SGLang calls the backend from its cache controller's threads while its scheduler thread runs
 Python most of the time. A thread that gives the GIL up (any torch call, a numpy loop over more
 than 500 elements, numpy's copies, a hand-off to a worker thread) waits up to a switch interval
 (5 ms by default) to get it back while another thread runs Python. Giving it up per part or per
 page took a DRAM get or set of 1 MiB pages next to one busy Python thread from 6-7 GB/s to
-0.25 GB/s (261 hand-offs per 64-page batch); a 64 KiB get gave it up 5 times per batch. The
-native data plane (issue 49) releases it once per call, for the batch's copy (the scheduler runs
-during it): at most one hand-off per set or get; an exists copies nothing and hands off none.
+0.25 GB/s (261 hand-offs per 64-page batch); a 64 KiB get gave it up 5 times per batch. On the
+native data plane (issue 49) each native call releases it once for its whole batch: a DRAM get
+makes three such calls (fingerprints, the index lookup, the copy), a set four (and the index
+insert), whatever the batch's length; each release may hand the GIL to the busy thread. So the
+bound is a small constant per call (``HANDOFFS_PER_CALL``), where a release per page or part
+would be at least ``PAGES``; an exists hands off none.
 
 The count here is exact, not a timing: with a busy Python thread and a 0.2 s switch interval,
 each hand-off costs ~0.2 s, while the call itself takes milliseconds.
@@ -26,6 +29,8 @@ pytestmark = pytest.mark.sglang
 
 INTERVAL = 0.2
 PAGES = 32
+HANDOFFS_PER_CALL = 3
+"""The fewest hand-offs of three tries a set or a get may have: below its native calls' count."""
 TRIES = 3
 """Another thread of the process waking mid-call (tqdm's monitor thread, left by an earlier test,
 wakes every 10 s) costs one interval too: the fewest hand-offs of three tries counts. A call that
@@ -40,7 +45,7 @@ LARGE_PAGES = PoolShape(page_size=64, layers=1, heads=16, head_dim=128, device_t
     [("layer_first", SMALL_PAGES), ("page_first", LARGE_PAGES), ("page_first_direct", LARGE_PAGES)],
     ids=["layer_first-24KiB", "page_first-512KiB", "page_first_direct-512KiB"],
 )
-def test_a_dram_set_and_get_give_the_gil_up_once_at_most_and_exists_never(
+def test_a_dram_set_and_get_give_the_gil_up_per_call_not_per_page_and_exists_never(
     layout: str, shape: PoolShape
 ) -> None:
     extra = small_extra(dram={"capacity": "64MiB", "slab_size": "1MiB", "prefault": False})
@@ -63,7 +68,8 @@ def test_a_dram_set_and_get_give_the_gil_up_once_at_most_and_exists_never(
             assert stored == read == [True] * PAGES and found == PAGES
             assert all(torch.equal(a, b) for a, b in zip(page_snapshot(host, idx), want, strict=True))
             counts.append((put, get, exists))
-        assert min(c[0] for c in counts) <= 1 and min(c[1] for c in counts) <= 1, counts
+        assert min(c[0] for c in counts) <= HANDOFFS_PER_CALL, counts
+        assert min(c[1] for c in counts) <= HANDOFFS_PER_CALL, counts
         assert min(c[2] for c in counts) == 0, counts
     finally:
         backend.close()
