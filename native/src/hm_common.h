@@ -41,4 +41,32 @@ static inline int hm_in_bounds(uint64_t off, uint64_t len, uint64_t size) {
     return off <= size && len <= size - off;
 }
 
+/* When a call gives the GIL away, its thread waits up to one switch interval (5 ms by default)
+ * to get it back whenever another thread runs Python meanwhile: far more than a short batch
+ * costs. So a call releases the GIL only for work worth that price: table batches of more than
+ * HM_GIL_KEEP_KEYS keys, copies and hashes of more than HM_GIL_KEEP_BYTES bytes. Shorter work
+ * runs with the GIL held (microseconds, like a dict lookup) and hands nothing to the scheduler. */
+#define HM_GIL_KEEP_KEYS 1024
+#define HM_GIL_KEEP_BYTES (64u * 1024u)
+
+/* Runs the statements `...` with the GIL released when `release` is true, held otherwise. */
+#define HM_MAYBE_WITHOUT_GIL(release, ...) \
+    do {                                   \
+        if (release) {                     \
+            Py_BEGIN_ALLOW_THREADS         \
+            __VA_ARGS__;                   \
+            Py_END_ALLOW_THREADS           \
+        } else {                           \
+            __VA_ARGS__;                   \
+        }                                  \
+    } while (0)
+
+/* The sum of n lengths, saturating (a sum past UINT64_MAX only needs to read as "large"). */
+static inline uint64_t hm_total_len(const uint64_t *len, Py_ssize_t n) {
+    uint64_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        total = len[i] > UINT64_MAX - total ? UINT64_MAX : total + len[i];
+    return total;
+}
+
 #endif

@@ -99,15 +99,13 @@ static PyObject *copy_impl(PyObject *const *args, Py_ssize_t nargs, int with_che
     uint64_t *h = with_checksum ? a.out.buf : NULL;
     Py_ssize_t n = a.n;
     if (n > 0) {
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++) {
+        /* Hashed from the destination right after the copy (still in cache for page sizes). */
+        HM_MAYBE_WITHOUT_GIL(hm_total_len(l, n) > HM_GIL_KEEP_BYTES, for (Py_ssize_t i = 0; i < n; i++) {
             if (l[i])
                 memmove(dst + d[i], src + s[i], (size_t)l[i]);
-            /* Hashed from the destination right after the copy (still in cache for page sizes). */
             if (h)
                 h[i] = fn(dst + d[i], (size_t)l[i]);
-        }
-        Py_END_ALLOW_THREADS
+        });
     }
     release(&a);
     Py_RETURN_NONE;

@@ -92,10 +92,12 @@ PyObject *hm_py_fingerprints(PyObject *self, PyObject *const *args, Py_ssize_t n
     uint64_t mask = atomic_load_explicit(&test_mask, memory_order_relaxed);
     uint64_t *h = out.buf;
     if (n > 0) {
-        Py_BEGIN_ALLOW_THREADS
+        uint64_t total = 0;
         for (Py_ssize_t i = 0; i < n; i++)
+            total += (uint64_t)lens[i];
+        HM_MAYBE_WITHOUT_GIL(total > HM_GIL_KEEP_BYTES, for (Py_ssize_t i = 0; i < n; i++) {
             h[i] = finish(fn(data[i], (size_t)lens[i]), mask);
-        Py_END_ALLOW_THREADS
+        });
     }
     PyMem_Free(data);
     PyMem_Free(lens);

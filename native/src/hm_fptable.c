@@ -1,9 +1,12 @@
 /* _core.FpTable (see hm_fptable.h).
  *
- * Locking rule: a thread takes the table's rwlock only with the GIL released, or (O(1) calls)
- * with the GIL held but never waits for the GIL while holding the rwlock, so the two locks
- * cannot deadlock. Inputs are borrowed and validated (lengths, dtypes, key != 0) with the GIL
- * held; then the GIL is released once for the whole batch.
+ * Locking rule: nobody waits for the GIL while holding the table's rwlock, and nobody waits for
+ * the rwlock while holding the GIL (a thread holding the GIL only *tries* the lock), so the two
+ * locks cannot deadlock and a long batch elsewhere never stalls Python. Inputs are borrowed and
+ * validated (lengths, dtypes, key != 0) with the GIL held. A batch of at most HM_GIL_KEEP_KEYS
+ * keys whose lock is free at once (and, for put, that needs no growth) then runs with the GIL
+ * held: microseconds, where giving the GIL away would cost the caller a switch interval to get
+ * it back. Any other batch releases the GIL once for its whole work.
  */
 #include "hm_fptable.h"
 
@@ -31,6 +34,33 @@ static void publish(FpTable *self) {
     atomic_store_explicit(&self->pub_count, self->table.count, memory_order_release);
     atomic_store_explicit(&self->pub_capacity, self->table.capacity, memory_order_release);
 }
+
+static int try_lock(FpTable *self, int writer) {
+    return writer ? pthread_rwlock_trywrlock(&self->lock) : pthread_rwlock_tryrdlock(&self->lock);
+}
+
+static void lock(FpTable *self, int writer) {
+    if (writer)
+        pthread_rwlock_wrlock(&self->lock);
+    else
+        pthread_rwlock_rdlock(&self->lock);
+}
+
+/* Runs the statements `...` under the table's lock (a writer's when `writer`), with the GIL held
+ * when the batch is short and the lock free at once, released otherwise (locking rule above). */
+#define TABLE_BATCH(self, n, writer, ...)                                   \
+    do {                                                                    \
+        if ((n) <= HM_GIL_KEEP_KEYS && try_lock((self), (writer)) == 0) {   \
+            __VA_ARGS__;                                                    \
+            pthread_rwlock_unlock(&(self)->lock);                           \
+        } else {                                                            \
+            Py_BEGIN_ALLOW_THREADS                                          \
+            lock((self), (writer));                                         \
+            __VA_ARGS__;                                                    \
+            pthread_rwlock_unlock(&(self)->lock);                           \
+            Py_END_ALLOW_THREADS                                            \
+        }                                                                   \
+    } while (0)
 
 static int check_keys(const uint64_t *fps, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -108,6 +138,18 @@ static void FpTable_dealloc(FpTable *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* Needs the write lock: upserts n keys; returns how many were stored before a failed growth. */
+static Py_ssize_t put_locked(FpTable *self, const uint64_t *k, const uint64_t *v, Py_ssize_t n,
+                             unsigned char *present) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int r = hm_table_put(&self->table, k[i], v + i * self->value_words);
+        if (r < 0)
+            return i;
+        present[i] = (unsigned char)r;
+    }
+    return n;
+}
+
 /* put(fps: u64[n], values: u64[n*w], out_present: bool[n]) -> None. On a failed growth the keys
  * before the failing one are stored and MemoryError says how many. */
 static PyObject *FpTable_put(FpTable *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -130,19 +172,18 @@ static PyObject *FpTable_put(FpTable *self, PyObject *const *args, Py_ssize_t na
     unsigned char *present = out.buf;
     Py_ssize_t done = n;
     if (n > 0) {
-        Py_BEGIN_ALLOW_THREADS
-        pthread_rwlock_wrlock(&self->lock);
-        for (Py_ssize_t i = 0; i < n; i++) {
-            int r = hm_table_put(&self->table, k[i], v + i * self->value_words);
-            if (r < 0) {
-                done = i;
-                break;
-            }
-            present[i] = (unsigned char)r;
+        int held = n <= HM_GIL_KEEP_KEYS && try_lock(self, 1) == 0;
+        if (held && (self->table.count + (size_t)n) * 4 > self->table.capacity * 3) {
+            pthread_rwlock_unlock(&self->lock); /* a growth rehashes every entry: not with the GIL */
+            held = 0;
         }
-        publish(self);
-        pthread_rwlock_unlock(&self->lock);
-        Py_END_ALLOW_THREADS
+        HM_MAYBE_WITHOUT_GIL(!held, {
+            if (!held)
+                lock(self, 1);
+            done = put_locked(self, k, v, n, present);
+            publish(self);
+            pthread_rwlock_unlock(&self->lock);
+        });
     }
     PyBuffer_Release(&out);
     PyBuffer_Release(&vals);
@@ -183,18 +224,14 @@ static PyObject *FpTable_get(FpTable *self, PyObject *const *args, Py_ssize_t na
     unsigned char *f = found.buf;
     uint64_t *v = vals.buf;
     if (n > 0) {
-        Py_BEGIN_ALLOW_THREADS
-        pthread_rwlock_rdlock(&self->lock);
-        for (Py_ssize_t i = 0; i < n; i++) {
+        TABLE_BATCH(self, n, 0, for (Py_ssize_t i = 0; i < n; i++) {
             const uint64_t *s = hm_table_find(&self->table, k[i]);
             f[i] = s != NULL;
             if (s)
                 memcpy(v + i * w, s, w * sizeof(uint64_t));
             else
                 memset(v + i * w, 0, w * sizeof(uint64_t));
-        }
-        pthread_rwlock_unlock(&self->lock);
-        Py_END_ALLOW_THREADS
+        });
     }
     PyBuffer_Release(&vals);
     PyBuffer_Release(&found);
@@ -222,12 +259,9 @@ static PyObject *FpTable_contains(FpTable *self, PyObject *const *args, Py_ssize
     const uint64_t *k = fps.buf;
     unsigned char *f = out.buf;
     if (n > 0) {
-        Py_BEGIN_ALLOW_THREADS
-        pthread_rwlock_rdlock(&self->lock);
-        for (Py_ssize_t i = 0; i < n; i++)
+        TABLE_BATCH(self, n, 0, for (Py_ssize_t i = 0; i < n; i++) {
             f[i] = hm_table_find(&self->table, k[i]) != NULL;
-        pthread_rwlock_unlock(&self->lock);
-        Py_END_ALLOW_THREADS
+        });
     }
     PyBuffer_Release(&out);
     PyBuffer_Release(&fps);
@@ -242,12 +276,7 @@ static PyObject *FpTable_prefix_len(FpTable *self, PyObject *arg) {
         return NULL;
     const uint64_t *k = fps.buf;
     if (n > 0) {
-        Py_BEGIN_ALLOW_THREADS
-        pthread_rwlock_rdlock(&self->lock);
-        while (i < n && hm_table_find(&self->table, k[i]) != NULL)
-            i++;
-        pthread_rwlock_unlock(&self->lock);
-        Py_END_ALLOW_THREADS
+        TABLE_BATCH(self, n, 0, while (i < n && hm_table_find(&self->table, k[i]) != NULL) i++);
     }
     PyBuffer_Release(&fps);
     return PyLong_FromSsize_t(i);
@@ -270,13 +299,11 @@ static PyObject *remove_batch(FpTable *self, PyObject *fps_obj, PyObject *expect
     const uint64_t *k = fps.buf, *e = expected_obj ? exp.buf : NULL;
     unsigned char *r = out.buf;
     if (n > 0) {
-        Py_BEGIN_ALLOW_THREADS
-        pthread_rwlock_wrlock(&self->lock);
-        for (Py_ssize_t i = 0; i < n; i++)
-            r[i] = (unsigned char)hm_table_remove(&self->table, k[i], e ? e + i : NULL);
-        publish(self);
-        pthread_rwlock_unlock(&self->lock);
-        Py_END_ALLOW_THREADS
+        TABLE_BATCH(self, n, 1, {
+            for (Py_ssize_t i = 0; i < n; i++)
+                r[i] = (unsigned char)hm_table_remove(&self->table, k[i], e ? e + i : NULL);
+            publish(self);
+        });
     }
     PyBuffer_Release(&out);
     if (expected_obj)

@@ -82,9 +82,7 @@ PyObject *hm_py_xxh3_64(PyObject *self, PyObject *arg) {
     if (hm_get_bytes(arg, "buf", 0, &view) < 0)
         return NULL;
     uint64_t h;
-    Py_BEGIN_ALLOW_THREADS
-    h = fn(view.buf, (size_t)view.len);
-    Py_END_ALLOW_THREADS
+    HM_MAYBE_WITHOUT_GIL((size_t)view.len > HM_GIL_KEEP_BYTES, h = fn(view.buf, (size_t)view.len));
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLongLong(h);
 }
@@ -124,10 +122,9 @@ PyObject *hm_py_xxh3_batch(PyObject *self, PyObject *const *args, Py_ssize_t nar
     uint64_t *h = out.buf;
     const char *base = buf.buf;
     if (n > 0) {
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++)
+        HM_MAYBE_WITHOUT_GIL(hm_total_len(l, n) > HM_GIL_KEEP_BYTES, for (Py_ssize_t i = 0; i < n; i++) {
             h[i] = fn(base + o[i], (size_t)l[i]);
-        Py_END_ALLOW_THREADS
+        });
     }
     PyBuffer_Release(&out);
     PyBuffer_Release(&len);

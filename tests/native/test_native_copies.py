@@ -103,3 +103,17 @@ def test_the_gil_is_released_during_a_big_copy() -> None:
     dst = np.empty(size, dtype=np.uint8)
     assert progress_during(lambda: native.copy_pages(dst, [0], src, [0], [size])) > 0
     assert dst[0] == 1 and dst[-1] == 1
+
+
+def test_a_short_copy_keeps_the_gil() -> None:
+    """Up to 64 KiB in all, a copy (and its checksum) runs with the GIL held: giving it away would
+    cost the caller a switch interval to get back."""
+    src = np.arange(64 * 1024, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    offs = [0, 16384, 32768, 49152]
+    assert progress_during(lambda: native.copy_pages(dst, offs, src, offs, [16384] * 4), attempts=5) == 0
+    assert (
+        progress_during(lambda: native.copy_pages_checksum(dst, offs, src, offs, [16384] * 4), attempts=5)
+        == 0
+    )
+    assert np.array_equal(dst, src)

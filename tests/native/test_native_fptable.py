@@ -183,3 +183,16 @@ def test_table_batches_release_the_gil() -> None:
     assert progress_during(lambda: table.contains(fps)) > 0
     assert progress_during(lambda: table.remove(fps)) > 0
     assert len(table) == 0
+
+
+def test_short_batches_keep_the_gil() -> None:
+    """A batch of at most 1024 keys (no growth) runs with the GIL held: handing it away would
+    cost the caller a switch interval to get back for microseconds of probing (a put that must
+    grow the table releases it: test_table_batches_release_the_gil)."""
+    fps = np.arange(1, 129, dtype=np.uint64)
+    table = FpTable(capacity=4096)
+    assert progress_during(lambda: table.put(fps, fps), attempts=5) == 0
+    assert progress_during(lambda: table.get(fps), attempts=5) == 0
+    assert progress_during(lambda: table.contains(fps), attempts=5) == 0
+    assert progress_during(lambda: table.prefix_len(fps), attempts=5) == 0
+    assert progress_during(lambda: table.remove(fps), attempts=5) == 0
