@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
+from typing import NamedTuple
 
 from .dram_tier import DramTier
 from .mover import Mover
@@ -51,6 +52,17 @@ _KEPT: tuple[bool | None, ...] = tuple(
     None if SetOutcome(value) == SetOutcome.REFUSED else True for value in range(len(SetOutcome))
 )
 """A page's local answer, indexed by its ``SetOutcome`` (whose values are 0..n-1)."""
+
+
+class _RoomAsk(NamedTuple):
+    """What a room step is asked to make room for: the call's ``keys`` and ``ctxs``, the indices
+    of the pages still ``missing`` a slot, the call's ``deadline`` and the mover of its layout."""
+
+    keys: Sequence[str]
+    ctxs: Sequence[AccessContext]
+    missing: list[int]
+    deadline: float
+    mover: Mover | None
 
 
 @dataclass
@@ -355,7 +367,7 @@ class SetPath:
         for make_room in (self._run_queued_demotions, self._free_dram):
             if not missing or time.monotonic() >= deadline:
                 break
-            make_room(keys, ctxs, missing, deadline, mover)
+            make_room(_RoomAsk(keys, ctxs, missing, deadline, mover))
             missing = self._attempt(attempt, missing)
         return missing
 
@@ -364,30 +376,17 @@ class SetPath:
         ok = attempt(idx)
         return [i for i, good in zip(idx, ok, strict=True) if not good]
 
-    def _run_queued_demotions(
-        self,
-        keys: Sequence[str],
-        ctxs: Sequence[AccessContext],
-        missing: list[int],
-        deadline: float,
-        mover: Mover | None,
-    ) -> None:
+    def _run_queued_demotions(self, ask: _RoomAsk) -> None:
         """Room step 1: queued demotions in this thread (when ``wait_for_room`` is on)."""
-        state = self.state
+        state, mover = self.state, ask.mover
         if mover is not None and state.options.wait_for_room:
             state.counts["waits_for_room"] += 1
-            mover.make_room(ctxs[missing[0]].size, len(missing), deadline)
+            mover.make_room(ask.ctxs[ask.missing[0]].size, len(ask.missing), ask.deadline)
 
-    def _free_dram(
-        self,
-        keys: Sequence[str],
-        ctxs: Sequence[AccessContext],
-        missing: list[int],
-        deadline: float,
-        mover: Mover | None,
-    ) -> None:
+    def _free_dram(self, ask: _RoomAsk) -> None:
         """Room step 2: the placement frees DRAM for the pages ``missing`` (one placement call)."""
         state = self.state
+        keys, ctxs, missing, deadline, mover = ask
         state.settle_deferred(deadline)
         size = ctxs[missing[0]].size
         # short of slots, not bytes: only pages that make room for this class leave

@@ -7,8 +7,8 @@ such lines is a fingerprint, and a fingerprint found at two places (two files, o
 file) fails the test with both locations. The same logic written twice is folded into one place;
 ``tools/`` and the tests are not product code (``product_code``).
 
-``KNOWN``: duplicates in folders another engineer is rewriting now, by (file, first line's text);
-it only shrinks (an entry that no longer occurs fails the test, so it is removed with the fix).
+``KNOWN``: accepted duplicates by (file, first line's text): empty, and an entry that no longer
+occurs fails the test (so the set can only shrink back to empty).
 """
 
 from __future__ import annotations
@@ -24,11 +24,7 @@ WINDOW = 8
 _FILLER = re.compile(r"^[()\[\]{},:;\s]*$")  # lone brackets and commas
 _SKIP = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING}
 _STRINGS = {tokenize.STRING, *(getattr(tokenize, n) for n in ("FSTRING_START",) if hasattr(tokenize, n))}
-KNOWN: set[tuple[str, str]] = {
-    # engineer D's (tiers/, being rewritten): the room steps _run_queued_demotions and _free_dram
-    # repeat one parameter list and their first line
-    ("tiers/set_path.py", "self ,"),
-}
+KNOWN: set[tuple[str, str]] = set()
 
 
 def code_lines(path: Path) -> list[tuple[int, str]]:
