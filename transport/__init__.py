@@ -18,7 +18,8 @@ Imports as ``hicache_mooncake.transport`` (pyproject maps the folder); one job p
   proof), ``sockio`` (bounded socket I/O), ``object_header`` (the header beside each body),
   ``arena_header`` / ``arena_files`` (the node arena file: created by a node, mapped by the
   ``local`` engine), ``errors``, ``options`` (``ClientOptions``), ``secret_file``, ``throttle``,
-  ``processes`` (``pid_alive``).
+  ``processes`` (``pid_alive``), ``batch_copy`` (a batch of pages between local views and an
+  arena or scratch buffer: one native ``copy_pages`` per local buffer, every range checked first).
 
 Entry points: ``NodeClient(host, port, ClientOptions(...), engine="tcp"|"local"|"rdma")``,
 ``ClusterClient(metadata, ...)``, ``NodeServer(NodeConfig(...), store_factory, metadata)``,
