@@ -6,6 +6,7 @@
 # The virtualenv lives in .venv (override with VENV=...). Re-running is cheap: installs are skipped
 # while the requirement files are unchanged (a stamp in the venv records their hash).
 set -euo pipefail
+export HICACHE_NATIVE_WERROR=1  # a warning in native/src fails our builds (setup.py)
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VENV=${VENV:-$ROOT/.venv}

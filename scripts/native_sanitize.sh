@@ -6,6 +6,7 @@
 # CPython itself is not instrumented: libasan is preloaded so its allocator is in place first, and
 # leak detection is off (CPython keeps memory at exit by design).
 set -euo pipefail
+export HICACHE_NATIVE_WERROR=1  # a warning in native/src fails our builds (setup.py)
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VENV=${VENV:-$ROOT/.venv}
