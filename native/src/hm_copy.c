@@ -1,7 +1,9 @@
 /* copy_pages / copy_pages_checksum (see hm_copy.h).
  *
- * All-or-nothing on bad input: every (offset, length) pair is checked against its buffer's size
- * (overflow-safe) with the GIL held before the GIL is released for the copies. Overlapping
+ * All-or-nothing on bad input: the offsets and lengths are copied into memory of the call's own
+ * (so a caller's thread changing its arrays meanwhile cannot move a range past the check), every
+ * (offset, length) pair is checked against its buffer's size (overflow-safe) with the GIL held,
+ * and only then may the GIL be released for the copies. Overlapping
  * ranges (dst and src the same buffer) are copied as by memmove.
  */
 #include "hm_copy.h"
@@ -14,9 +16,11 @@ typedef struct {
     Py_buffer dst, src, doff, soff, len, out;
     int have_dst, have_src, have_doff, have_soff, have_len, have_out;
     Py_ssize_t n;
+    uint64_t *own; /* 3 x n words: dst offsets, src offsets, lengths (the call's copies) */
 } copy_args;
 
 static void release(copy_args *a) {
+    PyMem_Free(a->own);
     if (a->have_out)
         PyBuffer_Release(&a->out);
     if (a->have_len)
@@ -60,7 +64,18 @@ static int parse(PyObject *const *args, int with_out, copy_args *a) {
         if (hm_check_len("out", n_out, "dst_offsets", a->n) < 0)
             goto fail;
     }
-    const uint64_t *d = a->doff.buf, *s = a->soff.buf, *l = a->len.buf;
+    size_t words = (size_t)a->n;
+    a->own = PyMem_Malloc(3 * (words ? words : 1) * sizeof(uint64_t));
+    if (!a->own) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (words) { /* an empty array's buffer may be NULL, which memcpy must not see */
+        memcpy(a->own, a->doff.buf, words * sizeof(uint64_t));
+        memcpy(a->own + words, a->soff.buf, words * sizeof(uint64_t));
+        memcpy(a->own + 2 * words, a->len.buf, words * sizeof(uint64_t));
+    }
+    const uint64_t *d = a->own, *s = a->own + words, *l = a->own + 2 * words;
     uint64_t dsize = (uint64_t)a->dst.len, ssize = (uint64_t)a->src.len;
     for (Py_ssize_t i = 0; i < a->n; i++) {
         if (!hm_in_bounds(s[i], l[i], ssize)) {
@@ -95,7 +110,7 @@ static PyObject *copy_impl(PyObject *const *args, Py_ssize_t nargs, int with_che
         return NULL;
     char *dst = a.dst.buf;
     const char *src = a.src.buf;
-    const uint64_t *d = a.doff.buf, *s = a.soff.buf, *l = a.len.buf;
+    const uint64_t *d = a.own, *s = a.own + a.n, *l = a.own + 2 * a.n;
     uint64_t *h = with_checksum ? a.out.buf : NULL;
     Py_ssize_t n = a.n;
     if (n > 0) {

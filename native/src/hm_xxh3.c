@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <stdatomic.h>
+#include <string.h>
 
 static _Atomic(hm_xxh3_fn) loaded_fn = NULL;
 static PyObject *loaded_desc = NULL; /* (path, symbol); guarded by the GIL */
@@ -110,12 +111,24 @@ PyObject *hm_py_xxh3_batch(PyObject *self, PyObject *const *args, Py_ssize_t nar
         goto fail_len;
     if (hm_check_len("lengths", n_len, "offsets", n) < 0 || hm_check_len("out", n_out, "offsets", n) < 0)
         goto fail_out;
-    const uint64_t *o = off.buf, *l = len.buf;
+    /* The call's own copy of the ranges: a caller's thread changing its arrays meanwhile cannot
+     * move a range past the check. */
+    uint64_t *own = PyMem_Malloc(2 * (size_t)(n ? n : 1) * sizeof(uint64_t));
+    if (!own) {
+        PyErr_NoMemory();
+        goto fail_out;
+    }
+    if (n > 0) { /* an empty array's buffer may be NULL, which memcpy must not see */
+        memcpy(own, off.buf, (size_t)n * sizeof(uint64_t));
+        memcpy(own + n, len.buf, (size_t)n * sizeof(uint64_t));
+    }
+    const uint64_t *o = own, *l = own + n;
     uint64_t size = (uint64_t)buf.len;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!hm_in_bounds(o[i], l[i], size)) {
             PyErr_Format(PyExc_ValueError, "range %zd: offset %llu + length %llu > buffer size %llu", i,
                          (unsigned long long)o[i], (unsigned long long)l[i], (unsigned long long)size);
+            PyMem_Free(own);
             goto fail_out;
         }
     }
@@ -126,6 +139,7 @@ PyObject *hm_py_xxh3_batch(PyObject *self, PyObject *const *args, Py_ssize_t nar
             h[i] = fn(base + o[i], (size_t)l[i]);
         });
     }
+    PyMem_Free(own);
     PyBuffer_Release(&out);
     PyBuffer_Release(&len);
     PyBuffer_Release(&off);
