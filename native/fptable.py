@@ -1,8 +1,11 @@
 """FpTable: an open-addressing hash table from 64-bit fingerprints to 1..4 uint64 words.
 
 Invariants: keys are non-zero uint64 (0 marks an empty slot: ValueError naming the index); the
-load stays <= 0.75 (a put that would pass it doubles the slots inside the call); memory is
-``8 * (1 + value_words)`` bytes per slot. Every call is atomic with respect to the other calls
+table is a directory of segments of at most ``segment_slots`` slots (65536 by default) whose load
+stays <= 0.75: a put that would pass it doubles the segment below that size and splits it in two
+at that size, inside the call, so no call rehashes more than one segment's entries however large
+the table (a flat table of 6M entries stalled its caller 266 ms per doubling); memory is
+``8 * (1 + value_words)`` bytes per slot, at a load between 3/8 and 3/4 once segments split. Every call is atomic with respect to the other calls
 on the same table (an internal rwlock), and releases the GIL once for its whole batch, so the
 table is safe to use from several threads. Results are numpy arrays, one row per input key.
 """
@@ -22,8 +25,8 @@ class FpTable:
 
     __slots__ = ("_t", "value_words")
 
-    def __init__(self, value_words: int = 1, capacity: int = 1024) -> None:
-        self._t = _core.FpTable(value_words, capacity)
+    def __init__(self, value_words: int = 1, capacity: int = 1024, segment_slots: int = 1 << 16) -> None:
+        self._t = _core.FpTable(value_words, capacity, segment_slots)
         self.value_words = value_words
 
     def __len__(self) -> int:
@@ -31,12 +34,12 @@ class FpTable:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the slot array allocates."""
+        """Bytes the slot arrays, the segment directory and the segment headers allocate."""
         return self._t.nbytes
 
     @property
     def capacity(self) -> int:
-        """Slots (a power of two); grows by doubling."""
+        """Slots of every segment together (each segment a power of two)."""
         return self._t.capacity
 
     def put(self, fps: Any, values: Any) -> BoolArray:
@@ -88,6 +91,22 @@ class FpTable:
         self._t.remove_if(k, as_u64("expected_word0", expected_word0), out)
         return out
 
+    # ---- one key: a policy's per-access bookkeeping (word 0 of the value); no array crossing --
+    def value(self, fp: int) -> int | None:
+        """Word 0 of ``fp``'s value, or None."""
+        return self._t.value(fp)
+
+    def swap(self, fp: int, value: int, present: int | None = None) -> int | None:
+        """One-word tables: maps ``fp`` to ``value`` (to ``present`` instead when it was mapped
+        and ``present`` is given); the previous value, or None. MemoryError when a growth fails
+        (nothing changed)."""
+        return self._t.swap(fp, value, present)
+
+    def pop_if(self, fp: int, high: int | None = None, shift: int = 0) -> int | None:
+        """Removes ``fp`` when ``high`` is None or its word 0 shifted right by ``shift`` equals
+        ``high``, returning that word; otherwise leaves it and returns None."""
+        return self._t.pop_if(fp, high, shift)
+
     def items(self) -> tuple[U64Array, U64Array]:
         """A snapshot: (fps[m], values[m, value_words]) in table order."""
         keys, values = self._t.items()
@@ -97,5 +116,5 @@ class FpTable:
         )
 
     def clear(self) -> None:
-        """Drops every entry and shrinks back to the initial capacity."""
+        """Drops every entry and goes back to the initial capacity."""
         self._t.clear()

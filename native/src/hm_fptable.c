@@ -4,9 +4,10 @@
  * the rwlock while holding the GIL (a thread holding the GIL only *tries* the lock), so the two
  * locks cannot deadlock and a long batch elsewhere never stalls Python. Inputs are borrowed and
  * validated (lengths, dtypes, key != 0) with the GIL held. A batch of at most HM_GIL_KEEP_KEYS
- * keys whose lock is free at once (and, for put, that needs no growth) then runs with the GIL
- * held: microseconds, where giving the GIL away would cost the caller a switch interval to get
- * it back. Any other batch releases the GIL once for its whole work.
+ * keys whose lock is free at once then runs with the GIL held (microseconds, where giving the GIL
+ * away would cost the caller a switch interval to get it back), a put up to its first key that
+ * needs a growth (a segment's doubling or split: not with the GIL). Any other batch, and the rest
+ * of such a put, releases the GIL once for its whole work.
  */
 #include "hm_fptable.h"
 
@@ -15,24 +16,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hm_table.h"
+#include "hm_segtable.h"
 
 typedef struct {
     PyObject_HEAD
-    hm_table table;
-    size_t initial_capacity;
+    hm_segtable table;
     unsigned value_words;
     pthread_rwlock_t lock;
     int lock_ready;
     /* Published under the write lock at the end of every writing call, read without any lock:
      * len() and nbytes never wait for a long batch while holding the GIL. */
-    _Atomic size_t pub_count, pub_capacity;
+    _Atomic size_t pub_count, pub_capacity, pub_nbytes;
 } FpTable;
 
 /* Needs the write lock. */
 static void publish(FpTable *self) {
     atomic_store_explicit(&self->pub_count, self->table.count, memory_order_release);
-    atomic_store_explicit(&self->pub_capacity, self->table.capacity, memory_order_release);
+    atomic_store_explicit(&self->pub_capacity, self->table.slots, memory_order_release);
+    atomic_store_explicit(&self->pub_nbytes, hm_segtable_nbytes(&self->table), memory_order_release);
 }
 
 static int try_lock(FpTable *self, int writer) {
@@ -92,10 +93,11 @@ static int wrong_nargs(Py_ssize_t nargs, Py_ssize_t want, const char *sig) {
 }
 
 static PyObject *FpTable_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"value_words", "capacity", NULL};
+    static char *kwlist[] = {"value_words", "capacity", "segment_slots", NULL};
     int value_words = 1;
-    Py_ssize_t capacity = 1024;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|in:FpTable", kwlist, &value_words, &capacity))
+    Py_ssize_t capacity = 1024, segment_slots = HM_SEGTABLE_DEFAULT_SEGMENT_SLOTS;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|inn:FpTable", kwlist, &value_words, &capacity,
+                                     &segment_slots))
         return NULL;
     if (value_words < 1 || value_words > (int)HM_TABLE_MAX_VALUE_WORDS) {
         PyErr_Format(PyExc_ValueError, "value_words must be in 1..%u, got %d", HM_TABLE_MAX_VALUE_WORDS,
@@ -106,23 +108,29 @@ static PyObject *FpTable_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_Format(PyExc_ValueError, "capacity must be >= 1, got %zd", capacity);
         return NULL;
     }
+    if (segment_slots < (Py_ssize_t)HM_TABLE_MIN_CAPACITY) {
+        PyErr_Format(PyExc_ValueError, "segment_slots must be >= %u, got %zd", HM_TABLE_MIN_CAPACITY,
+                     segment_slots);
+        return NULL;
+    }
     size_t cap = hm_table_round_capacity((size_t)capacity, (unsigned)value_words);
-    if (cap == 0) {
-        PyErr_Format(PyExc_ValueError, "capacity %zd is too large", capacity);
+    size_t seg = hm_segtable_round_segment_slots((size_t)segment_slots, (unsigned)value_words);
+    if (cap == 0 || seg == 0 || (cap > seg && cap / seg > ((size_t)1 << HM_SEGTABLE_MAX_DEPTH))) {
+        PyErr_Format(PyExc_ValueError, "capacity %zd / segment_slots %zd is too large", capacity,
+                     segment_slots);
         return NULL;
     }
     FpTable *self = (FpTable *)type->tp_alloc(type, 0);
     if (!self)
         return NULL;
     self->value_words = (unsigned)value_words;
-    self->initial_capacity = cap;
     if (pthread_rwlock_init(&self->lock, NULL) != 0) {
         Py_DECREF(self);
         PyErr_SetString(PyExc_OSError, "pthread_rwlock_init failed");
         return NULL;
     }
     self->lock_ready = 1;
-    if (hm_table_init(&self->table, self->value_words, cap) < 0) {
+    if (hm_segtable_init(&self->table, self->value_words, cap, seg) < 0) {
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
@@ -132,22 +140,28 @@ static PyObject *FpTable_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 
 static void FpTable_dealloc(FpTable *self) {
     /* No call can be in flight: every call holds a reference to self. */
-    hm_table_free(&self->table);
+    hm_segtable_free(&self->table);
     if (self->lock_ready)
         pthread_rwlock_destroy(&self->lock);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Needs the write lock: upserts n keys; returns how many were stored before a failed growth. */
-static Py_ssize_t put_locked(FpTable *self, const uint64_t *k, const uint64_t *v, Py_ssize_t n,
-                             unsigned char *present) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int r = hm_table_put(&self->table, k[i], v + i * self->value_words);
-        if (r < 0)
-            return i;
+/* Needs the write lock: upserts the keys from *at on, growing the table only when `may_grow`.
+ * Returns 0 when every key is stored, -1 when a growth failed to allocate, or
+ * HM_SEGTABLE_NEEDS_GROWTH when one is needed and not allowed; *at is then the first key not
+ * stored. */
+static int put_locked(FpTable *self, const uint64_t *k, const uint64_t *v, Py_ssize_t n,
+                      unsigned char *present, int may_grow, Py_ssize_t *at) {
+    for (Py_ssize_t i = *at; i < n; i++) {
+        int r = hm_segtable_put(&self->table, k[i], v + i * self->value_words, may_grow);
+        if (r < 0 || r == HM_SEGTABLE_NEEDS_GROWTH) {
+            *at = i;
+            return r;
+        }
         present[i] = (unsigned char)r;
     }
-    return n;
+    *at = n;
+    return 0;
 }
 
 /* put(fps: u64[n], values: u64[n*w], out_present: bool[n]) -> None. On a failed growth the keys
@@ -170,20 +184,24 @@ static PyObject *FpTable_put(FpTable *self, PyObject *const *args, Py_ssize_t na
         goto fail_vals;
     const uint64_t *k = fps.buf, *v = vals.buf;
     unsigned char *present = out.buf;
-    Py_ssize_t done = n;
+    Py_ssize_t done = 0;
     if (n > 0) {
-        int held = n <= HM_GIL_KEEP_KEYS && try_lock(self, 1) == 0;
-        if (held && (self->table.count + (size_t)n) * 4 > self->table.capacity * 3) {
-            pthread_rwlock_unlock(&self->lock); /* a growth rehashes every entry: not with the GIL */
-            held = 0;
-        }
-        HM_MAYBE_WITHOUT_GIL(!held, {
-            if (!held)
-                lock(self, 1);
-            done = put_locked(self, k, v, n, present);
+        /* A short batch tries with the GIL held and without growth (a split moves up to a
+         * segment's entries: not with the GIL); what is left, if anything, runs without it. */
+        int r = HM_SEGTABLE_NEEDS_GROWTH;
+        if (n <= HM_GIL_KEEP_KEYS && try_lock(self, 1) == 0) {
+            r = put_locked(self, k, v, n, present, 0, &done);
             publish(self);
             pthread_rwlock_unlock(&self->lock);
-        });
+        }
+        if (r == HM_SEGTABLE_NEEDS_GROWTH) {
+            Py_BEGIN_ALLOW_THREADS
+            lock(self, 1);
+            put_locked(self, k, v, n, present, 1, &done);
+            publish(self);
+            pthread_rwlock_unlock(&self->lock);
+            Py_END_ALLOW_THREADS
+        }
     }
     PyBuffer_Release(&out);
     PyBuffer_Release(&vals);
@@ -225,7 +243,7 @@ static PyObject *FpTable_get(FpTable *self, PyObject *const *args, Py_ssize_t na
     uint64_t *v = vals.buf;
     if (n > 0) {
         TABLE_BATCH(self, n, 0, for (Py_ssize_t i = 0; i < n; i++) {
-            const uint64_t *s = hm_table_find(&self->table, k[i]);
+            const uint64_t *s = hm_segtable_find(&self->table, k[i]);
             f[i] = s != NULL;
             if (s)
                 memcpy(v + i * w, s, w * sizeof(uint64_t));
@@ -260,7 +278,7 @@ static PyObject *FpTable_contains(FpTable *self, PyObject *const *args, Py_ssize
     unsigned char *f = out.buf;
     if (n > 0) {
         TABLE_BATCH(self, n, 0, for (Py_ssize_t i = 0; i < n; i++) {
-            f[i] = hm_table_find(&self->table, k[i]) != NULL;
+            f[i] = hm_segtable_find(&self->table, k[i]) != NULL;
         });
     }
     PyBuffer_Release(&out);
@@ -276,7 +294,7 @@ static PyObject *FpTable_prefix_len(FpTable *self, PyObject *arg) {
         return NULL;
     const uint64_t *k = fps.buf;
     if (n > 0) {
-        TABLE_BATCH(self, n, 0, while (i < n && hm_table_find(&self->table, k[i]) != NULL) i++);
+        TABLE_BATCH(self, n, 0, while (i < n && hm_segtable_find(&self->table, k[i]) != NULL) i++);
     }
     PyBuffer_Release(&fps);
     return PyLong_FromSsize_t(i);
@@ -301,7 +319,7 @@ static PyObject *remove_batch(FpTable *self, PyObject *fps_obj, PyObject *expect
     if (n > 0) {
         TABLE_BATCH(self, n, 1, {
             for (Py_ssize_t i = 0; i < n; i++)
-                r[i] = (unsigned char)hm_table_remove(&self->table, k[i], e ? e + i : NULL);
+                r[i] = (unsigned char)hm_segtable_remove(&self->table, k[i], e ? e + i : NULL);
             publish(self);
         });
     }
@@ -330,6 +348,120 @@ static PyObject *FpTable_remove_if(FpTable *self, PyObject *const *args, Py_ssiz
     return remove_batch(self, args[0], args[1], args[2]);
 }
 
+/* ---- one key: the per-access calls of a policy's bookkeeping (word 0 of the value) ----------
+ * Each takes the lock like a short batch (with the GIL held when it is free at once); a swap
+ * that must grow the table gives the GIL away for the growth. */
+
+static int parse_fp(PyObject *obj, uint64_t *fp) {
+    if (hm_parse_u64(obj, "fp", fp) < 0)
+        return -1;
+    if (*fp == 0) {
+        PyErr_SetString(PyExc_ValueError, "fp is 0 (0 marks an empty slot; fingerprints are never 0)");
+        return -1;
+    }
+    return 0;
+}
+
+/* value(fp) -> int | None: word 0 of fp's value. */
+static PyObject *FpTable_value(FpTable *self, PyObject *arg) {
+    uint64_t fp, word0 = 0;
+    int found = 0;
+    if (parse_fp(arg, &fp) < 0)
+        return NULL;
+    TABLE_BATCH(self, 1, 0, {
+        const uint64_t *v = hm_segtable_find(&self->table, fp);
+        if (v) {
+            found = 1;
+            word0 = v[0];
+        }
+    });
+    if (!found)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(word0);
+}
+
+/* Needs the write lock: see FpTable_swap. Returns hm_segtable_put's answer. */
+static int swap_locked(FpTable *self, uint64_t fp, uint64_t value, const uint64_t *present, int may_grow,
+                       uint64_t *old, int *had) {
+    uint64_t *v = hm_segtable_find(&self->table, fp);
+    if (v) {
+        *had = 1;
+        *old = v[0];
+        v[0] = present ? *present : value;
+        return 1;
+    }
+    *had = 0;
+    return hm_segtable_put(&self->table, fp, &value, may_grow);
+}
+
+/* swap(fp, value, present=None) -> int | None, one-word tables: maps fp to `value` (to `present`
+ * instead when fp was mapped and `present` is given); returns the previous value or None. */
+static PyObject *FpTable_swap(FpTable *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 2 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "FpTable.swap(fp, value, present=None)");
+        return NULL;
+    }
+    if (self->value_words != 1) {
+        PyErr_Format(PyExc_ValueError, "FpTable.swap needs a table of one value word, this one has %u",
+                     self->value_words);
+        return NULL;
+    }
+    uint64_t fp, value, present = 0, old = 0;
+    int has_present = nargs == 3 && args[2] != Py_None, had = 0;
+    if (parse_fp(args[0], &fp) < 0 || hm_parse_u64(args[1], "value", &value) < 0 ||
+        (has_present && hm_parse_u64(args[2], "present", &present) < 0))
+        return NULL;
+    const uint64_t *p = has_present ? &present : NULL;
+    int r = HM_SEGTABLE_NEEDS_GROWTH;
+    if (try_lock(self, 1) == 0) {
+        r = swap_locked(self, fp, value, p, 0, &old, &had);
+        publish(self);
+        pthread_rwlock_unlock(&self->lock);
+    }
+    if (r == HM_SEGTABLE_NEEDS_GROWTH) {
+        Py_BEGIN_ALLOW_THREADS
+        lock(self, 1);
+        r = swap_locked(self, fp, value, p, 1, &old, &had);
+        publish(self);
+        pthread_rwlock_unlock(&self->lock);
+        Py_END_ALLOW_THREADS
+    }
+    if (r < 0)
+        return PyErr_NoMemory();
+    if (!had)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(old);
+}
+
+/* pop_if(fp, high=None, shift=0) -> int | None: removes fp and returns word 0 of its value when
+ * `high` is None or (word 0 >> shift) == high; otherwise leaves it and returns None. */
+static PyObject *FpTable_pop_if(FpTable *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "FpTable.pop_if(fp, high=None, shift=0)");
+        return NULL;
+    }
+    uint64_t fp, high = 0, shift = 0, word0 = 0;
+    int has_high = nargs >= 2 && args[1] != Py_None, popped = 0;
+    if (parse_fp(args[0], &fp) < 0 || (has_high && hm_parse_u64(args[1], "high", &high) < 0) ||
+        (nargs == 3 && hm_parse_u64(args[2], "shift", &shift) < 0))
+        return NULL;
+    if (shift > 63) {
+        PyErr_Format(PyExc_ValueError, "shift must be in 0..63, got %llu", (unsigned long long)shift);
+        return NULL;
+    }
+    TABLE_BATCH(self, 1, 1, {
+        const uint64_t *v = hm_segtable_find(&self->table, fp);
+        if (v && (!has_high || v[0] >> shift == high)) {
+            word0 = v[0];
+            popped = hm_segtable_remove(&self->table, fp, NULL);
+            publish(self);
+        }
+    });
+    if (!popped)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(word0);
+}
+
 /* items() -> (bytearray of u64[m] keys, bytearray of u64[m*w] values), a snapshot in slot order. */
 static PyObject *FpTable_items(FpTable *self, PyObject *unused) {
     (void)unused;
@@ -343,15 +475,7 @@ static PyObject *FpTable_items(FpTable *self, PyObject *unused) {
     keys = malloc((m ? m : 1) * sizeof(uint64_t));
     vals = malloc((m ? m : 1) * w * sizeof(uint64_t));
     if (keys && vals) {
-        size_t j = 0;
-        for (size_t i = 0; i < self->table.capacity && j < m; i++) {
-            const uint64_t *s = self->table.slots + i * self->table.stride;
-            if (s[0]) {
-                keys[j] = s[0];
-                memcpy(vals + j * w, s + 1, w * sizeof(uint64_t));
-                j++;
-            }
-        }
+        m = hm_segtable_copy_out(&self->table, keys, vals, m);
     } else {
         oom = 1;
     }
@@ -378,7 +502,7 @@ static PyObject *FpTable_clear(FpTable *self, PyObject *unused) {
     (void)unused;
     Py_BEGIN_ALLOW_THREADS
     pthread_rwlock_wrlock(&self->lock);
-    hm_table_clear(&self->table, self->initial_capacity);
+    hm_segtable_clear(&self->table);
     publish(self);
     pthread_rwlock_unlock(&self->lock);
     Py_END_ALLOW_THREADS
@@ -391,8 +515,7 @@ static Py_ssize_t FpTable_len(FpTable *self) {
 
 static PyObject *FpTable_get_nbytes(FpTable *self, void *closure) {
     (void)closure;
-    size_t cap = atomic_load_explicit(&self->pub_capacity, memory_order_acquire);
-    return PyLong_FromSize_t(cap * (1 + self->value_words) * sizeof(uint64_t));
+    return PyLong_FromSize_t(atomic_load_explicit(&self->pub_nbytes, memory_order_acquire));
 }
 
 static PyObject *FpTable_get_capacity(FpTable *self, void *closure) {
@@ -413,14 +536,17 @@ static PyMethodDef FpTable_methods[] = {
     {"remove", HM_FASTCALL(FpTable_remove), METH_FASTCALL, "remove(fps, out_removed)"},
     {"remove_if", HM_FASTCALL(FpTable_remove_if), METH_FASTCALL,
      "remove_if(fps, expected_word0, out_removed)"},
+    {"value", (PyCFunction)FpTable_value, METH_O, "value(fp) -> int | None"},
+    {"swap", HM_FASTCALL(FpTable_swap), METH_FASTCALL, "swap(fp, value, present=None) -> int | None"},
+    {"pop_if", HM_FASTCALL(FpTable_pop_if), METH_FASTCALL, "pop_if(fp, high=None, shift=0) -> int | None"},
     {"items", (PyCFunction)FpTable_items, METH_NOARGS, "items() -> (bytearray keys, bytearray values)"},
     {"clear", (PyCFunction)FpTable_clear, METH_NOARGS, "clear()"},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef FpTable_getset[] = {
-    {"nbytes", (getter)FpTable_get_nbytes, NULL, "bytes the slot array allocates", NULL},
-    {"capacity", (getter)FpTable_get_capacity, NULL, "slots (a power of two)", NULL},
+    {"nbytes", (getter)FpTable_get_nbytes, NULL, "bytes the slot arrays, the directory and the segment headers take", NULL},
+    {"capacity", (getter)FpTable_get_capacity, NULL, "slots of every segment together", NULL},
     {"value_words", (getter)FpTable_get_value_words, NULL, "uint64 words per value", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

@@ -1,4 +1,4 @@
-/* The Python type _core.FpTable: hm_table behind a pthread rwlock, one GIL release per call. */
+/* The Python type _core.FpTable: hm_segtable behind a pthread rwlock, one GIL release per call. */
 #ifndef HM_FPTABLE_H
 #define HM_FPTABLE_H
 

@@ -117,7 +117,7 @@ def test_a_set_is_classed_new_rewrite_or_hit_from_one_probe() -> None:
         return reuse._KIND_BASE[kind * 2 + 1] + reuse._LP[1][0]
 
     def observed() -> int:
-        value = pol._log._last.get(hash("k"))
+        value = pol._log.value(hash("k"))
         assert value is not None
         return value & reuse._CLS_MASK
 

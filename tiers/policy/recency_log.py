@@ -4,11 +4,12 @@ Both follow every access of a key to the end of one recency order: the *observat
 ``limit`` most recently accessed distinct keys (each with the value of its latest access), the
 *shadow* the ``shadow_size`` most recent ones (what an LRU cache of that many keys holds after the
 same accesses). Kept as two ``OrderedDict``s they cost two linked nodes and two dict slots per
-key (~215 bytes); here a :class:`~.fingerprint_table.FingerprintTable` maps a key's fingerprint
-to ``(tick << payload_bits) | payload`` and one append-only log (fingerprints and ticks in two
-``array``s of int64) holds the order. Nothing per key or access is a Python object: an observed
-key costs its table share (27-53 bytes) and its log entry (16): 43-69 bytes, where a
-``dict[int, int]`` as the table cost ~125 (its int keys and values included); a stale log entry
+key (~215 bytes); here the native :class:`~hicache_mooncake.native.FpTable` maps a key's
+fingerprint to ``(tick << payload_bits) | payload`` (one native call per probe: ``value``,
+``swap``, ``pop_if``; the table grows one bounded segment at a time) and one append-only log
+(fingerprints and ticks in two 64-bit ``array``s) holds the order. Nothing per key or access is a
+Python object: an observed key costs its table share (21-43 bytes) and its log entry (16), where
+a ``dict[int, int]`` as the table cost ~125 (its int keys and values included); a stale log entry
 costs 16, and the garbage collector has nothing to visit (a list of fingerprints held an int
 object per access, which every full collection walked, the GIL held). The reuse policy observes
 up to ``horizon`` (4) capacities of keys, so this is most of what it costs per stored page once
@@ -31,9 +32,10 @@ the cache has turned over.
   keep ``limit`` above ``shadow_size`` (the shadow is then exactly the LRU cache's contents);
   with a smaller ``limit`` the shadow is cut to the observations.
 
-Keys are stored as their fingerprint (``hash(key)``: cached in the string, 64 bits), so a key
-that is no longer resident anywhere does not keep its string alive here. Two keys with one
-fingerprint share an observation (a reuse estimate's noise, at odds of about n^2 / 2^64).
+Keys are stored as their fingerprint (``hash(key)``: cached in the string, 64 bits, taken as
+unsigned, 0 read as 1), so a key that is no longer resident anywhere does not keep its string
+alive here. Two keys with one fingerprint share an observation (a reuse estimate's noise, at odds
+of about n^2 / 2^64).
 Ticks must strictly increase from one ``touch`` to the next. Not thread-safe (callers lock).
 """
 
@@ -43,12 +45,19 @@ from array import array
 
 import numpy as np
 
-from .fingerprint_table import FingerprintTable
+from hicache_mooncake.native import FpTable
 
 _COMPACT_SLACK = 4096
 _PASS_WINDOW = 16384  # entries a compaction pass copies per step (a few ms)
 _PASS_EVERY = 128  # accesses between two steps of a pass
 _PAST_THE_END = 1 << 63  # the boundary's tick when no entry lies at or after it
+_U64 = (1 << 64) - 1
+
+
+def _fp(key_hash: int) -> int:
+    """The table's key for a ``hash()`` (any int64): its unsigned bits, 0 read as 1 (the native
+    table keeps 0 for empty slots)."""
+    return key_hash & _U64 or 1
 
 
 def _first_at(ticks: np.ndarray, tick: int) -> int:
@@ -64,7 +73,7 @@ class _Pass:
     __slots__ = ("fps", "ticks", "at", "end", "wait")
 
     def __init__(self, at: int, end: int) -> None:
-        self.fps = array("q")
+        self.fps = array("Q")
         self.ticks = array("q")
         self.at = at
         self.end = end
@@ -76,8 +85,8 @@ class RecencyLog:
 
     def __init__(self, payload_bits: int) -> None:
         self._bits = payload_bits
-        self._last = FingerprintTable()  # fingerprint -> (tick << bits) | payload of its latest access
-        self._fps = array("q")  # fingerprint of each logged access, oldest first
+        self._last = FpTable(1)  # fingerprint -> (tick << bits) | payload of its latest access
+        self._fps = array("Q")  # fingerprint of each logged access, oldest first
         self._ticks = array("q")  # its tick
         self._head = 0  # entries before it are expired or stale
         self._bound = 0  # the shadow: live entries at or after this index ...
@@ -88,19 +97,35 @@ class RecencyLog:
 
     def __len__(self) -> int:
         """Open observations."""
-        return self._last.entries
+        return len(self._last)
 
-    def __contains__(self, fp: int) -> bool:
-        return self._last.get(fp) is not None
+    def __contains__(self, key_hash: int) -> bool:
+        return self._last.value(_fp(key_hash)) is not None
+
+    def value(self, key_hash: int) -> int | None:
+        """The value of the key's open observation (``(tick << payload_bits) | payload``), or None."""
+        return self._last.value(_fp(key_hash))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the table and the log (what an observed key and a stale entry cost)."""
+        arrays = (self._fps, self._ticks) + ((self._pass.fps, self._pass.ticks) if self._pass else ())
+        return self._last.nbytes + sum(a.buffer_info()[1] * a.itemsize for a in arrays)
 
     @property
     def shadow_len(self) -> int:
         return self._shadow
 
     def touch(
-        self, fp: int, tick: int, payload: int, shadow_size: int, limit: int, seen_payload: int | None = None
+        self,
+        key_hash: int,
+        tick: int,
+        payload: int,
+        shadow_size: int,
+        limit: int,
+        seen_payload: int | None = None,
     ) -> tuple[int | None, bool, int | None]:
-        """Record an access of ``fp`` at ``tick`` (>= 0, larger than the previous one's), with
+        """Record an access of the key of ``key_hash`` at ``tick`` (>= 0, larger than the previous one's), with
         ``seen_payload`` instead of ``payload`` if ``fp`` was observed (when given).
 
         Returns the value of its previous access (None if it was not observed), whether it was
@@ -109,6 +134,7 @@ class RecencyLog:
         is in the shadow afterwards; the shadow is then cut to ``shadow_size`` keys (its oldest
         go)."""
         last = self._last
+        fp = key_hash & _U64 or 1
         stamp = tick << self._bits
         old = last.swap(fp, stamp | payload, None if seen_payload is None else stamp | seen_payload)
         in_shadow = old is not None and old >> self._bits >= self._bound_tick
@@ -122,21 +148,21 @@ class RecencyLog:
                 self._shadow += 1
             else:  # the oldest live entry of the shadow leaves it (usually the one at the boundary)
                 i = self._bound
-                value = last.get(fps[i])
+                value = last.value(fps[i])
                 if value is None or value >> self._bits != self._ticks[i]:
                     i = self._next_live(i + 1)
                 self._move_bound(i + 1)
-        expired = self._expire_oldest() if last.entries > limit else None
+        expired = self._expire_oldest() if len(last) > limit else None
         if self._pass is not None:
             self._pass.wait -= 1
             if self._pass.wait <= 0:
                 self._pass_step()
         elif len(fps) >= self._compact_at:
-            if len(fps) - self._head > 2 * last.entries + _COMPACT_SLACK:
+            if len(fps) - self._head > 2 * len(last) + _COMPACT_SLACK:
                 self._pass = _Pass(self._head, len(fps))
                 self._pass_step()
             else:
-                self._compact_at = len(fps) + last.entries + _COMPACT_SLACK
+                self._compact_at = len(fps) + len(last) + _COMPACT_SLACK
         return old, in_shadow, expired
 
     def _expire_oldest(self) -> int:
@@ -163,9 +189,9 @@ class RecencyLog:
     def _next_live(self, i: int) -> int:
         """Index of the first live entry at or after ``i`` (one exists: callers only ask while a
         live entry lies there)."""
-        fps, ticks, last, bits = self._fps, self._ticks, self._last, self._bits
+        fps, ticks, value_of, bits = self._fps, self._ticks, self._last.value, self._bits
         while True:
-            value = last.get(fps[i])
+            value = value_of(fps[i])
             if value is not None and value >> bits == ticks[i]:
                 return i
             i += 1
@@ -191,9 +217,10 @@ class RecencyLog:
         at = max(job.at, self._head)
         stop = min(at + _PASS_WINDOW, job.end)
         if at < stop:
-            fps = np.frombuffer(self._fps, dtype=np.int64)[at:stop]
+            fps = np.frombuffer(self._fps, dtype=np.uint64)[at:stop]
             ticks = np.frombuffer(self._ticks, dtype=np.int64)[at:stop]
-            live = self._last.lookup_many(fps, -1) >> self._bits == ticks
+            found, values = self._last.get(fps)
+            live = found & ((values[:, 0] >> np.uint64(self._bits)).astype(np.int64) == ticks)
             job.fps.frombytes(fps[live].tobytes())
             job.ticks.frombytes(ticks[live].tobytes())
             del fps, ticks  # no view of the log may outlive the step (appends resize it)
@@ -214,4 +241,4 @@ class RecencyLog:
         del new_ticks  # no view of the log may outlive the call (appends resize it)
         self._fps, self._ticks = job.fps, job.ticks
         self._pass = None
-        self._compact_at = len(self._fps) + self._last.entries + _COMPACT_SLACK
+        self._compact_at = len(self._fps) + len(self._last) + _COMPACT_SLACK

@@ -47,7 +47,7 @@ Cost: one call per key and operation (``on_set`` answers in one step); per acces
 list operations, one shadow move, and a heap operation per run (not per page). No access does
 work in proportion to the cache: stale run entries are swept a few hundred per access, the
 observations' log is compacted a window every 128 accesses (``recency_log``), and their table
-grows one segment at a time (``fingerprint_table``). What is still O(cache)
+grows one segment at a time (the native ``FpTable``). What is still O(cache)
 in one call: re-valuing the runs when ``alpha`` moves by 0.25 or more (a ``heapify``), and
 dropping the heap entries of swept runs when a cache that does not evict has piled them up.
 
