@@ -276,7 +276,14 @@ def test_empty_batches_answer_empty_arrays() -> None:
 
 
 def test_table_batches_release_the_gil() -> None:
-    """A big put, contains and remove let another Python thread run (gil_probe)."""
+    """A big put, contains and remove let another Python thread run (gil_probe); so does a
+    one-key swap that must grow the table (a segment doubled or split)."""
+    full = np.arange(1, 49_153, dtype=np.uint64)  # 3/4 of one segment of 65536 slots: the next key splits it
+    tables = []
+    for _ in range(20):  # one full table per attempt: every call below must grow
+        tables.append(FpTable(capacity=1 << 16))
+        tables[-1].put(full, full)
+    assert progress_during(lambda: tables.pop().swap(1 << 40, 1)) > 0
     fps = np.arange(1, 2_000_001, dtype=np.uint64)
     table = FpTable(capacity=8)
     assert progress_during(lambda: table.put(fps, fps)) > 0  # grows inside the call too
@@ -296,3 +303,7 @@ def test_short_batches_keep_the_gil() -> None:
     assert progress_during(lambda: table.contains(fps), attempts=5) == 0
     assert progress_during(lambda: table.prefix_len(fps), attempts=5) == 0
     assert progress_during(lambda: table.remove(fps), attempts=5) == 0
+    # the one-key calls of a policy's per-access bookkeeping, too (no growth needed here)
+    assert progress_during(lambda: table.swap(7, 1), attempts=5) == 0
+    assert progress_during(lambda: table.value(7), attempts=5) == 0
+    assert progress_during(lambda: table.pop_if(7), attempts=5) == 0
