@@ -23,13 +23,6 @@ static inline hm_segment *segment_of(const hm_segtable *s, uint64_t key) { retur
 /* How many directory entries the segment at `i` serves (they start at `i` when `i` is its first). */
 static inline size_t span(const hm_segtable *s, const hm_segment *g) { return (size_t)1 << (s->depth - g->depth); }
 
-static unsigned log2_of(size_t pow2) {
-    unsigned r = 0;
-    while (((size_t)1 << r) < pow2)
-        r++;
-    return r;
-}
-
 size_t hm_segtable_round_segment_slots(size_t want, unsigned value_words) {
     return hm_table_round_capacity(want, value_words);
 }
@@ -69,7 +62,7 @@ static void free_all(hm_segtable *s) {
 /* Builds the initial layout into *s (fields other than the layout are set by the caller). */
 static int build(hm_segtable *s) {
     size_t capacity = s->initial_capacity, seg = s->segment_slots;
-    unsigned depth = capacity > seg ? log2_of(capacity / seg) : 0;
+    unsigned depth = capacity > seg ? hm_log2_of(capacity / seg) : 0;
     if (depth > HM_SEGTABLE_MAX_DEPTH)
         return -1;
     size_t n = (size_t)1 << depth;

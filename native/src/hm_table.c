@@ -10,13 +10,6 @@ static inline size_t home(const hm_table *t, uint64_t key) { return (size_t)((ke
 
 static inline uint64_t *slot(const hm_table *t, size_t i) { return t->slots + i * t->stride; }
 
-static unsigned log2_of(size_t pow2) {
-    unsigned r = 0;
-    while (((size_t)1 << r) < pow2)
-        r++;
-    return r;
-}
-
 size_t hm_table_round_capacity(size_t want, unsigned value_words) {
     size_t bytes_per_slot = (1 + (size_t)value_words) * sizeof(uint64_t);
     size_t limit = SIZE_MAX / 4 / bytes_per_slot; /* room to double once more */
@@ -35,7 +28,7 @@ static int alloc_slots(hm_table *t, size_t capacity) {
         return -1;
     t->slots = s;
     t->capacity = capacity;
-    t->shift = 64u - log2_of(capacity);
+    t->shift = 64u - hm_log2_of(capacity);
     return 0;
 }
 
@@ -141,7 +134,7 @@ void hm_table_clear(hm_table *t, size_t capacity) {
     } else {
         t->slots = old;
         t->capacity = old_capacity;
-        t->shift = 64u - log2_of(old_capacity);
+        t->shift = 64u - hm_log2_of(old_capacity);
         memset(old, 0, old_capacity * t->stride * sizeof(uint64_t));
     }
     t->count = 0;

@@ -23,6 +23,14 @@ typedef struct {
     unsigned stride; /* 1 + value_words */
 } hm_table;
 
+/* log2 of a power of two (the smallest r with 2^r >= pow2 for any other value). */
+static inline unsigned hm_log2_of(size_t pow2) {
+    unsigned r = 0;
+    while (((size_t)1 << r) < pow2)
+        r++;
+    return r;
+}
+
 /* The smallest power of two >= want (and >= HM_TABLE_MIN_CAPACITY); 0 when too large. */
 size_t hm_table_round_capacity(size_t want, unsigned value_words);
 
