@@ -33,6 +33,7 @@ from .io import byte_view
 from .spans import common_base
 
 HASH_SLICE = 32 << 10
+_EMPTY_DIGEST = xxhash.xxh3_64_intdigest(b"")
 
 
 def new_hasher() -> xxhash.xxh3_64:
@@ -80,29 +81,32 @@ def _joined(parts: Sequence[memoryview]) -> memoryview | None:
 
 def payload_hashes(payloads: Sequence[Sequence[memoryview]]) -> list[int]:
     """:func:`payload_hash` of each entry's parts, in as few native calls as the memory allows:
-    one ``xxh3_batch`` over every payload that is one span of a common buffer (an engine
-    staging buffer, SGLang's host pool), one call per other single-span payload, and the
-    streaming hasher for parts that are not contiguous."""
+    one ``xxh3_batch`` per buffer that payloads lie in as one span each (an engine staging
+    buffer, SGLang's host pool: usually one for the whole batch, so the GIL is given up once),
+    one call per other single-span payload, the streaming hasher for parts that are not
+    contiguous; an empty payload's digest is a constant (no call)."""
     out = [0] * len(payloads)
-    spans: list[memoryview] = []
-    where: list[int] = []
+    by_buffer: dict[int, tuple[list[memoryview], list[int]]] = {}
     for i, parts in enumerate(payloads):
-        views = [byte_view(p) for p in parts if p.nbytes] or [memoryview(b"")]
+        views = [byte_view(p) for p in parts if p.nbytes]
+        if not views:
+            out[i] = _EMPTY_DIGEST
+            continue
         one = _joined(views)
         if one is None:
             out[i] = payload_hash(views)
+            continue
+        spans, where = by_buffer.setdefault(id(one.obj), ([], []))
+        spans.append(one)
+        where.append(i)
+    for spans, where in by_buffer.values():
+        found = common_base(spans)
+        if found is not None:
+            base, offsets = found
+            lengths = np.fromiter((v.nbytes for v in spans), np.uint64, len(spans))
+            hashes = xxh3_batch(base, offsets, lengths).tolist()
         else:
-            spans.append(one)
-            where.append(i)
-    if not spans:
-        return out
-    found = common_base(spans)
-    if found is not None:
-        base, offsets = found
-        lengths = np.fromiter((v.nbytes for v in spans), np.uint64, len(spans))
-        hashes = xxh3_batch(base, offsets, lengths).tolist()
-    else:
-        hashes = [xxh3_64(v) for v in spans]
-    for i, h in zip(where, hashes, strict=True):
-        out[i] = h
+            hashes = [xxh3_64(v) for v in spans]
+        for i, h in zip(where, hashes, strict=True):
+            out[i] = h
     return out
