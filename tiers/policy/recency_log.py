@@ -125,8 +125,9 @@ class RecencyLog:
         limit: int,
         seen_payload: int | None = None,
     ) -> tuple[int | None, bool, int | None]:
-        """Record an access of the key of ``key_hash`` at ``tick`` (>= 0, larger than the previous one's), with
-        ``seen_payload`` instead of ``payload`` if ``fp`` was observed (when given).
+        """Record an access of the key of ``key_hash`` at ``tick`` (>= 0, larger than the
+        previous one's), with ``seen_payload`` instead of ``payload`` if the key was observed
+        (when given).
 
         Returns the value of its previous access (None if it was not observed), whether it was
         in the shadow before this access, and the value of the oldest observation if this one
@@ -134,7 +135,7 @@ class RecencyLog:
         is in the shadow afterwards; the shadow is then cut to ``shadow_size`` keys (its oldest
         go)."""
         last = self._last
-        fp = key_hash & _U64 or 1
+        fp = key_hash & _U64 or 1  # _fp(key_hash), inline: once per access of every page
         stamp = tick << self._bits
         old = last.swap(fp, stamp | payload, None if seen_payload is None else stamp | seen_payload)
         in_shadow = old is not None and old >> self._bits >= self._bound_tick
