@@ -8,18 +8,17 @@ forced collisions too."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from itertools import combinations
 from typing import Any
 
 import numpy as np
 import pytest
+from small_stores import small_stores
 
 from hicache_mooncake.native import fingerprint, fingerprints, set_test_fingerprint_mask
-from hicache_mooncake.ssd import SsdEngine, SsdOptions
 from hicache_mooncake.tiers.dram_tier import DramTier
-from hicache_mooncake.tiers.policy import DEFAULT_CONTEXT, make_policy
-from hicache_mooncake.tiers.ssd_tier import SsdTier
-from hicache_mooncake.tiers.tiered_store import StoreOptions, TieredStore
+from hicache_mooncake.tiers.policy import DEFAULT_CONTEXT
 
 PAGE = 16 << 10
 MiB = 1 << 20
@@ -51,20 +50,8 @@ def dram() -> Iterator[DramTier]:
 
 @pytest.fixture
 def make_store(tmp_path: Any) -> Iterator[Any]:
-    stores: list[TieredStore] = []
-
-    def make() -> TieredStore:
-        d = tmp_path / f"ssd{len(stores)}"
-        d.mkdir()
-        opts = SsdOptions(dirs=(str(d),), capacity_bytes=16 * MiB, region_size=MiB, direct_io="off")
-        tiers: list[Any] = [DramTier(MiB, MiB, prefault=False), SsdTier(SsdEngine(opts))]
-        store = TieredStore(tiers, lambda: make_policy("lru"), StoreOptions())
-        stores.append(store)
-        return store
-
-    yield make
-    for s in stores:
-        s.close()
+    for make in small_stores(tmp_path):  # one pass: a DRAM tier of 1 MiB over the SSD tier
+        yield partial(make, dram_mib=1)
 
 
 def test_dram_answers_with_the_callers_fingerprints_as_with_its_own(dram: DramTier) -> None:

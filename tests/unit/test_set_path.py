@@ -10,12 +10,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from small_stores import small_stores
 
-from hicache_mooncake.ssd import SsdEngine, SsdOptions
-from hicache_mooncake.tiers.dram_tier import DramTier
-from hicache_mooncake.tiers.policy import make_policy
-from hicache_mooncake.tiers.ssd_tier import SsdTier
-from hicache_mooncake.tiers.tiered_store import StoreOptions, TieredStore
+from hicache_mooncake.tiers.tiered_store import TieredStore
 
 PAGE = 64 << 10
 MiB = 1 << 20
@@ -38,22 +35,7 @@ def read(store: TieredStore, key: str, size: int = PAGE) -> np.ndarray | None:
 
 @pytest.fixture
 def make_store(tmp_path: Any) -> Iterator[Any]:
-    stores: list[TieredStore] = []
-
-    def make(dram: bool = True, ssd: bool = True, dram_mib: int = 4) -> TieredStore:
-        tiers: list[Any] = [DramTier(dram_mib * MiB, MiB, prefault=False)] if dram else []
-        if ssd:
-            d = tmp_path / f"ssd{len(stores)}"
-            d.mkdir()
-            opts = SsdOptions(dirs=(str(d),), capacity_bytes=16 * MiB, region_size=MiB, direct_io="off")
-            tiers.append(SsdTier(SsdEngine(opts)))
-        store = TieredStore(tiers, lambda: make_policy("lru"), StoreOptions())
-        stores.append(store)
-        return store
-
-    yield make
-    for s in stores:
-        s.close()
+    yield from small_stores(tmp_path)
 
 
 @pytest.mark.parametrize("tiers", ["dram+ssd", "dram", "ssd"])
