@@ -38,16 +38,18 @@ XXH3_SOURCE: tuple[str, str] = load_xxh3()
 """(library path, symbol) xxh3 is computed with: python-xxhash's dispatch or the system lib."""
 
 from .checksums import xxh3_64, xxh3_batch  # noqa: E402
-from .copies import copy_pages, copy_pages_checksum  # noqa: E402
+from .copies import copy_pages, copy_pages_checksum, view_spans  # noqa: E402
 from .fingerprints import fingerprint, fingerprints, set_test_fingerprint_mask  # noqa: E402
 from .fptable import FpTable  # noqa: E402
 from .io import io_late_items, io_threads, pread_batch, pwrite_batch, set_io_threads  # noqa: E402
+from .recency_log import RecencyLog  # noqa: E402
 
 __all__ = [
     "SYSTEM_LIBRARY",
     "SYSTEM_SYMBOL",
     "XXH3_SOURCE",
     "FpTable",
+    "RecencyLog",
     "copy_pages",
     "copy_pages_checksum",
     "fingerprint",
@@ -59,6 +61,7 @@ __all__ = [
     "set_io_threads",
     "set_test_fingerprint_mask",
     "set_xxh3_library",
+    "view_spans",
     "xxh3_64",
     "xxh3_batch",
 ]

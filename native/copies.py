@@ -9,6 +9,7 @@ read-only ``dst`` is a TypeError. The GIL is released once for the whole batch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,15 @@ def copy_pages(dst: Any, dst_offsets: Any, src: Any, src_offsets: Any, lengths: 
         as_u64("src_offsets", src_offsets),
         as_u64("lengths", lengths),
     )
+
+
+def view_spans(views: Sequence[Any]) -> U64Array | None:
+    """Where each of ``views`` lies: an ``(n, 2)`` array of (address of its first byte, length),
+    in one call for the batch; None when one of them is not a single writable, C-contiguous,
+    non-empty buffer (read-only, empty, strided, released; the caller then sorts them one by
+    one). An address is valid only while the caller keeps its view alive."""
+    out = np.empty((len(views), 2), dtype=U64)
+    return out if _core.view_spans(views, out) else None
 
 
 def copy_pages_checksum(dst: Any, dst_offsets: Any, src: Any, src_offsets: Any, lengths: Any) -> U64Array:

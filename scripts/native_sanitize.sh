@@ -35,16 +35,16 @@ import sys
 from hicache_mooncake.native import _core
 assert _core.__file__.startswith(sys.argv[1]), f"loaded {_core.__file__}, not the sanitizer build"
 PY
-# By default: the native tests, the SSD and DRAM tests that drive their indexes on the native
-# table and copy SGLang's pool parts natively, and the reuse policy's observation log (one-key
-# calls and segment splits over some 700k accesses) (a file listed here that is gone fails the run:
-# update the list with the move). All of tests/ssd passes too, in ~2 min: too long for every CI run.
+# By default: the native tests (the reuse policy's recency log among them), the SSD and DRAM tests
+# that drive their indexes on the native table and copy SGLang's pool parts natively, and the
+# reuse policy's own tests (every access a native RecencyLog call) (a file listed here that is gone
+# fails the run: update the list with the move). All of tests/ssd passes too, in ~2 min: too long for every CI run.
 paths=("$@")
 ((${#paths[@]})) || paths=(
   tests/native
   tests/ssd/test_ssd_index.py tests/ssd/test_ssd_fingerprint_collisions.py
   tests/tiers/test_dram_native_index.py tests/tiers/test_part_copy.py
-  tests/policy/test_recency_log.py
+  tests/policy/test_placement_reuse.py tests/policy/test_reuse_sweep.py
 )
 LD_PRELOAD=$libasan "$VENV/bin/python" -m pytest -q -p no:cacheprovider --capture=sys "${paths[@]}"
 echo "native sanitizers: ok in $(($(date +%s) - start)) s"

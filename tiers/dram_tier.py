@@ -680,7 +680,10 @@ class DramTier(Tier):
                 self._unpin_locked(offsets)
                 if done:
                     self._counts["hits"] += len(chosen)
-                    self._counts["hit_bytes"] += sum(sizes[i] for i in chosen)
+                    whole = len(chosen) == n
+                    self._counts["hit_bytes"] += sum(sizes) if whole else sum(map(sizes.__getitem__, chosen))
+        if len(chosen) == n:
+            return [True] * n
         for i in chosen:
             results[i] = True
         return results

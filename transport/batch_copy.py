@@ -24,12 +24,13 @@ from operator import attrgetter
 
 import numpy as np
 
-from hicache_mooncake.native import copy_pages
+from hicache_mooncake.native import copy_pages, view_spans
 
 _from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
 _LOCATE_ERRORS = (TypeError, ValueError, BufferError)
 _OBJ = attrgetter("obj")
+_NBYTES = attrgetter("nbytes")
 
 
 @dataclass
@@ -42,15 +43,20 @@ class Located:
     loose: list[int] = field(default_factory=list)
 
 
-def locate(views: Sequence[memoryview]) -> Located:
+def locate(views: Sequence[memoryview], spans: np.ndarray | None = None) -> Located:
     """Locate each view of ``views`` (1-D byte views) in the buffer of the object exporting it.
     Zero-length views are left out (nothing to copy). The usual batch (every view writable and
-    non-empty, a few exporters) is located with no per-view Python loop."""
+    non-empty, a few exporters) is located with no per-view Python step: the views' addresses
+    come from one native call (``spans``: ``view_spans(views)`` when the caller has it)."""
     if not views:
         return Located()
+    if spans is None:
+        spans = view_spans(views)
     owners = list(map(_OBJ, views))
     try:
-        addrs = np.fromiter(map(_addressof, map(_from_buffer, views)), dtype=np.int64, count=len(views))
+        if spans is None:
+            raise ValueError("a view the native call does not locate")
+        addrs = spans[:, 0].astype(np.int64)
         distinct = {id(o): o for o in owners}
         bases = {key: _addressof(_from_buffer(o)) for key, o in distinct.items()}
     except _LOCATE_ERRORS:  # a read-only, empty or odd view: sort them one by one
@@ -139,7 +145,11 @@ def _prepare(
     if len(big_offsets) != len(views):
         raise ValueError(f"{len(big_offsets)} offsets for {len(views)} views")
     offsets = _i64(big_offsets)
-    lengths = np.fromiter((v.nbytes for v in views), dtype=np.int64, count=len(views))
+    spans = view_spans(views) if views else None
+    if spans is not None:
+        lengths = spans[:, 1].astype(np.int64)
+    else:
+        lengths = np.fromiter(map(_NBYTES, views), dtype=np.int64, count=len(views))
     size = big.nbytes
     bad = np.flatnonzero((offsets < 0) | (offsets > size - lengths))
     if bad.size:
@@ -147,7 +157,7 @@ def _prepare(
         raise ValueError(
             f"copy {i}: offset {int(offsets[i])} + length {int(lengths[i])} outside a buffer of {size} bytes"
         )
-    return locate(views), offsets, lengths
+    return locate(views, spans), offsets, lengths
 
 
 def _i64(values: Sequence[int]) -> np.ndarray:

@@ -137,3 +137,51 @@ PyObject *hm_py_copy_pages_checksum(PyObject *self, PyObject *const *args, Py_ss
     (void)self;
     return copy_impl(args, nargs, 1);
 }
+
+/* view_spans(views: sequence, out: u64[2n]) -> bool.
+ * out[2i] = the address of views[i]'s first byte, out[2i + 1] = its length, for views that are
+ * each one writable, C-contiguous, non-empty buffer. False (out partly written, nothing else
+ * done) as soon as one is not: read-only, empty, strided, released, or no buffer at all; the
+ * caller then sorts the views one by one. Every buffer is borrowed and released within the call
+ * (an address is valid for as long as the caller keeps the view alive). */
+PyObject *hm_py_view_spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "view_spans(views, out)");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[0], "views must be a sequence");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_buffer out;
+    Py_ssize_t n_out;
+    if (hm_get_u64(args[1], "out", 1, &out, &n_out) < 0) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    if (hm_check_len("out", n_out, "2 x views", 2 * n) < 0) {
+        PyBuffer_Release(&out);
+        Py_DECREF(seq);
+        return NULL;
+    }
+    uint64_t *o = out.buf;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    int all = 1;
+    for (Py_ssize_t i = 0; i < n && all; i++) {
+        Py_buffer b;
+        if (PyObject_GetBuffer(items[i], &b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            PyErr_Clear(); /* not locatable here: the caller's slow path says why, if anything */
+            all = 0;
+            break;
+        }
+        if (b.len <= 0)
+            all = 0;
+        o[2 * i] = (uint64_t)(uintptr_t)b.buf;
+        o[2 * i + 1] = (uint64_t)b.len;
+        PyBuffer_Release(&b);
+    }
+    PyBuffer_Release(&out);
+    Py_DECREF(seq);
+    return PyBool_FromLong(all);
+}

@@ -6,5 +6,6 @@
 
 PyObject *hm_py_copy_pages(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *hm_py_copy_pages_checksum(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *hm_py_view_spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

@@ -5,6 +5,7 @@
 #include "hm_fingerprint.h"
 #include "hm_fptable.h"
 #include "hm_io.h"
+#include "hm_recency.h"
 #include "hm_xxh3.h"
 
 static PyMethodDef module_methods[] = {
@@ -21,6 +22,8 @@ static PyMethodDef module_methods[] = {
      "copy_pages(dst, dst_offsets, src, src_offsets, lengths)"},
     {"copy_pages_checksum", HM_FASTCALL(hm_py_copy_pages_checksum), METH_FASTCALL,
      "copy_pages_checksum(dst, dst_offsets, src, src_offsets, lengths, out)"},
+    {"view_spans", HM_FASTCALL(hm_py_view_spans), METH_FASTCALL,
+     "view_spans(views, out) -> whether every view is one writable contiguous non-empty buffer"},
     {"pread_batch", HM_FASTCALL(hm_py_pread_batch), METH_FASTCALL,
      "pread_batch(fd, buf, buf_offsets, lengths, file_offsets, timeout_s, out)"},
     {"pwrite_batch", HM_FASTCALL(hm_py_pwrite_batch), METH_FASTCALL,
@@ -41,12 +44,13 @@ static struct PyModuleDef core_module = {
 };
 
 PyMODINIT_FUNC PyInit__core(void) {
-    if (PyType_Ready(&hm_FpTableType) < 0)
+    if (PyType_Ready(&hm_FpTableType) < 0 || PyType_Ready(&hm_RecencyLogType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&core_module);
     if (!m)
         return NULL;
-    if (PyModule_AddObjectRef(m, "FpTable", (PyObject *)&hm_FpTableType) < 0) {
+    if (PyModule_AddObjectRef(m, "FpTable", (PyObject *)&hm_FpTableType) < 0 ||
+        PyModule_AddObjectRef(m, "RecencyLog", (PyObject *)&hm_RecencyLogType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -117,3 +117,23 @@ def test_a_short_copy_keeps_the_gil() -> None:
         == 0
     )
     assert np.array_equal(dst, src)
+
+
+def test_view_spans_are_the_addresses_and_lengths_of_writable_views() -> None:
+    """What ``transport.batch_copy`` locates a batch with: one call, the same addresses numpy
+    reports; any view it cannot vouch for (read-only, empty, strided, released) makes it None."""
+    arr = np.zeros(4096, dtype=np.uint8)
+    whole = memoryview(arr)
+    views = [whole[0:10], whole[100:356], whole[4000:4096]]
+    spans = native.view_spans(views)
+    assert spans is not None
+    base = arr.ctypes.data
+    assert spans.tolist() == [[base, 10], [base + 100, 256], [base + 4000, 96]]
+    assert native.view_spans([]) is not None and native.view_spans([]).shape == (0, 2)
+    released = whole[0:8]
+    released.release()
+    strided = memoryview(arr.reshape(64, 64)[:, :8])
+    for odd in (memoryview(b"read-only"), whole[5:5], strided, released):
+        assert native.view_spans([views[0], odd]) is None
+    with pytest.raises(TypeError):
+        native.view_spans(42)  # type: ignore[arg-type]

@@ -46,9 +46,9 @@ time where it pays, and stays LRU where prediction cannot win.
 Cost: one call per key and operation (``on_set`` answers in one step); per access a few dict and
 list operations, one shadow move, and a heap operation per run (not per page). No access does
 work in proportion to the cache: stale run entries are swept a few hundred per access, the
-observations' log is compacted a window every 128 accesses (``recency_log``), and their table
-grows one segment at a time (the native ``FpTable``). What is still O(cache)
-in one call: re-valuing the runs when ``alpha`` moves by 0.25 or more (a ``heapify``), and
+observations and the LRU shadow are one native ``RecencyLog`` call per access (its log is
+compacted a window every 128 accesses, its table grows one segment at a time). What is still
+O(cache) in one call: re-valuing the runs when ``alpha`` moves by 0.25 or more (a ``heapify``), and
 dropping the heap entries of swept runs when a cache that does not evict has piled them up.
 
 Invariants:
@@ -70,9 +70,10 @@ import heapq
 import math
 from typing import ClassVar
 
+from hicache_mooncake.native import RecencyLog
+
 from .base import DEFAULT_CONTEXT, AccessContext, EvictionPolicy
 from .hints import Hints, HintState
-from .recency_log import RecencyLog
 from .registry import register_policy
 
 _NEW, _REWRITE, _HIT = range(3)

@@ -1,4 +1,5 @@
-"""RecencyLog against the two ordered dicts it replaces, on random and adversarial access streams."""
+"""The native RecencyLog against the two ordered dicts it replaces (the reference model), on
+random and adversarial access streams, with compaction passes spread over few accesses."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from hicache_mooncake.tiers.policy import recency_log
-from hicache_mooncake.tiers.policy.recency_log import RecencyLog
+from hicache_mooncake.native import RecencyLog
 
 BITS = 10
 
@@ -58,25 +58,12 @@ def _stream(rng: random.Random, n: int, keys: int, hot: int) -> list[int]:
 
 @pytest.mark.parametrize("passes", ["whole", "spread"])
 @pytest.mark.parametrize("seed", range(6))
-def test_the_log_answers_exactly_as_the_two_ordered_dicts(
-    seed: int, passes: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_log_answers_exactly_as_the_two_ordered_dicts(seed: int, passes: str) -> None:
     """``spread``: compaction passes of a few entries every few accesses, from a small slack, so
     passes run across expiries, head drops and shadow moves (and several per run)."""
-    if passes == "spread":
-        monkeypatch.setattr(recency_log, "_COMPACT_SLACK", 64)
-        monkeypatch.setattr(recency_log, "_PASS_WINDOW", 16)
-        monkeypatch.setattr(recency_log, "_PASS_EVERY", 3)
-    finished = []
-    real_finish = RecencyLog._pass_finish
-
-    def finish(self: RecencyLog, job: Any) -> None:
-        finished.append(len(job.fps))
-        real_finish(self, job)
-
-    monkeypatch.setattr(RecencyLog, "_pass_finish", finish)
+    make = (lambda: RecencyLog(BITS, 64, 16, 3)) if passes == "spread" else (lambda: RecencyLog(BITS))
     rng = random.Random(seed)
-    log, ref = RecencyLog(BITS), _Reference()
+    log, ref = make(), _Reference()
     shadow_size = rng.randrange(1, 50)
     universe = 1500 if seed % 2 else 10**9  # few distinct keys: stale entries pile up
     stream = _stream(rng, 40_000, keys=3000, hot=rng.randrange(1, 40))
@@ -91,20 +78,18 @@ def test_the_log_answers_exactly_as_the_two_ordered_dicts(
         ), f"tick {tick} key {fp}"
         assert len(log) == len(ref.obs) and log.shadow_len == len(ref.shadow)
         if tick % 997 == 0:  # the log holds each observation's latest access, in order
-            live = [(f, t) for f, t in zip(log._fps[log._head :], log._ticks[log._head :], strict=True)
-                    if (log._last.value(f) or 0) >> BITS == t]  # fmt: skip
-            assert [f for f, _ in live] == list(ref.obs)
+            assert log.live_fingerprints() == list(ref.obs)
     assert all(fp in log for fp in ref.obs)
     assert not any(fp in log for fp in range(10**9, 10**9 + 100))
-    assert passes == "whole" or len(finished) >= 10
+    assert passes == "whole" or log.passes_done >= 10
 
 
 def test_hot_keys_do_not_grow_the_log_without_bound() -> None:
     log = RecencyLog(BITS)
     for tick in range(1, 200_000):
-        log.touch(tick % 7 + 1, tick, 0, shadow_size=5, limit=10_000)
+        log.touch(tick % 7 + 1, tick, 0, 5, 10_000)  # shadow 5, limit 10k
     assert len(log) == 7 and log.shadow_len == 5
-    assert len(log._fps) < 2 * 7 + 4096 + 2  # compacted as it went
+    assert log.log_len < 2 * 7 + 4096 + 2  # compacted as it went
 
 
 def test_an_observed_key_costs_well_under_the_two_ordered_dicts() -> None:
@@ -156,7 +141,45 @@ def test_a_repeated_access_costs_its_log_entry_only() -> None:
 def test_a_limit_below_the_shadow_size_cuts_the_shadow_to_the_observations() -> None:
     log = RecencyLog(BITS)
     for tick in range(1, 101):
-        log.touch(tick, tick, 0, shadow_size=50, limit=10)
+        log.touch(tick, tick, 0, 50, 10)  # shadow 50, limit 10
     assert len(log) == 10 and log.shadow_len == 10
-    assert log.touch(90, 101, 0, shadow_size=50, limit=10)[:2] == (None, False)  # expired: gone from both
-    assert log.touch(100, 102, 0, shadow_size=50, limit=10)[1] is True
+    assert log.touch(90, 101, 0, 50, 10)[:2] == (None, False)  # expired: gone from both
+    assert log.touch(100, 102, 0, 50, 10)[1] is True
+
+
+def test_a_key_is_its_hash_taken_as_unsigned_64_bits() -> None:
+    """``hash(key)`` may be negative: -5 and 2**64 - 5 are one key; 0 and 1 too (0 marks an empty
+    slot in the table)."""
+    log = RecencyLog(BITS)
+    assert log.touch(-5, 1, 3, 10, 100) == (None, False, None)
+    assert log.touch(2**64 - 5, 2, 4, 10, 100) == ((1 << BITS) | 3, True, None)
+    log.touch(0, 3, 0, 10, 100)
+    assert 1 in log and log.value(1) == 3 << BITS
+    assert log.live_fingerprints() == [2**64 - 5, 1]
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        ((7, 5, 0, 10, 100), ValueError, "ticks must increase: 5 after 5"),
+        ((7, 6, 1 << BITS, 10, 100), ValueError, "payload must be below 1024"),
+        ((7, 6, 0, 10, 100, 1 << BITS), ValueError, "seen_payload must be below 1024"),
+        ((7, 1 << (63 - BITS), 0, 10, 100), ValueError, "tick must be below"),
+        (("key", 6, 0, 10, 100), TypeError, "key_hash must be an int"),
+        ((7, 6, 0, -1, 100), (ValueError, OverflowError), "shadow_size"),
+        ((7, 6), TypeError, "touch"),
+    ],
+)
+def test_bad_touches_raise_and_change_nothing(args: tuple[Any, ...], error: Any, match: str) -> None:
+    log = RecencyLog(BITS)
+    log.touch(3, 5, 1, 10, 100)
+    with pytest.raises(error, match=match):
+        log.touch(*args)
+    assert len(log) == 1 and log.log_len == 1 and log.shadow_len == 1 and log.live_fingerprints() == [3]
+    assert log.touch(3, 6, 2, 10, 100) == ((5 << BITS) | 1, True, None)
+
+
+def test_constructor_arguments_are_checked() -> None:
+    for bad in ((-1,), (49,), (BITS, 0), (BITS, 64, 0), (BITS, 64, 16, 0)):
+        with pytest.raises(ValueError):
+            RecencyLog(*bad)
