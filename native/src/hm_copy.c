@@ -4,13 +4,67 @@
  * (so a caller's thread changing its arrays meanwhile cannot move a range past the check), every
  * (offset, length) pair is checked against its buffer's size (overflow-safe) with the GIL held,
  * and only then may the GIL be released for the copies. Overlapping
- * ranges (dst and src the same buffer) are copied as by memmove.
+ * ranges (dst and src the same buffer) are copied as by memmove. A large call writes with
+ * non-temporal stores (HM_STREAM_MIN_TOTAL below); copy_pages_checksum never does (it hashes
+ * each range from the destination right after copying it, while it is in cache).
  */
 #include "hm_copy.h"
 
 #include <string.h>
 
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>
+#define HM_HAVE_STREAMING 1
+#endif
+
 #include "hm_xxh3.h"
+
+/* A call copying at least this much in all, in items of at least HM_STREAM_MIN_ITEM bytes, writes
+ * with non-temporal stores: the bytes bypass the caches (nobody on this side reads them soon: a
+ * page going to a tier, or to SGLang's pool on its way to the GPU), so a copy of many MiB neither
+ * reads each destination line before writing it nor evicts the caller's working set (the
+ * interpreter's objects the next Python step needs). */
+#define HM_STREAM_MIN_TOTAL (1u << 20)
+#define HM_STREAM_MIN_ITEM 4096u
+
+/* Whether [a, a + n) and [b, b + n) share a byte. */
+static int overlaps(const char *a, const char *b, size_t n) {
+    return a < b + n && b < a + n;
+}
+
+/* memcpy of non-overlapping ranges with non-temporal stores where the platform has them (the
+ * unaligned head and the tail are copied with memcpy); the caller fences once after its copies. */
+static void copy_streaming(char *dst, const char *src, size_t n) {
+#ifdef HM_HAVE_STREAMING
+    size_t head = (size_t)(-(uintptr_t)dst & 15u);
+    if (head > n)
+        head = n;
+    memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    n -= head;
+    size_t blocks = n / 64;
+    for (size_t i = 0; i < blocks; i++, dst += 64, src += 64) {
+        __m128i x0 = _mm_loadu_si128((const __m128i *)src);
+        __m128i x1 = _mm_loadu_si128((const __m128i *)(src + 16));
+        __m128i x2 = _mm_loadu_si128((const __m128i *)(src + 32));
+        __m128i x3 = _mm_loadu_si128((const __m128i *)(src + 48));
+        _mm_stream_si128((__m128i *)dst, x0);
+        _mm_stream_si128((__m128i *)(dst + 16), x1);
+        _mm_stream_si128((__m128i *)(dst + 32), x2);
+        _mm_stream_si128((__m128i *)(dst + 48), x3);
+    }
+    memcpy(dst, src, n % 64);
+#else
+    memcpy(dst, src, n);
+#endif
+}
+
+static void streaming_done(void) {
+#ifdef HM_HAVE_STREAMING
+    _mm_sfence(); /* the non-temporal stores are visible before the call returns */
+#endif
+}
 
 typedef struct {
     Py_buffer dst, src, doff, soff, len, out;
@@ -115,12 +169,18 @@ static PyObject *copy_impl(PyObject *const *args, Py_ssize_t nargs, int with_che
     Py_ssize_t n = a.n;
     if (n > 0) {
         /* Hashed from the destination right after the copy (still in cache for page sizes). */
-        HM_MAYBE_WITHOUT_GIL(hm_total_len(l, n) > HM_GIL_KEEP_BYTES, for (Py_ssize_t i = 0; i < n; i++) {
-            if (l[i])
-                memmove(dst + d[i], src + s[i], (size_t)l[i]);
+        uint64_t total = hm_total_len(l, n);
+        int stream = !h && total >= HM_STREAM_MIN_TOTAL;
+        HM_MAYBE_WITHOUT_GIL(total > HM_GIL_KEEP_BYTES, for (Py_ssize_t i = 0; i < n; i++) {
+            char *to = dst + d[i];
+            const char *from = src + s[i];
+            if (stream && l[i] >= HM_STREAM_MIN_ITEM && !overlaps(to, from, (size_t)l[i]))
+                copy_streaming(to, from, (size_t)l[i]);
+            else if (l[i])
+                memmove(to, from, (size_t)l[i]);
             if (h)
-                h[i] = fn(dst + d[i], (size_t)l[i]);
-        });
+                h[i] = fn(to, (size_t)l[i]);
+        } if (stream) streaming_done());
     }
     release(&a);
     Py_RETURN_NONE;

@@ -35,6 +35,32 @@ def test_copies_equal_numpy_slicing_in_order() -> None:
         assert np.array_equal(dst, want)
 
 
+def test_large_copies_bypass_the_caches_and_land_byte_for_byte() -> None:
+    """A call of 1 MiB or more in items of 4 KiB or more writes with non-temporal stores (the
+    aligned middle of each item; its unaligned head and its tail by memcpy): every offset
+    alignment and length remainder lands exactly, a smaller item of the same call too, and ranges
+    of one buffer that overlap are still copied as by memmove."""
+    rng = np.random.default_rng(13)
+    src = rng.integers(0, 256, size=4 << 20, dtype=np.uint8)
+    for _ in range(6):
+        dst = rng.integers(0, 256, size=8 << 20, dtype=np.uint8)
+        want = dst.copy()
+        lengths = [int(rng.integers(4096, 300_000)) for _ in range(10)] + [100, 4095, 4097, 64 * 1024 + 63]
+        slots = np.sort(rng.choice(16, size=len(lengths), replace=False)) << 19  # 512 KiB apart
+        dst_off = [int(o) + int(rng.integers(0, 64)) for o in slots]  # every alignment mod 16 and 64
+        src_off = [int(rng.integers(0, src.size - n)) for n in lengths]
+        assert sum(lengths) >= 1 << 20
+        for d, s, n in zip(dst_off, src_off, lengths, strict=True):
+            want[d : d + n] = src[s : s + n]
+        native.copy_pages(dst, dst_off, src, src_off, lengths)
+        assert np.array_equal(dst, want)
+    buf = rng.integers(0, 256, size=4 << 20, dtype=np.uint8)
+    want = buf.copy()
+    want[8 : 8 + (2 << 20)] = buf[0 : 2 << 20].copy()  # overlapping, forwards
+    native.copy_pages(buf, [8], buf, [0], [2 << 20])
+    assert np.array_equal(buf, want)
+
+
 def test_copy_with_checksum_returns_xxh3_of_each_copied_range() -> None:
     rng = np.random.default_rng(12)
     src = rng.integers(0, 256, size=1 << 20, dtype=np.uint8).tobytes()  # read-only src is fine
