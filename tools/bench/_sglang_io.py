@@ -186,6 +186,11 @@ class PageStamps:
             self._parts[key] = [[np.frombuffer(v, dtype=np.uint8) for v in page] for page in views]
         return self._parts[key]
 
+    def views(self, region: Any, pages: int) -> list[memoryview]:
+        """The parts of the first ``pages`` pages of ``region`` as byte views into the pool's
+        buffers, in order, one flat list (what ``parts`` wraps)."""
+        return [part.base for page in self.parts(region, pages) for part in page]
+
     def stamp(self, region: Any, tags: list[int]) -> None:
         import numpy as np
 
