@@ -39,7 +39,7 @@ XXH3_SOURCE: tuple[str, str] = load_xxh3()
 
 from .checksums import xxh3_64, xxh3_batch  # noqa: E402
 from .copies import copy_pages, copy_pages_checksum, view_spans  # noqa: E402
-from .fingerprints import fingerprint, fingerprints, set_test_fingerprint_mask  # noqa: E402
+from .fingerprints import fingerprint, fingerprints, key_hashes, set_test_fingerprint_mask  # noqa: E402
 from .fptable import FpTable  # noqa: E402
 from .io import io_late_items, io_threads, pread_batch, pwrite_batch, set_io_threads  # noqa: E402
 from .recency_log import RecencyLog  # noqa: E402
@@ -56,6 +56,7 @@ __all__ = [
     "fingerprints",
     "io_late_items",
     "io_threads",
+    "key_hashes",
     "pread_batch",
     "pwrite_batch",
     "set_io_threads",

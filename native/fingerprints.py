@@ -27,6 +27,15 @@ def fingerprints(keys: Sequence[str | bytes]) -> U64Array:
     return out
 
 
+def key_hashes(keys: Sequence[str | bytes]) -> U64Array:
+    """xxh3_64 (seed 0) of each key's UTF-8 bytes as it is, in one native call: what object
+    headers carry to be checked against the key (``transport.object_header.key_hash`` of each).
+    Unlike a fingerprint it is never masked (``set_test_fingerprint_mask``) and 0 stays 0."""
+    out = np.empty(len(keys), dtype=U64)
+    _core.key_hashes(keys, out)
+    return out
+
+
 def set_test_fingerprint_mask(mask: int) -> None:
     """TEST-ONLY: AND every later fingerprint with ``mask`` (then 0 -> 1) to force collisions.
 

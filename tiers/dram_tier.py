@@ -44,7 +44,7 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 
-from hicache_mooncake.native import copy_pages, fingerprints
+from hicache_mooncake.native import copy_pages, fingerprints, key_hashes
 from hicache_mooncake.transport.arena_files import ArenaSpec
 from hicache_mooncake.transport.object_header import (
     HEADER_MAGIC,
@@ -232,7 +232,7 @@ class DramTier(Tier):
         headers["state"] = state
         if state != STATE_FREE:
             headers["version"] = versions
-            headers["key_hash"] = list(map(key_hash, keys or ()))
+            headers["key_hash"] = key_hashes(keys or ())
             headers["size"] = sizes
             headers["obj_type"] = obj_types
         size_arr = np.asarray(sizes, dtype=np.uint64)

@@ -38,11 +38,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from hicache_mooncake.native import key_hashes
+
 from . import wire
 from .connection import Connection, ConnectionPool
 from .engine import Extent, Segment, TransferEngine
 from .errors import AuthError, PeerUnavailable, RdmaNotServed, RequestRefused, TransportError
-from .object_header import HEADER_SIZE, ObjectHeader, key_hash
+from .object_header import HEADER_SIZE, ObjectHeader
 from .options import ClientOptions
 from .registry import make_engine
 from .sockio import as_bytes_view
@@ -408,7 +410,7 @@ class NodeClient:
             return [False] * len(items)
         headers = memoryview(bytearray(HEADER_SIZE * len(live)))
         hdr = [headers[j * HEADER_SIZE : (j + 1) * HEADER_SIZE] for j in range(len(live))]
-        hashes = [key_hash(keys[i]) for i in live]
+        hashes: list[int] = key_hashes([keys[i] for i in live]).tolist()
         # round 1: header + body; round 2, only after round 1 completed: the header again
         extents: list[Extent] = []
         for j, i in enumerate(live):

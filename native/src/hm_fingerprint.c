@@ -48,12 +48,12 @@ PyObject *hm_py_fingerprint(PyObject *self, PyObject *key) {
     return PyLong_FromUnsignedLongLong(h);
 }
 
-/* fingerprints(keys: Sequence[str | bytes], out: u64[n]) -> None. The keys are held (a tuple of
- * them) while the GIL is released, so another thread mutating the list cannot free one. */
-PyObject *hm_py_fingerprints(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
+/* fingerprints / key_hashes of a batch: `raw` gives the plain xxh3_64 of each key (no test mask,
+ * 0 stays 0). The keys are held (a tuple of them) while the GIL is released, so another thread
+ * mutating the list cannot free one. */
+static PyObject *hash_keys(PyObject *const *args, Py_ssize_t nargs, int raw) {
     if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "fingerprints(keys, out)");
+        PyErr_SetString(PyExc_TypeError, raw ? "key_hashes(keys, out)" : "fingerprints(keys, out)");
         return NULL;
     }
     hm_xxh3_fn fn = hm_xxh3_require();
@@ -96,7 +96,8 @@ PyObject *hm_py_fingerprints(PyObject *self, PyObject *const *args, Py_ssize_t n
         for (Py_ssize_t i = 0; i < n; i++)
             total += (uint64_t)lens[i];
         HM_MAYBE_WITHOUT_GIL(total > HM_GIL_KEEP_BYTES, for (Py_ssize_t i = 0; i < n; i++) {
-            h[i] = finish(fn(data[i], (size_t)lens[i]), mask);
+            uint64_t v = fn(data[i], (size_t)lens[i]);
+            h[i] = raw ? v : finish(v, mask);
         });
     }
     PyMem_Free(data);
@@ -108,6 +109,19 @@ fail:
     PyBuffer_Release(&out);
     Py_DECREF(keys);
     return NULL;
+}
+
+/* fingerprints(keys: Sequence[str | bytes], out: u64[n]) -> None. */
+PyObject *hm_py_fingerprints(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return hash_keys(args, nargs, 0);
+}
+
+/* key_hashes(keys: Sequence[str | bytes], out: u64[n]) -> None: xxh3_64 of each key's UTF-8 bytes
+ * as it is (what object headers carry: never masked, 0 stays 0). */
+PyObject *hm_py_key_hashes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return hash_keys(args, nargs, 1);
 }
 
 /* set_test_fingerprint_mask(mask) -> None; 0 turns it off. TEST-ONLY, process-global. */

@@ -6,6 +6,7 @@
 
 PyObject *hm_py_fingerprint(PyObject *self, PyObject *key);
 PyObject *hm_py_fingerprints(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *hm_py_key_hashes(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *hm_py_set_test_fingerprint_mask(PyObject *self, PyObject *mask);
 
 #endif

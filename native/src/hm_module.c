@@ -16,6 +16,8 @@ static PyMethodDef module_methods[] = {
     {"xxh3_batch", HM_FASTCALL(hm_py_xxh3_batch), METH_FASTCALL, "xxh3_batch(buf, offsets, lengths, out)"},
     {"fingerprint", hm_py_fingerprint, METH_O, "fingerprint(key) -> int"},
     {"fingerprints", HM_FASTCALL(hm_py_fingerprints), METH_FASTCALL, "fingerprints(keys, out)"},
+    {"key_hashes", HM_FASTCALL(hm_py_key_hashes), METH_FASTCALL,
+     "key_hashes(keys, out): xxh3_64 of each key's UTF-8 bytes, as object headers carry it"},
     {"set_test_fingerprint_mask", hm_py_set_test_fingerprint_mask, METH_O,
      "set_test_fingerprint_mask(mask): TEST-ONLY"},
     {"copy_pages", HM_FASTCALL(hm_py_copy_pages), METH_FASTCALL,

@@ -96,3 +96,24 @@ def test_batch_hashing_releases_the_gil() -> None:
     assert progress_during(lambda: native.fingerprints(keys)) > 0
     big = np.zeros(128 << 20, dtype=np.uint8)
     assert progress_during(lambda: native.xxh3_64(big)) > 0
+
+
+def test_key_hashes_are_what_object_headers_carry() -> None:
+    """``key_hashes``: the plain xxh3_64 of each key (``object_header.key_hash``), never masked
+    like a fingerprint, in one call for a batch (the DRAM tier's headers, the node client's
+    checks)."""
+    from hicache_mooncake.transport.object_header import key_hash
+
+    keys = ["", "a", "ключ-ü", *(f"model/{i:064x}@tp0of1" for i in range(300))]
+    want = [key_hash(k) for k in keys]
+    assert native.key_hashes(keys).tolist() == want
+    assert native.key_hashes([k.encode() for k in keys]).tolist() == want
+    native.set_test_fingerprint_mask(0xF)
+    try:
+        assert native.key_hashes(keys).tolist() == want
+        assert set(native.fingerprints(keys).tolist()) <= set(range(1, 16))
+    finally:
+        native.set_test_fingerprint_mask(0)
+    with pytest.raises(TypeError, match=r"keys\[1\] must be str or bytes"):
+        native.key_hashes(["a", 3])
+    assert native.key_hashes([]).size == 0
