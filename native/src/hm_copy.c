@@ -27,9 +27,11 @@
 #define HM_STREAM_MIN_TOTAL (1u << 20)
 #define HM_STREAM_MIN_ITEM 4096u
 
-/* Whether [a, a + n) and [b, b + n) share a byte. */
+/* Whether [a, a + n) and [b, b + n) share a byte (compared as addresses: they may lie in
+ * different buffers). */
 static int overlaps(const char *a, const char *b, size_t n) {
-    return a < b + n && b < a + n;
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + n && y < x + n;
 }
 
 /* memcpy of non-overlapping ranges with non-temporal stores where the platform has them (the
