@@ -91,22 +91,6 @@ class FpTable:
         self._t.remove_if(k, as_u64("expected_word0", expected_word0), out)
         return out
 
-    # ---- one key: a policy's per-access bookkeeping (word 0 of the value); no array crossing --
-    def value(self, fp: int) -> int | None:
-        """Word 0 of ``fp``'s value, or None."""
-        return self._t.value(fp)
-
-    def swap(self, fp: int, value: int, present: int | None = None) -> int | None:
-        """One-word tables: maps ``fp`` to ``value`` (to ``present`` instead when it was mapped
-        and ``present`` is given); the previous value, or None. MemoryError when a growth fails
-        (nothing changed)."""
-        return self._t.swap(fp, value, present)
-
-    def pop_if(self, fp: int, high: int | None = None, shift: int = 0) -> int | None:
-        """Removes ``fp`` when ``high`` is None or its word 0 shifted right by ``shift`` equals
-        ``high``, returning that word; otherwise leaves it and returns None."""
-        return self._t.pop_if(fp, high, shift)
-
     def items(self) -> tuple[U64Array, U64Array]:
         """A snapshot: (fps[m], values[m, value_words]) in table order."""
         keys, values = self._t.items()

@@ -348,120 +348,6 @@ static PyObject *FpTable_remove_if(FpTable *self, PyObject *const *args, Py_ssiz
     return remove_batch(self, args[0], args[1], args[2]);
 }
 
-/* ---- one key: the per-access calls of a policy's bookkeeping (word 0 of the value) ----------
- * Each takes the lock like a short batch (with the GIL held when it is free at once); a swap
- * that must grow the table gives the GIL away for the growth. */
-
-static int parse_fp(PyObject *obj, uint64_t *fp) {
-    if (hm_parse_u64(obj, "fp", fp) < 0)
-        return -1;
-    if (*fp == 0) {
-        PyErr_SetString(PyExc_ValueError, "fp is 0 (0 marks an empty slot; fingerprints are never 0)");
-        return -1;
-    }
-    return 0;
-}
-
-/* value(fp) -> int | None: word 0 of fp's value. */
-static PyObject *FpTable_value(FpTable *self, PyObject *arg) {
-    uint64_t fp, word0 = 0;
-    int found = 0;
-    if (parse_fp(arg, &fp) < 0)
-        return NULL;
-    TABLE_BATCH(self, 1, 0, {
-        const uint64_t *v = hm_segtable_find(&self->table, fp);
-        if (v) {
-            found = 1;
-            word0 = v[0];
-        }
-    });
-    if (!found)
-        Py_RETURN_NONE;
-    return PyLong_FromUnsignedLongLong(word0);
-}
-
-/* Needs the write lock: see FpTable_swap. Returns hm_segtable_put's answer. */
-static int swap_locked(FpTable *self, uint64_t fp, uint64_t value, const uint64_t *present, int may_grow,
-                       uint64_t *old, int *had) {
-    uint64_t *v = hm_segtable_find(&self->table, fp);
-    if (v) {
-        *had = 1;
-        *old = v[0];
-        v[0] = present ? *present : value;
-        return 1;
-    }
-    *had = 0;
-    return hm_segtable_put(&self->table, fp, &value, may_grow);
-}
-
-/* swap(fp, value, present=None) -> int | None, one-word tables: maps fp to `value` (to `present`
- * instead when fp was mapped and `present` is given); returns the previous value or None. */
-static PyObject *FpTable_swap(FpTable *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 2 || nargs > 3) {
-        PyErr_SetString(PyExc_TypeError, "FpTable.swap(fp, value, present=None)");
-        return NULL;
-    }
-    if (self->value_words != 1) {
-        PyErr_Format(PyExc_ValueError, "FpTable.swap needs a table of one value word, this one has %u",
-                     self->value_words);
-        return NULL;
-    }
-    uint64_t fp, value, present = 0, old = 0;
-    int has_present = nargs == 3 && args[2] != Py_None, had = 0;
-    if (parse_fp(args[0], &fp) < 0 || hm_parse_u64(args[1], "value", &value) < 0 ||
-        (has_present && hm_parse_u64(args[2], "present", &present) < 0))
-        return NULL;
-    const uint64_t *p = has_present ? &present : NULL;
-    int r = HM_SEGTABLE_NEEDS_GROWTH;
-    if (try_lock(self, 1) == 0) {
-        r = swap_locked(self, fp, value, p, 0, &old, &had);
-        publish(self);
-        pthread_rwlock_unlock(&self->lock);
-    }
-    if (r == HM_SEGTABLE_NEEDS_GROWTH) {
-        Py_BEGIN_ALLOW_THREADS
-        lock(self, 1);
-        r = swap_locked(self, fp, value, p, 1, &old, &had);
-        publish(self);
-        pthread_rwlock_unlock(&self->lock);
-        Py_END_ALLOW_THREADS
-    }
-    if (r < 0)
-        return PyErr_NoMemory();
-    if (!had)
-        Py_RETURN_NONE;
-    return PyLong_FromUnsignedLongLong(old);
-}
-
-/* pop_if(fp, high=None, shift=0) -> int | None: removes fp and returns word 0 of its value when
- * `high` is None or (word 0 >> shift) == high; otherwise leaves it and returns None. */
-static PyObject *FpTable_pop_if(FpTable *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 1 || nargs > 3) {
-        PyErr_SetString(PyExc_TypeError, "FpTable.pop_if(fp, high=None, shift=0)");
-        return NULL;
-    }
-    uint64_t fp, high = 0, shift = 0, word0 = 0;
-    int has_high = nargs >= 2 && args[1] != Py_None, popped = 0;
-    if (parse_fp(args[0], &fp) < 0 || (has_high && hm_parse_u64(args[1], "high", &high) < 0) ||
-        (nargs == 3 && hm_parse_u64(args[2], "shift", &shift) < 0))
-        return NULL;
-    if (shift > 63) {
-        PyErr_Format(PyExc_ValueError, "shift must be in 0..63, got %llu", (unsigned long long)shift);
-        return NULL;
-    }
-    TABLE_BATCH(self, 1, 1, {
-        const uint64_t *v = hm_segtable_find(&self->table, fp);
-        if (v && (!has_high || v[0] >> shift == high)) {
-            word0 = v[0];
-            popped = hm_segtable_remove(&self->table, fp, NULL);
-            publish(self);
-        }
-    });
-    if (!popped)
-        Py_RETURN_NONE;
-    return PyLong_FromUnsignedLongLong(word0);
-}
-
 /* items() -> (bytearray of u64[m] keys, bytearray of u64[m*w] values), a snapshot in slot order. */
 static PyObject *FpTable_items(FpTable *self, PyObject *unused) {
     (void)unused;
@@ -536,9 +422,6 @@ static PyMethodDef FpTable_methods[] = {
     {"remove", HM_FASTCALL(FpTable_remove), METH_FASTCALL, "remove(fps, out_removed)"},
     {"remove_if", HM_FASTCALL(FpTable_remove_if), METH_FASTCALL,
      "remove_if(fps, expected_word0, out_removed)"},
-    {"value", (PyCFunction)FpTable_value, METH_O, "value(fp) -> int | None"},
-    {"swap", HM_FASTCALL(FpTable_swap), METH_FASTCALL, "swap(fp, value, present=None) -> int | None"},
-    {"pop_if", HM_FASTCALL(FpTable_pop_if), METH_FASTCALL, "pop_if(fp, high=None, shift=0) -> int | None"},
     {"items", (PyCFunction)FpTable_items, METH_NOARGS, "items() -> (bytearray keys, bytearray values)"},
     {"clear", (PyCFunction)FpTable_clear, METH_NOARGS, "clear()"},
     {NULL, NULL, 0, NULL},

@@ -65,23 +65,6 @@ class RefFpTable:
             out.append(hit)
         return out
 
-    def value(self, fp: int) -> int | None:
-        entry = self.entries.get(fp)
-        return None if entry is None else entry[0]
-
-    def swap(self, fp: int, value: int, present: int | None = None) -> int | None:
-        assert self.value_words == 1
-        old = self.value(fp)
-        self.entries[fp] = (value if old is None or present is None else present,)
-        return old
-
-    def pop_if(self, fp: int, high: int | None = None, shift: int = 0) -> int | None:
-        old = self.value(fp)
-        if old is None or (high is not None and old >> shift != high):
-            return None
-        del self.entries[fp]
-        return old
-
     def items(self) -> dict[int, tuple[int, ...]]:
         return dict(self.entries)
 

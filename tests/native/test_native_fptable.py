@@ -40,24 +40,10 @@ def random_step(rng: random.Random, table: FpTable, model: RefFpTable, universe:
             "remove_if",
             "items",
             "clear",
-            "value",
-            "swap",
-            "pop_if",
         ],
-        weights=[40, 10, 8, 8, 20, 10, 3, 1, 8, 20 if w == 1 else 0, 10],
+        weights=[40, 10, 8, 8, 20, 10, 3, 1],
     )[0]
-    fp = rng.choice(universe)
-    if op == "value":
-        assert table.value(fp) == model.value(fp)
-    elif op == "swap":
-        value, present = rng.randrange(1 << 64), rng.choice([None, rng.randrange(1 << 64)])
-        assert table.swap(fp, value, present) == model.swap(fp, value, present)
-    elif op == "pop_if":
-        old = model.value(fp)
-        shift = rng.randrange(64)
-        high = rng.choice([None, rng.randrange(1 << 8), old >> shift if old is not None else 0])
-        assert table.pop_if(fp, high, shift) == model.pop_if(fp, high, shift)
-    elif op == "put":
+    if op == "put":
         values = [[rng.randrange(1 << 64) for _ in range(w)] for _ in fps]
         assert table.put(
             np.array(fps, dtype=np.uint64), np.array(values, dtype=np.uint64).reshape(n, w)
@@ -252,16 +238,6 @@ def test_bad_input_is_refused_naming_the_item_and_changes_nothing() -> None:
         FpTable(capacity=0)
     with pytest.raises(ValueError, match="segment_slots must be >= 8, got 4"):
         FpTable(segment_slots=4)
-    with pytest.raises(ValueError, match="fp is 0"):
-        table.value(0)
-    with pytest.raises(ValueError, match="fp must be in"):
-        table.pop_if(-1)
-    with pytest.raises(ValueError, match="shift must be in 0..63, got 64"):
-        table.pop_if(5, 1, 64)
-    with pytest.raises(ValueError, match="FpTable.swap needs a table of one value word, this one has 2"):
-        table.swap(5, 1)
-    with pytest.raises(TypeError, match="value must be an int"):
-        FpTable().swap(5, "1")
     assert {int(k) for k in table.items()[0]} == {5} and len(table) == 1
 
 
@@ -277,13 +253,14 @@ def test_empty_batches_answer_empty_arrays() -> None:
 
 def test_table_batches_release_the_gil() -> None:
     """A big put, contains and remove let another Python thread run (gil_probe); so does a
-    one-key swap that must grow the table (a segment doubled or split)."""
+    one-key put that must grow the table (a segment doubled or split)."""
     full = np.arange(1, 49_153, dtype=np.uint64)  # 3/4 of one segment of 65536 slots: the next key splits it
     tables = []
     for _ in range(20):  # one full table per attempt: every call below must grow
         tables.append(FpTable(capacity=1 << 16))
         tables[-1].put(full, full)
-    assert progress_during(lambda: tables.pop().swap(1 << 40, 1)) > 0
+    one = np.array([1 << 40], dtype=np.uint64)
+    assert progress_during(lambda: tables.pop().put(one, one.reshape(1, 1))) > 0
     fps = np.arange(1, 2_000_001, dtype=np.uint64)
     table = FpTable(capacity=8)
     assert progress_during(lambda: table.put(fps, fps)) > 0  # grows inside the call too
@@ -303,7 +280,3 @@ def test_short_batches_keep_the_gil() -> None:
     assert progress_during(lambda: table.contains(fps), attempts=5) == 0
     assert progress_during(lambda: table.prefix_len(fps), attempts=5) == 0
     assert progress_during(lambda: table.remove(fps), attempts=5) == 0
-    # the one-key calls of a policy's per-access bookkeeping, too (no growth needed here)
-    assert progress_during(lambda: table.swap(7, 1), attempts=5) == 0
-    assert progress_during(lambda: table.value(7), attempts=5) == 0
-    assert progress_during(lambda: table.pop_if(7), attempts=5) == 0
