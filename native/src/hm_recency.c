@@ -70,11 +70,13 @@ typedef struct {
 static int log_reserve(order_log *l, size_t want) {
     if (want <= l->cap)
         return 0;
+    /* grows by a quarter (glibc moves large blocks with mremap, not a copy): at most a quarter of
+     * the entries' 16 bytes is room not yet used, where doubling left up to as much again */
     size_t cap = l->cap ? l->cap : 1024;
     while (cap < want) {
         if (cap > SIZE_MAX / 4 / sizeof(uint64_t))
             return -1;
-        cap *= 2;
+        cap += cap / 4;
     }
     uint64_t *f = realloc(l->fps, cap * sizeof *f);
     if (!f)
@@ -90,9 +92,9 @@ static int log_reserve(order_log *l, size_t want) {
 
 /* Gives back most of a log's room once it holds far less than it could (after a drop or a pass). */
 static void log_trim(order_log *l) {
-    if (l->cap <= 4096 || l->cap / 4 <= l->len)
+    if (l->cap <= 4096 || l->cap / 2 <= l->len)
         return;
-    size_t cap = l->len * 2 > 1024 ? l->len * 2 : 1024;
+    size_t cap = l->len + l->len / 4 > 1024 ? l->len + l->len / 4 : 1024;
     uint64_t *f = realloc(l->fps, cap * sizeof *f);
     if (f)
         l->fps = f;
