@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from gil_probe import progress_during
 
 from hicache_mooncake.native import RecencyLog
 
@@ -183,3 +184,19 @@ def test_constructor_arguments_are_checked() -> None:
     for bad in ((-1,), (49,), (BITS, 0), (BITS, 64, 0), (BITS, 64, 16, 0)):
         with pytest.raises(ValueError):
             RecencyLog(*bad)
+
+
+def test_a_touch_that_grows_the_table_lets_other_threads_run() -> None:
+    """The one growth in a touch (a segment of up to 65536 slots doubled or split: milliseconds)
+    runs with the GIL released, as FpTable's does; every other touch keeps it."""
+    full = 49_152  # 3/4 of a 65536-slot segment: the next new key splits it
+    logs = []
+    for _ in range(20):  # one full log per attempt: every call below must grow
+        log = RecencyLog(BITS)
+        for tick in range(1, full + 1):
+            log.touch(tick * 0x9E3779B97F4A7C15, tick, 0, full, 4 * full)
+        logs.append(log)
+    assert progress_during(lambda: logs.pop().touch(1 << 62, full + 1, 0, full, 4 * full)) > 0
+    warm = RecencyLog(BITS)
+    ticks = iter(range(1, 100))
+    assert progress_during(lambda: warm.touch(5, next(ticks), 0, 10, 100), attempts=5) == 0
