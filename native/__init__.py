@@ -41,13 +41,23 @@ from .checksums import xxh3_64, xxh3_batch  # noqa: E402
 from .copies import copy_pages, copy_pages_checksum, view_spans  # noqa: E402
 from .fingerprints import fingerprint, fingerprints, key_hashes, set_test_fingerprint_mask  # noqa: E402
 from .fptable import FpTable  # noqa: E402
-from .io import io_late_items, io_threads, pread_batch, pwrite_batch, set_io_threads  # noqa: E402
+from .io import (  # noqa: E402
+    EntryVerdict,
+    io_late_items,
+    io_threads,
+    pread_batch,
+    pwrite_batch,
+    read_entries,
+    reserve_io_staging,
+    set_io_threads,
+)
 from .recency_log import RecencyLog  # noqa: E402
 
 __all__ = [
     "SYSTEM_LIBRARY",
     "SYSTEM_SYMBOL",
     "XXH3_SOURCE",
+    "EntryVerdict",
     "FpTable",
     "RecencyLog",
     "copy_pages",
@@ -59,6 +69,8 @@ __all__ = [
     "key_hashes",
     "pread_batch",
     "pwrite_batch",
+    "read_entries",
+    "reserve_io_staging",
     "set_io_threads",
     "set_test_fingerprint_mask",
     "set_xxh3_library",

@@ -67,6 +67,33 @@ def pread_batch(
 def pwrite_batch(
     fd: int, buf: Any, buf_offsets: Any, lengths: Any, file_offsets: Any, timeout_s: float, out: Any, /
 ) -> None: ...
+def read_entries(
+    fds: Any,
+    run_offsets: Any,
+    run_items: Any,
+    payload_lengths: Any,
+    gens: Any,
+    seqs: Any,
+    key_ends: Any,
+    keys: Any,
+    part_items: Any,
+    dst: Any,
+    dst_offsets: Any,
+    part_lengths: Any,
+    max_key: int,
+    timeout_s: float,
+    out: Any,
+    /,
+) -> None: ...
+
+ENTRY_OK: int
+ENTRY_SHORT: int
+ENTRY_BAD_HEADER: int
+ENTRY_STALE: int
+ENTRY_OTHER_KEY: int
+ENTRY_BAD_PAYLOAD: int
+
+def reserve_io_staging(count: int, nbytes: int, /) -> int: ...
 def set_io_threads(n: int, /) -> None: ...
 def io_threads() -> int: ...
 def io_late_items() -> tuple[int, int]: ...

@@ -14,12 +14,19 @@ Results are per item, never exceptions: bytes done (short only at end of file) o
 * O_DIRECT files work with any ``buf`` alignment (the staging is 4096-aligned); the file offsets
   and lengths must then be aligned as the file system requires (else that item's ``-EINVAL``).
 
+``read_entries`` reads SSD entries (``ssd/format.py``'s layout) in runs, checks each entry on
+the worker that read it (header, generation, sequence, length, key, xxh3 of the payload: one
+``EntryVerdict``) and copies the payload of every sound entry into its parts of ``dst``, only
+while the call is live: one call, the GIL released once, for a whole get.
+
 Bad arguments (bounds, dtypes, a negative fd) raise before any I/O; OSError when the fd cannot
 be duplicated or no worker can start.
 """
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -53,6 +60,77 @@ def pwrite_batch(
 ) -> I64Array:
     """Writes every item from ``buf``; result[i] = bytes written or -errno."""
     return _batch(True, fd, buf, buf_offsets, lengths, file_offsets, timeout_s)
+
+
+class EntryVerdict(enum.IntEnum):
+    """What ``read_entries`` found for one entry (values from the extension; a negative result
+    is instead ``-errno`` of the entry's read, ``-ETIMEDOUT`` when it was not done in time)."""
+
+    OK = _core.ENTRY_OK  # sound and the key's: its payload is in dst
+    SHORT = _core.ENTRY_SHORT  # the file ended inside it
+    BAD_HEADER = _core.ENTRY_BAD_HEADER  # no entry magic, bad key length, header checksum, version
+    STALE = _core.ENTRY_STALE  # a sound header of another write (dead, generation, seq, length)
+    OTHER_KEY = _core.ENTRY_OTHER_KEY  # a sound entry of another key: a fingerprint collision
+    BAD_PAYLOAD = _core.ENTRY_BAD_PAYLOAD  # the payload's xxh3 differs from the header's
+
+
+def read_entries(
+    *,
+    fds: Any,
+    run_offsets: Any,
+    run_items: Any,
+    payload_lengths: Any,
+    gens: Any,
+    seqs: Any,
+    keys: Sequence[bytes],
+    part_items: Any,
+    dst: Any,
+    dst_offsets: Any,
+    part_lengths: Any,
+    max_key: int,
+    timeout_s: float,
+) -> I64Array:
+    """Reads run ``r`` (entries ``run_items[r]`` up to ``run_items[r + 1]``, back to back from
+    ``run_offsets[r]`` of the file ``fds[r]``: one read per run, on its own dup of the fd) and
+    checks entry ``k`` against ``keys[k]``, ``payload_lengths[k]``, ``gens[k]`` and ``seqs[k]``;
+    a sound entry's payload is copied into its parts ``part_items[k]`` up to ``part_items[k + 1]``
+    (``dst[dst_offsets[q]:][:part_lengths[q]]``, in order; they sum to its payload length).
+    ``max_key``: the longest key a header may name. Returns one result per entry: an
+    :class:`EntryVerdict`, or ``-errno`` of its run's read (``-ETIMEDOUT``: not done by
+    ``timeout_s``; ``timeout_s <= 0`` reads nothing). Only ``OK`` entries were written into
+    ``dst``, and nothing is written after the call returned."""
+    key_ends = np.fromiter((len(k) for k in keys), np.uint64, len(keys)).cumsum(dtype=np.uint64)
+    out = np.empty(len(keys), dtype=np.int64)
+    _core.read_entries(
+        np.ascontiguousarray(fds, dtype=np.int64),
+        as_u64("run_offsets", run_offsets),
+        as_u64("run_items", run_items),
+        as_u64("payload_lengths", payload_lengths),
+        as_u64("gens", gens),
+        as_u64("seqs", seqs),
+        key_ends,
+        b"".join(keys),
+        as_u64("part_items", part_items),
+        dst,
+        as_u64("dst_offsets", dst_offsets),
+        as_u64("part_lengths", part_lengths),
+        int(max_key),
+        float(timeout_s),
+        out,
+    )
+    return out
+
+
+STAGING_KEEP_BYTES = 16 << 20
+"""The largest staging buffer the I/O workers keep for the next job (larger ones are freed)."""
+
+
+def reserve_io_staging(count: int, nbytes: int) -> int:
+    """Makes the I/O workers' staging buffers now (the GIL released; faulted in, on huge pages
+    where the kernel gives them) until ``count`` free ones of at least ``nbytes`` are kept (at
+    most one per worker, each of at most ``STAGING_KEEP_BYTES``); returns how many were made.
+    Without it the first calls fault their staging in (an SSD engine calls it at open)."""
+    return int(_core.reserve_io_staging(count, min(nbytes, STAGING_KEEP_BYTES)))
 
 
 def set_io_threads(n: int) -> None:

@@ -36,13 +36,13 @@ from hicache_mooncake.native import _core
 assert _core.__file__.startswith(sys.argv[1]), f"loaded {_core.__file__}, not the sanitizer build"
 PY
 # By default: the native tests (the reuse policy's recency log among them), the SSD and DRAM tests
-# that drive their indexes on the native table and copy SGLang's pool parts natively, and the
+# that drive their indexes on the native table, read SSD entries natively and copy SGLang's pool parts natively, and the
 # reuse policy's own tests (every access a native RecencyLog call) (a file listed here that is gone
 # fails the run: update the list with the move). All of tests/ssd passes too, in ~2 min: too long for every CI run.
 paths=("$@")
 ((${#paths[@]})) || paths=(
   tests/native
-  tests/ssd/test_ssd_index.py tests/ssd/test_ssd_fingerprint_collisions.py
+  tests/ssd/test_ssd_index.py tests/ssd/test_ssd_fingerprint_collisions.py tests/ssd/test_ssd_native_checksums.py
   tests/tiers/test_dram_native_index.py tests/tiers/test_part_copy.py
   tests/policy/test_placement_reuse.py tests/policy/test_reuse_sweep.py
 )

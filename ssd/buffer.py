@@ -145,14 +145,15 @@ class BufferPool:
 
 
 def reserve_staging(pool: BufferPool, options: SsdOptions) -> int:
-    """Fill ``pool`` at engine open with the staging buffers one write window and one read
-    window use at once (``io_threads + 2`` jobs each, a job of up to ``write_chunk_bytes`` /
-    ``staged_read_run_bytes`` with its header blocks), so a fresh engine's first batches copy
-    into memory already faulted in (otherwise a fresh engine's first sets spend much of their CPU
-    zeroing fresh huge pages). Never more than a quarter of ``capacity_bytes``
-    (a small engine never has that much in flight) nor the pool's cap. Returns buffers made."""
-    job = max(options.write_chunk_bytes, options.staged_read_run_bytes) + 2 * BLOCK
-    count = min(2 * (options.io_threads + 2), options.capacity_bytes // 4 // BufferPool.size_class(job))
+    """Fill ``pool`` at engine open with the staging buffers one write window uses at once
+    (``io_threads + 2`` jobs of up to ``write_chunk_bytes`` with their header blocks, and the
+    header memory of the two sub-batches a large put has in flight), so a fresh
+    engine's first sets copy into memory already faulted in (otherwise they spend much of their
+    CPU zeroing fresh huge pages; reads stage in the native I/O workers' own memory). Never more
+    than a quarter of ``capacity_bytes`` (a small engine never has that much in flight) nor the
+    pool's cap. Returns buffers made."""
+    job = options.write_chunk_bytes + 2 * BLOCK
+    count = min(options.io_threads + 4, options.capacity_bytes // 4 // BufferPool.size_class(job))
     return pool.reserve(job, count)
 
 

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from hicache_mooncake.native import io_threads, reserve_io_staging, set_io_threads
+
 from .allocator import RegionAllocator
 from .attach import attach, release
 from .buffer import reserve_staging
@@ -81,6 +83,8 @@ class SsdEngine:
         try:
             self._recover_seconds, to_scan = attach(core, self._epochs, self._lock_fds, progress)
             core.pool = IoPool(options.io_threads)
+            set_io_threads(options.io_threads)  # reads: the native pool has at least as many workers
+            reserve_io_staging(io_threads(), options.read_run_bytes)  # the first gets fault nothing in
             with core.lock:  # regions scanned at open (strict): summarized now, their keys leave memory
                 for r in core.regions:
                     if r.state is RegionState.SEALED and not r.summarized and r.rid in core.fifo:

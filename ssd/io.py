@@ -275,7 +275,7 @@ class IoBatch:
                 raise r
 
 
-URGENT, WRITE, READ = 0, 1, 2  # IoPool priorities: region opens and summaries, puts, gets
+URGENT, WRITE = 0, 1  # IoPool priorities: region opens and summaries, puts (gets: native pool)
 
 
 class IoPool:
@@ -283,9 +283,8 @@ class IoPool:
 
     Jobs wait in one queue per priority and a free thread takes the oldest job of the most
     urgent non-empty queue: region opens and other small control I/O (``URGENT``) never wait
-    behind a batch of data jobs, and a put's writes (``WRITE``) go ahead of gets' reads
-    (``READ``) already queued, so SGLang's backups keep their pace while prefetches read (a
-    thread never stops a job it started: reads in flight finish first).
+    behind a batch of a put's writes (``WRITE``); a thread never stops a job it started. Gets
+    read on the native I/O pool (``native.read_entries``), never behind these queues.
 
     Daemon threads, so a thread stuck in a syscall on a stalled disk never blocks interpreter
     exit or :meth:`shutdown`; callers bound their wait with a deadline (:meth:`IoBatch.wait`).
@@ -295,7 +294,7 @@ class IoPool:
         self.threads = threads
         self._cond = threading.Condition(threading.Lock())
         self._queues: tuple[collections.deque[tuple[IoBatch, int] | None], ...] = tuple(
-            collections.deque() for _ in (URGENT, WRITE, READ)
+            collections.deque() for _ in (URGENT, WRITE)
         )
         self._workers = [
             threading.Thread(target=self._work, name=f"hicache-ssd-io-{i}", daemon=True)
@@ -346,7 +345,7 @@ class IoPool:
         """Stop the workers once the jobs already queued have run (the stop marks queue behind
         everything); waits at most ``timeout_s`` for them (they are daemons)."""
         with self._cond:
-            self._queues[READ].extend(None for _ in self._workers)
+            self._queues[WRITE].extend(None for _ in self._workers)
             self._cond.notify_all()
         end = time.monotonic() + timeout_s
         for t in self._workers:

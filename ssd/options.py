@@ -34,8 +34,9 @@ class SsdOptions:
     ``reinsertion_fraction``: at most this fraction of a region is reinserted per reclaim.
     ``write_chunk_bytes``: large batch writes / coalesced reads are split at entry boundaries
     into I/Os of about this size that run in parallel on the I/O pool.
-    ``staged_read_run_bytes``: reads that land in engine memory first (calls with a deadline) are
-    cut into runs of about this size, so that copying one run out overlaps reading the next.
+    ``read_run_bytes``: a get reads adjacent entries of a region as one run of about this size
+    (an entry larger than that is a run of its own): one read into a native I/O worker's staging
+    memory, checked and copied out by that worker while the other runs are being read.
     ``zero_copy_writes``: write payloads straight from the caller's memory (buffered I/O, or
     O_DIRECT when every part is 4096-aligned) instead of copying each batch into an aligned
     buffer first; a put then does not return while a concurrent get still copies from it.
@@ -62,8 +63,7 @@ class SsdOptions:
     verify_on_recover: bool = True
     reinsertion_fraction: float = 0.5
     write_chunk_bytes: int = 8 << 20
-    max_read_run_bytes: int = 32 << 20
-    staged_read_run_bytes: int = 8 << 20
+    read_run_bytes: int = 3 << 20
     zero_copy_writes: bool = True
     stage_writes: str = "auto"
     probe_timeout_s: float = 5.0
@@ -108,10 +108,8 @@ class SsdOptions:
             raise ValueError("SsdOptions.probe_timeout_s / probe_interval_s: must be > 0")
         if self.max_capacity_bytes and self.max_capacity_bytes < self.capacity_bytes:
             raise ValueError("SsdOptions.max_capacity_bytes: must be 0 or >= capacity_bytes")
-        if min(self.write_chunk_bytes, self.max_read_run_bytes, self.staged_read_run_bytes) < BLOCK:
-            raise ValueError(
-                "SsdOptions.write_chunk_bytes / max_read_run_bytes / staged_read_run_bytes: must be >= 4096"
-            )
+        if min(self.write_chunk_bytes, self.read_run_bytes) < BLOCK:
+            raise ValueError("SsdOptions.write_chunk_bytes / read_run_bytes: must be >= 4096")
 
     @property
     def num_regions(self) -> int:

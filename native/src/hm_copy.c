@@ -34,9 +34,7 @@ static int overlaps(const char *a, const char *b, size_t n) {
     return x < y + n && y < x + n;
 }
 
-/* memcpy of non-overlapping ranges with non-temporal stores where the platform has them (the
- * unaligned head and the tail are copied with memcpy); the caller fences once after its copies. */
-static void copy_streaming(char *dst, const char *src, size_t n) {
+void hm_copy_streaming(char *dst, const char *src, size_t n) {
 #ifdef HM_HAVE_STREAMING
     size_t head = (size_t)(-(uintptr_t)dst & 15u);
     if (head > n)
@@ -62,7 +60,7 @@ static void copy_streaming(char *dst, const char *src, size_t n) {
 #endif
 }
 
-static void streaming_done(void) {
+void hm_copy_fence(void) {
 #ifdef HM_HAVE_STREAMING
     _mm_sfence(); /* the non-temporal stores are visible before the call returns */
 #endif
@@ -177,12 +175,12 @@ static PyObject *copy_impl(PyObject *const *args, Py_ssize_t nargs, int with_che
             char *to = dst + d[i];
             const char *from = src + s[i];
             if (stream && l[i] >= HM_STREAM_MIN_ITEM && !overlaps(to, from, (size_t)l[i]))
-                copy_streaming(to, from, (size_t)l[i]);
+                hm_copy_streaming(to, from, (size_t)l[i]);
             else if (l[i])
                 memmove(to, from, (size_t)l[i]);
             if (h)
                 h[i] = fn(to, (size_t)l[i]);
-        } if (stream) streaming_done());
+        } if (stream) hm_copy_fence());
     }
     release(&a);
     Py_RETURN_NONE;

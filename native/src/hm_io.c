@@ -1,6 +1,8 @@
 /* Batch I/O on a worker pool (see hm_io.h). */
 #include "hm_io.h"
 
+#include <sys/mman.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -10,10 +12,21 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hm_copy.h"
+#include "hm_entry.h"
+#include "hm_xxh3.h"
+
 #define STAGING_ALIGN 4096u
 #define STAGING_KEEP (16u << 20) /* a worker keeps a staging buffer up to this size */
 #define DEFAULT_THREADS 8
 #define MAX_THREADS 256
+#define HUGE_PAGE (2u << 20)
+#ifdef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE_ADVICE MADV_POPULATE_WRITE
+#else
+#define MADV_POPULATE_WRITE_ADVICE 23 /* Linux 5.14+; older kernels answer EINVAL */
+#endif
+#define MAX_RUN_BYTES (1ull << 30) /* one run of read_entries: one staging buffer */
 
 struct batch;
 
@@ -23,11 +36,15 @@ typedef struct job {
     Py_ssize_t index;
 } job;
 
+typedef enum { MODE_READ, MODE_WRITE, MODE_ENTRIES } io_mode;
+
 typedef struct batch {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* signalled when an item completes or a copy ends */
+    io_mode mode;
     int is_write;
-    int fd; /* our own dup */
+    int fd;   /* READ / WRITE: our own dup */
+    int *fds; /* ENTRIES: our own dup of each run's fd (one job per run) */
     char *buf;
     const uint64_t *buf_off, *len, *file_off; /* copies owned by the batch */
     int64_t *res;
@@ -38,6 +55,15 @@ typedef struct batch {
     int refs;    /* the caller + every job not yet finished */
     uint64_t *words;
     job *jobs;
+    /* ENTRIES (read_entries): job i reads run i = items [run_first[i], run_first[i + 1]), entries
+     * back to back from file offset file_off[i], run_len[i] bytes (len); the item verdicts are
+     * written by the run's worker before the run is marked done. All arrays are the batch's own
+     * copies (nothing of the caller's is read after the call returned). */
+    const uint64_t *run_first, *plen, *gen, *seq, *key_end, *part_first, *dst_off, *part_len;
+    char *keys;
+    uint64_t max_key;
+    int64_t *verdict;
+    hm_xxh3_fn xxh3;
 } batch;
 
 /* The pool: one queue, grow-only threads. */
@@ -57,7 +83,15 @@ static void batch_unref(batch *b) {
     pthread_mutex_unlock(&b->mu);
     if (!last)
         return;
-    close(b->fd);
+    if (b->fds) {
+        for (Py_ssize_t i = 0; i < b->n; i++)
+            close(b->fds[i]);
+        free(b->fds);
+    } else {
+        close(b->fd);
+    }
+    free(b->keys);
+    free(b->verdict);
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
     free(b->words);
@@ -72,29 +106,73 @@ typedef struct {
     size_t cap;
 } staging;
 
-static char *staging_get(staging *s, size_t len) {
+/* Staging buffers shared by the workers: a job takes the smallest free one that fits (or makes
+ * one) and gives it back when it is done. At most one per worker is kept (staging_limit), each of
+ * at most STAGING_KEEP bytes. reserve_io_staging makes them ahead (an SSD engine's open), so the
+ * first gets do not pay for faulting them in. */
+static pthread_mutex_t staging_mu = PTHREAD_MUTEX_INITIALIZER;
+static staging staging_free[MAX_THREADS];
+static int staging_nfree = 0;
+static _Atomic int staging_limit = DEFAULT_THREADS;
+
+static size_t staging_size(size_t len) {
     size_t want = (len + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN;
     if (want == 0)
         want = STAGING_ALIGN;
-    if (s->cap >= want)
-        return s->p;
-    free(s->p);
-    s->p = NULL;
-    s->cap = 0;
-    void *p = NULL;
-    if (posix_memalign(&p, STAGING_ALIGN, want) != 0)
-        return NULL;
-    s->p = p;
-    s->cap = want;
-    return s->p;
+    if (want >= HUGE_PAGE)
+        want = (want + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    return want;
 }
 
-static void staging_trim(staging *s) {
-    if (s->cap > STAGING_KEEP) {
-        free(s->p);
-        s->p = NULL;
-        s->cap = 0;
+/* A new buffer of `want` bytes (staging_size): 0, or -1 when there is no memory. */
+static int staging_make(staging *s, size_t want) {
+    void *p = NULL;
+    if (want >= HUGE_PAGE) { /* a device takes an O_DIRECT request from huge pages as long segments */
+        if (posix_memalign(&p, HUGE_PAGE, want) != 0)
+            return -1;
+#ifdef MADV_HUGEPAGE
+        (void)madvise(p, want, MADV_HUGEPAGE);
+#endif
+        /* Faulted in now, while huge pages are to be had (not by the first read's DMA, which
+         * takes whatever pages the kernel has then). Kernels before 5.14 refuse the advice: the
+         * first read faults the pages in instead. */
+        (void)madvise(p, want, MADV_POPULATE_WRITE_ADVICE);
+    } else if (posix_memalign(&p, STAGING_ALIGN, want) != 0) {
+        return -1;
     }
+    s->p = p;
+    s->cap = want;
+    return 0;
+}
+
+static int staging_take(staging *s, size_t len) {
+    size_t want = staging_size(len);
+    pthread_mutex_lock(&staging_mu);
+    int best = -1;
+    for (int i = 0; i < staging_nfree; i++)
+        if (staging_free[i].cap >= want && (best < 0 || staging_free[i].cap < staging_free[best].cap))
+            best = i;
+    if (best >= 0) {
+        *s = staging_free[best];
+        staging_free[best] = staging_free[--staging_nfree];
+        pthread_mutex_unlock(&staging_mu);
+        return 0;
+    }
+    pthread_mutex_unlock(&staging_mu);
+    return staging_make(s, want);
+}
+
+static void staging_give(staging *s) {
+    if (s->cap <= STAGING_KEEP) {
+        pthread_mutex_lock(&staging_mu);
+        if (staging_nfree < atomic_load(&staging_limit) && staging_nfree < MAX_THREADS) {
+            staging_free[staging_nfree++] = *s;
+            pthread_mutex_unlock(&staging_mu);
+            return;
+        }
+        pthread_mutex_unlock(&staging_mu);
+    }
+    free(s->p);
 }
 
 /* Full-length pread/pwrite with EINTR retried; bytes done (short only at EOF) or -errno. */
@@ -141,18 +219,77 @@ static void complete(batch *b, Py_ssize_t i, int64_t r) {
     pthread_mutex_unlock(&b->mu);
 }
 
-static void run_job(job *j, staging *s) {
+/* Marks run/item i done with result r in the critical section that ends its copy (entered with
+ * copy_enter): a caller that abandoned the batch meanwhile waits for the copy and then sees the
+ * item done, never -ETIMEDOUT with its bytes in the buffer. */
+static void copy_done(batch *b, Py_ssize_t i, int64_t r) {
+    pthread_mutex_lock(&b->mu);
+    b->copying--;
+    b->res[i] = r;
+    b->done[i] = 1;
+    b->n_done++;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* One run of read_entries: read it whole into staging, then, while the batch is live, check each
+ * entry (hm_entry_check) and copy a sound one's payload into its parts of the caller's buffer
+ * right away, while it is still in cache from its hash. A caller abandoning the batch meanwhile
+ * waits for the run's checks and copies under way (CPU work of one run: a few ms at most). */
+static void run_entries(batch *b, Py_ssize_t i, char *st) {
+    uint64_t first = b->run_first[i], end = b->run_first[i + 1];
+    int64_t got = do_io(0, b->fds[i], st, b->len[i], b->file_off[i]);
+    if (!copy_enter(b)) {
+        atomic_fetch_add(&late_reads, 1);
+        return; /* late: the caller's buffer is not ours any more */
+    }
+    uint64_t at = 0;
+    int streamed = 0;
+    for (uint64_t k = first; k < end && got >= 0; k++) {
+        uint64_t key_at = k ? b->key_end[k - 1] : 0;
+        uint64_t avail = at < (uint64_t)got ? (uint64_t)got - at : 0;
+        b->verdict[k] = hm_entry_check(st + at, avail, b->keys + key_at, b->key_end[k] - key_at, b->plen[k],
+                                       b->gen[k], b->seq[k], b->max_key, b->xxh3);
+        if (b->verdict[k] == HM_ENTRY_OK) {
+            const char *from = st + at + HM_ENTRY_BLOCK;
+            for (uint64_t p = b->part_first[k]; p < b->part_first[k + 1]; p++) {
+                hm_copy_streaming(b->buf + b->dst_off[p], from, (size_t)b->part_len[p]);
+                from += b->part_len[p];
+                streamed = 1;
+            }
+        }
+        at += hm_entry_size(b->plen[k]);
+    }
+    if (streamed)
+        hm_copy_fence();
+    copy_done(b, i, got); /* a failed read: batch_run gives its items the run's -errno */
+}
+
+static void run_job_staged(job *j, staging *s);
+
+static void run_job(job *j) {
     batch *b = j->batch;
-    Py_ssize_t i = j->index;
-    uint64_t len = b->len[i];
     pthread_mutex_lock(&b->mu);
     int abandoned = b->abandoned;
     pthread_mutex_unlock(&b->mu);
     if (abandoned) /* never started: stays -ETIMEDOUT */
         return;
-    char *st = staging_get(s, (size_t)len);
-    if (!st) {
-        complete(b, i, -ENOMEM);
+    staging s = {NULL, 0};
+    if (staging_take(&s, (size_t)b->len[j->index]) < 0) {
+        complete(j->batch, j->index, -ENOMEM);
+        return;
+    }
+    run_job_staged(j, &s);
+    staging_give(&s);
+}
+
+static void run_job_staged(job *j, staging *s) {
+    batch *b = j->batch;
+    Py_ssize_t i = j->index;
+    uint64_t len = b->len[i];
+    char *st = s->p;
+    if (b->mode == MODE_ENTRIES) {
+        run_entries(b, i, st);
         return;
     }
     if (b->is_write) {
@@ -176,23 +313,12 @@ static void run_job(job *j, staging *s) {
         }
         if (r > 0)
             memcpy(b->buf + b->buf_off[i], st, (size_t)r);
-        /* Done in the same critical section that ends the copy: a caller that abandoned the
-         * batch meanwhile waits for the copy and then sees the item done, never -ETIMEDOUT with
-         * its bytes in the buffer. */
-        pthread_mutex_lock(&b->mu);
-        b->copying--;
-        b->res[i] = r;
-        b->done[i] = 1;
-        b->n_done++;
-        pthread_cond_broadcast(&b->cv);
-        pthread_mutex_unlock(&b->mu);
+        copy_done(b, i, r);
     }
-    staging_trim(s);
 }
 
 static void *worker_main(void *arg) {
     (void)arg;
-    staging s = {NULL, 0};
     for (;;) {
         pthread_mutex_lock(&pool_mu);
         while (!queue_head)
@@ -202,7 +328,7 @@ static void *worker_main(void *arg) {
         if (!queue_head)
             queue_tail = NULL;
         pthread_mutex_unlock(&pool_mu);
-        run_job(j, &s);
+        run_job(j);
         batch_unref(j->batch);
     }
     return NULL;
@@ -215,6 +341,8 @@ static void pool_atfork_child(void) {
     pthread_cond_init(&pool_cv, NULL);
     queue_head = queue_tail = NULL;
     pool_threads = 0;
+    pthread_mutex_init(&staging_mu, NULL);
+    staging_nfree = 0; /* (the parent's buffers stay mapped in the child, unused) */
 }
 
 /* Starts workers up to pool_target; needs pool_mu. Returns the errno of a failed start or 0. */
@@ -233,10 +361,11 @@ static int pool_grow_locked(void) {
         int rc = pthread_create(&t, &attr, worker_main, NULL);
         pthread_attr_destroy(&attr);
         if (rc != 0)
-            return pool_threads > 0 ? 0 : rc;
+            break;
         pool_threads++;
     }
-    return 0;
+    atomic_store(&staging_limit, pool_threads > DEFAULT_THREADS ? pool_threads : DEFAULT_THREADS);
+    return pool_threads > 0 ? 0 : EAGAIN;
 }
 
 static void pool_submit(job *first, job *last) {
@@ -257,6 +386,65 @@ static void deadline_after(struct timespec *ts, double seconds) {
     long long nsec = (long long)((seconds - whole) * 1e9) + ts->tv_nsec;
     ts->tv_sec += (time_t)(sec + nsec / 1000000000LL);
     ts->tv_nsec = (long)(nsec % 1000000000LL);
+}
+
+
+/* Initialises b's lock, condition, job list and results for n jobs (n >= 1; b->res, b->done and
+ * b->jobs allocated for n). */
+static void batch_init(batch *b, Py_ssize_t n) {
+    b->n = n;
+    b->refs = (int)(1 + n);
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&b->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        b->res[i] = -ETIMEDOUT;
+        b->jobs[i].batch = b;
+        b->jobs[i].index = i;
+        b->jobs[i].next = i + 1 < n ? &b->jobs[i + 1] : NULL;
+    }
+}
+
+/* Queues every job of b and waits (no GIL) until all are done or `timeout` seconds passed, then
+ * abandons b (waiting only for copies under way), writes each job's result into res (-ETIMEDOUT
+ * for a job not done) and, for ENTRIES, each item's verdict into verdict_out (the run's -errno
+ * for the items of a run whose read failed), and drops the caller's reference. Returns 0, or the
+ * errno of a pool that could not start (nothing was queued). */
+static int batch_run(batch *b, double timeout, int64_t *res, int64_t *verdict_out) {
+    Py_ssize_t n = b->n;
+    struct timespec deadline;
+    deadline_after(&deadline, timeout);
+    pthread_mutex_lock(&pool_mu);
+    int err = pool_grow_locked();
+    pthread_mutex_unlock(&pool_mu);
+    if (err == 0) {
+        pool_submit(&b->jobs[0], &b->jobs[n - 1]);
+        pthread_mutex_lock(&b->mu);
+        while (b->n_done < n) {
+            if (pthread_cond_timedwait(&b->cv, &b->mu, &deadline) == ETIMEDOUT)
+                break;
+        }
+    } else {
+        pthread_mutex_lock(&b->mu);
+        b->refs -= (int)n; /* no job was queued */
+    }
+    /* From here on no worker touches buf: wait only for copies already under way. */
+    b->abandoned = 1;
+    while (b->copying > 0)
+        pthread_cond_wait(&b->cv, &b->mu);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t r = b->done[i] ? b->res[i] : -ETIMEDOUT;
+        res[i] = r;
+        if (verdict_out)
+            for (uint64_t k = b->run_first[i]; k < b->run_first[i + 1]; k++)
+                verdict_out[k] = r < 0 ? r : b->verdict[k];
+    }
+    pthread_mutex_unlock(&b->mu);
+    batch_unref(b);
+    return err;
 }
 
 /* (fd, buf, buf_offsets, lengths, file_offsets, timeout_s, out) */
@@ -356,46 +544,11 @@ static PyObject *io_batch(PyObject *const *args, Py_ssize_t nargs, int is_write)
     b->file_off = b->words + 2 * n;
     b->buf = buf.buf;
     b->is_write = is_write;
-    b->n = n;
-    b->refs = (int)(1 + n);
-    pthread_mutex_init(&b->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&b->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        b->res[i] = -ETIMEDOUT;
-        b->jobs[i].batch = b;
-        b->jobs[i].index = i;
-        b->jobs[i].next = i + 1 < n ? &b->jobs[i + 1] : NULL;
-    }
+    b->mode = is_write ? MODE_WRITE : MODE_READ;
+    batch_init(b, n);
 
     Py_BEGIN_ALLOW_THREADS
-    struct timespec deadline;
-    deadline_after(&deadline, timeout);
-    pthread_mutex_lock(&pool_mu);
-    err = pool_grow_locked();
-    pthread_mutex_unlock(&pool_mu);
-    if (err == 0) {
-        pool_submit(&b->jobs[0], &b->jobs[n - 1]);
-        pthread_mutex_lock(&b->mu);
-        while (b->n_done < n) {
-            if (pthread_cond_timedwait(&b->cv, &b->mu, &deadline) == ETIMEDOUT)
-                break;
-        }
-    } else {
-        pthread_mutex_lock(&b->mu);
-        b->refs -= (int)n; /* no job was queued */
-    }
-    /* From here on no worker touches buf: wait only for copies already under way. */
-    b->abandoned = 1;
-    while (b->copying > 0)
-        pthread_cond_wait(&b->cv, &b->mu);
-    for (Py_ssize_t i = 0; i < n; i++)
-        res[i] = b->done[i] ? b->res[i] : -ETIMEDOUT;
-    pthread_mutex_unlock(&b->mu);
-    batch_unref(b);
+    err = batch_run(b, timeout, res, NULL);
     Py_END_ALLOW_THREADS
     if (err != 0) {
         errno = err;
@@ -466,4 +619,336 @@ PyObject *hm_py_io_late_items(PyObject *self, PyObject *unused) {
     (void)unused;
     return Py_BuildValue("(KK)", (unsigned long long)atomic_load(&late_reads),
                          (unsigned long long)atomic_load(&late_writes));
+}
+
+/* read_entries' arguments, borrowed for the call. */
+enum {
+    RE_FDS,
+    RE_RUN_OFFSETS,
+    RE_RUN_ITEMS,
+    RE_PLEN,
+    RE_GEN,
+    RE_SEQ,
+    RE_KEY_ENDS,
+    RE_KEYS,
+    RE_PART_ITEMS,
+    RE_DST,
+    RE_DST_OFFSETS,
+    RE_PART_LENGTHS,
+    RE_MAX_KEY,
+    RE_TIMEOUT,
+    RE_OUT,
+    RE_NARGS
+};
+
+typedef struct {
+    Py_buffer v[RE_NARGS];
+    int have[RE_NARGS];
+    Py_ssize_t len[RE_NARGS];
+} entries_args;
+
+static void entries_args_release(entries_args *a) {
+    for (int i = 0; i < RE_NARGS; i++)
+        if (a->have[i])
+            PyBuffer_Release(&a->v[i]);
+}
+
+static int borrow_u64(entries_args *a, PyObject *const *args, int i, const char *what) {
+    if (hm_get_u64(args[i], what, 0, &a->v[i], &a->len[i]) < 0)
+        return -1;
+    a->have[i] = 1;
+    return 0;
+}
+
+/* Checks that idx (length n_idx) starts at 0, never decreases (strictly increases when strict)
+ * and ends at `last`. */
+static int check_index(const uint64_t *idx, Py_ssize_t n_idx, uint64_t last, int strict, const char *what) {
+    if (n_idx < 1 || idx[0] != 0 || idx[n_idx - 1] != last) {
+        PyErr_Format(PyExc_ValueError, "%s must start at 0 and end at %llu", what, (unsigned long long)last);
+        return -1;
+    }
+    for (Py_ssize_t i = 1; i < n_idx; i++)
+        if (idx[i] < idx[i - 1] || (strict && idx[i] == idx[i - 1])) {
+            PyErr_Format(PyExc_ValueError, "%s must %s (at %zd)", what, strict ? "increase" : "not decrease", i);
+            return -1;
+        }
+    return 0;
+}
+
+/* read_entries(fds, run_offsets, run_items, payload_lengths, gens, seqs, key_ends, keys,
+ *              part_items, dst, dst_offsets, part_lengths, max_key, timeout_s, out) -> None
+ * See native/io.py. */
+PyObject *hm_py_read_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != RE_NARGS) {
+        PyErr_SetString(PyExc_TypeError, "read_entries(fds, run_offsets, run_items, payload_lengths, gens, seqs, "
+                                         "key_ends, keys, part_items, dst, dst_offsets, part_lengths, max_key, "
+                                         "timeout_s, out)");
+        return NULL;
+    }
+    hm_xxh3_fn xxh3 = hm_xxh3_require();
+    if (!xxh3)
+        return NULL;
+    uint64_t max_key;
+    if (hm_parse_u64(args[RE_MAX_KEY], "max_key", &max_key) < 0)
+        return NULL;
+    double timeout = PyFloat_AsDouble(args[RE_TIMEOUT]);
+    if (timeout == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (!(timeout <= 1e9)) { /* also refuses NaN */
+        PyErr_SetString(PyExc_ValueError, "read_entries: timeout_s must be a finite number of seconds");
+        return NULL;
+    }
+    entries_args a;
+    memset(&a, 0, sizeof a);
+    if (hm_get_i64(args[RE_FDS], "fds", 0, &a.v[RE_FDS], &a.len[RE_FDS]) < 0)
+        goto fail;
+    a.have[RE_FDS] = 1;
+    if (borrow_u64(&a, args, RE_RUN_OFFSETS, "run_offsets") < 0 || borrow_u64(&a, args, RE_RUN_ITEMS, "run_items") < 0 ||
+        borrow_u64(&a, args, RE_PLEN, "payload_lengths") < 0 || borrow_u64(&a, args, RE_GEN, "gens") < 0 ||
+        borrow_u64(&a, args, RE_SEQ, "seqs") < 0 || borrow_u64(&a, args, RE_KEY_ENDS, "key_ends") < 0 ||
+        borrow_u64(&a, args, RE_PART_ITEMS, "part_items") < 0 ||
+        borrow_u64(&a, args, RE_DST_OFFSETS, "dst_offsets") < 0 ||
+        borrow_u64(&a, args, RE_PART_LENGTHS, "part_lengths") < 0)
+        goto fail;
+    if (hm_get_bytes(args[RE_KEYS], "keys", 0, &a.v[RE_KEYS]) < 0)
+        goto fail;
+    a.have[RE_KEYS] = 1;
+    if (hm_get_bytes(args[RE_DST], "dst is read-only", 1, &a.v[RE_DST]) < 0)
+        goto fail;
+    a.have[RE_DST] = 1;
+    if (hm_get_i64(args[RE_OUT], "out", 1, &a.v[RE_OUT], &a.len[RE_OUT]) < 0)
+        goto fail;
+    a.have[RE_OUT] = 1;
+
+    Py_ssize_t n = a.len[RE_FDS], m = a.len[RE_PLEN], p = a.len[RE_DST_OFFSETS];
+    if (hm_check_len("run_offsets", a.len[RE_RUN_OFFSETS], "fds", n) < 0 ||
+        hm_check_len("run_items", a.len[RE_RUN_ITEMS], "fds + 1", n + 1) < 0 ||
+        hm_check_len("gens", a.len[RE_GEN], "payload_lengths", m) < 0 ||
+        hm_check_len("seqs", a.len[RE_SEQ], "payload_lengths", m) < 0 ||
+        hm_check_len("key_ends", a.len[RE_KEY_ENDS], "payload_lengths", m) < 0 ||
+        hm_check_len("part_items", a.len[RE_PART_ITEMS], "payload_lengths + 1", m + 1) < 0 ||
+        hm_check_len("part_lengths", a.len[RE_PART_LENGTHS], "dst_offsets", p) < 0 ||
+        hm_check_len("out", a.len[RE_OUT], "payload_lengths", m) < 0)
+        goto fail;
+    if (n > INT32_MAX / 2 || m > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "read_entries: more runs or entries than one call may hold");
+        goto fail;
+    }
+    const int64_t *fds = a.v[RE_FDS].buf;
+    const uint64_t *run_off = a.v[RE_RUN_OFFSETS].buf, *run_items = a.v[RE_RUN_ITEMS].buf;
+    const uint64_t *plen = a.v[RE_PLEN].buf, *key_ends = a.v[RE_KEY_ENDS].buf;
+    const uint64_t *part_items = a.v[RE_PART_ITEMS].buf, *dst_off = a.v[RE_DST_OFFSETS].buf;
+    const uint64_t *part_len = a.v[RE_PART_LENGTHS].buf;
+    uint64_t keys_len = (uint64_t)a.v[RE_KEYS].len, dst_len = (uint64_t)a.v[RE_DST].len;
+    if (check_index(run_items, n + 1, (uint64_t)m, 1, "run_items") < 0 ||
+        check_index(part_items, m + 1, (uint64_t)p, 0, "part_items") < 0)
+        goto fail;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        uint64_t key_at = k ? key_ends[k - 1] : 0;
+        if (key_ends[k] < key_at || key_ends[k] > keys_len) {
+            PyErr_Format(PyExc_ValueError, "item %zd: key_ends must not decrease and stay within keys (%llu bytes)",
+                         k, (unsigned long long)keys_len);
+            goto fail;
+        }
+        uint64_t sum = 0;
+        for (uint64_t q = part_items[k]; q < part_items[k + 1]; q++) {
+            if (!hm_in_bounds(dst_off[q], part_len[q], dst_len)) {
+                PyErr_Format(PyExc_ValueError, "part %llu: dst offset %llu + length %llu > dst size %llu",
+                             (unsigned long long)q, (unsigned long long)dst_off[q], (unsigned long long)part_len[q],
+                             (unsigned long long)dst_len);
+                goto fail;
+            }
+            sum += part_len[q]; /* each part is within dst: no overflow */
+        }
+        if (sum != plen[k]) {
+            PyErr_Format(PyExc_ValueError, "item %zd: its parts hold %llu bytes, its payload %llu", k,
+                         (unsigned long long)sum, (unsigned long long)plen[k]);
+            goto fail;
+        }
+    }
+    int64_t *out = a.v[RE_OUT].buf;
+    for (Py_ssize_t k = 0; k < m; k++)
+        out[k] = -ETIMEDOUT;
+
+    /* The batch's own copies: run offsets, run lengths (computed), run_items, then per item
+     * payload length, generation, sequence, key end, then part_items, dst offsets, part lengths. */
+    size_t words = (size_t)(3 * n + 1) + (size_t)(5 * m + 1) + (size_t)(2 * p);
+    batch *b = calloc(1, sizeof *b);
+    if (b) {
+        b->words = malloc(words * sizeof(uint64_t));
+        b->res = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+        b->done = calloc((size_t)(n ? n : 1), 1);
+        b->jobs = calloc((size_t)(n ? n : 1), sizeof(job));
+        b->fds = malloc((size_t)(n ? n : 1) * sizeof(int));
+        b->keys = malloc(keys_len ? (size_t)keys_len : 1);
+        b->verdict = malloc((size_t)(m ? m : 1) * sizeof(int64_t));
+    }
+    if (!b || !b->words || !b->res || !b->done || !b->jobs || !b->fds || !b->keys || !b->verdict) {
+        if (b) {
+            free(b->words);
+            free(b->res);
+            free(b->done);
+            free(b->jobs);
+            free(b->fds);
+            free(b->keys);
+            free(b->verdict);
+            free(b);
+        }
+        PyErr_NoMemory();
+        goto fail;
+    }
+    uint64_t *w = b->words;
+    uint64_t *own_off = w, *own_len = w + n, *own_first = w + 2 * n;
+    w += 3 * n + 1;
+    uint64_t *own_plen = w, *own_gen = w + m, *own_seq = w + 2 * m, *own_key_end = w + 3 * m;
+    uint64_t *own_part_first = w + 4 * m;
+    w += 5 * m + 1;
+    uint64_t *own_dst_off = w, *own_part_len = w + p;
+    memcpy(own_off, run_off, (size_t)n * sizeof(uint64_t));
+    memcpy(own_first, run_items, (size_t)(n + 1) * sizeof(uint64_t));
+    memcpy(own_plen, plen, (size_t)m * sizeof(uint64_t));
+    memcpy(own_gen, a.v[RE_GEN].buf, (size_t)m * sizeof(uint64_t));
+    memcpy(own_seq, a.v[RE_SEQ].buf, (size_t)m * sizeof(uint64_t));
+    memcpy(own_key_end, key_ends, (size_t)m * sizeof(uint64_t));
+    memcpy(own_part_first, part_items, (size_t)(m + 1) * sizeof(uint64_t));
+    memcpy(own_dst_off, dst_off, (size_t)p * sizeof(uint64_t));
+    memcpy(own_part_len, part_len, (size_t)p * sizeof(uint64_t));
+    if (keys_len)
+        memcpy(b->keys, a.v[RE_KEYS].buf, (size_t)keys_len);
+    const char *bad = NULL;
+    Py_ssize_t bad_at = 0;
+    for (Py_ssize_t r = 0; r < n && !bad; r++) {
+        uint64_t len = 0;
+        for (uint64_t k = own_first[r]; k < own_first[r + 1]; k++) {
+            uint64_t es = hm_entry_size(own_plen[k]);
+            len = es > MAX_RUN_BYTES || len > MAX_RUN_BYTES - es ? MAX_RUN_BYTES + 1 : len + es;
+        }
+        own_len[r] = len;
+        if (len > MAX_RUN_BYTES)
+            bad = "holds more than 1 GiB of entries", bad_at = r;
+        else if (!hm_in_bounds(own_off[r], len, (uint64_t)INT64_MAX))
+            bad = "ends past the largest file offset", bad_at = r;
+        else if (fds[r] < 0 || fds[r] > INT32_MAX)
+            bad = "has no file descriptor (>= 0)", bad_at = r;
+    }
+    Py_ssize_t dups = 0;
+    int dup_errno = 0;
+    for (; !bad && dups < n; dups++) {
+        b->fds[dups] = fcntl((int)fds[dups], F_DUPFD_CLOEXEC, 0);
+        if (b->fds[dups] < 0) {
+            dup_errno = errno;
+            break;
+        }
+    }
+    if (bad || dup_errno) {
+        for (Py_ssize_t r = 0; r < dups; r++)
+            close(b->fds[r]);
+        free(b->words);
+        free(b->res);
+        free(b->done);
+        free(b->jobs);
+        free(b->fds);
+        free(b->keys);
+        free(b->verdict);
+        free(b);
+        if (bad) {
+            PyErr_Format(PyExc_ValueError, "run %zd %s", bad_at, bad);
+        } else {
+            errno = dup_errno;
+            PyErr_SetFromErrno(PyExc_OSError);
+        }
+        goto fail;
+    }
+    if (n == 0 || timeout <= 0) { /* nothing to read, or the deadline has passed: nothing starts */
+        b->n = n;
+        b->refs = 1;
+        pthread_mutex_init(&b->mu, NULL);
+        pthread_cond_init(&b->cv, NULL);
+        batch_unref(b);
+        entries_args_release(&a);
+        Py_RETURN_NONE;
+    }
+    b->mode = MODE_ENTRIES;
+    b->file_off = own_off;
+    b->len = own_len;
+    b->run_first = own_first;
+    b->plen = own_plen;
+    b->gen = own_gen;
+    b->seq = own_seq;
+    b->key_end = own_key_end;
+    b->part_first = own_part_first;
+    b->dst_off = own_dst_off;
+    b->part_len = own_part_len;
+    b->buf = a.v[RE_DST].buf;
+    b->max_key = max_key;
+    b->xxh3 = xxh3;
+    batch_init(b, n);
+    int64_t *run_res = PyMem_Malloc((size_t)n * sizeof(int64_t));
+    if (!run_res) {
+        b->abandoned = 1; /* never submitted: only the caller's reference and the jobs' */
+        b->refs = 1;
+        batch_unref(b);
+        PyErr_NoMemory();
+        goto fail;
+    }
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = batch_run(b, timeout, run_res, out);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(run_res);
+    if (err != 0) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto fail;
+    }
+    entries_args_release(&a);
+    Py_RETURN_NONE;
+fail:
+    entries_args_release(&a);
+    return NULL;
+}
+
+/* reserve_io_staging(count, nbytes) -> buffers made: the workers' staging pool holds at least
+ * `count` free buffers of nbytes or more (as far as one per worker is kept), made now with the
+ * GIL released (faulted in: the first reads do not pay for it). */
+PyObject *hm_py_reserve_io_staging(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "reserve_io_staging(count, nbytes)");
+        return NULL;
+    }
+    uint64_t count, nbytes;
+    if (hm_parse_u64(args[0], "count", &count) < 0 || hm_parse_u64(args[1], "nbytes", &nbytes) < 0)
+        return NULL;
+    if (nbytes > STAGING_KEEP) {
+        PyErr_Format(PyExc_ValueError, "reserve_io_staging: nbytes %llu is more than a kept buffer (%u)",
+                     (unsigned long long)nbytes, STAGING_KEEP);
+        return NULL;
+    }
+    long made = 0;
+    int nomem = 0;
+    Py_BEGIN_ALLOW_THREADS
+    size_t want = staging_size((size_t)nbytes);
+    for (;;) {
+        pthread_mutex_lock(&staging_mu);
+        uint64_t fits = 0;
+        for (int i = 0; i < staging_nfree; i++)
+            fits += staging_free[i].cap >= want;
+        int room = staging_nfree < atomic_load(&staging_limit);
+        pthread_mutex_unlock(&staging_mu);
+        if (fits >= count || !room)
+            break;
+        staging s;
+        if (staging_make(&s, want) < 0) {
+            nomem = 1;
+            break;
+        }
+        staging_give(&s);
+        made++;
+    }
+    Py_END_ALLOW_THREADS
+    if (nomem)
+        return PyErr_NoMemory();
+    return PyLong_FromLong(made);
 }

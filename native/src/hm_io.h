@@ -18,6 +18,10 @@
 
 PyObject *hm_py_pread_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *hm_py_pwrite_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+/* read_entries: SSD entries read, checked (hm_entry.h) and copied out in one call, one job per
+ * run of entries back to back in a file (native/io.py documents the arguments). */
+PyObject *hm_py_read_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *hm_py_reserve_io_staging(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *hm_py_set_io_threads(PyObject *self, PyObject *arg);
 PyObject *hm_py_io_threads(PyObject *self, PyObject *unused);
 PyObject *hm_py_io_late_items(PyObject *self, PyObject *unused);

@@ -4,6 +4,7 @@
 #include "hm_copy.h"
 #include "hm_fingerprint.h"
 #include "hm_fptable.h"
+#include "hm_entry.h"
 #include "hm_io.h"
 #include "hm_recency.h"
 #include "hm_xxh3.h"
@@ -30,6 +31,11 @@ static PyMethodDef module_methods[] = {
      "pread_batch(fd, buf, buf_offsets, lengths, file_offsets, timeout_s, out)"},
     {"pwrite_batch", HM_FASTCALL(hm_py_pwrite_batch), METH_FASTCALL,
      "pwrite_batch(fd, buf, buf_offsets, lengths, file_offsets, timeout_s, out)"},
+    {"read_entries", HM_FASTCALL(hm_py_read_entries), METH_FASTCALL,
+     "read_entries(fds, run_offsets, run_items, payload_lengths, gens, seqs, key_ends, keys, part_items, dst, "
+     "dst_offsets, part_lengths, max_key, timeout_s, out)"},
+    {"reserve_io_staging", HM_FASTCALL(hm_py_reserve_io_staging), METH_FASTCALL,
+     "reserve_io_staging(count, nbytes) -> buffers made for the I/O workers' staging"},
     {"set_io_threads", hm_py_set_io_threads, METH_O, "set_io_threads(n): grow the I/O pool to n workers"},
     {"io_threads", hm_py_io_threads, METH_NOARGS, "io_threads() -> the I/O pool's size"},
     {"io_late_items", hm_py_io_late_items, METH_NOARGS,
@@ -52,7 +58,13 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (!m)
         return NULL;
     if (PyModule_AddObjectRef(m, "FpTable", (PyObject *)&hm_FpTableType) < 0 ||
-        PyModule_AddObjectRef(m, "RecencyLog", (PyObject *)&hm_RecencyLogType) < 0) {
+        PyModule_AddObjectRef(m, "RecencyLog", (PyObject *)&hm_RecencyLogType) < 0 ||
+        PyModule_AddIntConstant(m, "ENTRY_OK", HM_ENTRY_OK) < 0 ||
+        PyModule_AddIntConstant(m, "ENTRY_SHORT", HM_ENTRY_SHORT) < 0 ||
+        PyModule_AddIntConstant(m, "ENTRY_BAD_HEADER", HM_ENTRY_BAD_HEADER) < 0 ||
+        PyModule_AddIntConstant(m, "ENTRY_STALE", HM_ENTRY_STALE) < 0 ||
+        PyModule_AddIntConstant(m, "ENTRY_OTHER_KEY", HM_ENTRY_OTHER_KEY) < 0 ||
+        PyModule_AddIntConstant(m, "ENTRY_BAD_PAYLOAD", HM_ENTRY_BAD_PAYLOAD) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -70,3 +70,34 @@ class RefFpTable:
 
     def clear(self) -> None:
         self.entries.clear()
+
+
+# ---- SSD entries (ssd/format.py's layout), what native.read_entries decides for one entry ----
+
+ENTRY_BLOCK = 4096
+ENTRY_MAGIC = 0x454B4348
+
+
+def ref_entry_verdict(entry: bytes, key: bytes, payload_len: int, gen: int, seq: int, max_key: int) -> str:
+    """The verdict name (``native.EntryVerdict``) on ``entry`` (the bytes read from its start:
+    header block, payload, maybe cut short) expected to hold ``key`` with that payload length,
+    generation and sequence number: the checks in the order the format defines them."""
+    import struct
+
+    if len(entry) < ENTRY_BLOCK + payload_len:
+        return "SHORT"
+    magic, ver, flags, kl, _pad, plen, eseq, egen, phash = struct.unpack_from("<IHHIIQQQQ", entry, 0)
+    if magic != ENTRY_MAGIC:
+        return "BAD_HEADER"
+    if kl > max_key or 56 + kl > ENTRY_BLOCK:
+        return "BAD_HEADER"
+    (hh,) = struct.unpack_from("<Q", entry, 48)
+    if xxhash.xxh3_64_intdigest(entry[:48] + entry[56 : 56 + kl]) != hh or ver != 1:
+        return "BAD_HEADER"
+    if flags & 1 or egen != gen or eseq != seq or plen != payload_len:
+        return "STALE"
+    if entry[56 : 56 + kl] != key:
+        return "OTHER_KEY"
+    if xxhash.xxh3_64_intdigest(entry[ENTRY_BLOCK : ENTRY_BLOCK + payload_len]) != phash:
+        return "BAD_PAYLOAD"
+    return "OK"
