@@ -124,25 +124,42 @@ static size_t staging_size(size_t len) {
     return want;
 }
 
-/* A new buffer of `want` bytes (staging_size): 0, or -1 when there is no memory. */
+/* A new buffer of `want` bytes (staging_size): 0, or -1 when there is no memory. A mapping of
+ * its own (never the malloc heap: the huge-page advice must not reach memory malloc later hands to
+ * someone else), from 2 MiB on starting on a 2 MiB boundary, advised onto huge pages and faulted
+ * in now, while huge pages are to be had (not by the first read's DMA, which takes whatever pages
+ * the kernel has then; kernels before 5.14 refuse the populate advice and the first read faults
+ * the pages in instead). */
 static int staging_make(staging *s, size_t want) {
-    void *p = NULL;
-    if (want >= HUGE_PAGE) { /* a device takes an O_DIRECT request from huge pages as long segments */
-        if (posix_memalign(&p, HUGE_PAGE, want) != 0)
-            return -1;
+    size_t align = want >= HUGE_PAGE ? HUGE_PAGE : STAGING_ALIGN;
+    size_t span = want + (align > STAGING_ALIGN ? align : 0);
+    char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return -1;
+    char *p = raw;
+    if (span > want) { /* keep the aligned part only */
+        p = raw + ((align - (uintptr_t)raw % align) % align);
+        if (p > raw)
+            munmap(raw, (size_t)(p - raw));
+        if (raw + span > p + want)
+            munmap(p + want, (size_t)(raw + span - (p + want)));
+    }
+    if (want >= HUGE_PAGE) {
 #ifdef MADV_HUGEPAGE
         (void)madvise(p, want, MADV_HUGEPAGE);
 #endif
-        /* Faulted in now, while huge pages are to be had (not by the first read's DMA, which
-         * takes whatever pages the kernel has then). Kernels before 5.14 refuse the advice: the
-         * first read faults the pages in instead. */
         (void)madvise(p, want, MADV_POPULATE_WRITE_ADVICE);
-    } else if (posix_memalign(&p, STAGING_ALIGN, want) != 0) {
-        return -1;
     }
     s->p = p;
     s->cap = want;
     return 0;
+}
+
+static void staging_unmap(staging *s) {
+    if (s->p)
+        munmap(s->p, s->cap);
+    s->p = NULL;
+    s->cap = 0;
 }
 
 static int staging_take(staging *s, size_t len) {
@@ -172,7 +189,7 @@ static void staging_give(staging *s) {
         }
         pthread_mutex_unlock(&staging_mu);
     }
-    free(s->p);
+    staging_unmap(s);
 }
 
 /* Full-length pread/pwrite with EINTR retried; bytes done (short only at EOF) or -errno. */
