@@ -273,3 +273,23 @@ def test_bad_arguments_raise_before_any_io(tmp_path: Path) -> None:
             assert (dst == SENTINEL).all(), change
     finally:
         os.close(fd)
+
+
+def test_staging_made_ahead_is_kept_for_the_next_calls(tmp_path: Path) -> None:
+    """``reserve_io_staging`` tops the workers' staging pool up (a second call has nothing left to
+    make) and refuses a size no worker would keep; the buffers serve the reads that follow."""
+    native.reserve_io_staging(native.io_threads(), 2 << 20)
+    assert native.reserve_io_staging(native.io_threads(), 2 << 20) == 0
+    assert native.reserve_io_staging(1, 1 << 20) == 0  # smaller than what is kept: kept ones fit
+    with pytest.raises(ValueError, match="more than a kept buffer"):
+        native._core.reserve_io_staging(1, 64 << 20)
+    rng = np.random.default_rng(6)
+    es = entries(rng, 8)
+    fd, offsets = write_file(tmp_path / "region", [e.bytes for e in es])
+    try:
+        dst = np.full(1 << 20, SENTINEL, np.uint8)
+        got, parts = read([fd], [offsets[0]], [0, 8], es, dst)
+        assert got == [EntryVerdict.OK] * 8
+        assert all(gathered(dst, ps) == e.payload for e, ps in zip(es, parts, strict=True))
+    finally:
+        os.close(fd)
