@@ -179,6 +179,9 @@ static int staging_take(staging *s, size_t len) {
     return staging_make(s, want);
 }
 
+/* Keeps s for the next job: in a free place of the pool, else in place of the smallest kept
+ * buffer when s is larger (so the pool comes to hold the sizes the calls use: a run of one 8 MiB
+ * entry does not map and fault in a fresh buffer every time); unmaps what is not kept. */
 static void staging_give(staging *s) {
     if (s->cap <= STAGING_KEEP) {
         pthread_mutex_lock(&staging_mu);
@@ -187,17 +190,34 @@ static void staging_give(staging *s) {
             pthread_mutex_unlock(&staging_mu);
             return;
         }
+        int smallest = -1;
+        for (int i = 0; i < staging_nfree; i++)
+            if (staging_free[i].cap < s->cap && (smallest < 0 || staging_free[i].cap < staging_free[smallest].cap))
+                smallest = i;
+        if (smallest >= 0) {
+            staging out = staging_free[smallest];
+            staging_free[smallest] = *s;
+            *s = out;
+        }
         pthread_mutex_unlock(&staging_mu);
     }
     staging_unmap(s);
 }
 
-/* Full-length pread/pwrite with EINTR retried; bytes done (short only at EOF) or -errno. */
+/* Full-length pread/pwrite with EINTR retried; bytes done (short only at EOF) or -errno. Reads go
+ * in requests of at most READ_CHUNK bytes (a multiple of 4096, as O_DIRECT needs): the disks here
+ * read fastest in requests of about 1 MiB (fio on this VM's disk, 8 requests in flight: 3.0 GB/s
+ * in 1 MiB requests, 2.4 in 2 MiB, 2.0 in 8 MiB), so a long run is read as a few of them in a row
+ * while the other workers keep their own in flight. */
+#define READ_CHUNK (1u << 20)
 static int64_t do_io(int is_write, int fd, char *p, uint64_t len, uint64_t off) {
     uint64_t done = 0;
     while (done < len) {
-        ssize_t r = is_write ? pwrite(fd, p + done, (size_t)(len - done), (off_t)(off + done))
-                             : pread(fd, p + done, (size_t)(len - done), (off_t)(off + done));
+        uint64_t want = len - done;
+        if (!is_write && want > READ_CHUNK)
+            want = READ_CHUNK;
+        ssize_t r = is_write ? pwrite(fd, p + done, (size_t)want, (off_t)(off + done))
+                             : pread(fd, p + done, (size_t)want, (off_t)(off + done));
         if (r < 0) {
             if (errno == EINTR)
                 continue;
