@@ -91,7 +91,8 @@ def read_entries(
     timeout_s: float,
 ) -> I64Array:
     """Reads run ``r`` (entries ``run_items[r]`` up to ``run_items[r + 1]``, back to back from
-    ``run_offsets[r]`` of the file ``fds[r]``: one read per run, on its own dup of the fd) and
+    ``run_offsets[r]`` of the file ``fds[r]``: one worker per run, in requests of at most 1 MiB,
+    on the call's own dup of the fd) and
     checks entry ``k`` against ``keys[k]``, ``payload_lengths[k]``, ``gens[k]`` and ``seqs[k]``;
     a sound entry's payload is copied into its parts ``part_items[k]`` up to ``part_items[k + 1]``
     (``dst[dst_offsets[q]:][:part_lengths[q]]``, in order; they sum to its payload length).
@@ -121,7 +122,7 @@ def read_entries(
     return out
 
 
-STAGING_KEEP_BYTES = 16 << 20
+STAGING_KEEP_BYTES: int = _core.STAGING_KEEP_BYTES
 """The largest staging buffer the I/O workers keep for the next job (larger ones are freed)."""
 
 

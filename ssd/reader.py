@@ -144,7 +144,7 @@ class ReadPath:
         timed_out = False
         at = 0
         for run in live:  # an I/O error or a timeout is the whole run's
-            r = verdicts[at] if verdicts else -errno.ECANCELED
+            r = verdicts[at]
             at += len(run.items)
             if r == -errno.ETIMEDOUT:
                 timed_out = True

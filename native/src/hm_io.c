@@ -17,7 +17,7 @@
 #include "hm_xxh3.h"
 
 #define STAGING_ALIGN 4096u
-#define STAGING_KEEP (16u << 20) /* a worker keeps a staging buffer up to this size */
+#define STAGING_KEEP HM_STAGING_KEEP
 #define DEFAULT_THREADS 8
 #define MAX_THREADS 256
 #define HUGE_PAGE (2u << 20)
@@ -389,20 +389,21 @@ static int pool_grow_locked(void) {
             return ENOMEM;
         atfork_registered = 1;
     }
+    int rc = 0;
     while (pool_threads < pool_target) {
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         pthread_attr_setstacksize(&attr, 256u << 10);
         pthread_t t;
-        int rc = pthread_create(&t, &attr, worker_main, NULL);
+        rc = pthread_create(&t, &attr, worker_main, NULL);
         pthread_attr_destroy(&attr);
         if (rc != 0)
             break;
         pool_threads++;
     }
     atomic_store(&staging_limit, pool_threads > DEFAULT_THREADS ? pool_threads : DEFAULT_THREADS);
-    return pool_threads > 0 ? 0 : EAGAIN;
+    return pool_threads > 0 ? 0 : rc;
 }
 
 static void pool_submit(job *first, job *last) {
@@ -424,7 +425,6 @@ static void deadline_after(struct timespec *ts, double seconds) {
     ts->tv_sec += (time_t)(sec + nsec / 1000000000LL);
     ts->tv_nsec = (long)(nsec % 1000000000LL);
 }
-
 
 /* Initialises b's lock, condition, job list and results for n jobs (n >= 1; b->res, b->done and
  * b->jobs allocated for n). */
@@ -635,6 +635,7 @@ PyObject *hm_py_set_io_threads(PyObject *self, PyObject *arg) {
     pthread_mutex_lock(&pool_mu);
     if ((int)n > pool_target)
         pool_target = (int)n;
+    atomic_store(&staging_limit, pool_target); /* one kept staging buffer per worker to be */
     pthread_mutex_unlock(&pool_mu);
     Py_RETURN_NONE;
 }
@@ -796,7 +797,7 @@ PyObject *hm_py_read_entries(PyObject *self, PyObject *const *args, Py_ssize_t n
                              (unsigned long long)dst_len);
                 goto fail;
             }
-            sum += part_len[q]; /* each part is within dst: no overflow */
+            sum = part_len[q] > UINT64_MAX - sum ? UINT64_MAX : sum + part_len[q];
         }
         if (sum != plen[k]) {
             PyErr_Format(PyExc_ValueError, "item %zd: its parts hold %llu bytes, its payload %llu", k,

@@ -16,6 +16,9 @@
 
 #include "hm_common.h"
 
+/* The largest staging buffer the workers keep for the next job (larger ones are unmapped). */
+#define HM_STAGING_KEEP (16u << 20)
+
 PyObject *hm_py_pread_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *hm_py_pwrite_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 /* read_entries: SSD entries read, checked (hm_entry.h) and copied out in one call, one job per

@@ -64,7 +64,8 @@ PyMODINIT_FUNC PyInit__core(void) {
         PyModule_AddIntConstant(m, "ENTRY_BAD_HEADER", HM_ENTRY_BAD_HEADER) < 0 ||
         PyModule_AddIntConstant(m, "ENTRY_STALE", HM_ENTRY_STALE) < 0 ||
         PyModule_AddIntConstant(m, "ENTRY_OTHER_KEY", HM_ENTRY_OTHER_KEY) < 0 ||
-        PyModule_AddIntConstant(m, "ENTRY_BAD_PAYLOAD", HM_ENTRY_BAD_PAYLOAD) < 0) {
+        PyModule_AddIntConstant(m, "ENTRY_BAD_PAYLOAD", HM_ENTRY_BAD_PAYLOAD) < 0 ||
+        PyModule_AddIntConstant(m, "STAGING_KEEP_BYTES", HM_STAGING_KEEP) < 0) {
         Py_DECREF(m);
         return NULL;
     }
