@@ -77,6 +77,18 @@ static int atfork_registered = 0;
 /* Items whose syscall finished after their batch was abandoned (reads discarded, writes done). */
 static _Atomic uint64_t late_reads = 0, late_writes = 0;
 
+/* Frees b and the arrays it holds (any of them may be NULL); closes no fd, touches no lock. */
+static void batch_free(batch *b) {
+    free(b->words);
+    free(b->res);
+    free(b->done);
+    free(b->jobs);
+    free(b->fds);
+    free(b->keys);
+    free(b->verdict);
+    free(b);
+}
+
 static void batch_unref(batch *b) {
     pthread_mutex_lock(&b->mu);
     int last = --b->refs == 0;
@@ -86,19 +98,12 @@ static void batch_unref(batch *b) {
     if (b->fds) {
         for (Py_ssize_t i = 0; i < b->n; i++)
             close(b->fds[i]);
-        free(b->fds);
     } else {
         close(b->fd);
     }
-    free(b->keys);
-    free(b->verdict);
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
-    free(b->words);
-    free(b->res);
-    free(b->done);
-    free(b->jobs);
-    free(b);
+    batch_free(b);
 }
 
 typedef struct {
@@ -553,24 +558,15 @@ static PyObject *io_batch(PyObject *const *args, Py_ssize_t nargs, int is_write)
         b->jobs = calloc((size_t)n, sizeof(job));
     }
     if (!b || !b->words || !b->res || !b->done || !b->jobs) {
-        if (b) {
-            free(b->words);
-            free(b->res);
-            free(b->done);
-            free(b->jobs);
-            free(b);
-        }
+        if (b)
+            batch_free(b);
         PyErr_NoMemory();
         goto fail_out;
     }
     b->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (b->fd < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
-        free(b->words);
-        free(b->res);
-        free(b->done);
-        free(b->jobs);
-        free(b);
+        batch_free(b);
         goto fail_out;
     }
     memcpy(b->words, bo, (size_t)n * sizeof(uint64_t));
@@ -823,16 +819,8 @@ PyObject *hm_py_read_entries(PyObject *self, PyObject *const *args, Py_ssize_t n
         b->verdict = malloc((size_t)(m ? m : 1) * sizeof(int64_t));
     }
     if (!b || !b->words || !b->res || !b->done || !b->jobs || !b->fds || !b->keys || !b->verdict) {
-        if (b) {
-            free(b->words);
-            free(b->res);
-            free(b->done);
-            free(b->jobs);
-            free(b->fds);
-            free(b->keys);
-            free(b->verdict);
-            free(b);
-        }
+        if (b)
+            batch_free(b);
         PyErr_NoMemory();
         goto fail;
     }
@@ -882,14 +870,7 @@ PyObject *hm_py_read_entries(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (bad || dup_errno) {
         for (Py_ssize_t r = 0; r < dups; r++)
             close(b->fds[r]);
-        free(b->words);
-        free(b->res);
-        free(b->done);
-        free(b->jobs);
-        free(b->fds);
-        free(b->keys);
-        free(b->verdict);
-        free(b);
+        batch_free(b);
         if (bad) {
             PyErr_Format(PyExc_ValueError, "run %zd %s", bad_at, bad);
         } else {
