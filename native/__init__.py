@@ -43,6 +43,7 @@ from .fingerprints import fingerprint, fingerprints, key_hashes, set_test_finger
 from .fptable import FpTable  # noqa: E402
 from .io import (  # noqa: E402
     EntryVerdict,
+    WritesInFlight,
     io_late_items,
     io_threads,
     pread_batch,
@@ -50,6 +51,7 @@ from .io import (  # noqa: E402
     read_entries,
     reserve_io_staging,
     set_io_threads,
+    write_entries,
 )
 from .recency_log import RecencyLog  # noqa: E402
 
@@ -58,6 +60,7 @@ __all__ = [
     "SYSTEM_SYMBOL",
     "XXH3_SOURCE",
     "EntryVerdict",
+    "WritesInFlight",
     "FpTable",
     "RecencyLog",
     "copy_pages",
@@ -75,6 +78,7 @@ __all__ = [
     "set_test_fingerprint_mask",
     "set_xxh3_library",
     "view_spans",
+    "write_entries",
     "xxh3_64",
     "xxh3_batch",
 ]

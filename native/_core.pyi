@@ -85,6 +85,26 @@ def read_entries(
     out: Any,
     /,
 ) -> None: ...
+def write_entries(
+    fds: Any,
+    run_offsets: Any,
+    run_items: Any,
+    payload_lengths: Any,
+    gens: Any,
+    seqs: Any,
+    key_ends: Any,
+    keys: Any,
+    part_items: Any,
+    srcs: Any,
+    part_srcs: Any,
+    src_offsets: Any,
+    part_lengths: Any,
+    borrow: bool,
+    timeout_s: float,
+    out: Any,
+    /,
+) -> object | None: ...
+def write_wait(writes: object, timeout_s: float, /) -> bool: ...
 
 ENTRY_OK: int
 ENTRY_SHORT: int

@@ -17,7 +17,10 @@ Results are per item, never exceptions: bytes done (short only at end of file) o
 ``read_entries`` reads SSD entries (``ssd/format.py``'s layout) in runs, checks each entry on
 the worker that read it (header, generation, sequence, length, key, xxh3 of the payload: one
 ``EntryVerdict``) and copies the payload of every sound entry into its parts of ``dst``, only
-while the call is live: one call, the GIL released once, for a whole get.
+while the call is live: one call, the GIL released once, for a whole get. ``write_entries`` is
+its mirror for a whole put: the workers copy (or borrow), hash, lay out the headers and write;
+writes still under way at the deadline come back as a :class:`WritesInFlight` to wait for
+before the space they write to is reused.
 
 Bad arguments (bounds, dtypes, a negative fd) raise before any I/O; OSError when the fd cannot
 be duplicated or no worker can start.
@@ -120,6 +123,79 @@ def read_entries(
         out,
     )
     return out
+
+
+class WritesInFlight:
+    """The runs of a ``write_entries`` call still being written when it returned (its deadline
+    passed after their payloads were taken). The caller keeps the space they write to reserved
+    until :meth:`wait` says they ended; the call's source buffers stay exported until then."""
+
+    __slots__ = ("_writes",)
+
+    def __init__(self, writes: object) -> None:
+        self._writes = writes
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Whether every write of the call has ended (the GIL released while waiting; ``None``:
+        no limit)."""
+        return bool(_core.write_wait(self._writes, 1e9 if timeout_s is None else float(timeout_s)))
+
+
+def write_entries(
+    *,
+    fds: Any,
+    run_offsets: Any,
+    run_items: Any,
+    payload_lengths: Any,
+    gens: Any,
+    seqs: Any,
+    keys: Sequence[bytes],
+    part_items: Any,
+    srcs: Sequence[Any],
+    part_srcs: Any,
+    src_offsets: Any,
+    part_lengths: Any,
+    borrow: bool,
+    timeout_s: float,
+) -> tuple[I64Array, WritesInFlight | None]:
+    """Writes run ``r`` (entries ``run_items[r]`` up to ``run_items[r + 1]``, back to back from
+    ``run_offsets[r]`` of the file ``fds[r]``, in ``ssd/format.py``'s layout: one worker per run,
+    on the call's own dup of the fd). Entry ``k`` holds ``keys[k]``, ``gens[k]``, ``seqs[k]`` and
+    the payload of its parts ``part_items[k]`` up to ``part_items[k + 1]``
+    (``srcs[part_srcs[q]][src_offsets[q]:][:part_lengths[q]]``, in order; they sum to
+    ``payload_lengths[k]``); the worker computes its xxh3 and header. Staged, a run is copied with
+    its headers into the worker's staging and written from there; with ``borrow`` the payloads
+    are written in place (each entry's parts back to back in memory, aligned as the file
+    needs) after header blocks from staging.
+
+    Returns one result per run (bytes written, ``-errno``, ``-ETIMEDOUT`` when not done by
+    ``timeout_s``; ``timeout_s <= 0`` writes nothing) and, when some runs were still being
+    written at the deadline, their :class:`WritesInFlight` (else None). A run not started by the
+    deadline never writes; no payload is read from ``srcs`` for a header or a staged copy after
+    the call returned (a borrowed run's write may, from the exported buffers). Bad arguments
+    (bounds, dtypes, a key longer than a header holds, borrowed parts not back to back) raise
+    ValueError before any I/O."""
+    key_ends = np.fromiter((len(k) for k in keys), np.uint64, len(keys)).cumsum(dtype=np.uint64)
+    out = np.empty(len(fds), dtype=np.int64)
+    writes = _core.write_entries(
+        np.ascontiguousarray(fds, dtype=np.int64),
+        as_u64("run_offsets", run_offsets),
+        as_u64("run_items", run_items),
+        as_u64("payload_lengths", payload_lengths),
+        as_u64("gens", gens),
+        as_u64("seqs", seqs),
+        key_ends,
+        b"".join(keys),
+        as_u64("part_items", part_items),
+        srcs,
+        as_u64("part_srcs", part_srcs),
+        as_u64("src_offsets", src_offsets),
+        as_u64("part_lengths", part_lengths),
+        bool(borrow),
+        float(timeout_s),
+        out,
+    )
+    return out, None if writes is None else WritesInFlight(writes)
 
 
 STAGING_KEEP_BYTES: int = _core.STAGING_KEEP_BYTES

@@ -36,9 +36,9 @@ from hicache_mooncake.native import io_threads, reserve_io_staging, set_io_threa
 
 from .allocator import RegionAllocator
 from .attach import attach, release
-from .buffer import reserve_staging
 from .core import EngineCore
 from .epoch import EpochKeeper
+from .format import BLOCK
 from .io import IoPool
 from .names import region_names
 from .options import SsdOptions
@@ -83,13 +83,15 @@ class SsdEngine:
         try:
             self._recover_seconds, to_scan = attach(core, self._epochs, self._lock_fds, progress)
             core.pool = IoPool(options.io_threads)
-            set_io_threads(options.io_threads)  # reads: the native pool has at least as many workers
-            reserve_io_staging(io_threads(), options.read_run_bytes)  # the first gets fault nothing in
+            set_io_threads(options.io_threads)  # the native pool has at least as many workers
+            # staging for a read run or a write run per worker: the first calls fault nothing in
+            reserve_io_staging(
+                io_threads(), max(options.read_run_bytes, options.write_chunk_bytes + 2 * BLOCK)
+            )
             with core.lock:  # regions scanned at open (strict): summarized now, their keys leave memory
                 for r in core.regions:
                     if r.state is RegionState.SEALED and not r.summarized and r.rid in core.fifo:
                         self._alloc.summaries.maybe_summarize(r)
-            reserve_staging(core.buffers, options)
             self._rescan = BackgroundScan(
                 core, to_scan, lambda rid: rid in self._epochs.maps[rid % len(options.dirs)],
                 self._alloc.summaries.maybe_summarize,

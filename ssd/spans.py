@@ -47,3 +47,40 @@ def common_base(views: Sequence[memoryview], writable: bool = False) -> tuple[me
     if len(offsets) and (int(offsets.min()) < 0 or int(ends.max()) > base.nbytes):
         return None  # (a view of a copy the exporter made: not inside it)
     return base, offsets.astype(np.uint64)
+
+
+def locate_sources(views: Sequence[memoryview]) -> tuple[list[memoryview], np.ndarray, np.ndarray]:
+    """Where the views of a batch lie, for ``native.write_entries``: the distinct buffers they
+    are slices of (each exporting object as a whole where it is one contiguous buffer holding
+    its views, else the view on its own), and each view's source index and byte offset in it.
+    The usual batch (slices of SGLang's host pool) is one source."""
+    n = len(views)
+    part_srcs = np.zeros(n, np.uint64)
+    offsets = np.zeros(n, np.uint64)
+    found = common_base(views)
+    if found is not None:
+        base, offsets = found
+        return [base], part_srcs, offsets
+    srcs: list[memoryview] = []
+    where: dict[int, tuple[int, int, int]] = {}  # id(obj) -> (source index, base address, size)
+    for q, v in enumerate(views):
+        obj = v.obj
+        at = where.get(id(obj)) if obj is not None else None
+        if at is None and obj is not None:
+            whole: memoryview | None
+            try:
+                whole = byte_view(obj)
+            except (TypeError, ValueError, BufferError):
+                whole = None
+            if whole is not None:
+                at = where[id(obj)] = (len(srcs), _address(whole), whole.nbytes)
+                srcs.append(whole)
+        if at is not None:
+            i, start, size = at
+            off = _address(v) - start
+            if off >= 0 and off + v.nbytes <= size:
+                part_srcs[q], offsets[q] = i, off
+                continue
+        part_srcs[q] = len(srcs)  # not inside its exporter's buffer as a whole: its own source
+        srcs.append(v)
+    return srcs, part_srcs, offsets

@@ -2,22 +2,22 @@
 
 1. under the lock: skip keys already stored (values are immutable) and register the new ones as
    *pending* (a concurrent put of the same key waits for this one's result);
-2. no lock: lay the batch out in a :class:`WriteBuffer`: the caller's memoryviews are written in
-   place (borrowed) when the I/O mode allows and ``stage_writes`` says so, otherwise each entry is
-   copied once into huge-page memory (staged);
+2. no lock: lay the batch out in :class:`WriteBuffer` slots (where each entry goes, no copy);
 3. under the lock (:meth:`RegionAllocator.reserve`): reserve contiguous space in the directory's
-   active region and pin it; from here a get of a pending key is served from the write buffer
-   (a staged entry once it is filled);
-4. no lock: jobs of whole entries (about ``write_chunk_bytes`` each): the put's own thread fills
-   them in order (copy when staged, payload hash, headers), at most ``io_threads + 2`` jobs ahead
-   of the writes, while the I/O pool ``pwritev``s the jobs filled before, so the device always
-   has writes in flight (when each I/O thread filled its own job first, the device sat idle
-   while all of them copied, about half the time); no fill runs after the put returned; every
-   sub-batch of a put is in flight at once;
+   active region and pin it, one sub-batch of at most a region's bytes at a time; from here a
+   get of a pending key is served from the caller's memory (:meth:`WritePath.pending_slot`);
+4. one native call for the whole put (``native.write_entries``, the GIL released once): runs of
+   whole entries (about ``write_chunk_bytes`` each) go to the native I/O workers, which copy
+   each payload into their staging (or, borrowed, write it in place: ``stage_writes``), hash it,
+   lay out its header and write the run; no payload is taken after the put returned;
 5. under the lock: index the entries, unpin. Only now does the put report True: the bytes are in
    the region file (page cache or device), so a SIGKILL after it loses nothing.
 
-Results are per item; nothing here raises for I/O or space problems (reasons are counted).
+At the deadline the put returns False for everything it had not finished. Runs still being
+written then (their payloads were taken) keep their regions pinned until they end: a thread of
+the engine waits for them (``WritesInFlight``), then unpins without indexing (``late_writes``),
+so a region is never reused under a late write. Results are per item; nothing here raises for
+I/O or space problems (reasons are counted).
 """
 
 from __future__ import annotations
@@ -27,15 +27,20 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from hicache_mooncake.native import WritesInFlight, write_entries
+
 from .allocator import RegionAllocator, Reservation
-from .buffer import Buffer, Slot, WriteBuffer
+from .buffer import Slot, WriteBuffer
 from .core import EngineCore
 from .format import BLOCK, entry_size
 from .index import Location
-from .io import WRITE, IoBatch, byte_view, is_aligned, pwritev_full
+from .io import byte_view, is_aligned
+from .spans import locate_sources
 
 Parts = Sequence[Any]  # memoryview-compatible buffers
 
@@ -84,47 +89,65 @@ class _Group:
         self.error: OSError | None = None
 
 
-class _Job:
-    """One write job: entries back to back on disk, filled by the put's thread (``iov``,
-    ``staged``), then written by an I/O thread once ``filled`` is set. ``cancelled``: the put
-    gave up (deadline) or the fill failed before it was filled; nothing is written."""
-
-    __slots__ = ("group", "off", "slots", "filled", "iov", "staged", "cancelled", "holds_window")
-
-    def __init__(self, group: _Group, off: int, slots: list[tuple[Slot, int]]) -> None:
-        self.group = group
-        self.off = off  # offset in the group
-        self.slots = slots
-        self.filled = threading.Event()
-        self.iov: list[memoryview] = []
-        self.staged: Buffer | None = None
-        self.cancelled = False
-        self.holds_window = False  # took a place of the put's fill window (freed after the write)
-
-
 class _BatchWrite:
-    """One sub-batch in flight: shared by the caller and the I/O completion (``_finish``)."""
+    """One sub-batch (at most a region's bytes): its layout, reservations and outcome."""
 
     def __init__(
-        self,
-        batch: list[_New],
-        results: list[bool],
-        reinsert_rid: int | None,
-        buf: WriteBuffer,
-        window: threading.Semaphore,
+        self, batch: list[_New], results: list[bool], reinsert_rid: int | None, buf: WriteBuffer
     ) -> None:
         self.batch = batch
         self.results = results
         self.reinsert_rid = reinsert_rid
         self.buf = buf
         self.groups: list[_Group] = []
-        self.job_groups: list[_Group] = []  # the group of each write job, in job order
         self.failed_reason = ""
-        self.finished = False  # _finish ran (lock held to read/write)
-        self.abandoned = False  # the caller returned before _finish (lock held)
-        self.jobs: list[_Job] = []  # in submission order, filled in that order by the caller
-        self.window = window  # jobs filled and not yet written, shared by the put's sub-batches
-        self.iob: IoBatch | None = None
+        self.abandoned = False  # the put returned before the writes ended (lock held)
+        self.runs = 0  # native write runs
+
+
+class _Runs:
+    """The arguments of one ``write_entries`` call: runs of whole entries of every group."""
+
+    def __init__(self) -> None:
+        self.fds: list[int] = []
+        self.offsets: list[int] = []
+        self.items: list[int] = [0]
+        self.groups: list[_Group] = []  # the group of each run
+        self.plens: list[int] = []
+        self.gens: list[int] = []
+        self.seqs: list[int] = []
+        self.keys: list[bytes] = []
+        self.parts: list[int] = [0]
+        self.views: list[memoryview] = []
+
+    def add_group(self, g: _Group, chunk: int) -> int:
+        """Runs of ``g``'s entries, about ``chunk`` bytes each (a larger entry is a run of its
+        own); returns how many."""
+        fd = g.res.region.fd
+        assert fd is not None
+        runs = 0
+        run_bytes = -1  # no run open
+        for it, seq in zip(g.items, g.res.seqs, strict=True):
+            slot = it.slot
+            assert slot is not None
+            if run_bytes < 0 or (run_bytes and run_bytes + slot.size > chunk):
+                if run_bytes >= 0:
+                    self.items.append(len(self.plens))  # the open run ends before this entry
+                self.fds.append(fd)
+                self.offsets.append(g.res.file_off + (slot.offset - g.start))
+                self.groups.append(g)
+                runs += 1
+                run_bytes = 0
+            run_bytes += slot.size
+            self.plens.append(slot.payload_len)
+            self.gens.append(g.res.gen)
+            self.seqs.append(seq)
+            self.keys.append(it.kb)
+            self.views.extend(slot.payload)
+            self.parts.append(len(self.views))
+        if run_bytes >= 0:
+            self.items.append(len(self.plens))
+        return runs
 
 
 class WritePath:
@@ -147,9 +170,9 @@ class WritePath:
         new was written (the caller then gives the reclaimer a chance). ``reinsert_rid``: rewrite
         entries of that region (reclaim), only into the active region (unless ``open_regions``:
         a resize moving entries out of retired regions) and only if still indexed there.
-        ``deadline`` (``time.monotonic()``): what is not written by then is False (the I/O
-        may finish later; it is then not indexed, see :meth:`_finish`). ``epoch``: the epoch the
-        caller's operation started in; if a clear bumped it, nothing is indexed (False)."""
+        ``deadline`` (``time.monotonic()``): what is not written by then is False (a write under
+        way may finish later; it is then never indexed, see :meth:`_finish`). ``epoch``: the
+        epoch the caller's operation started in; if a clear bumped it, nothing is indexed."""
         c = self.core
         o = c.options
         prepared: list[tuple[int, str, bytes, list[memoryview], int]] = []
@@ -196,38 +219,80 @@ class WritePath:
                 mine.append(_New(i, key, fp, kb, views, size, p))
         if not floor_ok:
             self.alloc.release_for_floor(di, deadline)
-        # Sub-batches of at most one region's worth of bytes each, all in flight at once.
-        subs: list[tuple[list[_New], int]] = []
+        if mine:
+            self._write_all(di, mine, results, reinsert_rid, deadline, open_regions, epoch)
+        for i, p in waits:
+            if p.done.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                results[i] = p.ok
+        return bool(mine)
+
+    def _write_all(
+        self,
+        di: int,
+        mine: list[_New],
+        results: list[bool],
+        reinsert_rid: int | None,
+        deadline: float | None,
+        open_regions: bool,
+        epoch: int | None,
+    ) -> None:
+        """Reserve ``mine`` in sub-batches of at most one region's bytes, write them all in one
+        native call, index what was written in time."""
+        o = self.core.options
+        subs: list[list[_New]] = []
         batch: list[_New] = []
         nbytes = 0
         for it in mine:
             es = entry_size(it.size)
             if batch and nbytes + es > o.region_size:
-                subs.append((batch, nbytes))
+                subs.append(batch)
                 batch, nbytes = [], 0
             batch.append(it)
             nbytes += es
         if batch:
-            subs.append((batch, nbytes))
+            subs.append(batch)
+        borrow = self._borrow(mine)
         started: list[_BatchWrite] = []
-        window = threading.Semaphore(o.io_threads + 2)
         try:
-            for sub, n in subs:
-                state = self._start_batch(di, sub, n, results, reinsert_rid, deadline, window, open_regions)
-                if epoch is not None:  # written for that epoch: not indexed once a clear bumped it
-                    for g in state.groups:
-                        g.res.epoch = epoch
-                started.append(state)
-                # filled before the next sub-batch reserves: a region open it may need runs on
-                # the I/O pool, whose threads must not all be waiting for fills of this put
-                self._fill(state, deadline)
+            try:
+                for sub in subs:
+                    state = self._start_batch(di, sub, results, reinsert_rid, deadline, borrow, open_regions)
+                    if epoch is not None:  # written for that epoch: not indexed once a clear bumped it
+                        for g in state.groups:
+                            g.res.epoch = epoch
+                    started.append(state)
+                done, writes = self.write_runs(started, deadline)
+            except BaseException:
+                for state in started:  # reserved, nothing written: unpin, fail
+                    self._finish(state, cancelled=True)
+                raise
+            if writes is None and done:
+                for state in started:
+                    self._finish(state)
+                return
+            with self.core.lock:  # the put gives up: its results stay False, nothing is indexed
+                for state in started:
+                    state.abandoned = True
+                    for it in state.batch:
+                        if self.pending.get(it.key) is it.pending:
+                            del self.pending[it.key]
+                        it.pending.ok = False
+            self.core.timed_out("write", deadline or 0.0)
+            if writes is None:  # nothing under way: what ended in time is written, not indexed
+                for state in started:
+                    self._finish(state)
+            else:  # unpinned once the writes under way have ended
+                threading.Thread(
+                    target=self._finish_late,
+                    args=(writes, started),
+                    name="hicache-ssd-late-writes",
+                    daemon=True,
+                ).start()
         finally:
             for state in started:
-                self._wait_batch(state, deadline)
-        for i, p in waits:
-            if p.done.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
-                results[i] = p.ok
-        return bool(mine)
+                for it in state.batch:
+                    it.pending.done.set()
+                state.buf.drop(wait_readers=True)
 
     def _borrow(self, batch: list[_New]) -> bool:
         """Write the caller's memory in place (zero copy) rather than staging it."""
@@ -245,19 +310,16 @@ class WritePath:
         self,
         di: int,
         batch: list[_New],
-        nbytes: int,
         results: list[bool],
         reinsert_rid: int | None,
         deadline: float | None,
-        window: threading.Semaphore,
+        borrow: bool,
         open_regions: bool = False,
     ) -> _BatchWrite:
-        """Lay out, reserve and submit one sub-batch (its jobs wait to be filled by
-        :meth:`_fill`); :meth:`_wait_batch` waits for it."""
+        """Lay out and reserve one sub-batch (written by :meth:`write_runs`)."""
         c = self.core
-        borrow = self._borrow(batch)
-        buf = WriteBuffer(c.buffers, len(batch), borrow)
-        state = _BatchWrite(batch, results, reinsert_rid, buf, window)
+        buf = WriteBuffer(borrow)
+        state = _BatchWrite(batch, results, reinsert_rid, buf)
         try:
             for it in batch:
                 it.slot = buf.add(it.kb, it.views)
@@ -270,16 +332,8 @@ class WritePath:
                 di, [it.size for it in batch], reinsert_rid is None or open_regions, on_reserved, deadline
             )
             state.groups = [_Group(res, batch[res.first : res.first + res.count]) for res in reservations]
-            jobs: list[Callable[[], None]] = []
-            for g in state.groups:
-                for job in self.write_jobs(g, buf, state):
-                    jobs.append(job)
-                    state.job_groups.append(g)
-            assert c.pool is not None
-            buf.hold()  # the jobs' reference, dropped by _finish
-            state.iob = c.pool.submit(jobs, on_done=lambda b: self._finish(state, b), priority=WRITE)
         except BaseException:
-            # reserve or layout raised: nothing is in flight
+            # reserve or layout raised: nothing is written
             with c.lock:
                 for g in state.groups:
                     self.alloc.finish_write(g.res, failed=True)
@@ -292,41 +346,62 @@ class WritePath:
             raise
         return state
 
-    def _wait_batch(self, state: _BatchWrite, deadline: float | None) -> None:
+    def write_runs(
+        self, states: list[_BatchWrite], deadline: float | None
+    ) -> tuple[bool, WritesInFlight | None]:
+        """One ``native.write_entries`` call for every reserved group of ``states``: sets each
+        group's ``error``; returns whether every run ended by the deadline, and the writes still
+        under way when it passed (None when none)."""
         c = self.core
-        iob = state.iob
-        if iob is None:
-            return
-        try:
-            if not iob.wait(deadline):  # (no fill runs any more: the caller did them)
-                with c.lock:
-                    if not state.finished:
-                        state.abandoned = True
-                        iob.abandon()
-                        for it in state.batch:
-                            if self.pending.get(it.key) is it.pending:
-                                del self.pending[it.key]
-                            it.pending.ok = False
-                if state.abandoned:
-                    c.timed_out("write", deadline or 0.0)
-        finally:
-            for it in state.batch:
-                it.pending.done.set()
-            state.buf.drop(wait_readers=True)
+        runs = _Runs()
+        for state in states:
+            for g in state.groups:
+                state.runs += runs.add_group(g, c.options.write_chunk_bytes)
+        if not runs.fds:
+            return True, None
+        srcs, part_srcs, src_offsets = locate_sources(runs.views)
+        timeout = 1e9 if deadline is None else min(1e9, deadline - time.monotonic())
+        out, writes = write_entries(
+            fds=runs.fds,
+            run_offsets=runs.offsets,
+            run_items=runs.items,
+            payload_lengths=runs.plens,
+            gens=runs.gens,
+            seqs=runs.seqs,
+            keys=runs.keys,
+            part_items=runs.parts,
+            srcs=srcs,
+            part_srcs=part_srcs,
+            src_offsets=src_offsets,
+            part_lengths=np.fromiter((v.nbytes for v in runs.views), np.uint64, len(runs.views)),
+            borrow=states[0].buf.borrow,
+            timeout_s=timeout,
+        )
+        done = True
+        for g, r in zip(runs.groups, out.tolist(), strict=True):
+            if r == -errno.ETIMEDOUT:
+                done = False
+            elif r < 0 and g.error is None:
+                g.error = OSError(-r, f"ssd write: {errno.errorcode.get(-r, str(-r))}")
+        return done, writes
 
-    def _finish(self, state: _BatchWrite, iob: IoBatch) -> None:
-        """Every write job of a batch has finished (runs once, maybe after the caller gave up):
-        unpin the regions, index what was written, unless the caller abandoned the batch (its
-        results are already False; entries written late are never indexed)."""
+    def _finish_late(self, writes: WritesInFlight, states: list[_BatchWrite]) -> None:
+        """Waits for the writes a put left under way at its deadline, then unpins their regions."""
+        writes.wait(None)
+        for state in states:
+            self._finish(state, late=True)
+
+    def _finish(self, state: _BatchWrite, cancelled: bool = False, late: bool = False) -> None:
+        """The writes of a sub-batch have ended (or, ``cancelled``, never started): unpin the
+        regions, index what was written, unless the put gave up (``abandoned``: its results are
+        already False; entries written in time or ``late`` are never indexed)."""
         c = self.core
-        for g, r in zip(state.job_groups, iob.results, strict=True):
-            if isinstance(r, BaseException) and g.error is None:
-                g.error = r if isinstance(r, OSError) else OSError(errno.ECANCELED, str(r) or "cancelled")
         dying: OSError | None = None
         with c.lock:
-            state.finished = True
             placed: set[int] = set()
             for g in state.groups:
+                if cancelled and g.error is None:
+                    g.error = OSError(errno.ECANCELED, "put failed before its write")
                 if g.error is not None:
                     full = g.error.errno in (errno.ENOSPC, errno.EDQUOT)
                     if not full and g.error.errno != errno.ECANCELED:
@@ -353,20 +428,19 @@ class WritePath:
                         del self.pending[it.key]
                 # unpin after indexing: a region sealed meanwhile is summarised with these entries
                 self.alloc.finish_write(g.res, failed=g.error is not None)
-            if state.abandoned:
+            if late:
                 c.counts["late_writes"] += len(placed)
-            else:
+            if not state.abandoned:
                 for it in state.batch:
                     if it.idx not in placed:
                         c.counts[f"rejected_{state.failed_reason or 'no_space'}"] += 1
                         if self.pending.get(it.key) is it.pending:
                             del self.pending[it.key]
                         it.pending.ok = False
-            c.counts["writes"] += len(iob.results)
+            c.counts["writes"] += state.runs
             c.counts["batches_zero_copy" if state.buf.borrow else "batches_staged"] += 1
         if dying is not None:
             c.io_failed("write", dying)
-        state.buf.drop()
 
     def _commit(self, it: _New, seq: int, g: _Group, reinsert_rid: int | None) -> None:
         """Index one written entry (lock held) unless a clear/remove/reclaim raced it."""
@@ -384,78 +458,11 @@ class WritePath:
         c.index.set_fp(it.fp, loc)
         r.add(it.fp, it.key, it.size)
 
-    def write_jobs(self, g: _Group, buf: WriteBuffer, state: _BatchWrite) -> list[Callable[[], None]]:
-        """Jobs of whole entries, about ``write_chunk_bytes`` each (an entry larger than that is a
-        job of its own), appended to ``state.jobs``; each returned callable (run on the I/O pool)
-        waits until :meth:`_fill` filled its job, then ``pwritev``s it."""
-        fd = g.res.region.fd
-        assert fd is not None
-        chunk = self.core.options.write_chunk_bytes
-        pieces: list[_Job] = []
-        cur: list[tuple[Slot, int]] = []
-        cur_bytes = 0
-        for it, seq in zip(g.items, g.res.seqs, strict=True):
-            assert it.slot is not None
-            if cur and cur_bytes + it.slot.size > chunk:
-                pieces.append(_Job(g, cur[0][0].offset - g.start, cur))
-                cur, cur_bytes = [], 0
-            cur.append((it.slot, seq))
-            cur_bytes += it.slot.size
-        if cur:
-            pieces.append(_Job(g, cur[0][0].offset - g.start, cur))
-        state.jobs.extend(pieces)
-
-        def write(job: _Job) -> Callable[[], None]:
-            def run() -> None:
-                job.filled.wait()  # set by _fill on every path (filled or cancelled)
-                try:
-                    if job.cancelled:
-                        g.error = g.error or OSError(errno.ECANCELED, "put gave up before the copy")
-                        return
-                    pwritev_full(fd, job.iov, g.res.file_off + job.off)
-                except OSError as e:
-                    g.error = e
-                finally:
-                    buf.give_back(job.staged)
-                    job.staged, job.iov = None, []
-                    if job.holds_window:
-                        state.window.release()
-
-            return run
-
-        return [write(job) for job in pieces]
-
-    def _fill(self, state: _BatchWrite, deadline: float | None) -> None:
-        """Fill the jobs of ``state`` in submission order, each once a place in the put's window
-        is free (a job's place is freed when its write is over), until ``deadline``. Every job
-        leaves here filled or cancelled, whatever happens: an I/O thread waits for it."""
-        try:
-            for job in state.jobs:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    break  # past the deadline: the rest are cancelled
-                # (a far deadline, a caller's 'no limit', is capped where the platform can wait)
-                if not state.window.acquire(
-                    timeout=None if left is None else min(left, threading.TIMEOUT_MAX)
-                ):
-                    break
-                job.holds_window = True
-                try:
-                    job.iov, job.staged = state.buf.fill_job(job.slots, job.group.res.gen)
-                except Exception:  # noqa: BLE001 - a bug in one job's fill fails that job only
-                    log.exception("ssd write: filling a write job failed")
-                    job.cancelled = True
-                job.filled.set()
-        finally:
-            for job in state.jobs:
-                if not job.filled.is_set():
-                    job.cancelled = True
-                    job.filled.set()
-
     # ------------------------------------------------------------------ pending entries (lock held)
 
     def pending_slot(self, key: str) -> tuple[WriteBuffer, Slot] | None:
-        """The staged bytes of ``key`` if its write is in flight (lock held)."""
+        """Where ``key``'s bytes are while its write is in flight: the caller's memory, read under
+        the buffer's reader gate (lock held)."""
         p = self.pending.get(key)
         if p is not None and p.buf is not None and p.slot is not None and not p.removed:
             return p.buf, p.slot

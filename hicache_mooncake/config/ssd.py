@@ -37,8 +37,9 @@ class SsdTierConfig(BaseModel):
     """Scan and verify every region at attach (no summaries, nothing in the background) and refuse
     to attach when a corrupt entry is found (default: skip and count it)."""
     io_threads: int = Field(default=4, ge=1)
-    """Threads writing puts' jobs (pwritev, GIL released in the syscall); gets read on the native
-    I/O pool, which grows to at least this many workers (8 by default). More = more I/O depth."""
+    """The native I/O pool that writes puts and reads gets grows to at least this many workers (8 by
+    default); the engine also runs this many threads for its own file work (region opens). More =
+    more I/O depth."""
     verify_on_recover: bool = True
     """Hash every payload of the regions recovered by a scan (those without a summary, e.g. open at a
     crash; scanned in the background while the tier serves); false: headers only. Regions reopened

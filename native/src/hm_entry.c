@@ -31,6 +31,28 @@ static uint64_t load64(const char *p) {
     return v;
 }
 
+static void store16(char *p, uint16_t v) { memcpy(p, &v, sizeof v); }
+static void store32(char *p, uint32_t v) { memcpy(p, &v, sizeof v); }
+static void store64(char *p, uint64_t v) { memcpy(p, &v, sizeof v); }
+
+void hm_entry_pack(char *block, const char *key, uint64_t klen, uint64_t plen, uint64_t seq, uint64_t gen,
+                   uint64_t payload_hash, hm_xxh3_fn xxh3) {
+    memset(block, 0, HM_ENTRY_BLOCK);
+    store32(block, ENTRY_MAGIC);
+    store16(block + 4, FORMAT_VERSION);
+    store32(block + 8, (uint32_t)klen);
+    store64(block + 16, plen);
+    store64(block + 24, seq);
+    store64(block + 32, gen);
+    store64(block + 40, payload_hash);
+    memcpy(block + KEY_AT, key, (size_t)klen);
+    /* The header's hash covers the fixed part and the key, which do not lie back to back. */
+    char hashed[HM_ENTRY_BLOCK];
+    memcpy(hashed, block, FIXED);
+    memcpy(hashed + FIXED, key, (size_t)klen);
+    store64(block + FIXED, xxh3(hashed, (size_t)(FIXED + klen)));
+}
+
 int hm_entry_check(const char *entry, uint64_t avail, const char *key, uint64_t klen, uint64_t plen, uint64_t gen,
                    uint64_t seq, uint64_t max_key, hm_xxh3_fn xxh3) {
     if (avail < HM_ENTRY_BLOCK || avail - HM_ENTRY_BLOCK < plen)

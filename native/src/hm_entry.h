@@ -43,4 +43,13 @@ static inline uint64_t hm_entry_size(uint64_t plen) {
 int hm_entry_check(const char *entry, uint64_t avail, const char *key, uint64_t klen, uint64_t plen, uint64_t gen,
                    uint64_t seq, uint64_t max_key, hm_xxh3_fn xxh3);
 
+/* Writes the header block of an entry (key of klen <= HM_ENTRY_BLOCK - 56 bytes, payload length
+ * plen, sequence seq, generation gen, payload xxh3 payload_hash) into block[0, HM_ENTRY_BLOCK),
+ * zeroing the rest of the block. Needs no GIL. */
+void hm_entry_pack(char *block, const char *key, uint64_t klen, uint64_t plen, uint64_t seq, uint64_t gen,
+                   uint64_t payload_hash, hm_xxh3_fn xxh3);
+
+/* The longest key a header block holds. */
+#define HM_ENTRY_MAX_KEY (HM_ENTRY_BLOCK - 56u)
+
 #endif

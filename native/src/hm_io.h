@@ -24,6 +24,11 @@ PyObject *hm_py_pwrite_batch(PyObject *self, PyObject *const *args, Py_ssize_t n
 /* read_entries: SSD entries read, checked (hm_entry.h) and copied out in one call, one job per
  * run of entries back to back in a file (native/io.py documents the arguments). */
 PyObject *hm_py_read_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+/* write_entries: SSD entries laid out (header blocks, payload xxh3) and written in one call, one
+ * job per run; write_wait: waits for the writes of a call that were still in flight at its
+ * deadline (native/io.py documents both). */
+PyObject *hm_py_write_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *hm_py_write_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *hm_py_reserve_io_staging(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *hm_py_set_io_threads(PyObject *self, PyObject *arg);
 PyObject *hm_py_io_threads(PyObject *self, PyObject *unused);

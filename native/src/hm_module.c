@@ -34,6 +34,11 @@ static PyMethodDef module_methods[] = {
     {"read_entries", HM_FASTCALL(hm_py_read_entries), METH_FASTCALL,
      "read_entries(fds, run_offsets, run_items, payload_lengths, gens, seqs, key_ends, keys, part_items, dst, "
      "dst_offsets, part_lengths, max_key, timeout_s, out)"},
+    {"write_entries", HM_FASTCALL(hm_py_write_entries), METH_FASTCALL,
+     "write_entries(fds, run_offsets, run_items, payload_lengths, gens, seqs, key_ends, keys, part_items, srcs, "
+     "part_srcs, src_offsets, part_lengths, borrow, timeout_s, out) -> None | writes in flight"},
+    {"write_wait", HM_FASTCALL(hm_py_write_wait), METH_FASTCALL,
+     "write_wait(writes, timeout_s) -> whether no write of the call is in flight any more"},
     {"reserve_io_staging", HM_FASTCALL(hm_py_reserve_io_staging), METH_FASTCALL,
      "reserve_io_staging(count, nbytes) -> buffers made for the I/O workers' staging"},
     {"set_io_threads", hm_py_set_io_threads, METH_O, "set_io_threads(n): grow the I/O pool to n workers"},

@@ -52,25 +52,20 @@ def check_get(engine: SsdEngine, key: str, size: int, nparts: int = 1) -> bool:
 
 
 def stall_writes(monkeypatch: Any) -> tuple[Any, Any]:
-    """Make the engine's write jobs wait: returns ``(gate, entered)``; a write sets ``entered``
-    when it starts and proceeds once ``gate`` is set (at most 10 s)."""
+    """Make the engine's writes wait: returns ``(gate, entered)``; a put's write (its space
+    reserved, its keys pending) sets ``entered`` when it starts and proceeds once ``gate`` is set
+    (at most 10 s)."""
     import threading
 
     gate, entered = threading.Event(), threading.Event()
     from hicache_mooncake.ssd.writer import WritePath
 
-    orig = WritePath.write_jobs
+    orig = WritePath.write_runs
 
-    def slow_jobs(self, g, buf, *rest):  # type: ignore[no-untyped-def]
-        def wrap(j):  # type: ignore[no-untyped-def]
-            def run() -> None:
-                entered.set()
-                gate.wait(10)
-                j()
+    def slow_runs(self, *args):  # type: ignore[no-untyped-def]
+        entered.set()
+        gate.wait(10)
+        return orig(self, *args)
 
-            return run
-
-        return [wrap(j) for j in orig(self, g, buf, *rest)]
-
-    monkeypatch.setattr(WritePath, "write_jobs", slow_jobs)
+    monkeypatch.setattr(WritePath, "write_runs", slow_runs)
     return gate, entered

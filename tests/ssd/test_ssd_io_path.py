@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ssd_helpers import aligned_array, open_engine, stall_writes, value_for
+from ssd_helpers import aligned_array, open_engine, value_for
 
 from hicache_mooncake.ssd import SsdOptions
 from hicache_mooncake.ssd.allocator import RegionAllocator
@@ -172,56 +172,6 @@ def test_region_map_updates_do_not_flush_the_device(ssd_dir: str, monkeypatch: p
     assert e.clear(time.monotonic() + 10)
     assert [p for p in flushed if p.endswith(STATE_NAME)]  # the new epoch is on the device
     e.close()
-
-
-def test_a_put_fills_its_jobs_ahead_of_the_writes_within_a_window(
-    ssd_dir: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The put's own thread copies and hashes the write jobs while the I/O threads write: with
-    every write held, it fills ``io_threads + 2`` jobs (more than the writes in flight, so the
-    device never waits for a copy) and no more (staged memory stays bounded), also under a far
-    deadline (a caller's 'no limit': its wait is capped, not an OverflowError); released, every
-    entry is written and reads back."""
-    from hicache_mooncake.ssd.buffer import WriteBuffer
-
-    fills: list[str] = []
-    real_fill = WriteBuffer.fill_job
-
-    def counting_fill(self: WriteBuffer, entries: object, gen: int) -> object:
-        fills.append(threading.current_thread().name)
-        return real_fill(self, entries, gen)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(WriteBuffer, "fill_job", counting_fill)
-    gate, entered = stall_writes(monkeypatch)
-    e = open_engine(
-        ssd_dir,
-        capacity_bytes=64 * MiB,
-        region_size=16 * MiB,
-        io_threads=2,
-        write_chunk_bytes=MiB,
-        stage_writes="always",
-    )
-    try:
-        items = [(f"w{i}", [memoryview(value_for(f"w{i}", MiB - 8192))]) for i in range(12)]  # a job each
-        out: list[list[bool]] = []
-        putter = threading.Thread(target=lambda: out.append(e.put_batch(items, 1e18)))  # 'no limit'
-        putter.start()
-        assert entered.wait(10)
-        deadline = time.monotonic() + 5
-        while len(fills) < 4 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.3)  # it would go on filling now if the window did not hold it
-        assert len(fills) == 2 + 2
-        assert set(fills) == {putter.name}  # the caller's thread, not the I/O threads
-        gate.set()
-        putter.join(30)
-        assert out and all(out[0]) and len(fills) == 12
-        for key, _ in items:
-            got = np.zeros(MiB - 8192, np.uint8)
-            assert e.get_into(key, [memoryview(got)]) and np.array_equal(got, value_for(key, MiB - 8192))
-    finally:
-        gate.set()
-        e.close()
 
 
 @pytest.mark.parametrize("stage", ["always", "never"])

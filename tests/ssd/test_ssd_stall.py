@@ -1,7 +1,8 @@
 """A stalled disk never stalls the caller: every call returns by its deadline, work not done in
 time is a miss / False, the tier is degraded (skipped) until a health probe passes, and late I/O
-never touches the caller's memory. Runs on a real frozen ext4 loop mount (root) and on a
-syscall-level stall (any user)."""
+never touches the caller's memory. Runs on a real frozen ext4 loop mount (root) and, where the
+stalled I/O is Python's own (a clear, region files, the I/O threads), on a syscall-level stall
+(any user): the native workers' reads and writes are stalled by the real frozen disk only."""
 
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ def _get(
     return res, outs
 
 
+@pytest.mark.parametrize("stalling_disk", ["fsfreeze"], indirect=True)  # native I/O: a real stall
 def test_put_and_get_return_by_their_deadline_then_the_tier_recovers(stalling_disk: Any) -> None:
     tier = SsdTier(_engine(stalling_disk.path, direct_io="auto"), timeout_s=TIMEOUT)
     old = [f"old{i}" for i in range(4)]
@@ -127,6 +129,7 @@ def test_a_read_that_completes_late_never_writes_into_the_callers_memory(stallin
     tier.close()
 
 
+@pytest.mark.parametrize("stalling_disk", ["fsfreeze"], indirect=True)  # native I/O: a real stall
 def test_close_returns_by_its_deadline_and_releases_the_directory_after_the_thaw(stalling_disk: Any) -> None:
     eng = _engine(stalling_disk.path)
     tier = SsdTier(eng, timeout_s=TIMEOUT)
@@ -179,6 +182,7 @@ def test_clear_on_a_stalled_disk_returns_in_time_and_fails_closed(stalling_disk:
         assert not e.contains("a") and not e.contains("b") and e.contains("d")
 
 
+@pytest.mark.parametrize("stalling_disk", ["fsfreeze"], indirect=True)  # native I/O: a real stall
 def test_a_late_write_from_reused_caller_memory_is_never_served(stalling_disk: Any) -> None:
     """Zero-copy put: the write reads the caller's memory. If it completes after the put gave up
     and the caller already reused that memory, the checksum taken before the write no longer
@@ -203,9 +207,9 @@ def test_a_late_write_from_reused_caller_memory_is_never_served(stalling_disk: A
 
 
 def test_the_interpreter_exits_while_io_threads_are_stuck(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """I/O threads are daemons: a process whose disk stalls still exits (syscall-level stall: a
-    thread stuck in the kernel on a really frozen disk delays exit until the thaw, by design of
-    the kernel, not of Python)."""
+    """The engine's threads are daemons: a process whose disk stalls still exits (syscall-level
+    stall of the engine's Python I/O; native workers are detached threads. A thread stuck in the
+    kernel on a really frozen disk delays exit until the thaw, by design of the kernel)."""
     code = f"""
 import os, sys, time
 sys.path.insert(0, {os.path.dirname(__file__)!r})
@@ -215,9 +219,9 @@ d = {str(tmp_path / "x")!r}
 stall = SyscallStall(d)
 stall.install()
 e = SsdEngine(SsdOptions(dirs=(d,), capacity_bytes=4 << 20, region_size=1 << 20, direct_io="off"))
-assert e.put("a", [memoryview(b"x" * 5000)])
 stall.freeze()
-assert e.put("b", [memoryview(b"y" * 5000)], deadline=time.monotonic() + 0.3) is False
+# an epoch bump is Python I/O on the engine's threads: it stalls, the call returns by its deadline
+assert e.clear(deadline=time.monotonic() + 0.3) is False
 print("returned", flush=True)
 """
     t0 = time.monotonic()

@@ -11,7 +11,7 @@ import time
 import numpy as np
 from ssd_helpers import aligned_array, open_engine, stall_writes, value_for
 
-from hicache_mooncake.ssd.buffer import BufferPool, WriteBuffer
+from hicache_mooncake.ssd.buffer import WriteBuffer
 from hicache_mooncake.ssd.hugemem import huge_fraction
 from hicache_mooncake.ssd.io import address_of, huge_buffer
 
@@ -105,9 +105,8 @@ def test_huge_buffer_is_2mib_aligned_and_on_huge_pages_where_thp_allows() -> Non
 
 
 def test_borrowed_release_waits_for_readers() -> None:
-    pool = BufferPool()
     src = aligned_array(8192)
-    buf = WriteBuffer(pool, 1, borrow=True)
+    buf = WriteBuffer(borrow=True)
     slot = buf.add(b"k", [memoryview(src)])
     assert buf.payload_views(slot)[0].obj is not None
     buf.acquire()  # a reader copying out of the caller's memory
