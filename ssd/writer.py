@@ -387,9 +387,12 @@ class WritePath:
 
     def _finish_late(self, writes: WritesInFlight, states: list[_BatchWrite]) -> None:
         """Waits for the writes a put left under way at its deadline, then unpins their regions."""
-        writes.wait(None)
-        for state in states:
-            self._finish(state, late=True)
+        try:
+            writes.wait(None)
+            for state in states:
+                self._finish(state, late=True)
+        except Exception:  # noqa: BLE001 - a thread of its own: logged, never raised into nothing
+            log.exception("ssd write: finishing the writes of a put after its deadline failed")
 
     def _finish(self, state: _BatchWrite, cancelled: bool = False, late: bool = False) -> None:
         """The writes of a sub-batch have ended (or, ``cancelled``, never started): unpin the
