@@ -265,6 +265,12 @@ class WritePath:
             except BaseException:
                 for state in started:  # reserved, nothing written: unpin, fail
                     self._finish(state, cancelled=True)
+                with self.core.lock:  # the sub-batches not reserved yet: no longer pending
+                    for it in mine:
+                        if self.pending.get(it.key) is it.pending:
+                            del self.pending[it.key]
+                for it in mine:
+                    it.pending.done.set()
                 raise
             if writes is None and done:
                 for state in started:

@@ -152,7 +152,12 @@ def test_every_admin_operation_reaches_the_service_under_load(
         assert service.show()["frozen"] is False
         load.wait_ops(200)
         # ---- clear tenant a: its pages are gone from every tier of the service, the load's stay
-        put_pages(store, a_keys)
+        stored = store.put_batch(a_keys, [parts(page_bytes(k)) for k in a_keys])
+        # (failed once in ~30 runs: one page refused; the figures say which tier and why)
+        assert all(stored), (
+            f"refused {[k for k, ok in zip(a_keys, stored, strict=True) if not ok]}; "
+            f"rank: {store.stats()}; service: {service.show()}"
+        )
         assert sum(store.contains_batch(a_keys)) > 0
         [op] = rank.cli(capsys, "clear", "--tenant", "a").values()
         assert op["complete"] and op["progress"]["pages_removed"] > 0

@@ -433,3 +433,32 @@ def test_a_payload_is_hashed_in_slices_no_longer_than_hash_slice() -> None:
         # slices of up to 64 KiB kept the GIL next to a busy thread here, 96 KiB and more did not
         assert max(len(b) for b in rec.seen) <= min(checksum.HASH_SLICE, 64 << 10)
         assert b"".join(rec.seen) == view.tobytes()
+
+
+def test_a_put_that_fails_between_its_sub_batches_leaves_nothing_pending(
+    ssd_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put larger than a region reserves region by region; when the second of three
+    reservations raises, the first is unpinned and no key of the put stays pending (a later put of them writes them,
+    a get does not wait for them)."""
+    from hicache_mooncake.ssd.allocator import RegionAllocator
+
+    real = RegionAllocator.reserve
+    calls = {"n": 0}
+
+    def second_fails(self: RegionAllocator, *args: object, **kw: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("injected: the second reservation fails")
+        return real(self, *args, **kw)  # type: ignore[arg-type]
+
+    with open_engine(ssd_dir, capacity_bytes=64 * MiB, region_size=4 * MiB) as e:
+        vals = {f"s{i}": value_for(f"s{i}", MiB) for i in range(9)}  # three regions' worth
+        items = [(k, [memoryview(v)]) for k, v in vals.items()]
+        monkeypatch.setattr(RegionAllocator, "reserve", second_fails)
+        assert not any(e.put_batch(items, time.monotonic() + 10))
+        assert calls["n"] == 2 and not any(e.contains(k) for k in vals)
+        assert not e._writer.pending
+        monkeypatch.setattr(RegionAllocator, "reserve", real)
+        assert all(e.put_batch(items, time.monotonic() + 10))
+        _check(e, vals, deadline=True)
