@@ -32,11 +32,13 @@ class SsdOptions:
     ``reinsertion_hits``: on region reclaim, entries hit at least this often since they were
     written are rewritten into the active region (0 disables reinsertion).
     ``reinsertion_fraction``: at most this fraction of a region is reinserted per reclaim.
-    ``write_chunk_bytes``: large batch writes / coalesced reads are split at entry boundaries
-    into I/Os of about this size that run in parallel on the I/O pool.
+    ``write_chunk_bytes``: a put writes its entries in runs of about this size (split at entry
+    boundaries; an entry larger than that is a run of its own), each laid out and written by one
+    native I/O worker while the others write theirs.
     ``read_run_bytes``: a get reads adjacent entries of a region as one run of about this size
-    (an entry larger than that is a run of its own): one read into a native I/O worker's staging
-    memory, checked and copied out by that worker while the other runs are being read.
+    (an entry larger than that is a run of its own): read by one native I/O worker into its
+    staging memory (in requests of at most 1 MiB), checked and copied out by that worker while
+    the other runs are being read.
     ``zero_copy_writes``: write payloads straight from the caller's memory (buffered I/O, or
     O_DIRECT when every part is 4096-aligned) instead of copying each batch into an aligned
     buffer first; a put then does not return while a concurrent get still copies from it.
