@@ -1254,10 +1254,18 @@ PyObject *hm_py_write_entries(PyObject *self, PyObject *const *args, Py_ssize_t 
         }
         for (Py_ssize_t r = 0; r < n; r++) {
             uint64_t want = (b->run_first[r + 1] - b->run_first[r] + 1) * HM_ENTRY_BLOCK;
+            uint64_t segments = 2 * (b->run_first[r + 1] - b->run_first[r]) +
+                                (b->part_first[b->run_first[r + 1]] - b->part_first[b->run_first[r]]);
             for (uint64_t k = b->run_first[r]; k < b->run_first[r + 1]; k++)
                 if (!parts_adjacent(b, k))
                     want += hm_entry_size(b->plen[k]) - HM_ENTRY_BLOCK; /* within a 1 GiB run */
             b->stage_len[r] = want;
+            if (segments > INT32_MAX / 2) { /* a run's iovec count is an int */
+                batch_drop_unsubmitted(b);
+                b = NULL;
+                PyErr_Format(PyExc_ValueError, "run %zd: more parts than one write may hold", r);
+                goto fail;
+            }
         }
     }
     b->mode = MODE_WRITE_ENTRIES;
