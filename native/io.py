@@ -30,13 +30,16 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from ._arrays import as_u64
+from ._arrays import U64Array, as_u64
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 I64Array = npt.NDArray[np.int64]
 
@@ -77,21 +80,49 @@ class EntryVerdict(enum.IntEnum):
     BAD_PAYLOAD = _core.ENTRY_BAD_PAYLOAD  # the payload's xxh3 differs from the header's
 
 
+class EntryRuns(TypedDict):
+    """The runs of SSD entries a ``read_entries`` / ``write_entries`` call works on: run ``r`` is
+    entries ``run_items[r]`` up to ``run_items[r + 1]``, back to back from ``run_offsets[r]`` of
+    the file ``fds[r]``; entry ``k`` holds ``keys[k]`` with a payload of ``payload_lengths[k]``
+    bytes written with generation ``gens[k]`` and sequence ``seqs[k]``, in its parts
+    ``part_items[k]`` up to ``part_items[k + 1]``."""
+
+    fds: Any
+    run_offsets: Any
+    run_items: Any
+    payload_lengths: Any
+    gens: Any
+    seqs: Any
+    keys: Sequence[bytes]
+    part_items: Any
+
+
+def _runs_args(
+    runs: EntryRuns,
+) -> tuple[I64Array, U64Array, U64Array, U64Array, U64Array, U64Array, U64Array, bytes, U64Array]:
+    """The leading arguments both native calls take, as typed arrays (keys joined, with ends)."""
+    keys = runs["keys"]
+    return (
+        np.ascontiguousarray(runs["fds"], dtype=np.int64),
+        as_u64("run_offsets", runs["run_offsets"]),
+        as_u64("run_items", runs["run_items"]),
+        as_u64("payload_lengths", runs["payload_lengths"]),
+        as_u64("gens", runs["gens"]),
+        as_u64("seqs", runs["seqs"]),
+        np.fromiter((len(k) for k in keys), np.uint64, len(keys)).cumsum(dtype=np.uint64),
+        b"".join(keys),
+        as_u64("part_items", runs["part_items"]),
+    )
+
+
 def read_entries(
     *,
-    fds: Any,
-    run_offsets: Any,
-    run_items: Any,
-    payload_lengths: Any,
-    gens: Any,
-    seqs: Any,
-    keys: Sequence[bytes],
-    part_items: Any,
     dst: Any,
     dst_offsets: Any,
     part_lengths: Any,
     max_key: int,
     timeout_s: float,
+    **runs: Unpack[EntryRuns],
 ) -> I64Array:
     """Reads run ``r`` (entries ``run_items[r]`` up to ``run_items[r + 1]``, back to back from
     ``run_offsets[r]`` of the file ``fds[r]``: one worker per run, in requests of at most 1 MiB,
@@ -103,18 +134,9 @@ def read_entries(
     :class:`EntryVerdict`, or ``-errno`` of its run's read (``-ETIMEDOUT``: not done by
     ``timeout_s``; ``timeout_s <= 0`` reads nothing). Only ``OK`` entries were written into
     ``dst``, and nothing is written after the call returned."""
-    key_ends = np.fromiter((len(k) for k in keys), np.uint64, len(keys)).cumsum(dtype=np.uint64)
-    out = np.empty(len(keys), dtype=np.int64)
+    out = np.empty(len(runs["keys"]), dtype=np.int64)
     _core.read_entries(
-        np.ascontiguousarray(fds, dtype=np.int64),
-        as_u64("run_offsets", run_offsets),
-        as_u64("run_items", run_items),
-        as_u64("payload_lengths", payload_lengths),
-        as_u64("gens", gens),
-        as_u64("seqs", seqs),
-        key_ends,
-        b"".join(keys),
-        as_u64("part_items", part_items),
+        *_runs_args(runs),
         dst,
         as_u64("dst_offsets", dst_offsets),
         as_u64("part_lengths", part_lengths),
@@ -143,20 +165,13 @@ class WritesInFlight:
 
 def write_entries(
     *,
-    fds: Any,
-    run_offsets: Any,
-    run_items: Any,
-    payload_lengths: Any,
-    gens: Any,
-    seqs: Any,
-    keys: Sequence[bytes],
-    part_items: Any,
     srcs: Sequence[Any],
     part_srcs: Any,
     src_offsets: Any,
     part_lengths: Any,
     borrow: bool,
     timeout_s: float,
+    **runs: Unpack[EntryRuns],
 ) -> tuple[I64Array, WritesInFlight | None]:
     """Writes run ``r`` (entries ``run_items[r]`` up to ``run_items[r + 1]``, back to back from
     ``run_offsets[r]`` of the file ``fds[r]``, in ``ssd/format.py``'s layout: one worker per run,
@@ -175,18 +190,9 @@ def write_entries(
     the call returned (a borrowed run's write may, from the exported buffers). Bad arguments
     (bounds, dtypes, a key longer than a header holds, borrowed parts not back to back) raise
     ValueError before any I/O."""
-    key_ends = np.fromiter((len(k) for k in keys), np.uint64, len(keys)).cumsum(dtype=np.uint64)
-    out = np.empty(len(fds), dtype=np.int64)
+    out = np.empty(len(runs["fds"]), dtype=np.int64)
     writes = _core.write_entries(
-        np.ascontiguousarray(fds, dtype=np.int64),
-        as_u64("run_offsets", run_offsets),
-        as_u64("run_items", run_items),
-        as_u64("payload_lengths", payload_lengths),
-        as_u64("gens", gens),
-        as_u64("seqs", seqs),
-        key_ends,
-        b"".join(keys),
-        as_u64("part_items", part_items),
+        *_runs_args(runs),
         srcs,
         as_u64("part_srcs", part_srcs),
         as_u64("src_offsets", src_offsets),
