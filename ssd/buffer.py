@@ -123,7 +123,6 @@ class WriteBuffer:
     def __init__(self, borrow: bool) -> None:
         self.borrow = borrow
         self.used = 0  # logical bytes laid out
-        self.slots: list[Slot] = []
         self._readers = 0
         self._cond = threading.Condition()
 
@@ -133,7 +132,6 @@ class WriteBuffer:
         src = [p for p in parts if p.nbytes]
         plen = sum(p.nbytes for p in src)
         slot = Slot(key, off, plen, src)
-        self.slots.append(slot)
         self.used = off + BLOCK + align_up(plen)
         return slot
 

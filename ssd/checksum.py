@@ -1,11 +1,9 @@
 """Payload checksums (xxh3_64, seed 0: the values on disk since the first format).
 
-The data path hashes in batches with the native extension (:func:`payload_hashes`: one
-``xxh3_batch`` call per batch of entries whose payloads lie in one buffer, the GIL released once
-for it). A payload in several parts (MHA's K and V) is hashed as their concatenation: natively
-when the parts lie back to back in one buffer, else with the streaming hasher below (the native
-API hashes one range per item). The streaming hasher also serves recovery's scans of payloads
-larger than one read chunk. Its notes:
+The data path hashes in the native I/O workers (``native.write_entries`` / ``read_entries``,
+the GIL released once per put or get). This module serves recovery and fsck: one native call for
+a payload in one part, the streaming hasher below for a payload in several parts (hashed as
+their concatenation) and for scans of payloads larger than one read chunk. Its notes:
 
 Streaming xxh3 is computed in slices short enough to keep the GIL.
 
@@ -22,18 +20,15 @@ whatever the slicing (xxh3 streaming), so entries written before this module are
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
-import numpy as np
 import xxhash
 
-from hicache_mooncake.native import xxh3_64, xxh3_batch
+from hicache_mooncake.native import xxh3_64
 
 from .io import byte_view
-from .spans import common_base
 
 HASH_SLICE = 32 << 10
-_EMPTY_DIGEST = xxhash.xxh3_64_intdigest(b"")
 
 
 def new_hasher() -> xxhash.xxh3_64:
@@ -61,52 +56,3 @@ def payload_hash(parts: Iterable[memoryview]) -> int:
     for p in views:
         update(hasher, p)
     return hasher.intdigest()
-
-
-def _joined(parts: Sequence[memoryview]) -> memoryview | None:
-    """The single view ``parts`` make when they lie back to back in one buffer (else None)."""
-    if len(parts) == 1:
-        return parts[0]
-    found = common_base(parts)
-    if found is None:
-        return None
-    base, offsets = found
-    pos = int(offsets[0])
-    for v, off in zip(parts, offsets.tolist(), strict=True):
-        if off != pos:
-            return None
-        pos += v.nbytes
-    return base[int(offsets[0]) : pos]
-
-
-def payload_hashes(payloads: Sequence[Sequence[memoryview]]) -> list[int]:
-    """:func:`payload_hash` of each entry's parts, in as few native calls as the memory allows:
-    one ``xxh3_batch`` per buffer that payloads lie in as one span each (an engine staging
-    buffer, SGLang's host pool: usually one for the whole batch, so the GIL is given up once),
-    one call per other single-span payload, the streaming hasher for parts that are not
-    contiguous; an empty payload's digest is a constant (no call)."""
-    out = [0] * len(payloads)
-    by_buffer: dict[int, tuple[list[memoryview], list[int]]] = {}
-    for i, parts in enumerate(payloads):
-        views = [byte_view(p) for p in parts if p.nbytes]
-        if not views:
-            out[i] = _EMPTY_DIGEST
-            continue
-        one = _joined(views)
-        if one is None:
-            out[i] = payload_hash(views)
-            continue
-        spans, where = by_buffer.setdefault(id(one.obj), ([], []))
-        spans.append(one)
-        where.append(i)
-    for spans, where in by_buffer.values():
-        found = common_base(spans)
-        if found is not None:
-            base, offsets = found
-            lengths = np.fromiter((v.nbytes for v in spans), np.uint64, len(spans))
-            hashes = xxh3_batch(base, offsets, lengths).tolist()
-        else:
-            hashes = [xxh3_64(v) for v in spans]
-        for i, h in zip(where, hashes, strict=True):
-            out[i] = h
-    return out

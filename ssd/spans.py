@@ -1,10 +1,12 @@
-"""Where a batch of memoryviews lies in one exporting buffer (:func:`common_base`), so that a
-native batch call (``copy_pages``, ``copy_pages_checksum``, ``xxh3_batch``), which takes one
-buffer and byte offsets into it, can serve a whole batch in one crossing.
+"""Where a batch of memoryviews lies (:func:`common_base`: in one exporting buffer;
+:func:`locate_sources`: in the few buffers it spans), so that a native call that takes buffers
+and byte offsets into them (``read_entries``, ``write_entries``, ``copy_pages``) serves a whole
+batch in one crossing.
 
 The views a batch hands the engine are slices of one buffer in the common case (SGLang's host
-pool, the DRAM tier's arena, an engine staging buffer); when they are not, the caller makes one
-call per view instead (still native, never a Python copy or hash loop over the bytes).
+pool, the DRAM tier's arena, an engine staging buffer); when they are not, a get reads into a
+scratch buffer of the engine and a put names each buffer as a source of its own (still native,
+never a Python copy or hash loop over the bytes).
 """
 
 from __future__ import annotations

@@ -119,32 +119,3 @@ def test_a_flipped_payload_byte_fails_the_native_check(ssd_dir: str) -> None:
         assert e.stats()["read_checksum_errors"] == 1
     finally:
         e.close()
-
-
-def test_payload_hashes_of_a_mixed_batch_equal_python_xxhash_in_one_native_call_per_buffer(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A batch whose payloads lie in two buffers, with an empty payload and parts that are not
-    contiguous among them, hashes each buffer's spans in one ``xxh3_batch`` call (an odd payload
-    once sent the whole batch to one call per page, each giving the GIL up) and every digest is
-    python-xxhash's of the payload's bytes back to back."""
-    from hicache_mooncake.ssd import checksum
-
-    calls: list[int] = []
-    real = checksum.xxh3_batch
-
-    def counting(base: object, offsets: object, lengths: object) -> object:
-        calls.append(len(lengths))  # type: ignore[arg-type]
-        return real(base, offsets, lengths)
-
-    monkeypatch.setattr(checksum, "xxh3_batch", counting)
-    payloads = list(_payloads().values())
-    other = aligned_array(1 << 16)
-    other[:] = 7
-    batch = [*payloads, [memoryview(other)[:4096]], [], [memoryview(b"")], [memoryview(other)[8192:12288]]]
-    want = [xxhash.xxh3_64_intdigest(b"".join(bytes(p) for p in parts)) for parts in batch]
-    assert checksum.payload_hashes(batch) == want
-    # the pool's six one-part pages and its back-to-back pair in one call, the other buffer's two
-    # pages in another; the tiny bytes object's one page in a third; gapped and separate parts
-    # stream; empty payloads need no call
-    assert sorted(calls) == [1, 2, 7]
