@@ -90,18 +90,19 @@ run_tests() {
   echo "==> native sanitizers (the native tests against an AddressSanitizer + UBSan build)"
   VENV=$VENV bash scripts/native_sanitize.sh
   echo "==> pytest (next to a running default-preset host cache: the suite must not depend on the host's)"
-  local hc_pid rc=0
-  hc_pid=$(start_foreign_host_cache)
-  trap 'stop_foreign_host_cache "$hc_pid"' INT TERM
+  local hc_pid hc_dir rc=0
+  read -r hc_pid hc_dir <<<"$(start_foreign_host_cache)"
+  trap 'stop_foreign_host_cache "$hc_pid" "$hc_dir"' INT TERM
   "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@" || rc=$?
-  stop_foreign_host_cache "$hc_pid"
+  stop_foreign_host_cache "$hc_pid" "$hc_dir"
   trap - INT TERM
   return "$rc"
 }
 
 start_foreign_host_cache() {
   # A host cache service from the shipped default preset (test-sized, never idle-stopped) at the
-  # per-user default paths, as on a production host; prints its PID ("" when none could start).
+  # per-user default paths, as on a production host; prints its PID and the folder of its YAML and
+  # log (stop_foreign_host_cache removes it).
   local dir; dir=$(mktemp -d)
   "$VENV/bin/python" - "$dir/host-cache.yaml" <<'PY'
 import sys, yaml
@@ -112,15 +113,20 @@ data["host_cache"].update(idle_timeout_s=0)
 yaml.safe_dump(data, open(sys.argv[1], "w"))
 PY
   "$VENV/bin/python" -m hicache_mooncake host-cache --config "$dir/host-cache.yaml" >"$dir/log" 2>&1 </dev/null &
-  echo $!
+  echo "$! $dir"
 }
 
 stop_foreign_host_cache() {
-  local pid=$1 i
-  [[ -n "$pid" ]] || return 0
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for i in $(seq 300); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
+  local pid=$1 dir=${2:-} i
+  if [[ -n "$pid" ]] && kill -TERM "$pid" 2>/dev/null; then
+    for i in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null || true
+      for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
+  fi
+  if [[ -n "$dir" && -f "$dir/host-cache.yaml" ]]; then rm -rf "$dir"; fi
+  return 0
 }
 
 cmd=${1:-test}; shift || true

@@ -297,7 +297,9 @@ class RegionAllocator:
             ok, why = res if isinstance(res, tuple) else (False, "io_error")
             with c.lock:
                 self.opening[di] = None
-                if ok and r.epoch == c.epoch and not c.closed:
+                if ok and r.epoch == c.epoch:
+                    # also when the engine closed meanwhile: its header is on disk, and close
+                    # (which waits for opens) writes its summary, so the next open scans nothing
                     r.state = RegionState.ACTIVE
                     r.write_off = BLOCK
                     r.reset_entries()
@@ -308,7 +310,8 @@ class RegionAllocator:
                         self.standby[di].append(r)
                     c.counts["opened_regions"] += 1
                     # the next standby, if one is missing (no eviction: keys to tell are none)
-                    self._prepare_standby(di, alloc_failed)
+                    if not c.closed:
+                        self._prepare_standby(di, alloc_failed)
                 else:
                     r.state = RegionState.FREE
                     if not ok:

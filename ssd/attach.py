@@ -274,7 +274,8 @@ def release(
     on_released: Callable[[], None] | None = None,
     before_close: Callable[[], None] | None = None,
 ) -> None:
-    """Close everything (never raises): wait for I/O in flight to end (regions unpinned), then
+    """Close everything (never raises): wait for I/O in flight to end (regions unpinned) and for
+    region opens under way (so ``before_close`` sees every region whose header is written), then
     fdatasync regions written since open, close their fds, drop the locks, stop the I/O pool.
 
     Runs on a daemon thread waited for until ``deadline``: on a stalled disk the caller returns
@@ -285,7 +286,7 @@ def release(
     def finish() -> None:
         while True:
             with core.lock:
-                busy = any(r.pinned for r in core.regions)
+                busy = any(r.pinned or r.state is RegionState.OPENING for r in core.regions)
             if not busy:
                 break
             time.sleep(0.02)

@@ -1,6 +1,6 @@
 """One SGLang-side process of the Mooncake cluster tests (run by ``mooncake_procs.Agent``).
 
-``python client_agent.py '<extra config JSON>'`` builds SGLang's runtime context, a real host KV
+``python client_agent.py '<extra config JSON>' TMP`` (TMP: the test's folder) builds SGLang's runtime context, a real host KV
 pool, and our backend through SGLang's storage-backend factory (``dynamic`` loader), then answers
 one JSON command per stdin line with one JSON line on stdout:
 
@@ -38,8 +38,9 @@ from typing import Any
 SHAPE: Any = None
 
 
-def runtime() -> None:
-    """SGLang's published runtime context and a 1-rank gloo group (what the scheduler sets up)."""
+def runtime(tmp: str) -> None:
+    """SGLang's published runtime context and a 1-rank gloo group (what the scheduler sets up);
+    the group's file store lies under ``tmp`` (the test's folder: removed with it)."""
     import torch.distributed as dist
     from sglang.srt.server_args import ServerArgs
     from sglang.test.parallel_groups import publish
@@ -56,7 +57,7 @@ def runtime() -> None:
         hicache_storage_prefetch_policy="wait_complete",
     )
     publish(args, role="test")
-    store = Path(tempfile.mkdtemp(prefix="agent-gloo-")) / "store"
+    store = Path(tempfile.mkdtemp(prefix="agent-gloo-", dir=tmp)) / "store"
     dist.init_process_group("gloo", store=dist.FileStore(str(store), 1), rank=0, world_size=1)
 
 
@@ -282,7 +283,7 @@ def main() -> int:
     SHAPE = PoolShape(page_size=16, layers=3, heads=2, head_dim=64, device_tokens=2048)
     extra = json.loads(sys.argv[1])
     try:
-        runtime()
+        runtime(sys.argv[2])
         agent = Agent(extra)
     except Exception:
         print(json.dumps({"fatal": traceback.format_exc()}), flush=True)

@@ -260,7 +260,7 @@ class Agent:
         self.err = ns.tmp / f"{name}.log"
         self._err_file = self.err.open("ab")
         self.proc = ns.popen(
-            [sys.executable, str(HERE / "client_agent.py"), json.dumps(extra)],
+            [sys.executable, str(HERE / "client_agent.py"), json.dumps(extra), str(ns.tmp)],
             None,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

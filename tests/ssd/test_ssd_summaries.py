@@ -47,6 +47,40 @@ def test_a_clean_reopen_reads_summaries_not_regions(ssd_dir: str) -> None:
         assert all(check_get(e, k, s) for k, s in keys.items())
 
 
+def test_a_region_whose_open_is_under_way_at_close_gets_its_summary(ssd_dir: str, monkeypatch: Any) -> None:
+    """A standby region's open (its header written on the I/O pool) that ends after close began:
+    close waits for it and writes its summary, so the next open scans no region."""
+    from hicache_mooncake.ssd.allocator import RegionAllocator
+
+    started, gate = threading.Event(), threading.Event()
+    real = RegionAllocator._open_region
+
+    def held_open(self: RegionAllocator, r: Any) -> Any:
+        started.set()
+        gate.wait(30)  # released once close is waiting
+        return real(self, r)
+
+    e = open_engine(ssd_dir, **OPTS)
+    assert e.put_batch([(f"k{i}", [memoryview(value_for(f"k{i}", 2000))]) for i in range(4)]) == [True] * 4
+    monkeypatch.setattr(RegionAllocator, "_open_region", held_open)
+    for i in range(4, 2000):  # until a region fills and its next standby's open is held
+        e.put(f"k{i}", [memoryview(value_for(f"k{i}", 2000))])
+        if started.is_set():
+            break
+    assert started.is_set()
+    closer = threading.Thread(target=e.close)
+    closer.start()
+    time.sleep(0.3)
+    assert closer.is_alive()  # close waits for the open
+    gate.set()
+    closer.join(30)
+    assert not closer.is_alive()
+    monkeypatch.undo()
+    with open_engine(ssd_dir, **OPTS) as e2:
+        st = e2.stats()
+        assert st["recover_from_summaries"] == st["regions_allocated"] and st["recovering_regions"] == 0
+
+
 def test_after_a_crash_the_engine_serves_while_the_open_regions_are_scanned(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     d = str(tmp_path / "ssd")
     ack = str(tmp_path / "ack")
