@@ -54,6 +54,7 @@ from .io import (  # noqa: E402
     write_entries,
 )
 from .recency_log import RecencyLog  # noqa: E402
+from .slots import copy_slots, page_sizes  # noqa: E402
 
 __all__ = [
     "SYSTEM_LIBRARY",
@@ -65,11 +66,13 @@ __all__ = [
     "RecencyLog",
     "copy_pages",
     "copy_pages_checksum",
+    "copy_slots",
     "fingerprint",
     "fingerprints",
     "io_late_items",
     "io_threads",
     "key_hashes",
+    "page_sizes",
     "pread_batch",
     "pwrite_batch",
     "read_entries",

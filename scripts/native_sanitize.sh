@@ -43,7 +43,7 @@ paths=("$@")
 ((${#paths[@]})) || paths=(
   tests/native
   tests/ssd/test_ssd_index.py tests/ssd/test_ssd_fingerprint_collisions.py tests/ssd/test_ssd_native_checksums.py
-  tests/tiers/test_dram_native_index.py tests/tiers/test_part_copy.py
+  tests/tiers/test_dram_native_index.py tests/unit/test_dram_tier.py
   tests/policy/test_placement_reuse.py tests/policy/test_reuse_sweep.py
 )
 LD_PRELOAD=$libasan "$VENV/bin/python" -m pytest -q -p no:cacheprovider --capture=sys "${paths[@]}"

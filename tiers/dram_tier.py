@@ -5,7 +5,7 @@ Index: keyed by the 64-bit fingerprint of each key in a native table (``dram_ind
 key is kept per slot and checked on every lookup, so a fingerprint collision is a miss (counted as
 ``fingerprint_collisions``), never another object's bytes; a set whose fingerprint is taken by
 another key is refused (False). Copies between SGLang's pool and the arena are one native call
-per batch (``part_copy``: the GIL released once, every offset bounds-checked).
+per batch (``native.copy_slots``: the GIL released once, every part and offset bounds-checked).
 
 Concurrency: one lock guards the index and the allocator; it is never held while bytes are
 copied. A reader pins the slot it copies from; a slot removed while pinned becomes a *zombie*
@@ -44,7 +44,7 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 
-from hicache_mooncake.native import copy_pages, fingerprints, key_hashes
+from hicache_mooncake.native import copy_pages, copy_slots, fingerprints, key_hashes
 from hicache_mooncake.transport.arena_files import ArenaSpec
 from hicache_mooncake.transport.object_header import (
     HEADER_MAGIC,
@@ -58,7 +58,6 @@ from hicache_mooncake.transport.object_header import (
 
 from .dram_arena import DramArena
 from .dram_index import SLOT_SHIFT, DramIndex
-from .part_copy import gather_pages, scatter_pages
 from .parts import Parts, pages_sizes
 from .policy import AccessContext
 from .policy.dram_room import RoomPlan
@@ -427,7 +426,9 @@ class DramTier(Tier):
             results: list[bool] = look.found.tolist()
             self._counts["fingerprint_collisions"] += int(look.collided.sum())
             fresh: list[int] = np.flatnonzero(~look.occupied).tolist()
-            sizes = pages_sizes(map(_ITEM_PARTS, items) if len(fresh) == n else [items[i][1] for i in fresh])
+            sizes = pages_sizes(
+                list(map(_ITEM_PARTS, items)) if len(fresh) == n else [items[i][1] for i in fresh]
+            )
             offsets = self._alloc_batch_locked(sizes)
         if len(fresh) == n and None not in offsets:  # every page new, every page a slot: the usual call
             chosen: list[int] = fresh
@@ -442,7 +443,7 @@ class DramTier(Tier):
             pages = [items[i][1] for i in chosen]
         if chosen:
             try:
-                gather_pages(self._arena.bytes, slots, pages)
+                copy_slots(self._arena.bytes, slots, pages, True)
             except (ValueError, TypeError, BufferError) as exc:  # a part the copy refuses; closed
                 log.debug("DRAM put of %d pages not copied: %s", len(chosen), exc)
                 with self._lock:
@@ -653,7 +654,7 @@ class DramTier(Tier):
         n = len(items)
         results = [False] * n
         keys = list(map(_ITEM_KEY, items))
-        sizes = pages_sizes(map(_ITEM_PARTS, items))
+        sizes = pages_sizes(list(map(_ITEM_PARTS, items)))
         fps = fingerprints(keys)
         with self._lock:
             if self._closed:
@@ -670,7 +671,7 @@ class DramTier(Tier):
         done = False
         try:
             if chosen:
-                scatter_pages(self._arena.bytes, offsets, [items[i][1] for i in chosen])
+                copy_slots(self._arena.bytes, offsets, [items[i][1] for i in chosen], False)
             done = True
         except (ValueError, TypeError, BufferError) as exc:  # a part the copy refuses; closed
             log.debug("DRAM get of %d pages not copied: %s", len(chosen), exc)

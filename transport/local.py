@@ -1,6 +1,6 @@
 """The ``local`` engine: same-host fast path. The node's arena is a file in its shm directory;
-the client maps it and moves a batch's bytes in one native copy per local buffer (``batch_copy``:
-SGLang's host pool is one or two buffers, so one GIL release per batch, bounds checked natively).
+the client maps it and moves a batch's bytes in one native call (``native.copy_slots``: one GIL
+release per batch, every part and range bounds-checked natively before a byte moves).
 Reads are validated by the object header (``NodeClient``), writes go only into slots the node
 reserved (ALLOC) and become visible on COMMIT.
 
@@ -20,14 +20,14 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import ClassVar
 
+from hicache_mooncake.native import copy_slots, page_sizes
+
 from .arena_files import ArenaRefused, open_node_arena
 from .arena_header import TOKEN_LEN, ArenaHeader
-from .batch_copy import copy_into, copy_out
 from .connection import ConnectionPool
 from .engine import Extent, Segment
 from .errors import PeerUnavailable
 from .registry import register_engine
-from .sockio import as_bytes_view
 
 
 def _expected_header(segment: Segment) -> ArenaHeader:
@@ -69,8 +69,7 @@ class LocalEngine:
     def __init__(self) -> None:
         self._maps: dict[str, _Mapping] = {}
         self.errors = 0
-        # native_copies: copy_pages calls (one per local buffer per batch); python_copied_parts:
-        # parts that could not be located in a writable buffer (copied under the GIL)
+        # native_copies: copy_slots calls (one per batch)
         self.counters: Counter[str] = Counter()
 
     def register_memory(self, buf: memoryview) -> int:
@@ -99,33 +98,33 @@ class LocalEngine:
             m.close()
 
     def _run(self, node_id: str, items: Sequence[Extent], deadline: float, write: bool) -> list[bool]:
-        """One native copy per local buffer for the whole batch (``batch_copy``): the items whose
-        extent lies inside the arena, if the deadline has not passed; the others fail."""
+        """One native copy for the whole batch (``native.copy_slots``): the items whose extent
+        lies inside the arena, if the deadline has not passed; the others fail. A part the copy
+        refuses (not one C-contiguous buffer; read-only where a read writes) fails the batch
+        before a byte moves."""
         m = self._maps.get(node_id)
         if m is None:
             return [False] * len(items)
-        out = [False] * len(items)
-        views: list[memoryview] = []
-        offsets: list[int] = []
-        for i, (off, parts) in enumerate(items):
-            mine = [as_bytes_view(p) for p in parts]
-            total = sum(v.nbytes for v in mine)
-            if off < 0 or off + total > m.size:
-                continue
-            for v in mine:
-                views.append(v)
-                offsets.append(off)
-                off += v.nbytes
-            out[i] = True
-        if time.monotonic() > deadline:
-            return [False] * len(items)
+        pages = [parts for _, parts in items]
         try:
-            where = (copy_into if write else copy_out)(m.view, offsets, views)
-        except ValueError:  # refused before a byte moved (a view located outside its buffer)
+            sizes = page_sizes(pages)
+        except (TypeError, ValueError, BufferError):  # not buffers at all
             self.errors += 1
             return [False] * len(items)
-        self.counters["native_copies"] += len(where.groups)
-        self.counters["python_copied_parts"] += len(where.loose)
+        out = [off >= 0 and off + n <= m.size for (off, _), n in zip(items, sizes, strict=True)]
+        if time.monotonic() > deadline:
+            return [False] * len(items)
+        if all(out):
+            offsets = [off for off, _ in items]
+        else:
+            offsets = [items[i][0] for i, ok in enumerate(out) if ok]
+            pages = [pages[i] for i, ok in enumerate(out) if ok]
+        try:
+            copy_slots(m.view, offsets, pages, write)
+        except (TypeError, ValueError, BufferError):  # refused before a byte moved
+            self.errors += 1
+            return [False] * len(items)
+        self.counters["native_copies"] += 1
         return out
 
     def read(self, node_id: str, items: Sequence[Extent], deadline: float) -> list[bool]:

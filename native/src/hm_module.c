@@ -7,6 +7,7 @@
 #include "hm_entry.h"
 #include "hm_io.h"
 #include "hm_recency.h"
+#include "hm_slots.h"
 #include "hm_xxh3.h"
 
 static PyMethodDef module_methods[] = {
@@ -25,6 +26,10 @@ static PyMethodDef module_methods[] = {
      "copy_pages(dst, dst_offsets, src, src_offsets, lengths)"},
     {"copy_pages_checksum", HM_FASTCALL(hm_py_copy_pages_checksum), METH_FASTCALL,
      "copy_pages_checksum(dst, dst_offsets, src, src_offsets, lengths, out)"},
+    {"copy_slots", HM_FASTCALL(hm_py_copy_slots), METH_FASTCALL,
+     "copy_slots(arena, slot_offsets, pages, into_arena): page i's parts back to back at slot_offsets[i]"},
+    {"page_sizes", HM_FASTCALL(hm_py_page_sizes), METH_FASTCALL,
+     "page_sizes(pages, out): the bytes of each page's parts together"},
     {"view_spans", HM_FASTCALL(hm_py_view_spans), METH_FASTCALL,
      "view_spans(views, out) -> whether every view is one writable contiguous non-empty buffer"},
     {"pread_batch", HM_FASTCALL(hm_py_pread_batch), METH_FASTCALL,

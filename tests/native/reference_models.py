@@ -101,3 +101,24 @@ def ref_entry_verdict(entry: bytes, key: bytes, payload_len: int, gen: int, seq:
     if xxhash.xxh3_64_intdigest(entry[ENTRY_BLOCK : ENTRY_BLOCK + payload_len]) != phash:
         return "BAD_PAYLOAD"
     return "OK"
+
+
+def ref_copy_slots(
+    arena: bytearray, slot_offsets: list[int], pages: list[list[bytes]], into_arena: bool
+) -> list[list[bytes]]:
+    """What ``native.copy_slots`` does, one part at a time: page i's parts back to back in
+    ``arena`` from ``slot_offsets[i]`` on (``into_arena``), or the arena's bytes there out into
+    parts of the same lengths (returned; ``pages`` only gives their lengths)."""
+    out: list[list[bytes]] = []
+    for slot, parts in zip(slot_offsets, pages, strict=True):
+        pos, got = slot, []
+        for part in parts:
+            if pos + len(part) > len(arena):
+                raise ValueError("outside the arena")
+            if into_arena:
+                arena[pos : pos + len(part)] = part
+            else:
+                got.append(bytes(arena[pos : pos + len(part)]))
+            pos += len(part)
+        out.append(got)
+    return out

@@ -170,3 +170,22 @@ def test_four_threads_mixed_ops_never_read_wrong_bytes():
     stats = tier.stats()
     assert stats["used_bytes"] == stats["entries"] * 65536
     tier.close()
+
+
+def test_a_page_whose_part_the_copy_refuses_fails_alone_and_leaks_no_slot():
+    """A batch copy is all or nothing: a strided source part fails the put of the batch (no key
+    published, every slot free again); a read-only destination fails the get (a miss, the pin
+    dropped: the entry can be removed and its slot reused)."""
+    from hicache_mooncake.tiers.policy import AccessContext
+
+    tier = DramTier(capacity=4 * MiB, slab_size=MiB)
+    good = [memoryview(payload("g", 8192))]
+    strided = [memoryview(np.zeros(16384, np.uint8)[::2])]
+    ctx = AccessContext(size=8192)
+    assert tier.put_batch([("g", good, ctx), ("s", strided, ctx)]) == [False, False]
+    assert tier.entry_count() == 0 and tier.stats()["used_bytes"] == 0
+    assert put(tier, "a", 8192)
+    assert tier.get_batch_into([("a", [memoryview(bytes(8192))], ctx)]) == [False]
+    assert tier.remove_batch(["a"]) == 1 and tier.stats()["used_bytes"] == 0
+    assert put(tier, "b", 8192) and np.array_equal(read(tier, "b", 8192), payload("b", 8192))
+    tier.close()

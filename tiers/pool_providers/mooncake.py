@@ -38,7 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from ..parts import scatter
+from hicache_mooncake.native import copy_slots
+
 from .base import Item, PoolProvider, PoolUnavailable, RemoteSettings
 from .mooncake_config import MooncakeConfig
 from .mooncake_reach import metadata_reachable, reachable_master
@@ -286,7 +287,7 @@ def _copy_out(handle: Any, parts: Sequence[memoryview]) -> bool:
     if handle.size() != total:
         return False
     src = np.ctypeslib.as_array((ctypes.c_ubyte * total).from_address(handle.ptr()))
-    scatter(src, parts)
+    copy_slots(src, [0], [parts], False)
     return True
 
 

@@ -1,0 +1,237 @@
+/* copy_slots / page_sizes (see hm_slots.h).
+ *
+ * A batch of pages, each a sequence of parts (any C-contiguous buffers: views into SGLang's host
+ * pool), moves to or from the slots of one arena in one call: page i's parts lie back to back from
+ * slot_offsets[i] on. The parts are borrowed (Py_buffer) with the GIL held, every range is checked
+ * against the arena (overflow-safe), and only then is the GIL released, once, for the copies. All
+ * or nothing: a bad page, part or range fails the call before any byte moves. The borrowed
+ * buffers keep their exporters alive until the copies end, so another thread dropping its last
+ * reference to a part meanwhile frees nothing under the copy.
+ */
+#include "hm_slots.h"
+
+#include <string.h>
+
+#include "hm_copy.h"
+
+/* As copy_pages: a call of at least this much, in parts of at least HM_SLOT_STREAM_ITEM bytes,
+ * writes with non-temporal stores. */
+#define HM_SLOT_STREAM_TOTAL (1u << 20)
+#define HM_SLOT_STREAM_ITEM 4096u
+
+typedef struct {
+    Py_buffer *parts; /* every non-empty part, borrowed */
+    uint64_t *at;     /* its offset in the arena */
+    Py_ssize_t n;     /* borrowed so far */
+} slot_parts;
+
+static void release_parts(slot_parts *p) {
+    for (Py_ssize_t i = 0; i < p->n; i++)
+        PyBuffer_Release(&p->parts[i]);
+    PyMem_Free(p->parts);
+    PyMem_Free(p->at);
+    p->parts = NULL;
+    p->at = NULL;
+    p->n = 0;
+}
+
+/* `pages` as a list of pages, each a list or tuple (any other iterable page is made one); -1
+ * with TypeError naming the first page that is not iterable. *total: the parts of all pages. */
+static PyObject *fast_pages(PyObject *arg, Py_ssize_t *total) {
+    PyObject *outer = PySequence_Fast(arg, "pages must be a sequence");
+    if (!outer)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(outer);
+    PyObject *pages = PyList_New(n);
+    if (!pages) {
+        Py_DECREF(outer);
+        return NULL;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(outer);
+    *total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *page = PySequence_Fast(items[i], "a page must be a sequence of buffers");
+        if (!page) {
+            PyErr_Format(PyExc_TypeError, "pages[%zd] must be a sequence of buffers, got %.80s", i,
+                         Py_TYPE(items[i])->tp_name);
+            Py_DECREF(pages);
+            Py_DECREF(outer);
+            return NULL;
+        }
+        PyList_SET_ITEM(pages, i, page);
+        *total += PySequence_Fast_GET_SIZE(page);
+    }
+    Py_DECREF(outer);
+    return pages;
+}
+
+/* Borrows every part of `pages` (fast_pages': `total` parts; writable when `writable`: they are
+ * copied into) and places it in the arena of `size` bytes: page i from slot[i] on. 0, or -1 with
+ * the error set and nothing held. */
+static int borrow_parts(PyObject *pages, Py_ssize_t total, const uint64_t *slot, uint64_t size, int writable,
+                        slot_parts *out) {
+    memset(out, 0, sizeof *out);
+    size_t cap = total > 0 ? (size_t)total : 1;
+    out->parts = PyMem_Malloc(cap * sizeof *out->parts);
+    out->at = PyMem_Malloc(cap * sizeof *out->at);
+    if (!out->parts || !out->at) {
+        release_parts(out);
+        PyErr_NoMemory();
+        return -1;
+    }
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(pages);
+    PyObject **items = PySequence_Fast_ITEMS(pages);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *page = items[i];
+        Py_ssize_t k = PySequence_Fast_GET_SIZE(page);
+        PyObject **parts = PySequence_Fast_ITEMS(page);
+        uint64_t pos = slot[i];
+        for (Py_ssize_t j = 0; j < k; j++) {
+            if ((size_t)out->n >= cap) { /* a page grew since it was counted */
+                PyErr_SetString(PyExc_ValueError, "pages changed during copy_slots");
+                release_parts(out);
+                return -1;
+            }
+            Py_buffer *b = &out->parts[out->n];
+            if (PyObject_GetBuffer(parts[j], b, flags) < 0) {
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                PyErr_Format(PyExc_BufferError, "pages[%zd][%zd]: not one %sC-contiguous buffer", i, j,
+                             writable ? "writable " : "");
+                Py_XDECREF(type);
+                Py_XDECREF(value);
+                Py_XDECREF(tb);
+                release_parts(out);
+                return -1;
+            }
+            uint64_t len = (uint64_t)b->len;
+            if (!hm_in_bounds(pos, len, size)) {
+                PyErr_Format(PyExc_ValueError,
+                             "pages[%zd][%zd]: arena offset %llu + length %llu outside an arena of %llu bytes", i,
+                             j, (unsigned long long)pos, (unsigned long long)len, (unsigned long long)size);
+                PyBuffer_Release(b);
+                release_parts(out);
+                return -1;
+            }
+            if (len == 0) {
+                PyBuffer_Release(b);
+                continue;
+            }
+            out->at[out->n++] = pos;
+            pos += len;
+        }
+    }
+    return 0;
+}
+
+/* copy_slots(arena, slot_offsets: u64[n], pages, into_arena: bool) -> None. */
+PyObject *hm_py_copy_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "copy_slots(arena, slot_offsets, pages, into_arena)");
+        return NULL;
+    }
+    int into = PyObject_IsTrue(args[3]);
+    if (into < 0)
+        return NULL;
+    Py_buffer arena, slots;
+    Py_ssize_t n_slots;
+    if (hm_get_bytes(args[0], into ? "arena is read-only" : "arena", into, &arena) < 0)
+        return NULL;
+    if (hm_get_u64(args[1], "slot_offsets", 0, &slots, &n_slots) < 0) {
+        PyBuffer_Release(&arena);
+        return NULL;
+    }
+    Py_ssize_t total_parts = 0;
+    PyObject *pages = fast_pages(args[2], &total_parts);
+    uint64_t *slot = NULL;
+    slot_parts parts = {0};
+    PyObject *result = NULL;
+    if (!pages)
+        goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(pages);
+    if (hm_check_len("slot_offsets", n_slots, "pages", n) < 0)
+        goto done;
+    /* the call's own copy: another thread changing the array cannot move a range past the check */
+    slot = PyMem_Malloc((n > 0 ? (size_t)n : 1) * sizeof *slot);
+    if (!slot) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (n > 0)
+        memcpy(slot, slots.buf, (size_t)n * sizeof *slot);
+    if (borrow_parts(pages, total_parts, slot, (uint64_t)arena.len, !into, &parts) < 0)
+        goto done;
+    uint64_t total = 0;
+    for (Py_ssize_t i = 0; i < parts.n; i++)
+        total += (uint64_t)parts.parts[i].len; /* each is inside the arena: no overflow */
+    char *base = arena.buf;
+    Py_buffer *pb = parts.parts;
+    const uint64_t *at = parts.at;
+    Py_ssize_t count = parts.n;
+    int stream = total >= HM_SLOT_STREAM_TOTAL;
+    HM_MAYBE_WITHOUT_GIL(total > HM_GIL_KEEP_BYTES, for (Py_ssize_t i = 0; i < count; i++) {
+        size_t len = (size_t)pb[i].len;
+        char *to = into ? base + at[i] : pb[i].buf;
+        const char *from = into ? pb[i].buf : base + at[i];
+        uintptr_t x = (uintptr_t)to, y = (uintptr_t)from;
+        if (stream && len >= HM_SLOT_STREAM_ITEM && (x + len <= y || y + len <= x))
+            hm_copy_streaming(to, from, len);
+        else
+            memmove(to, from, len);
+    } if (stream) hm_copy_fence());
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    release_parts(&parts);
+    PyMem_Free(slot);
+    Py_XDECREF(pages);
+    PyBuffer_Release(&slots);
+    PyBuffer_Release(&arena);
+    return result;
+}
+
+/* page_sizes(pages, out: u64[n]) -> None: out[i] = the bytes of page i's parts together. */
+PyObject *hm_py_page_sizes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "page_sizes(pages, out)");
+        return NULL;
+    }
+    Py_ssize_t total_parts = 0;
+    PyObject *pages = fast_pages(args[0], &total_parts);
+    if (!pages)
+        return NULL;
+    Py_buffer out;
+    Py_ssize_t n_out;
+    if (hm_get_u64(args[1], "out", 1, &out, &n_out) < 0) {
+        Py_DECREF(pages);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(pages);
+    PyObject *result = NULL;
+    if (hm_check_len("out", n_out, "pages", n) < 0)
+        goto done;
+    uint64_t *o = out.buf;
+    PyObject **items = PySequence_Fast_ITEMS(pages);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t k = PySequence_Fast_GET_SIZE(items[i]);
+        PyObject **parts = PySequence_Fast_ITEMS(items[i]);
+        uint64_t sum = 0;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            Py_buffer b; /* any buffer, strided or read-only: only its length is read */
+            if (PyObject_GetBuffer(parts[j], &b, PyBUF_FULL_RO) < 0)
+                goto done;
+            sum += (uint64_t)b.len;
+            PyBuffer_Release(&b);
+        }
+        o[i] = sum;
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&out);
+    Py_DECREF(pages);
+    return result;
+}
