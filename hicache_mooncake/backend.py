@@ -462,13 +462,14 @@ class HiCacheMooncakeBackend(HiCacheStorage):
         """Store each page's objects (``_kv_cut``: the page, its head groups, their chunks), at
         most ``io.max_batch_pages`` pages' worth of chunks per store call (the head groups of a
         page count as one page: a batch is one call); a page is stored when all its objects are.
-        ``page_nbytes``: every page's size when all are of one pool (0: the parts say)."""
+        ``page_nbytes``: every page's size when all are of one pool (0: the parts say).
+        ``keys``: hashes ``_valid_keys`` accepted (every caller serves only those)."""
         start = time.perf_counter()
         prefix = getattr(extra_info, "prefix_keys", None)
         prefix_len = len(prefix) if isinstance(prefix, list) else None
         cut = self._kv_cut()
         per = cut.per_page
-        store_keys = cut.keys(space.keys(list(keys)))
+        store_keys = cut.keys(space.checked_keys(keys))
         session = session_of(extra_info)  # SGLang's per-request session id, where it passes one
         if session is not None:
             self.store.hints.attach(session, store_keys)
@@ -490,11 +491,11 @@ class HiCacheMooncakeBackend(HiCacheStorage):
     ) -> list[bool]:
         """Read each page's objects as ``_put`` stored them; a page is read when all its objects
         are, and reading stops at the first page that is not (SGLang uses the leading run).
-        ``page_nbytes`` as for ``_put``."""
+        ``page_nbytes`` and ``keys`` as for ``_put``."""
         start = time.perf_counter()
         cut = self._kv_cut()
         per = cut.per_page
-        store_keys = cut.keys(space.keys(list(keys)))
+        store_keys = cut.keys(space.checked_keys(keys))
         result: list[bool] = []
         step = self._chunked_step(cut.count)
         for first in range(0, len(keys), step):
@@ -532,13 +533,14 @@ class HiCacheMooncakeBackend(HiCacheStorage):
 
     def _kv_prefix(self, space: KeySpace, keys: list[str]) -> int:
         """Leading stored KV pages, asked ``io.max_batch_pages`` at a time: SGLang 0.5.23's
-        HybridCacheController asks for a whole request at once (thousands of pages)."""
+        HybridCacheController asks for a whole request at once (thousands of pages). ``keys``:
+        hashes ``_valid_keys`` accepted."""
         cut = self._kv_cut()
         step = self._chunked_step(cut.count)
         found = 0
         for start in range(0, len(keys), step):
             chunk = keys[start : start + step]
-            hit = self.store.exists_prefix(cut.keys(space.keys(chunk))) // cut.per_page
+            hit = self.store.exists_prefix(cut.keys(space.checked_keys(chunk))) // cut.per_page
             found += hit
             if hit < len(chunk):
                 break

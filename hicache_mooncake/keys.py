@@ -28,8 +28,9 @@ of every TP size that divides ``L`` read and write the same objects. Sidecar poo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import repeat
 from typing import Any, cast
 
 import xxhash
@@ -121,6 +122,11 @@ class KeySpace:
             return []
         if bad_page_keys(page_hashes):
             raise ValueError(PAGE_KEY_RULE)
+        return self.checked_keys(page_hashes)
+
+    def checked_keys(self, page_hashes: Sequence[str]) -> list[str]:
+        """``keys`` of hashes the caller has checked already (``bad_page_keys`` found none: the
+        backend's data calls, which make each refused hash a miss before they get here)."""
         head, tail = self.prefix, self.tag + self.suffix
         return [f"{head}{h}{tail}" for h in page_hashes]  # one allocation per key
 
@@ -230,25 +236,40 @@ def tenant_of_key(key: str) -> str:
     return key[mark + 1 : second] if mark >= 0 else ""
 
 
-def tenant_reader() -> Callable[[str], str]:
+class TenantReader:
     """``tenant_of_key`` that remembers the key prefix it parsed last (``model/digest[~tenant]/``,
     up to the second ``/``: all a key's tenant depends on). The keys of one call share it, so
-    each key after the first costs one ``startswith``. Safe across threads: the remembered
-    prefix and its tenant are replaced together, as one tuple."""
-    last = ("\0/\0/", "")  # what tenant_of_key says of every key starting so
+    each key after the first costs one ``startswith``, and ``many`` names a whole call's keys in
+    C-level passes. Safe across threads: the remembered prefix and its tenant are replaced
+    together, as one tuple."""
 
-    def tenant_of(key: str) -> str:
-        nonlocal last
-        prefix, tenant = last
+    def __init__(self) -> None:
+        self._last = ("\0/\0/", "")  # what tenant_of_key says of every key starting so
+
+    def __call__(self, key: str) -> str:
+        prefix, tenant = self._last
         if key.startswith(prefix):
             return tenant
         tenant = tenant_of_key(key)
         second = key.find("/", key.find("/") + 1)
         if second > 0:
-            last = (key[: second + 1], tenant)
+            self._last = (key[: second + 1], tenant)
         return tenant
 
-    return tenant_of
+    def many(self, keys: Sequence[str]) -> list[str]:
+        """The tenant of each key, as ``self(key)`` of each says."""
+        if not keys:
+            return []
+        first = self(keys[0])
+        prefix, tenant = self._last
+        if tenant == first and all(map(str.startswith, keys, repeat(prefix))):
+            return [first] * len(keys)  # every key has the prefix the first one named
+        return list(map(self, keys))
+
+
+def tenant_reader() -> TenantReader:
+    """A ``TenantReader`` (one per store: it remembers the prefix its store saw last)."""
+    return TenantReader()
 
 
 def request_tenant(extra_info: Any) -> str | None:

@@ -138,3 +138,28 @@ def test_a_physically_full_dram_makes_room_from_the_writing_tenants_own_pages(na
     out = demoted if ssd else [k for k, _tier in drops]
     assert len(out) == 1 and (out == ["b:0"] or not ssd)
     check_ledger(p)
+
+
+def test_a_ledger_naming_whole_batches_counts_as_one_naming_key_by_key() -> None:
+    """A ledger whose ``tenant_of`` names a batch at once (``keys.TenantReader.many``) counts the
+    same bytes under the same names as one asked key by key, the tenants past ``max_tenants``
+    under ``OTHER`` included, for batches of one tenant and of several."""
+    import random
+
+    from hicache_mooncake.keys import tenant_of_key, tenant_reader
+
+    by_batch = TenantLedger(tenant_reader(), max_tenants=3)
+    by_key = TenantLedger(tenant_of_key, max_tenants=3)
+    assert by_batch._tenants_of is not None and by_key._tenants_of is None
+    rng = random.Random(7)
+    for b in range(200):
+        tenants = rng.sample(["", "~a", "~b", "~c", "~d"], rng.randint(1, 2))
+        keys = [f"m/d{rng.choice(tenants)}/{b}-{i}" for i in range(rng.randint(1, 6))]
+        sizes = [rng.randint(1, 9) for _ in keys]
+        in_dram = rng.random() < 0.5
+        for ledger in (by_batch, by_key):
+            ledger.placed_batch(keys, sizes, in_dram=in_dram)
+            if b % 3 == 0:
+                ledger.gone_batch(keys[:2], sizes[:2], [in_dram] * len(keys[:2]))
+    assert by_batch.stats() == by_key.stats()
+    assert "(other)" in by_batch.stats()

@@ -121,3 +121,10 @@ def test_the_tenant_reader_names_every_key_as_tenant_of_key_does() -> None:
     for _ in range(2):
         assert [read(k) for k in keys] == [tenant_of_key(k) for k in keys]
         keys.reverse()
+    # a batch at a time (``many``): one call's keys, mixed batches, batches led by a key without
+    # a prefix, and the batches of every window of the list
+    batches = [keys, keys[:2], keys[2:4], ["m/d~t1/a", "m/d/b"], ["nokey", "m/d/x"], ["a/b", "a/b/c"], []]
+    batches += [keys[i : i + w] for w in (2, 3, 5) for i in range(len(keys) - w + 1)]
+    for batch in batches:
+        assert read.many(batch) == [tenant_of_key(k) for k in batch]
+        assert tenant_reader().many(batch) == [tenant_of_key(k) for k in batch]

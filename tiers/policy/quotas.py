@@ -62,6 +62,7 @@ class TenantLedger:
         max_tenants: int = 256,
     ) -> None:
         self.tenant_of = tenant_of
+        self._tenants_of: Callable[[Sequence[str]], list[str]] | None = getattr(tenant_of, "many", None)
         self.shares = dict(shares or {})
         self.max_tenants = max(max_tenants, len(self.shares) + 1)
         self.dram_used: Counter[str] = Counter()
@@ -90,7 +91,19 @@ class TenantLedger:
 
     # ------------------------------------------------------------------ events (the placement)
     def _name(self, key: str) -> str:
-        tenant = self.tenant_of(key)
+        return self._counted(self.tenant_of(key))
+
+    def _names(self, keys: Sequence[str]) -> list[str]:
+        """``_name`` of each key, in order: in C-level passes where ``tenant_of`` names a batch
+        (``many``, as ``keys.TenantReader`` does) and the batch has one tenant (the usual call)."""
+        many = self._tenants_of
+        tenants = many(keys) if many is not None else list(map(self.tenant_of, keys))
+        if tenants and tenants.count(tenants[0]) == len(tenants):
+            return [self._counted(tenants[0])] * len(tenants)
+        return list(map(self._counted, tenants))
+
+    def _counted(self, tenant: str) -> str:
+        """The name ``tenant`` is counted under: itself, or ``OTHER`` past ``max_tenants``."""
         if tenant in self._known:
             return tenant
         if len(self._known) < self.max_tenants:
@@ -125,7 +138,7 @@ class TenantLedger:
             for key, size in zip(keys, sizes, strict=True):
                 one(key, size)
             return
-        tenants = list(map(self._name, keys))
+        tenants = self._names(keys)
         if not tenants:
             return
         counts = self.dram_used if in_dram else self.ssd_used
@@ -147,7 +160,7 @@ class TenantLedger:
                     self.to_ssd(key, size)
                 self.gone(key, size)
             return
-        tenants = list(map(self._name, keys))
+        tenants = self._names(keys)
         if not tenants:
             return
         if tenants.count(tenants[0]) == len(tenants):  # one tenant: the usual call
