@@ -38,7 +38,7 @@ XXH3_SOURCE: tuple[str, str] = load_xxh3()
 """(library path, symbol) xxh3 is computed with: python-xxhash's dispatch or the system lib."""
 
 from .checksums import xxh3_64, xxh3_batch  # noqa: E402
-from .copies import copy_pages, copy_pages_checksum, view_spans  # noqa: E402
+from .copies import copy_pages, view_spans  # noqa: E402
 from .fingerprints import fingerprint, fingerprints, key_hashes, set_test_fingerprint_mask  # noqa: E402
 from .fptable import FpTable  # noqa: E402
 from .io import (  # noqa: E402
@@ -65,7 +65,6 @@ __all__ = [
     "FpTable",
     "RecencyLog",
     "copy_pages",
-    "copy_pages_checksum",
     "copy_slots",
     "fingerprint",
     "fingerprints",

@@ -36,13 +36,3 @@ def view_spans(views: Sequence[Any]) -> U64Array | None:
     one). An address is valid only while the caller keeps its view alive."""
     out = np.empty((len(views), 2), dtype=U64)
     return out if _core.view_spans(views, out) else None
-
-
-def copy_pages_checksum(dst: Any, dst_offsets: Any, src: Any, src_offsets: Any, lengths: Any) -> U64Array:
-    """``copy_pages`` that also returns the xxh3_64 of each copied range (as copied into dst)."""
-    d = as_u64("dst_offsets", dst_offsets)
-    out = np.empty(d.size, dtype=U64)
-    _core.copy_pages_checksum(
-        dst, d, src, as_u64("src_offsets", src_offsets), as_u64("lengths", lengths), out
-    )
-    return out

@@ -1,12 +1,11 @@
-/* copy_pages / copy_pages_checksum (see hm_copy.h).
+/* copy_pages (see hm_copy.h).
  *
  * All-or-nothing on bad input: the offsets and lengths are copied into memory of the call's own
  * (so a caller's thread changing its arrays meanwhile cannot move a range past the check), every
  * (offset, length) pair is checked against its buffer's size (overflow-safe) with the GIL held,
  * and only then may the GIL be released for the copies. Overlapping
  * ranges (dst and src the same buffer) are copied as by memmove. A large call writes with
- * non-temporal stores (HM_STREAM_MIN_TOTAL below); copy_pages_checksum never does (it hashes
- * each range from the destination right after copying it, while it is in cache).
+ * non-temporal stores (HM_STREAM_MIN_TOTAL below).
  */
 #include "hm_copy.h"
 
@@ -17,7 +16,6 @@
 #define HM_HAVE_STREAMING 1
 #endif
 
-#include "hm_xxh3.h"
 
 /* A call copying at least this much in all, in items of at least HM_STREAM_MIN_ITEM bytes, writes
  * with non-temporal stores: the bytes bypass the caches (nobody on this side reads them soon: a
@@ -67,16 +65,14 @@ void hm_copy_fence(void) {
 }
 
 typedef struct {
-    Py_buffer dst, src, doff, soff, len, out;
-    int have_dst, have_src, have_doff, have_soff, have_len, have_out;
+    Py_buffer dst, src, doff, soff, len;
+    int have_dst, have_src, have_doff, have_soff, have_len;
     Py_ssize_t n;
     uint64_t *own; /* 3 x n words: dst offsets, src offsets, lengths (the call's copies) */
 } copy_args;
 
 static void release(copy_args *a) {
     PyMem_Free(a->own);
-    if (a->have_out)
-        PyBuffer_Release(&a->out);
     if (a->have_len)
         PyBuffer_Release(&a->len);
     if (a->have_soff)
@@ -89,10 +85,10 @@ static void release(copy_args *a) {
         PyBuffer_Release(&a->dst);
 }
 
-/* Borrows and checks (dst, dst_offsets, src, src_offsets, lengths[, out]). */
-static int parse(PyObject *const *args, int with_out, copy_args *a) {
+/* Borrows and checks (dst, dst_offsets, src, src_offsets, lengths). */
+static int parse(PyObject *const *args, copy_args *a) {
     memset(a, 0, sizeof *a);
-    Py_ssize_t n_soff, n_len, n_out;
+    Py_ssize_t n_soff, n_len;
     if (hm_get_bytes(args[0], "dst", 1, &a->dst) < 0)
         goto fail;
     a->have_dst = 1;
@@ -111,13 +107,6 @@ static int parse(PyObject *const *args, int with_out, copy_args *a) {
     if (hm_check_len("src_offsets", n_soff, "dst_offsets", a->n) < 0 ||
         hm_check_len("lengths", n_len, "dst_offsets", a->n) < 0)
         goto fail;
-    if (with_out) {
-        if (hm_get_u64(args[5], "out", 1, &a->out, &n_out) < 0)
-            goto fail;
-        a->have_out = 1;
-        if (hm_check_len("out", n_out, "dst_offsets", a->n) < 0)
-            goto fail;
-    }
     size_t words = (size_t)a->n;
     a->own = PyMem_Malloc(3 * (words ? words : 1) * sizeof(uint64_t));
     if (!a->own) {
@@ -149,28 +138,23 @@ fail:
     return -1;
 }
 
-static PyObject *copy_impl(PyObject *const *args, Py_ssize_t nargs, int with_checksum) {
-    if (nargs != 5 + with_checksum) {
-        PyErr_SetString(PyExc_TypeError, with_checksum
-                                             ? "copy_pages_checksum(dst, dst_offsets, src, src_offsets, lengths, out)"
-                                             : "copy_pages(dst, dst_offsets, src, src_offsets, lengths)");
+/* copy_pages(dst, dst_offsets, src, src_offsets, lengths) -> None. */
+PyObject *hm_py_copy_pages(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "copy_pages(dst, dst_offsets, src, src_offsets, lengths)");
         return NULL;
     }
-    hm_xxh3_fn fn = NULL;
-    if (with_checksum && !(fn = hm_xxh3_require()))
-        return NULL;
     copy_args a;
-    if (parse(args, with_checksum, &a) < 0)
+    if (parse(args, &a) < 0)
         return NULL;
     char *dst = a.dst.buf;
     const char *src = a.src.buf;
     const uint64_t *d = a.own, *s = a.own + a.n, *l = a.own + 2 * a.n;
-    uint64_t *h = with_checksum ? a.out.buf : NULL;
     Py_ssize_t n = a.n;
     if (n > 0) {
-        /* Hashed from the destination right after the copy (still in cache for page sizes). */
         uint64_t total = hm_total_len(l, n);
-        int stream = !h && total >= HM_STREAM_MIN_TOTAL;
+        int stream = total >= HM_STREAM_MIN_TOTAL;
         HM_MAYBE_WITHOUT_GIL(total > HM_GIL_KEEP_BYTES, for (Py_ssize_t i = 0; i < n; i++) {
             char *to = dst + d[i];
             const char *from = src + s[i];
@@ -178,24 +162,10 @@ static PyObject *copy_impl(PyObject *const *args, Py_ssize_t nargs, int with_che
                 hm_copy_streaming(to, from, (size_t)l[i]);
             else if (l[i])
                 memmove(to, from, (size_t)l[i]);
-            if (h)
-                h[i] = fn(to, (size_t)l[i]);
         } if (stream) hm_copy_fence());
     }
     release(&a);
     Py_RETURN_NONE;
-}
-
-/* copy_pages(dst, dst_offsets, src, src_offsets, lengths) -> None. */
-PyObject *hm_py_copy_pages(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    return copy_impl(args, nargs, 0);
-}
-
-/* copy_pages_checksum(dst, dst_offsets, src, src_offsets, lengths, out: u64[n]) -> None. */
-PyObject *hm_py_copy_pages_checksum(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    return copy_impl(args, nargs, 1);
 }
 
 /* view_spans(views: sequence, out: u64[2n]) -> bool.

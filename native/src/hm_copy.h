@@ -11,7 +11,6 @@ void hm_copy_streaming(char *dst, const char *src, size_t n);
 void hm_copy_fence(void);
 
 PyObject *hm_py_copy_pages(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-PyObject *hm_py_copy_pages_checksum(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *hm_py_view_spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

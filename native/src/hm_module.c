@@ -24,8 +24,6 @@ static PyMethodDef module_methods[] = {
      "set_test_fingerprint_mask(mask): TEST-ONLY"},
     {"copy_pages", HM_FASTCALL(hm_py_copy_pages), METH_FASTCALL,
      "copy_pages(dst, dst_offsets, src, src_offsets, lengths)"},
-    {"copy_pages_checksum", HM_FASTCALL(hm_py_copy_pages_checksum), METH_FASTCALL,
-     "copy_pages_checksum(dst, dst_offsets, src, src_offsets, lengths, out)"},
     {"copy_slots", HM_FASTCALL(hm_py_copy_slots), METH_FASTCALL,
      "copy_slots(arena, slot_offsets, pages, into_arena): page i's parts back to back at slot_offsets[i]"},
     {"page_sizes", HM_FASTCALL(hm_py_page_sizes), METH_FASTCALL,
