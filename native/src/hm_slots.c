@@ -84,17 +84,21 @@ static int borrow_parts(PyObject *pages, Py_ssize_t total, const uint64_t *slot,
     PyObject **items = PySequence_Fast_ITEMS(pages);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *page = items[i];
-        Py_ssize_t k = PySequence_Fast_GET_SIZE(page);
-        PyObject **parts = PySequence_Fast_ITEMS(page);
         uint64_t pos = slot[i];
-        for (Py_ssize_t j = 0; j < k; j++) {
+        /* the page's size and items are read again for every part, and each part is held while
+         * it is borrowed: an exporter running code cannot leave a dangling pointer here */
+        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(page); j++) {
             if ((size_t)out->n >= cap) { /* a page grew since it was counted */
                 PyErr_SetString(PyExc_ValueError, "pages changed during copy_slots");
                 release_parts(out);
                 return -1;
             }
             Py_buffer *b = &out->parts[out->n];
-            if (PyObject_GetBuffer(parts[j], b, flags) < 0) {
+            PyObject *part = PySequence_Fast_ITEMS(page)[j];
+            Py_INCREF(part);
+            int got = PyObject_GetBuffer(part, b, flags);
+            Py_DECREF(part); /* a borrowed buffer holds its own reference to its exporter */
+            if (got < 0) {
                 PyObject *type, *value, *tb;
                 PyErr_Fetch(&type, &value, &tb);
                 PyErr_Format(PyExc_BufferError, "pages[%zd][%zd]: not one %sC-contiguous buffer", i, j,
@@ -216,13 +220,22 @@ PyObject *hm_py_page_sizes(PyObject *self, PyObject *const *args, Py_ssize_t nar
     uint64_t *o = out.buf;
     PyObject **items = PySequence_Fast_ITEMS(pages);
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t k = PySequence_Fast_GET_SIZE(items[i]);
-        PyObject **parts = PySequence_Fast_ITEMS(items[i]);
         uint64_t sum = 0;
-        for (Py_ssize_t j = 0; j < k; j++) {
+        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(items[i]); j++) {
             Py_buffer b; /* any buffer, strided or read-only: only its length is read */
-            if (PyObject_GetBuffer(parts[j], &b, PyBUF_FULL_RO) < 0)
+            PyObject *part = PySequence_Fast_ITEMS(items[i])[j];
+            Py_INCREF(part);
+            int got = PyObject_GetBuffer(part, &b, PyBUF_FULL_RO);
+            Py_DECREF(part);
+            if (got < 0) {
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                PyErr_Format(PyExc_BufferError, "pages[%zd][%zd]: not a buffer", i, j);
+                Py_XDECREF(type);
+                Py_XDECREF(value);
+                Py_XDECREF(tb);
                 goto done;
+            }
             sum += (uint64_t)b.len;
             PyBuffer_Release(&b);
         }

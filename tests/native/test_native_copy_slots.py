@@ -59,6 +59,8 @@ def test_parts_of_every_contiguous_kind_move_as_raw_bytes() -> None:
         assert np.array_equal(got, ref)
     assert bytes(back[3]) == ro
     assert native.page_sizes([[memoryview(flat), typed], [], [square, ro]]) == [40 + 96, 0, 192 + 768]
+    with pytest.raises(BufferError, match=r"pages\[1\]\[0\]: not a buffer"):
+        native.page_sizes([[ro], [3]])
 
 
 @pytest.mark.parametrize("seed", range(6))
