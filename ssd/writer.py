@@ -259,6 +259,10 @@ class WritePath:
                     state = self._start_batch(di, sub, results, reinsert_rid, deadline, borrow, open_regions)
                     if epoch is not None:  # written for that epoch: not indexed once a clear bumped it
                         for g in state.groups:
+                            if g.res.epoch != epoch:
+                                # a clear ran since the caller took the bytes: its region is of the
+                                # new epoch, where a scan after a crash would find them; never written
+                                g.error = OSError(errno.ESTALE, "a clear ran since the put began")
                             g.res.epoch = epoch
                     started.append(state)
                 done, writes = self.write_runs(started, deadline)
@@ -362,7 +366,8 @@ class WritePath:
         runs = _Runs()
         for state in states:
             for g in state.groups:
-                state.runs += runs.add_group(g, c.options.write_chunk_bytes)
+                if g.error is None:  # (a group refused before its write is not written)
+                    state.runs += runs.add_group(g, c.options.write_chunk_bytes)
         if not runs.fds:
             return True, None
         srcs, part_srcs, src_offsets = locate_sources(runs.views)
@@ -413,10 +418,12 @@ class WritePath:
                     g.error = OSError(errno.ECANCELED, "put failed before its write")
                 if g.error is not None:
                     full = g.error.errno in (errno.ENOSPC, errno.EDQUOT)
-                    if not full and g.error.errno != errno.ECANCELED:
+                    stale = g.error.errno == errno.ESTALE  # refused before its write (``_write_all``)
+                    if not full and not stale and g.error.errno != errno.ECANCELED:
                         dying = g.error
                     if not state.abandoned:
-                        c.counts[f"rejected_{'no_space' if full else 'io_error'}"] += len(g.items)
+                        why = "no_space" if full else "stale_epoch" if stale else "io_error"
+                        c.counts[f"rejected_{why}"] += len(g.items)
                 for it, seq in zip(g.items, g.res.seqs, strict=True):
                     placed.add(it.idx)
                     if state.abandoned:

@@ -358,3 +358,41 @@ def test_a_region_scan_gives_up_the_gil_per_chunk_not_per_entry(ssd_dir: str, mo
     assert scan.status == "live" and len(scan.entries) > 100
     assert all(x.key.startswith("s") for x in scan.entries)
     assert reads <= 2 and searches <= 2, (reads, searches, len(scan.entries))
+
+
+def test_a_put_for_an_epoch_a_clear_ended_writes_nothing_a_scan_could_find(
+    ssd_dir: str, monkeypatch: Any
+) -> None:
+    """A demotion takes its bytes in epoch e, a clear runs before its space is reserved, and the
+    reservation lands in a region of epoch e + 1: the put is refused (False, nothing indexed) and
+    its bytes are never written there, so a scan of that region after a crash (no summary) cannot
+    bring back a page written before the clear (the kill -9 race of ``tests/ops/test_clear_race.py``)."""
+    from hicache_mooncake.ssd.allocator import RegionAllocator
+
+    e = open_engine(ssd_dir, **OPTS)
+    try:
+        assert e.put("before", [memoryview(value_for("before", 3000))])
+        epoch = e.epoch
+        real = RegionAllocator.reserve
+        cleared: list[bool] = []
+
+        def clear_first(self: RegionAllocator, *a: Any, **kw: Any) -> Any:
+            if not cleared:
+                cleared.append(e.clear())  # the clear lands between the put's check and its reservation
+            return real(self, *a, **kw)
+
+        monkeypatch.setattr(RegionAllocator, "reserve", clear_first)
+        assert e.put_batch([("stale", [memoryview(value_for("stale", 3000))])], epoch=epoch) == [False]
+        monkeypatch.undo()
+        assert cleared == [True] and e.epoch != epoch
+        assert e.stats()["rejected_stale_epoch"] == 1 and not e.contains_batch(["stale"])[0]
+        assert e.put("after", [memoryview(value_for("after", 3000))])
+        found = set()
+        for name in os.listdir(ssd_dir):
+            rid = parse_region_file_name(name)
+            if rid is not None:
+                scan = scan_region(os.path.join(ssd_dir, name), rid, OPTS["region_size"], None)
+                found |= {x.key for x in scan.entries}
+        assert "stale" not in found and "after" in found
+    finally:
+        e.close()
