@@ -5,8 +5,9 @@ page ``i``'s parts lie back to back in the arena from ``slot_offsets[i]`` on. ``
 every part and checks every range against the arena with the GIL held, then copies the whole batch
 with the GIL released once (for more than 64 KiB). All or nothing: ValueError (a range outside the
 arena, naming page and part), BufferError (a part that is not one C-contiguous buffer, or not
-writable where it is copied into), TypeError (a page that is not a list or tuple), and no byte
-moved. ``page_sizes`` reads each page's length without copying (any buffer, strided included).
+writable where it is copied into), TypeError (a page that is not a sequence), and no byte
+moved. ``page_sizes`` reads each page's length without copying (any buffer, strided included; a
+part that is not a buffer is a BufferError naming it).
 """
 
 from __future__ import annotations
