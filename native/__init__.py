@@ -53,6 +53,7 @@ from .io import (  # noqa: E402
     set_io_threads,
     write_entries,
 )
+from .page_views import AffinePages, page_views  # noqa: E402
 from .recency_log import RecencyLog  # noqa: E402
 from .slots import copy_slots, page_sizes  # noqa: E402
 
@@ -65,6 +66,7 @@ __all__ = [
     "FpTable",
     "RecencyLog",
     "copy_pages",
+    "AffinePages",
     "copy_slots",
     "fingerprint",
     "fingerprints",
@@ -72,6 +74,7 @@ __all__ = [
     "io_threads",
     "key_hashes",
     "page_sizes",
+    "page_views",
     "pread_batch",
     "pwrite_batch",
     "read_entries",

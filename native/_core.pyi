@@ -14,6 +14,18 @@ def copy_pages(dst: Any, dst_offsets: Any, src: Any, src_offsets: Any, lengths: 
 def view_spans(views: Any, out: Any, /) -> bool: ...
 def copy_slots(arena: Any, slot_offsets: Any, pages: Any, into_arena: bool, /) -> None: ...
 def page_sizes(pages: Any, out: Any, /) -> None: ...
+def page_views(
+    indices: Any,
+    page_size: int,
+    pages: int,
+    index_limit: int,
+    bases: Any,
+    strides: Any,
+    sizes: Any,
+    region_starts: Any,
+    region_ends: Any,
+    /,
+) -> list[list[memoryview]]: ...
 
 class FpTable:
     def __init__(self, value_words: int = 1, capacity: int = 1024, segment_slots: int = 65536) -> None: ...

@@ -6,6 +6,7 @@
 #include "hm_fptable.h"
 #include "hm_entry.h"
 #include "hm_io.h"
+#include "hm_pageviews.h"
 #include "hm_recency.h"
 #include "hm_slots.h"
 #include "hm_xxh3.h"
@@ -28,6 +29,9 @@ static PyMethodDef module_methods[] = {
      "copy_slots(arena, slot_offsets, pages, into_arena): page i's parts back to back at slot_offsets[i]"},
     {"page_sizes", HM_FASTCALL(hm_py_page_sizes), METH_FASTCALL,
      "page_sizes(pages, out): the bytes of each page's parts together"},
+    {"page_views", HM_FASTCALL(hm_py_page_views), METH_FASTCALL,
+     "page_views(indices, page_size, pages, index_limit, bases, strides, sizes, region_starts, region_ends) "
+     "-> each page's run views"},
     {"view_spans", HM_FASTCALL(hm_py_view_spans), METH_FASTCALL,
      "view_spans(views, out) -> whether every view is one writable contiguous non-empty buffer"},
     {"pread_batch", HM_FASTCALL(hm_py_pread_batch), METH_FASTCALL,

@@ -122,3 +122,40 @@ def ref_copy_slots(
             pos += len(part)
         out.append(got)
     return out
+
+
+class RefPageViewError(Exception):
+    """What ``ref_page_views`` refuses: ``kind`` is ``"index"`` (a page's indices outside the pool)
+    or ``"run"`` (a run outside every region), for page ``page``."""
+
+    def __init__(self, kind: str, page: int) -> None:
+        super().__init__(f"{kind} error at page {page}")
+        self.kind = kind
+        self.page = page
+
+
+def ref_page_views(
+    indices: Sequence[int],
+    page_size: int,
+    pages: int,
+    limit: int,
+    bases: Sequence[int],
+    strides: Sequence[int],
+    sizes: Sequence[int],
+    regions: Sequence[tuple[int, int]],
+) -> list[list[tuple[int, int]]]:
+    """``native.page_views`` as ``(address, length)`` per run, page by page; the first bad page
+    raises ``RefPageViewError``."""
+    out = []
+    for p in range(pages):
+        first = indices[p * page_size]
+        if first < 0 or first + page_size > limit:
+            raise RefPageViewError("index", p)
+        runs = []
+        for base, stride, size in zip(bases, strides, sizes, strict=True):
+            addr = base + first * stride
+            if not any(start <= addr and addr + size <= start + length for start, length in regions):
+                raise RefPageViewError("run", p)
+            runs.append((addr, size))
+        out.append(runs)
+    return out

@@ -7,11 +7,14 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from sglang_helpers import SMALL
 
+from hicache_mooncake.sglang_adapter.host_pool_views import HostPoolViews, pool_tensors
 from hicache_mooncake.sglang_adapter.host_pools.affine import AffineRuns
+from hicache_mooncake.sglang_adapter.host_pools.index_array import index_array
 from hicache_mooncake.sglang_adapter.host_pools.provider import provider_for
 from hicache_mooncake.tools.sglang_harness import make_host_pool
 
@@ -45,6 +48,33 @@ def test_affine_runs_are_sglangs_runs_for_every_page(sglang_runtime: Any, layout
     # an int32 index tensor (what some SGLang paths hand over) gives the same runs
     small = _pages([3, 1, 2], pool.page_size)
     assert form.runs(small.to(torch.int32), 3) == provider.page_runs(pool, small)
+
+
+@pytest.mark.parametrize(("layout", "mla"), CASES, ids=[f"{'mla' if m else 'mha'}-{x}" for x, m in CASES])
+def test_the_native_page_views_lie_on_sglangs_runs(sglang_runtime: Any, layout: str, mla: bool) -> None:
+    """The data path's views (one native call per batch) have the addresses and lengths of
+    SGLang's own runs, for every page and for shuffled batches, and a page past the pool's end is
+    refused."""
+    pool = make_host_pool(layout, mla, SMALL)
+    provider = provider_for(pool)
+    form = AffineRuns.detect(provider, pool, pool.page_size, pool.size)
+    assert form is not None
+    views = form.native(HostPoolViews(pool_tensors(pool)).spans())
+    pages = pool.size // pool.page_size
+    rng = random.Random(f"native-{layout}")
+    batches = [list(range(pages))] + [
+        rng.sample(range(pages), rng.randint(1, min(64, pages))) for _ in range(20)
+    ]
+    for batch in batches:
+        indices = _pages(batch, pool.page_size)
+        got = views.views(index_array(indices), len(batch), pool.size)
+        ptrs, sizes = provider.page_runs(pool, indices)
+        flat = [v for page in got for v in page]
+        assert [np.frombuffer(v, np.uint8).ctypes.data for v in flat] == list(ptrs)
+        assert [v.nbytes for v in flat] == list(sizes)
+    past = _pages([pages - 1], pool.page_size) + 1
+    with pytest.raises(IndexError):
+        views.views(index_array(past), 1, pool.size)
 
 
 def test_a_pool_class_that_overrides_the_method_keeps_sglangs_path(sglang_runtime: Any) -> None:
@@ -90,6 +120,6 @@ def test_the_backend_moves_pages_through_the_affine_form(sglang_runtime: Any) ->
     backend, host = make_backend("layer_first")
     try:
         kv = backend.host_pools.kv
-        assert kv is not None and kv.affine_runs is not None
+        assert kv is not None and kv.affine_pages is not None
     finally:
         backend.close()

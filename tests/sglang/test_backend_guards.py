@@ -52,7 +52,7 @@ def test_a_page_that_runs_past_the_pool_end_is_refused_though_its_first_index_is
     with the page's slots): a last page starting inside the pool but ending past it is refused."""
     backend, host = make_backend()
     pool = backend._kv_pool()
-    assert pool.affine_runs is not None  # the path this test is about
+    assert pool.affine_pages is not None  # the path this test is about
     limit = pool.index_limit
     straddling = torch.arange(limit - PS + 1, limit + 1)
     assert backend.batch_set_v1(keys(1, "s"), straddling) == [False]

@@ -3,8 +3,9 @@
 SGLang's MHA and MLA host pools place run ``j`` of a page at ``base_j + first_index * stride_j``
 in every layout (``layer_first``, ``page_first``, ``page_first_direct``, ``page_head``). Their
 ``get_page_buffer_meta`` computes that in Python from the whole index list (a ``tolist`` of every
-index, then a loop per run): about a fifth of a 64 KiB page's time on the zero-copy path. Here it
-is one numpy expression over the pages' first indices.
+index, then a loop per run): about a fifth of a 64 KiB page's time on the zero-copy path. Here the
+data path makes a batch's views in one native call (``AffineRuns.native``: ``native.AffinePages``
+checks every page's indices and every run's bounds and makes the memoryviews).
 
 ``AffineRuns.detect`` decides once, at registration, by asking SGLang's own method: only a pool
 whose method is the MHA or MLA one (not an override), whose logical page is its page (no DCP
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hicache_mooncake.native import AffinePages
 from hicache_mooncake.sglang_adapter.host_pools.index_array import NUMPY_NOGIL_MIN, index_array
 from hicache_mooncake.sglang_adapter.host_pools.provider import PoolProvider
 
@@ -40,10 +42,16 @@ class AffineRuns:
         self._strides = np.asarray(strides, dtype=np.int64)
         self._sizes = list(sizes)
 
+    def native(self, regions: list[tuple[int, int]]) -> AffinePages:
+        """This form as the data path's native call (``native.AffinePages``): every run it makes
+        must lie in one of ``regions`` (``(start address, length)``: the pool's registered
+        buffers)."""
+        return AffinePages(self.page_size, self._bases.tolist(), self._strides.tolist(), self._sizes, regions)
+
     def runs(self, host_indices: Any, pages: int) -> tuple[list[int], list[int]]:
         """The (pointers, sizes) SGLang's method returns for ``host_indices`` (``pages`` pages of
-        ``page_size`` indices each, already checked to be in the pool; a tensor or, without a torch
-        call, ``index_array``'s int64 array). Numpy loops over ``pages`` elements only."""
+        ``page_size`` indices each; a tensor or ``index_array``'s int64 array): how ``detect``
+        proves the form against SGLang's own runs (the data path takes ``native``)."""
         firsts = index_array(host_indices)[:: self.page_size]
         rows = max(1, NUMPY_NOGIL_MIN // len(self._strides))  # numpy keeps the GIL (index_array)
         ptrs: list[int] = []

@@ -4,7 +4,7 @@ move its pages zero-copy: its provider, a bounds-checked map of its buffers, its
 
 ``page_parts`` is the only way from SGLang's host indices to memory, and it refuses, before any
 pointer is made, an index count that is not ``pages * page_size`` and an addressed index outside
-the pool (with ``AffineRuns`` a page is addressed by its first index, as by SGLang's own method);
+the pool (an affine pool's page is addressed by its first index, as by SGLang's own method);
 then every run SGLang's pool class computes must lie inside the pool's registered buffers.
 A refusal raises ``HostRangeError``; callers turn it into a miss / False.
 """
@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from hicache_mooncake.keys import KeySpace
+from hicache_mooncake.native import AffinePages
 from hicache_mooncake.sglang_adapter.host_pool_views import HostPoolViews, HostRangeError
 from hicache_mooncake.sglang_adapter.host_pools.affine import AffineRuns
 from hicache_mooncake.sglang_adapter.host_pools.index_array import bounds, index_array
@@ -65,12 +66,22 @@ class RegisteredPool:
         _ptrs, sizes = self.provider.page_runs(self.pool, torch.arange(self.page_size, dtype=torch.int64))
         return sum(sizes)
 
-    def check_indices(self, host_indices: Any, pages: int, firsts_only: bool = False) -> np.ndarray:
+    def check_indices(self, host_indices: Any, pages: int) -> np.ndarray:
         """Refuse host indices SGLang should never send: a count that is not ``pages x
         page_size``, a non-integer tensor, an index outside ``[0, pool.size)``. Returns them as
-        an int64 array (``index_array``: no GIL given up on the way). ``firsts_only``: the caller
-        addresses each page by its first index alone (``AffineRuns``, as SGLang's own method):
-        only those are checked, each with the ``page_size`` slots it addresses."""
+        an int64 array (``index_array``: no GIL given up on the way). (An affine pool's page
+        views check each page's first index with the ``page_size`` slots it addresses, natively.)"""
+        values = self._index_values(host_indices, pages)
+        if len(values) == 0:
+            return values
+        low, high = bounds(values)
+        size = self.index_limit
+        if low < 0 or (size is not None and high >= size):
+            raise HostRangeError("host index outside the pool", f"[{low}, {high}] in a pool of {size} slots")
+        return values
+
+    def _index_values(self, host_indices: Any, pages: int) -> np.ndarray:
+        """``host_indices`` as int64, refused unless a tensor of ``pages x page_size`` integers."""
         numel = getattr(host_indices, "numel", None)
         if not callable(numel):
             raise HostRangeError("host indices are not a tensor", type(host_indices).__name__)
@@ -81,40 +92,41 @@ class RegisteredPool:
                 f"{count} indices for {pages} pages of {self.page_size}",
             )
         try:
-            values = index_array(host_indices)
+            return index_array(host_indices)
         except TypeError:
             raise HostRangeError("host indices are not integers", str(host_indices.dtype)) from None
-        if count == 0:
-            return values
-        if firsts_only:
-            low, high = bounds(values[:: self.page_size])
-            high += self.page_size - 1
-        else:
-            low, high = bounds(values)
-        size = self.index_limit
-        if low < 0 or (size is not None and high >= size):
-            raise HostRangeError("host index outside the pool", f"[{low}, {high}] in a pool of {size} slots")
-        return values
 
     def page_parts(self, host_indices: Any, pages: int) -> list[list[Any]]:
-        """One list of byte views (memoryviews into the pool) per page, zero-copy."""
-        affine = self.affine_runs
-        values = self.check_indices(host_indices, pages, firsts_only=affine is not None)
+        """One list of byte views (memoryviews into the pool) per page, zero-copy. Affine pools:
+        one native call checks the indices and the runs and makes the views (``AffinePages``)."""
+        affine = self.affine_pages
+        if affine is not None and self.index_limit is not None:
+            values = self._index_values(host_indices, pages)
+            try:
+                return affine.views(values, pages, self.index_limit)
+            except IndexError as exc:
+                raise HostRangeError("host index outside the pool", str(exc)) from None
+            except ValueError as exc:
+                raise HostRangeError("a page run outside the pool's buffers", str(exc)) from None
+        self.check_indices(host_indices, pages)
         if pages == 0 or not self.holds_bytes:
             return [[] for _ in range(pages)]
-        if affine is not None:
-            ptrs, sizes = affine.runs(values, pages)
-        else:
-            ptrs, sizes = self.provider.page_runs(self.pool, host_indices)
+        ptrs, sizes = self.provider.page_runs(self.pool, host_indices)
         return self.memory.page_parts(ptrs, sizes, pages)
 
     @cached_property
     def affine_runs(self) -> AffineRuns | None:
-        """The runs as one numpy expression where SGLang's are known to be affine (``affine.py``);
-        None: the provider's ``page_runs`` (SGLang's method) is the path."""
+        """The runs' affine form where SGLang's are known to be affine (``affine.py``); None:
+        the provider's ``page_runs`` (SGLang's method) is the path."""
         if not self.holds_bytes:
             return None
         return AffineRuns.detect(self.provider, self.pool, self.page_size, self.index_limit)
+
+    @cached_property
+    def affine_pages(self) -> AffinePages | None:
+        """``affine_runs`` made ready for the native call, bounded by the pool's buffers."""
+        form = self.affine_runs
+        return None if form is None else form.native(self.memory.spans())
 
     def close(self) -> None:
         self.memory.close()

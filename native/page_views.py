@@ -1,0 +1,78 @@
+"""Byte views of pages whose runs lie at affine addresses, made in one native call.
+
+Page ``p`` is addressed by its first index ``f = indices[p * page_size]``; its run ``j`` is the
+``sizes[j]`` bytes at address ``bases[j] + f * strides[j]``. ``page_views`` checks every page's
+indices ``[f, f + page_size)`` against ``index_limit`` (IndexError naming the page) and every run
+against the registered regions, ``[region_starts[r], region_ends[r])`` (ValueError naming page
+and run), overflow-safe, and returns one list of writable memoryviews per page; all or nothing.
+It runs with the GIL held (microseconds) and reads no byte of the memory it points at.
+
+The views do not own their memory: they are valid while the regions are (whoever registered
+them keeps the memory alive, as for any other view of a host pool).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _core
+from ._arrays import U64
+
+I64 = np.dtype(np.int64)
+
+
+class AffinePages:
+    """The run form of one pool (``bases``, ``strides``, ``sizes`` per run of a page) and the
+    regions its runs must lie in; ``views`` makes a batch's page views."""
+
+    __slots__ = ("_bases", "_ends", "_sizes", "_starts", "_strides", "page_size")
+
+    def __init__(
+        self,
+        page_size: int,
+        bases: list[int],
+        strides: list[int],
+        sizes: list[int],
+        regions: list[tuple[int, int]],
+    ) -> None:
+        """``regions``: ``(start address, length)`` of each registered buffer."""
+        if page_size < 1:
+            raise ValueError(f"page_size must be at least 1, got {page_size}")
+        if not len(bases) == len(strides) == len(sizes):
+            raise ValueError(
+                f"bases, strides and sizes differ in length: {len(bases)}, {len(strides)}, {len(sizes)}"
+            )
+        ordered = sorted(regions)
+        self.page_size = page_size
+        self._bases = np.asarray(bases, dtype=I64)
+        self._strides = np.asarray(strides, dtype=I64)
+        self._sizes = np.asarray(sizes, dtype=I64)
+        self._starts = np.asarray([start for start, _ in ordered], dtype=U64)
+        self._ends = np.asarray([start + length for start, length in ordered], dtype=U64)
+
+    def views(self, indices: np.ndarray, pages: int, index_limit: int) -> list[list[memoryview]]:
+        """Each page's run views (``indices``: int64, ``pages * page_size`` of them)."""
+        return _core.page_views(
+            indices, self.page_size, pages, index_limit, self._bases, self._strides, self._sizes,
+            self._starts, self._ends,
+        )  # fmt: skip
+
+
+def page_views(
+    indices: Any,
+    page_size: int,
+    pages: int,
+    index_limit: int,
+    bases: Any,
+    strides: Any,
+    sizes: Any,
+    region_starts: Any,
+    region_ends: Any,
+) -> list[list[memoryview]]:
+    """The raw call (``AffinePages.views`` keeps the arrays ready): int64 ``indices``, ``bases``,
+    ``strides``, ``sizes``; uint64 ``region_starts`` / ``region_ends`` sorted by start."""
+    return _core.page_views(
+        indices, page_size, pages, index_limit, bases, strides, sizes, region_starts, region_ends
+    )
