@@ -55,6 +55,7 @@ from .io import (  # noqa: E402
 )
 from .page_views import AffinePages, page_views  # noqa: E402
 from .recency_log import RecencyLog  # noqa: E402
+from .slot_index import SlotIndex  # noqa: E402
 from .slots import copy_slots, page_sizes  # noqa: E402
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "WritesInFlight",
     "FpTable",
     "RecencyLog",
+    "SlotIndex",
     "copy_pages",
     "AffinePages",
     "copy_slots",

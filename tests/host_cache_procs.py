@@ -4,6 +4,7 @@ the pid in the service lock and stopped by that PID."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -138,12 +139,16 @@ class PrivateHostCache:
         self.seen.add(pid)
         if not pid_alive(pid):
             return
-        os.kill(pid, sig)
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:  # it ended between the check and the signal (a service stopping)
+            return
         deadline = time.monotonic() + timeout
         while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.02)
         if pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def stop_all(self) -> None:
         """Stop every service this cache ever had, by PID (SIGTERM, then SIGKILL)."""

@@ -1,30 +1,27 @@
 """The DRAM tier's index: object key -> (slot offset, size, version, object type), keyed by the
-key's 64-bit fingerprint in a native ``FpTable``; the full key is kept per slot and checked on
-every lookup.
+key's 64-bit fingerprint in one native ``SlotIndex``, which also keeps, per slot, the full key
+(checked on every lookup), the readers' pins and the reads.
 
-Entries: one table row per published object, three 64-bit words: the slot offset, the size with
-the object type in its top 16 bits, the version. The full key lives in a side array indexed by
-slot (``offset >> 12``: every slot starts on a 4 KiB boundary, ``slab_allocator.ALIGN``): private
-arenas have no object header to hold it, and a served arena's header has room for the key's hash
-only. A lookup whose fingerprint is present but whose slot holds another key is a *collision*:
-it is answered as a miss (``Lookup.collided``), never with the other key's slot.
+Rows: three 64-bit words per published object: the slot offset, the size with the object type in
+its top 16 bits, the version. Slots start on 4 KiB boundaries (``slab_allocator.ALIGN``): private
+arenas have no object header to hold the key, and a served arena's header has room for the key's
+hash only, so the key lives in the index. A lookup whose fingerprint is present but whose slot
+holds another key is a *collision*: answered as a miss (``Lookup.collided``), never with the
+other key's slot.
 
-Invariants: a fingerprint is in the table exactly when the slot of its row has its key in the
-side array; a slot's key is cleared when its row is removed. Not thread-safe: the tier's lock
-guards every call (the table's own lock only makes each native call atomic).
+Invariants: a fingerprint has a row exactly when its slot holds its key; pins and reads belong to
+slots and outlive rows (a slot removed while pinned is the tier's zombie, freed with its last pin).
+Not thread-safe: the tier's lock guards every call. A batch is one native call, the GIL held.
 """
 
 from __future__ import annotations
 
-import operator
-from collections import deque
 from collections.abc import Sequence
-from itertools import repeat
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 import numpy as np
 
-from hicache_mooncake.native import FpTable, fingerprints
+from hicache_mooncake.native import SlotIndex, fingerprints
 
 from .slab_allocator import ALIGN
 
@@ -56,51 +53,74 @@ class Lookup(NamedTuple):
         return self.occupied & ~self.found
 
 
+class Reads(NamedTuple):
+    """What ``DramIndex.read_pin`` pinned for a batch of keys."""
+
+    chosen: list[int]
+    """Indices (in the batch) of the keys found with their expected size: pinned, a read counted."""
+    offsets: list[int]
+    """Their slot offsets."""
+    found: int
+    """Keys found at any size."""
+    collided: int
+    """Fingerprints another key holds."""
+
+
 class DramIndex:
     def __init__(self, arena_bytes: int) -> None:
-        self._table = FpTable(value_words=3, capacity=1024)
-        self._slot_keys: list[str | None] = [None] * (arena_bytes >> SLOT_SHIFT)
+        self._index = SlotIndex(max(1, arena_bytes >> SLOT_SHIFT), SLOT_SHIFT)
 
     def __len__(self) -> int:
-        return len(self._table)
+        return len(self._index)
 
     @property
     def nbytes(self) -> int:
-        """Bytes this index allocates: the table and the side array's pointers (not the keys)."""
-        return int(self._table.nbytes) + 8 * len(self._slot_keys)
+        """Bytes this index allocates: its table, its per-slot records and the keys' bytes."""
+        return self._index.nbytes
 
     # ------------------------------------------------------------------ lookups
     def lookup(self, keys: Sequence[str], fps: np.ndarray | None = None) -> Lookup:
-        """Look ``keys`` up in one table call; each row found is checked against its slot's key."""
+        """Look ``keys`` up in one native call; each row found is checked against its slot's key."""
         if fps is None:
             fps = fingerprints(keys)
-        occupied, values = self._table.get(fps)
-        offsets = values[:, 0]
-        if occupied.any():
-            stored = map(self._slot_keys.__getitem__, (offsets >> SLOT_SHIFT).tolist())
-            found = occupied & np.fromiter(map(operator.eq, stored, keys), bool, len(keys))
-        else:  # every key new (a set's usual call): nothing to compare
-            found = occupied
-        word1 = values[:, 1]
-        return Lookup(fps, found, occupied, offsets, word1 & _SIZE_MASK, values[:, 2], word1 >> _TYPE_SHIFT)
+        found, occupied, rows = self._index.lookup(keys, fps)
+        word1 = rows[:, 1]
+        return Lookup(fps, found, occupied, rows[:, 0], word1 & _SIZE_MASK, rows[:, 2], word1 >> _TYPE_SHIFT)
 
-    def occupied(self, fps: np.ndarray) -> np.ndarray:
-        """Whether each fingerprint is in the table (for any key): one native call, no values."""
-        return self._table.contains(fps)
+    def read_pin(self, keys: Sequence[str], fps: np.ndarray, sizes: Sequence[int]) -> Reads:
+        """The readable keys (found, at their expected size) pinned and counted as read, in one call."""
+        return Reads(*self._index.read_pin(keys, fps, sizes))
 
     def key_at(self, offset: int) -> str | None:
-        return self._slot_keys[offset >> SLOT_SHIFT]
+        return self._index.key_at(offset)
 
     def items(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every entry: (keys, offsets, sizes, versions, object types), in table order."""
-        _fps, values = self._table.items()
-        offsets = values[:, 0]
-        keys = list(map(self._slot_keys.__getitem__, (offsets >> SLOT_SHIFT).tolist()))
-        word1 = values[:, 1]
-        return cast(list[str], keys), offsets, word1 & _SIZE_MASK, values[:, 2], word1 >> _TYPE_SHIFT
+        keys, _fps, rows = self._index.rows()
+        word1 = rows[:, 1]
+        return keys, rows[:, 0], word1 & _SIZE_MASK, rows[:, 2], word1 >> _TYPE_SHIFT
+
+    # ------------------------------------------------------------------ pins and reads
+    def pin(self, offsets: Sequence[int]) -> list[int]:
+        """One more pin on each slot; returns each slot's reads since its object was published."""
+        return self._index.pin(offsets).tolist()
+
+    def unpin(self, offsets: Sequence[int] | np.ndarray) -> np.ndarray:
+        """One pin less on each slot (ValueError for a slot not pinned, nothing dropped); True
+        where that was the slot's last pin."""
+        return self._index.unpin(offsets)
+
+    def pinned(self, offsets: Sequence[int] | np.ndarray) -> np.ndarray:
+        return self._index.pinned(offsets)
+
+    def pinned_offsets(self) -> list[int]:
+        return self._index.pinned_offsets()
+
+    def count_reads(self, offsets: np.ndarray) -> None:
+        self._index.count_reads(offsets)
 
     # ------------------------------------------------------------------ changes
-    def insert(
+    def publish(
         self,
         keys: Sequence[str],
         fps: np.ndarray,
@@ -108,38 +128,29 @@ class DramIndex:
         sizes: Sequence[int],
         versions: Sequence[int],
         obj_types: Sequence[int],
-    ) -> None:
-        """Publish entries whose fingerprints are absent and distinct (the caller checked)."""
+    ) -> np.ndarray:
+        """Publish each key at its (filled, unpublished) slot, in one call; int64 status per key:
+        1 published, 0 published already (this key, in the table or earlier in the batch: the
+        first value stays), -1 its fingerprint is another key's (a collision)."""
         n = len(keys)
-        values = np.empty((n, 3), dtype=np.uint64)
-        values[:, 0] = offsets
-        values[:, 1] = np.asarray(sizes, dtype=np.uint64) | (
+        rows = np.empty((n, 3), dtype=np.uint64)
+        rows[:, 0] = offsets
+        rows[:, 1] = np.asarray(sizes, dtype=np.uint64) | (
             np.asarray(obj_types, dtype=np.uint64) << np.uint64(_TYPE_SHIFT)
         )
-        values[:, 2] = versions
-        deque(map(self._slot_keys.__setitem__, (values[:, 0] >> SLOT_SHIFT).tolist(), keys), maxlen=0)
-        self._table.put(fps, values)
+        rows[:, 2] = versions
+        return self._index.publish(keys, fps, rows)
 
     def move(self, fp: int, key: str, old_offset: int, new_offset: int) -> bool:
-        """Point ``key``'s row at ``new_offset`` if it is still at ``old_offset`` (relocation)."""
-        fps = np.array([fp], dtype=np.uint64)
-        found, values = self._table.get(fps)
-        if not found[0] or int(values[0, 0]) != old_offset or self.key_at(old_offset) != key:
-            return False
-        values[0, 0] = new_offset
-        self._table.put(fps, values)
-        self._slot_keys[old_offset >> SLOT_SHIFT] = None
-        self._slot_keys[new_offset >> SLOT_SHIFT] = key
-        return True
+        """Point ``key``'s row at ``new_offset`` if it is still at ``old_offset`` (relocation; the
+        reads move with it)."""
+        return self._index.move(fp, key, old_offset, new_offset)
 
-    def remove(self, fps: np.ndarray, offsets: np.ndarray) -> None:
-        """Drop the rows of ``fps`` (found by ``lookup``: their keys verified) at ``offsets``."""
-        self._table.remove_if(fps, offsets)
-        slots = (offsets >> SLOT_SHIFT).tolist()
-        deque(map(self._slot_keys.__setitem__, slots, repeat(None, len(slots))), maxlen=0)
+    def remove(self, fps: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """Drop the rows of ``fps`` (found by ``lookup``: their keys verified) at ``offsets``;
+        returns whether each slot is pinned by a reader."""
+        _removed, pinned = self._index.remove(fps, offsets)
+        return pinned
 
     def clear(self) -> None:
-        _fps, values = self._table.items()
-        slots = (values[:, 0] >> SLOT_SHIFT).tolist()
-        deque(map(self._slot_keys.__setitem__, slots, repeat(None, len(slots))), maxlen=0)
-        self._table.clear()
+        self._index.clear()

@@ -37,9 +37,7 @@ import logging
 import operator
 import threading
 import time
-from collections import deque
-from collections.abc import Iterable, Sequence
-from itertools import repeat
+from collections.abc import Sequence
 from typing import Any, NamedTuple, cast
 
 import numpy as np
@@ -57,7 +55,7 @@ from hicache_mooncake.transport.object_header import (
 )
 
 from .dram_arena import DramArena
-from .dram_index import SLOT_SHIFT, DramIndex
+from .dram_index import DramIndex
 from .parts import Parts, pages_sizes
 from .policy import AccessContext
 from .policy.dram_room import RoomPlan
@@ -153,14 +151,10 @@ class DramTier(Tier):
         self.headers = object_headers
         self._prefault = prefault
         self._resize_lock = threading.Lock()  # resize vs giving memory back (never under _lock)
-        # fingerprint -> (slot offset, nbytes, version, obj_type), the key kept per slot
+        # fingerprint -> (slot offset, nbytes, version, obj_type); per slot its key, its readers'
+        # pins and its reads since it was published (``Pinned.hits``)
         self._index = DramIndex(self._allocator.max_slabs * self._allocator.slab_size)
-        self._hits = np.zeros(self._allocator.max_slabs * self._allocator.slab_size >> SLOT_SHIFT, np.uint32)
-        """Reads of the object in each slot since it was published (``Pinned.hits``)."""
-        self._pins: dict[int, int] = {}
-        self._inserts = 0
-        """Index inserts so far (under ``_lock``): a lookup made when it was N still holds while it is."""
-        self._zombies: dict[int, int] = {}
+        self._zombies: dict[int, int] = {}  # slot offset -> nbytes: removed while pinned
         self._versions = itertools.count(time.time_ns() // 1000)
         self._lock = threading.Lock()
         # the clear fence: even while open, odd while a clear runs; bumped only under _lock
@@ -324,7 +318,7 @@ class DramTier(Tier):
                 if other.slot_size != slot:
                     used.update((s, n) for s, n in other.used_by_slab.items() if s < alloc.slab_count)
             if used:
-                pinned = {offset // slab_size for offset in self._pins}
+                pinned = {offset // slab_size for offset in self._index.pinned_offsets()}
                 keys, offsets, *_rest = self._index.items()
                 for key, offset in zip(keys, offsets.tolist(), strict=True):
                     slab = offset // slab_size
@@ -376,7 +370,7 @@ class DramTier(Tier):
             self._counts["fingerprint_collisions"] += int(look.collided.sum())
             self._counts["hits"] += len(hit)
             self._counts["hit_bytes"] += int(look.sizes[hit].sum())
-            np.add.at(self._hits, look.offsets[hit] >> SLOT_SHIFT, 1)
+            self._index.count_reads(look.offsets[hit])
         rows = zip(
             hit,
             look.offsets[hit].tolist(),
@@ -422,7 +416,6 @@ class DramTier(Tier):
             if self._closed:
                 return [False] * n
             look = self._index.lookup(keys, fps)
-            looked_at = self._inserts  # no insert since: the lookup still holds at publish
             results: list[bool] = look.found.tolist()
             self._counts["fingerprint_collisions"] += int(look.collided.sum())
             fresh: list[int] = np.flatnonzero(~look.occupied).tolist()
@@ -465,7 +458,6 @@ class DramTier(Tier):
                 nbytes,
                 list(itertools.islice(self._versions, len(chosen))),
                 types if len(chosen) == n else [types[i] for i in chosen],
-                known_absent=looked_at == self._inserts,
             )
             if len(chosen) == n:
                 return done
@@ -583,16 +575,16 @@ class DramTier(Tier):
             gone = [keys[j] for j in at]
             offsets = look.offsets[at]
             nbytes = look.sizes[at].tolist()
-            self._index.remove(fps[at], offsets)
+            pinned = self._index.remove(fps[at], offsets)
             slots = offsets.tolist()
             self.events.removed(self.name, gone)
-            if len(set(nbytes)) == 1 and len(at) > 1 and self._pins.keys().isdisjoint(slots):
+            if len(set(nbytes)) == 1 and len(at) > 1 and not pinned.any():
                 if self.headers:
                     self._write_headers(slots, nbytes, STATE_FREE)
                 self._allocator.free_many(slots, self._slot_bytes(nbytes[0]))
             else:
-                for offset, size in zip(slots, nbytes, strict=True):
-                    self._release_locked(offset, size)
+                for offset, size, held in zip(slots, nbytes, pinned.tolist(), strict=True):
+                    self._release_locked(offset, size, held)
             self._counts["removals"] += len(at)
         if self._allocator.released:
             self.release_retired()
@@ -638,8 +630,9 @@ class DramTier(Tier):
                 self._generation += 1
             _keys, offsets, sizes, *_rest = self._index.items()
             self._index.clear()
-            for offset, nbytes in zip(offsets.tolist(), sizes.tolist(), strict=True):
-                self._release_locked(offset, nbytes)
+            held = self._index.pinned(offsets).tolist()
+            for offset, nbytes, pinned in zip(offsets.tolist(), sizes.tolist(), held, strict=True):
+                self._release_locked(offset, nbytes, pinned)
             self.events.cleared(self.name)
             if began:
                 self._generation += 1
@@ -659,15 +652,10 @@ class DramTier(Tier):
         with self._lock:
             if self._closed:
                 return results
-            look = self._index.lookup(keys, fps)
-            readable = look.found & (look.sizes == np.asarray(sizes, dtype=np.uint64))
-            chosen: list[int] = np.flatnonzero(readable).tolist()
-            offsets: list[int] = look.offsets[chosen].tolist()
-            found = int(look.found.sum())
+            chosen, offsets, found, collided = self._index.read_pin(keys, fps, sizes)
             self._counts["misses"] += n - found
             self._counts["size_mismatch"] += found - len(chosen)
-            self._counts["fingerprint_collisions"] += int(look.collided.sum())
-            self._pin_locked(offsets, look.offsets[chosen] >> SLOT_SHIFT)
+            self._counts["fingerprint_collisions"] += collided
         done = False
         try:
             if chosen:
@@ -699,14 +687,14 @@ class DramTier(Tier):
             if self._closed:
                 return [None] * len(keys)
             look = self._index.lookup(keys, fps)
+            hit: list[int] = np.flatnonzero(look.found).tolist()
+            reads = iter(self._index.pin(look.offsets[hit].tolist()))
             rows = zip(keys, look.found.tolist(), look.offsets.tolist(), look.sizes.tolist(), strict=True)
             for key, ok, offset, nbytes in rows:
                 if not ok:
                     out.append(None)
                     continue
-                self._pins[offset] = self._pins.get(offset, 0) + 1
-                view = self._arena.view(offset, nbytes)
-                out.append(Pinned(key, offset, nbytes, view, int(self._hits[offset >> SLOT_SHIFT])))
+                out.append(Pinned(key, offset, nbytes, self._arena.view(offset, nbytes), next(reads)))
         return out
 
     def release(self, pinned: Sequence[Pinned]) -> None:
@@ -783,7 +771,7 @@ class DramTier(Tier):
                 new = self._allocator.alloc(self._slot_bytes(nbytes))
                 if new is None:
                     continue
-                self._pins[offset] = self._pins.get(offset, 0) + 1
+                self._index.pin([offset])
                 moves.append((i, keys[i], int(fps[i]), offset, nbytes, new))
         if moves:
             arena = self._arena.bytes
@@ -793,13 +781,12 @@ class DramTier(Tier):
         with self._lock:
             for i, key, fp, offset, nbytes, new in moves:
                 if not self._closed and self._index.move(fp, key, offset, new):
-                    self._hits[new >> SLOT_SHIFT] = self._hits[offset >> SLOT_SHIFT]
-                    self._release_locked(offset, nbytes)  # a zombie until the pin below goes
+                    self._release_locked(offset, nbytes, True)  # a zombie until the pin below goes
                     out[i] = True
                     self._counts["relocated"] += 1
                 elif not self._closed:
                     self._allocator.free(new, self._slot_bytes(nbytes))
-                self._unpin_locked((offset,))
+                self._unpin_locked([offset])
         self.release_retired()
         return out
 
@@ -841,92 +828,55 @@ class DramTier(Tier):
         sizes: Sequence[int],
         versions: Sequence[int],
         obj_types: Sequence[int],
-        known_absent: bool = False,
     ) -> list[bool]:
         """Make each key findable at its filled slot, in one index call. A key published meanwhile
         (by another writer, or earlier in this batch) keeps its first (immutable) value: this
         slot is freed, True. A fingerprint another key holds: this slot is freed, False
-        (``fingerprint_collisions``). ``known_absent``: the caller looked every fingerprint up
-        as absent and no insert ran since (``_inserts``): the index is not asked again."""
+        (``fingerprint_collisions``)."""
         m = len(keys)
         if not m:
             return []
-        fp_list: list[int] = fps.tolist()
-        out = [True] * m
-        chosen: list[int] = list(range(m))
-        if len(set(fp_list)) != m or (not known_absent and self._index.occupied(fps).any()):
-            look = self._index.lookup(keys, fps)
-            seen: dict[int, str] = {}
-            chosen = []
-            rows = zip(keys, fp_list, look.found.tolist(), look.occupied.tolist(), strict=True)
-            for j, (key, fp, same_key, occupied) in enumerate(rows):
-                if not occupied and fp not in seen:
-                    seen[fp] = key
-                    chosen.append(j)
-                    continue
-                same = same_key if occupied else seen[fp] == key
+        if self.headers:  # VALID before the row is findable (one-sided readers locate it after)
+            self._write_headers(offsets, sizes, STATE_VALID, versions, keys, obj_types)
+        status = self._index.publish(keys, fps, offsets, sizes, versions, obj_types)
+        published = status == 1
+        if published.all():
+            kept_keys, kept_bytes = keys, sum(sizes)
+        else:
+            for j in np.flatnonzero(~published).tolist():
                 self._invalidate(offsets[j], sizes[j])
                 self._allocator.free(offsets[j], self._slot_bytes(sizes[j]))
-                if not same:
-                    self._counts["fingerprint_collisions"] += 1
-                out[j] = same
-        if not chosen:
-            return out
-        pick = chosen if len(chosen) != m else None
-        keys_in = list(keys) if pick is None else [keys[j] for j in pick]
-        offs = list(offsets) if pick is None else [offsets[j] for j in pick]
-        nbytes = list(sizes) if pick is None else [sizes[j] for j in pick]
-        vers = list(versions) if pick is None else [versions[j] for j in pick]
-        types = list(obj_types) if pick is None else [obj_types[j] for j in pick]
-        if self.headers:
-            self._write_headers(offs, nbytes, STATE_VALID, vers, keys_in, types)
-        self._index.insert(keys_in, fps if pick is None else fps[pick], offs, nbytes, vers, types)
-        self._inserts += 1
-        self._hits[np.asarray(offs, dtype=np.uint64) >> SLOT_SHIFT] = 0
-        self.events.stored(self.name, keys_in)
-        self._counts["puts"] += len(keys_in)
-        self._counts["put_bytes"] += sum(nbytes)
-        return out
+            self._counts["fingerprint_collisions"] += int((status < 0).sum())
+            picked: list[int] = np.flatnonzero(published).tolist()
+            kept_keys = [keys[j] for j in picked]
+            kept_bytes = sum(sizes[j] for j in picked)
+        if kept_keys:
+            self.events.stored(self.name, list(kept_keys))
+            self._counts["puts"] += len(kept_keys)
+            self._counts["put_bytes"] += kept_bytes
+        return (status >= 0).tolist()
 
-    def _pin_locked(self, offsets: list[int], slots: np.ndarray) -> None:
-        """Add one pin and one hit to each slot (a slot given twice gets two)."""
-        pins = self._pins
-        if len(set(offsets)) == len(offsets):
-            pins.update(
-                zip(offsets, map(operator.add, map(pins.get, offsets, repeat(0)), repeat(1)), strict=True)
-            )
-            self._hits[slots] += 1
-            return
-        np.add.at(self._hits, slots, 1)
-        for offset in offsets:
-            pins[offset] = pins.get(offset, 0) + 1
-
-    def _release_locked(self, offset: int, nbytes: int) -> None:
+    def _release_locked(self, offset: int, nbytes: int, pinned: bool) -> None:
+        """Free a slot whose row is gone; ``pinned``: a reader holds it, so it is a zombie, freed
+        with its last pin."""
         self._invalidate(offset, nbytes)  # one-sided readers miss from now on
-        if offset in self._pins:
+        if pinned:
             self._zombies[offset] = nbytes
         else:
             self._allocator.free(offset, self._slot_bytes(nbytes))
 
-    def _unpin_locked(self, offsets: Iterable[int]) -> None:
-        """Drop one pin of each slot; a slot whose key was removed while pinned is freed with its
-        last pin."""
-        pins, zombies = self._pins, self._zombies
-        if not zombies and isinstance(offsets, list) and len(offsets) > 1:
-            held = list(map(pins.__getitem__, offsets))  # KeyError for a slot not pinned, as below
-            if held.count(1) == len(held) and len(set(offsets)) == len(offsets):
-                deque(map(pins.__delitem__, offsets), maxlen=0)  # each its last pin; nothing to free
-                return
-        for offset in offsets:
-            left = pins[offset] - 1
-            if left:
-                pins[offset] = left
-                continue
-            del pins[offset]
-            if zombies:
-                nbytes = zombies.pop(offset, None)
+    def _unpin_locked(self, offsets: Sequence[int]) -> None:
+        """Drop one pin of each slot (one index call); a slot whose key was removed while pinned
+        is freed with its last pin."""
+        if not offsets:
+            return
+        last = self._index.unpin(offsets)
+        zombies = self._zombies
+        if zombies and last.any():
+            for j in np.flatnonzero(last).tolist():
+                nbytes = zombies.pop(offsets[j], None)
                 if nbytes is not None and not self._closed:
-                    self._allocator.free(offset, self._slot_bytes(nbytes))
+                    self._allocator.free(offsets[j], self._slot_bytes(nbytes))
 
     # ------------------------------------------------------------------ lifecycle
     def stats(self) -> dict[str, Any]:
@@ -949,6 +899,5 @@ class DramTier(Tier):
                 return
             self._closed = True
             self._index.clear()
-            self._pins.clear()
             self._zombies.clear()
         self._arena.close()

@@ -159,3 +159,129 @@ def ref_page_views(
             runs.append((addr, size))
         out.append(runs)
     return out
+
+
+class RefSlotIndex:
+    """``native.SlotIndex`` in dicts: rows by fingerprint, the key, pins and reads per slot."""
+
+    def __init__(self, slots: int, shift: int) -> None:
+        self.slots, self.shift = slots, shift
+        self.rows: dict[int, tuple[int, int, int]] = {}
+        self.keys: dict[int, str] = {}  # slot -> key
+        self.pins: dict[int, int] = {}
+        self.reads: dict[int, int] = {}
+
+    def _slot(self, offset: int) -> int:
+        if offset % (1 << self.shift) or offset >> self.shift >= self.slots:
+            raise ValueError(f"offset {offset} is not a slot")
+        return offset >> self.shift
+
+    def _find(self, key: str, fp: int) -> tuple[int, tuple[int, int, int] | None]:
+        row = self.rows.get(fp)
+        if row is None:
+            return -1, None
+        return (1 if self.keys.get(row[0] >> self.shift) == key else 0), row
+
+    def lookup(
+        self, keys: Sequence[str], fps: Sequence[int]
+    ) -> tuple[list[bool], list[bool], list[tuple[int, ...]]]:
+        found, occupied, rows = [], [], []
+        for key, fp in zip(keys, fps, strict=True):
+            r, row = self._find(key, fp)
+            found.append(r == 1)
+            occupied.append(r >= 0)
+            rows.append(row or (0, 0, 0))
+        return found, occupied, rows
+
+    def read_pin(
+        self, keys: Sequence[str], fps: Sequence[int], sizes: Sequence[int]
+    ) -> tuple[list[int], list[int], int, int]:
+        chosen, offsets, found, collided = [], [], 0, 0
+        for i, (key, fp, size) in enumerate(zip(keys, fps, sizes, strict=True)):
+            r, row = self._find(key, fp)
+            collided += r == 0
+            if r != 1:
+                continue
+            found += 1
+            assert row is not None
+            if row[1] & ((1 << 48) - 1) == size:
+                chosen.append(i)
+                offsets.append(row[0])
+        for offset in offsets:
+            slot = offset >> self.shift
+            self.pins[slot] = self.pins.get(slot, 0) + 1
+            self.reads[slot] = self.reads.get(slot, 0) + 1
+        return chosen, offsets, found, collided
+
+    def pin(self, offsets: Sequence[int]) -> list[int]:
+        slots = [self._slot(o) for o in offsets]
+        out = []
+        for slot in slots:
+            self.pins[slot] = self.pins.get(slot, 0) + 1
+            out.append(self.reads.get(slot, 0))
+        return out
+
+    def unpin(self, offsets: Sequence[int]) -> list[bool]:
+        slots = [self._slot(o) for o in offsets]
+        left = dict(self.pins)
+        for slot in slots:
+            if left.get(slot, 0) == 0:
+                raise ValueError(f"slot {slot} is not pinned")
+            left[slot] -= 1
+        out = []
+        for slot in slots:
+            self.pins[slot] -= 1
+            out.append(self.pins[slot] == 0)
+            if not self.pins[slot]:
+                del self.pins[slot]
+        return out
+
+    def publish(
+        self, keys: Sequence[str], fps: Sequence[int], rows: Sequence[tuple[int, int, int]]
+    ) -> list[int]:
+        slots = [self._slot(row[0]) for row in rows]
+        if any(s in self.keys for s in slots) or len(set(slots)) != len(slots):
+            raise ValueError("a slot holds a key or is given twice")
+        out = []
+        for key, fp, row, slot in zip(keys, fps, rows, slots, strict=True):
+            r, _ = self._find(key, fp)
+            if r >= 0:
+                out.append(0 if r == 1 else -1)
+                continue
+            self.rows[fp] = tuple(row)  # type: ignore[assignment]
+            self.keys[slot] = key
+            self.reads[slot] = 0
+            out.append(1)
+        return out
+
+    def remove(self, fps: Sequence[int], offsets: Sequence[int]) -> tuple[int, list[bool]]:
+        slots = [self._slot(o) for o in offsets]
+        removed, pinned = 0, []
+        for fp, offset, slot in zip(fps, offsets, slots, strict=True):
+            pinned.append(self.pins.get(slot, 0) > 0)
+            row = self.rows.get(fp)
+            if row is not None and row[0] == offset:
+                del self.rows[fp]
+                self.keys.pop(slot, None)
+                removed += 1
+        return removed, pinned
+
+    def move(self, fp: int, key: str, old: int, new: int) -> bool:
+        old_slot, new_slot = self._slot(old), self._slot(new)
+        r, row = self._find(key, fp)
+        if r != 1 or row is None or row[0] != old or old_slot == new_slot:
+            return False
+        self.rows[fp] = (new, row[1], row[2])
+        self.keys[new_slot] = self.keys.pop(old_slot)
+        self.reads[new_slot] = self.reads.get(old_slot, 0)
+        return True
+
+    def clear(self) -> None:
+        for row in self.rows.values():
+            self.keys.pop(row[0] >> self.shift, None)
+        self.rows.clear()
+
+    def state(self) -> tuple[list[tuple[str, int, tuple[int, ...]]], dict[int, int]]:
+        """Rows with their keys (sorted by fingerprint) and the pinned slots' offsets -> pins."""
+        rows = sorted((self.keys[row[0] >> self.shift], fp, row) for fp, row in self.rows.items())
+        return rows, {slot << self.shift: n for slot, n in self.pins.items() if n}

@@ -1,0 +1,686 @@
+/* _core.SlotIndex (see hm_slotindex.h).
+ *
+ * Rows: fingerprint -> three words (slot offset, size | object type << 48, version) in an
+ * hm_segtable. Per slot of the arena (offset >> shift): the UTF-8 bytes of the key published
+ * there (a malloc'd block: 4-byte length, then the bytes), its pin count and its reads. A lookup
+ * that finds a row compares the caller's key with the slot's key: another key under the same
+ * fingerprint is a collision (a miss, never that key's slot).
+ *
+ * Invariants: a row exists exactly when its slot holds its key; a slot's pins and reads outlive
+ * its row (a removed slot still pinned by a reader is the caller's zombie; reads restart at 0
+ * when a row is published there). No internal lock: the caller serialises every call (the DRAM
+ * tier's lock), and every call holds the GIL from start to end (a batch is microseconds; a growth
+ * rehashes one segment of at most `segment_slots` rows). Arguments are checked before anything
+ * changes: a bad offset, a slot that already holds a key, a key that is not a str, a pin count
+ * that would go below zero: ValueError / TypeError naming the item, nothing changed (a publish
+ * whose allocation fails stops there: MemoryError, the items before it are published).
+ */
+#include "hm_slotindex.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "hm_segtable.h"
+
+#define ROW_WORDS 3u
+#define TYPE_SHIFT 48
+#define SIZE_MASK ((UINT64_C(1) << TYPE_SHIFT) - 1)
+#define DEFAULT_SEGMENT_SLOTS 16384u
+
+typedef struct {
+    char *key; /* [uint32 length][bytes], malloc'd; NULL: no key published at this slot */
+    uint32_t pins;
+    uint32_t reads;
+} slot_rec;
+
+typedef struct {
+    PyObject_HEAD
+    hm_segtable table;
+    int table_ready;
+    slot_rec *slots;
+    size_t nslots;
+    unsigned shift;
+    size_t pinned;    /* slots whose pins > 0 */
+    size_t key_bytes; /* the key blocks together */
+} SlotIndex;
+
+/* ------------------------------------------------------------------ borrowed arguments */
+
+typedef struct {
+    Py_buffer b[6];
+    int n;
+} borrowed;
+
+static void release_all(borrowed *bs) {
+    while (bs->n > 0)
+        PyBuffer_Release(&bs->b[--bs->n]);
+}
+
+/* Borrows a uint64 array of `want` elements (any count when want < 0; *n gets it). */
+static int arg_u64(borrowed *bs, PyObject *obj, const char *what, int writable, Py_ssize_t want, uint64_t **out,
+                   Py_ssize_t *n) {
+    Py_ssize_t got;
+    if (hm_get_u64(obj, what, writable, &bs->b[bs->n], &got) < 0)
+        return -1;
+    bs->n++;
+    if (want >= 0 && got != want) {
+        PyErr_Format(PyExc_ValueError, "%s has %zd elements, expected %zd", what, got, want);
+        return -1;
+    }
+    *out = bs->b[bs->n - 1].buf;
+    if (n)
+        *n = got;
+    return 0;
+}
+
+static int arg_i64_out(borrowed *bs, PyObject *obj, const char *what, Py_ssize_t want, int64_t **out) {
+    Py_ssize_t got;
+    if (hm_get_i64(obj, what, 1, &bs->b[bs->n], &got) < 0)
+        return -1;
+    bs->n++;
+    if (got != want) {
+        PyErr_Format(PyExc_ValueError, "%s has %zd elements, expected %zd", what, got, want);
+        return -1;
+    }
+    *out = bs->b[bs->n - 1].buf;
+    return 0;
+}
+
+static int arg_bool_out(borrowed *bs, PyObject *obj, const char *what, Py_ssize_t want, unsigned char **out) {
+    if (hm_get_bool_out(obj, what, want, &bs->b[bs->n]) < 0)
+        return -1;
+    bs->n++;
+    *out = bs->b[bs->n - 1].buf;
+    return 0;
+}
+
+/* `keys` as a fast sequence of exactly `want` items. */
+static PyObject *arg_keys(PyObject *obj, Py_ssize_t want) {
+    PyObject *seq = PySequence_Fast(obj, "keys must be a sequence of str");
+    if (seq && PySequence_Fast_GET_SIZE(seq) != want) {
+        PyErr_Format(PyExc_ValueError, "keys has %zd items, expected %zd", PySequence_Fast_GET_SIZE(seq), want);
+        Py_CLEAR(seq);
+    }
+    return seq;
+}
+
+static int wrong_nargs(Py_ssize_t nargs, Py_ssize_t want, const char *sig) {
+    if (nargs == want)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "SlotIndex.%s", sig);
+    return -1;
+}
+
+/* ------------------------------------------------------------------ slots and keys */
+
+/* The slot of `offset`, or -1 with ValueError naming `what[i]`. */
+static Py_ssize_t slot_of(const SlotIndex *self, uint64_t offset, const char *what, Py_ssize_t i) {
+    uint64_t slot = offset >> self->shift;
+    if ((offset & ((UINT64_C(1) << self->shift) - 1)) != 0 || slot >= self->nslots) {
+        PyErr_Format(PyExc_ValueError, "%s[%zd] = %llu is not a slot offset of this index (%zu slots of %llu bytes)",
+                     what, i, (unsigned long long)offset, self->nslots,
+                     (unsigned long long)(UINT64_C(1) << self->shift));
+        return -1;
+    }
+    return (Py_ssize_t)slot;
+}
+
+/* The UTF-8 bytes of keys[i] (a str), or NULL with TypeError naming it. */
+static const char *key_bytes(PyObject *key, Py_ssize_t i, Py_ssize_t *len) {
+    if (!PyUnicode_Check(key)) {
+        PyErr_Format(PyExc_TypeError, "keys[%zd] must be a str, got %.80s", i, Py_TYPE(key)->tp_name);
+        return NULL;
+    }
+    return PyUnicode_AsUTF8AndSize(key, len);
+}
+
+static int same_key(const slot_rec *rec, const char *key, Py_ssize_t len) {
+    if (!rec->key)
+        return 0;
+    uint32_t stored;
+    memcpy(&stored, rec->key, sizeof stored);
+    return (Py_ssize_t)stored == len && memcmp(rec->key + sizeof stored, key, (size_t)len) == 0;
+}
+
+static void drop_key(SlotIndex *self, slot_rec *rec) {
+    if (!rec->key)
+        return;
+    uint32_t stored;
+    memcpy(&stored, rec->key, sizeof stored);
+    self->key_bytes -= sizeof stored + stored;
+    free(rec->key);
+    rec->key = NULL;
+}
+
+/* The row of fps[i] and whether keys[i] is its key: 1 found, 0 another key (a collision), -1 no
+ * row; -2 with an error set. *row: the row's words (NULL without a row). */
+static int find_key(const SlotIndex *self, uint64_t fp, PyObject *key, Py_ssize_t i, uint64_t **row) {
+    Py_ssize_t len;
+    const char *k = key_bytes(key, i, &len);
+    if (!k)
+        return -2;
+    *row = fp ? hm_segtable_find(&self->table, fp) : NULL;
+    if (!*row)
+        return -1;
+    uint64_t slot = (*row)[0] >> self->shift;
+    return slot < self->nslots && same_key(&self->slots[slot], k, len) ? 1 : 0;
+}
+
+static void pin_slot(SlotIndex *self, slot_rec *rec) {
+    if (rec->pins++ == 0)
+        self->pinned++;
+}
+
+/* ------------------------------------------------------------------ construction */
+
+static PyObject *SlotIndex_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"slots", "slot_shift", "segment_slots", NULL};
+    Py_ssize_t nslots = 0, segment_slots = DEFAULT_SEGMENT_SLOTS;
+    int shift = 12;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ni|n:SlotIndex", kwlist, &nslots, &shift, &segment_slots))
+        return NULL;
+    if (nslots < 1 || (size_t)nslots > SIZE_MAX / sizeof(slot_rec)) {
+        PyErr_Format(PyExc_ValueError, "slots must be >= 1, got %zd", nslots);
+        return NULL;
+    }
+    if (shift < 0 || shift > 40) {
+        PyErr_Format(PyExc_ValueError, "slot_shift must be in 0..40, got %d", shift);
+        return NULL;
+    }
+    size_t seg = hm_segtable_round_segment_slots(
+        segment_slots < (Py_ssize_t)HM_TABLE_MIN_CAPACITY ? HM_TABLE_MIN_CAPACITY : (size_t)segment_slots, ROW_WORDS);
+    if (seg == 0) {
+        PyErr_Format(PyExc_ValueError, "segment_slots %zd is too large", segment_slots);
+        return NULL;
+    }
+    SlotIndex *self = (SlotIndex *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->nslots = (size_t)nslots;
+    self->shift = (unsigned)shift;
+    self->slots = calloc((size_t)nslots, sizeof(slot_rec)); /* pages faulted in as slots are used */
+    if (!self->slots || hm_segtable_init(&self->table, ROW_WORDS, HM_TABLE_MIN_CAPACITY * 128, seg) < 0) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    self->table_ready = 1;
+    return (PyObject *)self;
+}
+
+static void SlotIndex_dealloc(SlotIndex *self) {
+    if (self->slots) {
+        for (size_t i = 0; i < self->nslots; i++)
+            free(self->slots[i].key);
+        free(self->slots);
+    }
+    if (self->table_ready)
+        hm_segtable_free(&self->table);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* ------------------------------------------------------------------ lookups */
+
+/* lookup(keys, fps, out_found, out_occupied, out_rows): each key's row (zeros without one);
+ * found: the row's slot holds this key; occupied: a row exists for its fingerprint. */
+static PyObject *SlotIndex_lookup(SlotIndex *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (wrong_nargs(nargs, 5, "lookup(keys, fps, out_found, out_occupied, out_rows)") < 0)
+        return NULL;
+    borrowed bs = {.n = 0};
+    uint64_t *fps, *rows;
+    unsigned char *found, *occupied;
+    Py_ssize_t n;
+    PyObject *keys = NULL, *result = NULL;
+    if (arg_u64(&bs, args[1], "fps", 0, -1, &fps, &n) < 0 || !(keys = arg_keys(args[0], n)) ||
+        arg_bool_out(&bs, args[2], "out_found", n, &found) < 0 ||
+        arg_bool_out(&bs, args[3], "out_occupied", n, &occupied) < 0 ||
+        arg_u64(&bs, args[4], "out_rows", 1, n * (Py_ssize_t)ROW_WORDS, &rows, NULL) < 0)
+        goto done;
+    PyObject **items = PySequence_Fast_ITEMS(keys);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t *row;
+        int r = find_key(self, fps[i], items[i], i, &row);
+        if (r == -2)
+            goto done;
+        found[i] = r == 1;
+        occupied[i] = r >= 0;
+        for (unsigned w = 0; w < ROW_WORDS; w++)
+            rows[i * ROW_WORDS + w] = row ? row[w] : 0;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(keys);
+    release_all(&bs);
+    return result;
+}
+
+/* read_pin(keys, fps, sizes, out_chosen, out_offsets) -> (chosen, found, collided): the keys
+ * found with their expected size are pinned and counted as a read, in one pass; chosen[:k] are
+ * their indices in the batch and offsets[:k] their slot offsets. found: keys found at any size;
+ * collided: fingerprints held by another key. Nothing is pinned when an argument is bad. */
+static PyObject *SlotIndex_read_pin(SlotIndex *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (wrong_nargs(nargs, 5, "read_pin(keys, fps, sizes, out_chosen, out_offsets)") < 0)
+        return NULL;
+    borrowed bs = {.n = 0};
+    uint64_t *fps, *sizes, *offsets;
+    int64_t *chosen;
+    Py_ssize_t n;
+    PyObject *keys = NULL, *result = NULL;
+    if (arg_u64(&bs, args[1], "fps", 0, -1, &fps, &n) < 0 || !(keys = arg_keys(args[0], n)) ||
+        arg_u64(&bs, args[2], "sizes", 0, n, &sizes, NULL) < 0 ||
+        arg_i64_out(&bs, args[3], "out_chosen", n, &chosen) < 0 ||
+        arg_u64(&bs, args[4], "out_offsets", 1, n, &offsets, NULL) < 0)
+        goto done;
+    PyObject **items = PySequence_Fast_ITEMS(keys);
+    Py_ssize_t k = 0, nfound = 0, collided = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t *row;
+        int r = find_key(self, fps[i], items[i], i, &row);
+        if (r == -2)
+            goto done;
+        if (r == 0)
+            collided++;
+        if (r != 1)
+            continue;
+        nfound++;
+        if ((row[1] & SIZE_MASK) == sizes[i]) {
+            chosen[k] = i;
+            offsets[k++] = row[0];
+        }
+    }
+    for (Py_ssize_t j = 0; j < k; j++) { /* every key checked: now the pins */
+        slot_rec *rec = &self->slots[offsets[j] >> self->shift];
+        pin_slot(self, rec);
+        rec->reads++;
+    }
+    result = Py_BuildValue("nnn", k, nfound, collided);
+done:
+    Py_XDECREF(keys);
+    release_all(&bs);
+    return result;
+}
+
+/* Checks every offset (a slot of this index); -1 with ValueError naming the first bad one. */
+static int check_offsets(const SlotIndex *self, const uint64_t *offsets, Py_ssize_t n, const char *what) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (slot_of(self, offsets[i], what, i) < 0)
+            return -1;
+    return 0;
+}
+
+/* pin(offsets, out_reads): one more pin on each slot (no read counted); reads[i]: the slot's
+ * reads so far. */
+static PyObject *SlotIndex_pin(SlotIndex *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (wrong_nargs(nargs, 2, "pin(offsets, out_reads)") < 0)
+        return NULL;
+    borrowed bs = {.n = 0};
+    uint64_t *offsets, *reads;
+    Py_ssize_t n;
+    PyObject *result = NULL;
+    if (arg_u64(&bs, args[0], "offsets", 0, -1, &offsets, &n) < 0 ||
+        arg_u64(&bs, args[1], "out_reads", 1, n, &reads, NULL) < 0 || check_offsets(self, offsets, n, "offsets") < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        slot_rec *rec = &self->slots[offsets[i] >> self->shift];
+        pin_slot(self, rec);
+        reads[i] = rec->reads;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    release_all(&bs);
+    return result;
+}
+
+/* count_reads(offsets): one more read of each slot (a one-sided reader located it). */
+static PyObject *SlotIndex_count_reads(SlotIndex *self, PyObject *arg) {
+    borrowed bs = {.n = 0};
+    uint64_t *offsets;
+    Py_ssize_t n;
+    PyObject *result = NULL;
+    if (arg_u64(&bs, arg, "offsets", 0, -1, &offsets, &n) < 0 || check_offsets(self, offsets, n, "offsets") < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++)
+        self->slots[offsets[i] >> self->shift].reads++;
+    result = Py_NewRef(Py_None);
+done:
+    release_all(&bs);
+    return result;
+}
+
+/* unpin(offsets, out_last): one pin less on each slot; last[i]: that was the slot's last pin.
+ * A slot given more often than it is pinned: ValueError, no pin dropped. */
+static PyObject *SlotIndex_unpin(SlotIndex *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (wrong_nargs(nargs, 2, "unpin(offsets, out_last)") < 0)
+        return NULL;
+    borrowed bs = {.n = 0};
+    uint64_t *offsets;
+    unsigned char *last;
+    Py_ssize_t n, i;
+    PyObject *result = NULL;
+    if (arg_u64(&bs, args[0], "offsets", 0, -1, &offsets, &n) < 0 ||
+        arg_bool_out(&bs, args[1], "out_last", n, &last) < 0 || check_offsets(self, offsets, n, "offsets") < 0)
+        goto done;
+    for (i = 0; i < n; i++) {
+        slot_rec *rec = &self->slots[offsets[i] >> self->shift];
+        if (rec->pins == 0)
+            break;
+        last[i] = --rec->pins == 0;
+    }
+    if (i < n) { /* put back what this call took, then refuse */
+        for (Py_ssize_t j = i - 1; j >= 0; j--)
+            self->slots[offsets[j] >> self->shift].pins++;
+        PyErr_Format(PyExc_ValueError, "offsets[%zd] = %llu is not pinned", i, (unsigned long long)offsets[i]);
+        goto done;
+    }
+    for (i = 0; i < n; i++)
+        if (last[i])
+            self->pinned--;
+    result = Py_NewRef(Py_None);
+done:
+    release_all(&bs);
+    return result;
+}
+
+/* pinned(offsets, out): whether each slot is pinned. */
+static PyObject *SlotIndex_pinned(SlotIndex *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (wrong_nargs(nargs, 2, "pinned(offsets, out)") < 0)
+        return NULL;
+    borrowed bs = {.n = 0};
+    uint64_t *offsets;
+    unsigned char *out;
+    Py_ssize_t n;
+    PyObject *result = NULL;
+    if (arg_u64(&bs, args[0], "offsets", 0, -1, &offsets, &n) < 0 || arg_bool_out(&bs, args[1], "out", n, &out) < 0 ||
+        check_offsets(self, offsets, n, "offsets") < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++)
+        out[i] = self->pinned && self->slots[offsets[i] >> self->shift].pins > 0;
+    result = Py_NewRef(Py_None);
+done:
+    release_all(&bs);
+    return result;
+}
+
+/* pinned_offsets() -> list of the offsets of every pinned slot (a scan of the slots unless none is). */
+static PyObject *SlotIndex_pinned_offsets(SlotIndex *self, PyObject *unused) {
+    (void)unused;
+    PyObject *out = PyList_New(0);
+    if (!out || !self->pinned)
+        return out;
+    for (size_t i = 0; i < self->nslots; i++) {
+        if (!self->slots[i].pins)
+            continue;
+        PyObject *v = PyLong_FromUnsignedLongLong((unsigned long long)i << self->shift);
+        if (!v || PyList_Append(out, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    return out;
+}
+
+/* ------------------------------------------------------------------ changes */
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* publish(keys, fps, rows, out_status): each key at the slot of its row (rows: n x 3 words, the
+ * slot offset first). status[i]: 1 published; 0 the key is published already (a row of the table
+ * or an earlier item of this batch: its first value stays); -1 another key holds the fingerprint.
+ * Refused before any change: an offset that is not a slot, a slot that holds a key, a slot given
+ * twice, a key that is not a str. */
+static PyObject *SlotIndex_publish(SlotIndex *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (wrong_nargs(nargs, 4, "publish(keys, fps, rows, out_status)") < 0)
+        return NULL;
+    borrowed bs = {.n = 0};
+    uint64_t *fps, *rows;
+    int64_t *status;
+    Py_ssize_t n, len;
+    PyObject *keys = NULL, *result = NULL;
+    uint64_t *sorted = NULL;
+    if (arg_u64(&bs, args[1], "fps", 0, -1, &fps, &n) < 0 || !(keys = arg_keys(args[0], n)) ||
+        arg_u64(&bs, args[2], "rows", 0, n * (Py_ssize_t)ROW_WORDS, &rows, NULL) < 0 ||
+        arg_i64_out(&bs, args[3], "out_status", n, &status) < 0)
+        goto done;
+    PyObject **items = PySequence_Fast_ITEMS(keys);
+    sorted = malloc((size_t)(n ? n : 1) * sizeof *sorted);
+    if (!sorted) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (fps[i] == 0) {
+            PyErr_Format(PyExc_ValueError, "fps[%zd] is 0 (fingerprints are never 0)", i);
+            goto done;
+        }
+        Py_ssize_t slot = slot_of(self, rows[i * ROW_WORDS], "rows", i);
+        if (slot < 0 || !key_bytes(items[i], i, &len))
+            goto done;
+        if (self->slots[slot].key) {
+            PyErr_Format(PyExc_ValueError, "rows[%zd]: slot offset %llu holds a published key", i,
+                         (unsigned long long)rows[i * ROW_WORDS]);
+            goto done;
+        }
+        sorted[i] = (uint64_t)slot;
+    }
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_u64);
+    for (Py_ssize_t i = 1; i < n; i++) {
+        if (sorted[i] == sorted[i - 1]) {
+            PyErr_Format(PyExc_ValueError, "rows: slot offset %llu is given twice",
+                         (unsigned long long)(sorted[i] << self->shift));
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t *row;
+        int r = find_key(self, fps[i], items[i], i, &row);
+        if (r >= 0) {
+            status[i] = r == 1 ? 0 : -1;
+            continue;
+        }
+        const char *k = PyUnicode_AsUTF8AndSize(items[i], &len); /* cached by the check above */
+        uint32_t klen = (uint32_t)len;
+        char *block = (size_t)len <= UINT32_MAX ? malloc(sizeof klen + (size_t)len) : NULL;
+        if (!block || hm_segtable_put(&self->table, fps[i], rows + i * ROW_WORDS, 1) < 0) {
+            free(block);
+            PyErr_Format(PyExc_MemoryError, "SlotIndex.publish: out of memory after %zd of %zd keys", i, n);
+            goto done;
+        }
+        memcpy(block, &klen, sizeof klen);
+        memcpy(block + sizeof klen, k, (size_t)len);
+        slot_rec *rec = &self->slots[rows[i * ROW_WORDS] >> self->shift];
+        rec->key = block;
+        rec->reads = 0;
+        self->key_bytes += sizeof klen + (size_t)len;
+        status[i] = 1;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    free(sorted);
+    Py_XDECREF(keys);
+    release_all(&bs);
+    return result;
+}
+
+/* remove(fps, offsets, out_pinned) -> removed: drops the row of fps[i] where it is at offsets[i]
+ * (its slot's key with it); pinned[i]: the slot is pinned by a reader (the caller frees it with
+ * its last pin). */
+static PyObject *SlotIndex_remove(SlotIndex *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (wrong_nargs(nargs, 3, "remove(fps, offsets, out_pinned)") < 0)
+        return NULL;
+    borrowed bs = {.n = 0};
+    uint64_t *fps, *offsets;
+    unsigned char *pinned;
+    Py_ssize_t n, removed = 0;
+    PyObject *result = NULL;
+    if (arg_u64(&bs, args[0], "fps", 0, -1, &fps, &n) < 0 || arg_u64(&bs, args[1], "offsets", 0, n, &offsets, NULL) < 0 ||
+        arg_bool_out(&bs, args[2], "out_pinned", n, &pinned) < 0 || check_offsets(self, offsets, n, "offsets") < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        slot_rec *rec = &self->slots[offsets[i] >> self->shift];
+        pinned[i] = rec->pins > 0;
+        if (fps[i] && hm_segtable_remove(&self->table, fps[i], &offsets[i]) == 1) {
+            drop_key(self, rec);
+            removed++;
+        }
+    }
+    result = PyLong_FromSsize_t(removed);
+done:
+    release_all(&bs);
+    return result;
+}
+
+/* move(fp, key, old_offset, new_offset) -> bool: the row of `key` points at new_offset if it is
+ * still at old_offset (relocation); the key and the reads go with it, the pins stay. */
+static PyObject *SlotIndex_move(SlotIndex *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (wrong_nargs(nargs, 4, "move(fp, key, old_offset, new_offset)") < 0)
+        return NULL;
+    uint64_t fp, old, new_;
+    if (hm_parse_u64(args[0], "fp", &fp) < 0 || hm_parse_u64(args[2], "old_offset", &old) < 0 ||
+        hm_parse_u64(args[3], "new_offset", &new_) < 0)
+        return NULL;
+    Py_ssize_t os = slot_of(self, old, "old_offset", 0), ns = slot_of(self, new_, "new_offset", 0);
+    if (os < 0 || ns < 0)
+        return NULL;
+    uint64_t *row;
+    int r = find_key(self, fp, args[1], 0, &row);
+    if (r == -2)
+        return NULL;
+    if (r != 1 || row[0] != old || os == ns)
+        Py_RETURN_FALSE;
+    if (self->slots[ns].key) {
+        PyErr_Format(PyExc_ValueError, "new_offset %llu holds a published key", (unsigned long long)new_);
+        return NULL;
+    }
+    row[0] = new_;
+    self->slots[ns].key = self->slots[os].key;
+    self->slots[ns].reads = self->slots[os].reads;
+    self->slots[os].key = NULL;
+    Py_RETURN_TRUE;
+}
+
+/* key_at(offset) -> the key published at that slot, or None. */
+static PyObject *SlotIndex_key_at(SlotIndex *self, PyObject *arg) {
+    uint64_t offset;
+    if (hm_parse_u64(arg, "offset", &offset) < 0)
+        return NULL;
+    Py_ssize_t slot = slot_of(self, offset, "offset", 0);
+    if (slot < 0)
+        return NULL;
+    const char *block = self->slots[slot].key;
+    if (!block)
+        Py_RETURN_NONE;
+    uint32_t len;
+    memcpy(&len, block, sizeof len);
+    return PyUnicode_DecodeUTF8(block + sizeof len, len, "strict");
+}
+
+/* rows_into(out_fps, out_rows) -> keys: every row (fps[i], rows[i]) and its key, in table order;
+ * the arrays must hold exactly len(self) rows. */
+static PyObject *SlotIndex_rows_into(SlotIndex *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (wrong_nargs(nargs, 2, "rows_into(out_fps, out_rows)") < 0)
+        return NULL;
+    borrowed bs = {.n = 0};
+    uint64_t *fps, *rows;
+    Py_ssize_t n = (Py_ssize_t)self->table.count;
+    PyObject *keys = NULL;
+    if (arg_u64(&bs, args[0], "out_fps", 1, n, &fps, NULL) < 0 ||
+        arg_u64(&bs, args[1], "out_rows", 1, n * (Py_ssize_t)ROW_WORDS, &rows, NULL) < 0)
+        goto done;
+    hm_segtable_copy_out(&self->table, fps, rows, (size_t)n);
+    keys = PyList_New(n);
+    if (!keys)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *block = self->slots[rows[i * ROW_WORDS] >> self->shift].key;
+        uint32_t len;
+        memcpy(&len, block, sizeof len); /* a row's slot holds its key (invariant) */
+        PyObject *key = PyUnicode_DecodeUTF8(block + sizeof len, len, "strict");
+        if (!key) {
+            Py_CLEAR(keys);
+            goto done;
+        }
+        PyList_SET_ITEM(keys, i, key);
+    }
+done:
+    release_all(&bs);
+    return keys;
+}
+
+/* clear(): drops every row and its slot's key (pins and reads stay: readers still hold slots). */
+static PyObject *SlotIndex_clear(SlotIndex *self, PyObject *unused) {
+    (void)unused;
+    size_t n = self->table.count;
+    uint64_t *fps = malloc((n ? n : 1) * sizeof *fps), *rows = malloc((n ? n : 1) * ROW_WORDS * sizeof *rows);
+    if (fps && rows) {
+        hm_segtable_copy_out(&self->table, fps, rows, n);
+        for (size_t i = 0; i < n; i++)
+            drop_key(self, &self->slots[rows[i * ROW_WORDS] >> self->shift]);
+    } else { /* no memory for the list: every slot is looked at */
+        for (size_t i = 0; i < self->nslots; i++)
+            drop_key(self, &self->slots[i]);
+    }
+    free(fps);
+    free(rows);
+    hm_segtable_clear(&self->table);
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t SlotIndex_len(SlotIndex *self) {
+    return (Py_ssize_t)self->table.count;
+}
+
+static PyObject *SlotIndex_get_nbytes(SlotIndex *self, void *closure) {
+    (void)closure;
+    return PyLong_FromSize_t(hm_segtable_nbytes(&self->table) + self->nslots * sizeof(slot_rec) + self->key_bytes);
+}
+
+static PyObject *SlotIndex_get_pinned_count(SlotIndex *self, void *closure) {
+    (void)closure;
+    return PyLong_FromSize_t(self->pinned);
+}
+
+static PyMethodDef SlotIndex_methods[] = {
+    {"lookup", HM_FASTCALL(SlotIndex_lookup), METH_FASTCALL, "lookup(keys, fps, out_found, out_occupied, out_rows)"},
+    {"read_pin", HM_FASTCALL(SlotIndex_read_pin), METH_FASTCALL,
+     "read_pin(keys, fps, sizes, out_chosen, out_offsets) -> (chosen, found, collided)"},
+    {"pin", HM_FASTCALL(SlotIndex_pin), METH_FASTCALL, "pin(offsets, out_reads)"},
+    {"count_reads", (PyCFunction)SlotIndex_count_reads, METH_O, "count_reads(offsets)"},
+    {"unpin", HM_FASTCALL(SlotIndex_unpin), METH_FASTCALL, "unpin(offsets, out_last)"},
+    {"pinned", HM_FASTCALL(SlotIndex_pinned), METH_FASTCALL, "pinned(offsets, out)"},
+    {"pinned_offsets", (PyCFunction)SlotIndex_pinned_offsets, METH_NOARGS, "pinned_offsets() -> list"},
+    {"publish", HM_FASTCALL(SlotIndex_publish), METH_FASTCALL, "publish(keys, fps, rows, out_status)"},
+    {"remove", HM_FASTCALL(SlotIndex_remove), METH_FASTCALL, "remove(fps, offsets, out_pinned) -> removed"},
+    {"move", HM_FASTCALL(SlotIndex_move), METH_FASTCALL, "move(fp, key, old_offset, new_offset) -> bool"},
+    {"key_at", (PyCFunction)SlotIndex_key_at, METH_O, "key_at(offset) -> str | None"},
+    {"rows_into", HM_FASTCALL(SlotIndex_rows_into), METH_FASTCALL, "rows_into(out_fps, out_rows) -> keys"},
+    {"clear", (PyCFunction)SlotIndex_clear, METH_NOARGS, "clear()"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef SlotIndex_getset[] = {
+    {"nbytes", (getter)SlotIndex_get_nbytes, NULL, "bytes of the table, the slot records and the keys", NULL},
+    {"pinned_count", (getter)SlotIndex_get_pinned_count, NULL, "slots pinned now", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods SlotIndex_as_sequence = {
+    .sq_length = (lenfunc)SlotIndex_len,
+};
+
+PyTypeObject hm_SlotIndexType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hicache_mooncake.native._core.SlotIndex",
+    .tp_basicsize = sizeof(SlotIndex),
+    .tp_dealloc = (destructor)SlotIndex_dealloc,
+    .tp_as_sequence = &SlotIndex_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The DRAM tier's index: fingerprint -> (slot offset, size | type << 48, version), with the key, "
+              "pins and reads of every slot (the caller serialises calls).",
+    .tp_methods = SlotIndex_methods,
+    .tp_getset = SlotIndex_getset,
+    .tp_new = SlotIndex_new,
+};
