@@ -13,7 +13,7 @@ reads restart at 0 when a row is published there). Not thread-safe: the caller s
 call (the DRAM tier's lock). Bad arguments (an offset that is not a slot, a slot that holds a key,
 a slot given twice, a key that is not a str, an unpin below zero) raise ValueError / TypeError
 naming the item, and nothing changes; a publish that runs out of memory raises MemoryError with
-the items before it published. Memory: 16 bytes per arena slot (faulted in as slots are used),
+the items before it published. Memory: 16 bytes per arena slot (mapped and faulted in when the index is made),
 4 bytes plus the key per published row, and the table's 32 bytes per row at a load of 3/8 to 3/4.
 """
 

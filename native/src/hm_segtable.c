@@ -98,6 +98,8 @@ int hm_segtable_init(hm_segtable *s, unsigned value_words, size_t capacity, size
 
 void hm_segtable_free(hm_segtable *s) { free_all(s); }
 
+void hm_segtable_prefetch(const hm_segtable *s, uint64_t key) { hm_table_prefetch(&segment_of(s, key)->table, key); }
+
 uint64_t *hm_segtable_find(const hm_segtable *s, uint64_t key) {
     return (uint64_t *)hm_table_find(&segment_of(s, key)->table, key);
 }

@@ -55,6 +55,9 @@ size_t hm_segtable_round_segment_slots(size_t want, unsigned value_words);
 int hm_segtable_init(hm_segtable *s, unsigned value_words, size_t capacity, size_t segment_slots);
 void hm_segtable_free(hm_segtable *s);
 
+/* Starts loading the slot where `key`'s probe begins (hm_table_prefetch). */
+void hm_segtable_prefetch(const hm_segtable *s, uint64_t key);
+
 /* The value words of `key` (key != 0), or NULL when absent. */
 uint64_t *hm_segtable_find(const hm_segtable *s, uint64_t key);
 

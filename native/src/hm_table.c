@@ -57,6 +57,8 @@ static size_t probe(const hm_table *t, uint64_t key) {
     }
 }
 
+void hm_table_prefetch(const hm_table *t, uint64_t key) { __builtin_prefetch(slot(t, home(t, key))); }
+
 const uint64_t *hm_table_find(const hm_table *t, uint64_t key) {
     uint64_t *s = slot(t, probe(t, key));
     return s[0] == key ? s + 1 : NULL;

@@ -38,6 +38,10 @@ size_t hm_table_round_capacity(size_t want, unsigned value_words);
 int hm_table_init(hm_table *t, unsigned value_words, size_t capacity);
 void hm_table_free(hm_table *t);
 
+/* Starts loading the slot where `key`'s probe begins (a batch prefetches all its keys first, so
+ * their cache misses overlap instead of coming one after the other). */
+void hm_table_prefetch(const hm_table *t, uint64_t key);
+
 /* The value words of `key` (key != 0), or NULL when absent. */
 const uint64_t *hm_table_find(const hm_table *t, uint64_t key);
 
