@@ -388,7 +388,9 @@ def render_gil(d: dict[str, Any]) -> list[str]:
         f"`gil_wait_share` is the busy thread's time blocked on the GIL (kernel accounting; time waiting "
         f"for a core is `cpu queue`). Headline (worse of ours): {fmt(d.get('gil_wait_share'), 3)}, "
         f"Mooncake's client {fmt(d.get('gil_wait_share_mooncake'), 3)}, target <= "
-        f"{fmt(d.get('target_gil_wait_share'))}: {'met' if d.get('meets_target') else 'not met'}.",
+        f"{fmt(d.get('target_gil_wait_share'))}: {'met' if d.get('meets_target') else 'not met'}. "
+        f"Threads run at full speed, so a leg that moves more bytes takes the GIL more often: "
+        f"`GIL wait ms / GB` is the busy thread's wait per GB the leg moved.",
         "",
     ]
     rows = []
@@ -400,6 +402,7 @@ def render_gil(d: dict[str, Any]) -> list[str]:
             [
                 name,
                 fmt(leg.get("gil_wait_share"), 3),
+                fmt(leg.get("gil_wait_ms_per_gb"), 1),
                 fmt(leg.get("cpu_queue_share")),
                 fmt(leg.get("busy_ratio_vs_alone")),
                 fmt(leg.get("io_gbps")),
@@ -411,6 +414,7 @@ def render_gil(d: dict[str, Any]) -> list[str]:
         [
             "leg",
             "gil_wait_share",
+            "GIL wait ms / GB",
             "cpu queue",
             "busy / alone",
             "I/O GB/s",

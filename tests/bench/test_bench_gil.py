@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 PER_LEG = (
     "gil_wait_share", "gil_wait_share_alone", "cpu_queue_share", "busy_loops_per_s", "busy_loops_per_s_alone",
-    "busy_ratio_vs_alone", "io_gbps", "io_gbps_alone", "io_ratio_vs_alone",
+    "busy_ratio_vs_alone", "io_gbps", "io_gbps_alone", "io_ratio_vs_alone", "gil_wait_ms_per_gb",
 )  # fmt: skip
 
 
@@ -56,6 +56,8 @@ def test_the_gil_wait_share_tells_threads_that_hold_the_gil_from_threads_that_do
     # (0.7-0.85 on this project's loaded 2-core VM; threads that sleep: 0.00-0.11)
     assert holding["gil_wait_share"] > 0.4 and holding["gil_wait_share"] > waiting["gil_wait_share"] + 0.3
     assert waiting["gil_wait_share"] < 0.3 and waiting["gil_wait_share_alone"] < 0.1, (holding, waiting)
+    # per GB moved (the same bytes in both): the holding threads cost the busy thread far more
+    assert holding["gil_wait_ms_per_gb"] > 2 * waiting["gil_wait_ms_per_gb"], (holding, waiting)
     for leg in (holding, waiting):
         assert all(leg[k] >= 0 for k in PER_LEG) and leg["failed_pages"] == 0
         assert leg["io_ratio_vs_alone"] == pytest.approx(leg["io_gbps"] / leg["io_gbps_alone"])
@@ -98,6 +100,9 @@ def test_bench_gil_runs_every_leg_in_one_run_and_writes_the_figures(tmp_path: Pa
     ours = max(data["legs"][leg]["gil_wait_share"] for leg in ("dram", "dram_ssd"))
     assert data["gil_wait_share"] == ours
     assert data["gil_wait_share_mooncake"] == data["legs"]["mooncake"]["gil_wait_share"]
+    assert data["gil_wait_ms_per_gb"] == max(
+        data["legs"][leg]["gil_wait_ms_per_gb"] for leg in ("dram", "dram_ssd")
+    )
     for pid in data["legs"]["mooncake"]["mooncake"]["pids"].values():  # master, holder, client: gone
         assert (
             not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()

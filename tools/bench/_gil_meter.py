@@ -88,6 +88,7 @@ def busy_figures(before: tuple[float, int, int, int], after: tuple[float, int, i
         "gil_wait_share": gil_wait / (run + gil_wait) if run + gil_wait > 0 else 0.0,
         "cpu_queue_share": queued / wall if wall > 0 else 0.0,
         "busy_wall_s": wall,
+        "gil_wait_s": gil_wait,
     }
 
 
@@ -195,6 +196,11 @@ def measure_leg(workers: Workers, batches: int, busy_alone_s: float, first_backu
             beside["busy_loops_per_s"] / alone["busy_loops_per_s"] if alone["busy_loops_per_s"] else 0.0
         ),
         "gil_wait_share_alone": alone["gil_wait_share"],
+        # per GB moved: legs that move more bytes in the same time take the GIL more often, so
+        # the share alone favours a slower client
+        "gil_wait_ms_per_gb": (
+            beside["gil_wait_s"] * 1e3 / (together.gbps * together.seconds) if together.gbps > 0 else 0.0
+        ),
         "io_gbps": together.gbps,
         "io_gbps_alone": solo.gbps,
         "io_ratio_vs_alone": together.gbps / solo.gbps if solo.gbps else 0.0,

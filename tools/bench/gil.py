@@ -180,6 +180,7 @@ def measure(
             out[leg] = _host_pool_leg(leg, spec, work)
         _print_leg(leg, out[leg])
     ours = [out[leg]["gil_wait_share"] for leg in ("dram", "dram_ssd") if leg in out]
+    ours_per_gb = [out[leg]["gil_wait_ms_per_gb"] for leg in ("dram", "dram_ssd") if leg in out]
     mc = out.get("mooncake", {}).get("gil_wait_share")
     result: dict[str, Any] = {
         "benchmark": "gil",
@@ -192,12 +193,15 @@ def measure(
         "target_gil_wait_share": TARGET_GIL_WAIT_SHARE,
         "gil_wait_share": max(ours) if ours else None,
         "gil_wait_share_mooncake": mc,
+        "gil_wait_ms_per_gb": max(ours_per_gb) if ours_per_gb else None,
+        "gil_wait_ms_per_gb_mooncake": out.get("mooncake", {}).get("gil_wait_ms_per_gb"),
         "legs": out,
         "note": "gil_wait_share: the busy Python thread's time blocked on the GIL (wall - run - run-queue "
         "wait, from the kernel's /proc/self/task/<tid>/schedstat) over its run + blocked time (the time "
         "it was not waiting for a core, cpu_queue_share of the wall), in the window the backup and "
         "prefetch threads run beside it; medians of the repeats; the headline is the worse of ours "
-        "(dram, dram_ssd)",
+        "(dram, dram_ssd); gil_wait_ms_per_gb: the busy thread's GIL-wait milliseconds per GB the leg moved "
+        "beside it (threads at full speed: a leg that moves more bytes takes the GIL more often)",
     }
     result["meets_target"] = (
         bool(ours) and max(ours) <= TARGET_GIL_WAIT_SHARE and (mc is None or max(ours) <= mc)
@@ -211,7 +215,8 @@ def _print_leg(leg: str, row: dict[str, Any]) -> None:
         return
     print(
         f"{leg:>9}: gil_wait_share {row['gil_wait_share']:.3f} (alone {row['gil_wait_share_alone']:.3f}, "
-        f"cpu queue {row['cpu_queue_share']:.2f}) | busy loop {row['busy_ratio_vs_alone']:.2f} of alone | "
+        f"cpu queue {row['cpu_queue_share']:.2f}; {row['gil_wait_ms_per_gb']:.1f} ms per GB moved) | "
+        f"busy loop {row['busy_ratio_vs_alone']:.2f} of alone | "
         f"I/O {row['io_gbps']:.2f} GB/s, {row['io_ratio_vs_alone']:.2f} of alone "
         f"({row['io_gbps_alone']:.2f}) | failed sets {row['failed_sets']}, missed gets {row['missed_gets']}, "
         f"bad {row.get('bad_pages', 0)}",
