@@ -24,6 +24,7 @@ def page_views(
     sizes: Any,
     region_starts: Any,
     region_ends: Any,
+    regions: Any,
     /,
 ) -> list[list[memoryview]]: ...
 

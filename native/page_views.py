@@ -7,12 +7,14 @@ against the registered regions, ``[region_starts[r], region_ends[r])`` (ValueErr
 and run), overflow-safe, and returns one list of writable memoryviews per page; all or nothing.
 It runs with the GIL held (microseconds) and reads no byte of the memory it points at.
 
-The views do not own their memory: they are valid while the regions are (whoever registered
-them keeps the memory alive, as for any other view of a host pool).
+Each view is a slice of its region's memoryview (so ``memoryview.obj`` names the region's
+exporter, which the SSD engine groups a batch's views by, and the view keeps it alive); every
+region must still be the writable bytes registered at its start (ValueError otherwise).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -27,7 +29,7 @@ class AffinePages:
     """The run form of one pool (``bases``, ``strides``, ``sizes`` per run of a page) and the
     regions its runs must lie in; ``views`` makes a batch's page views."""
 
-    __slots__ = ("_bases", "_ends", "_sizes", "_starts", "_strides", "page_size")
+    __slots__ = ("_bases", "_ends", "_regions", "_sizes", "_starts", "_strides", "page_size")
 
     def __init__(
         self,
@@ -35,29 +37,35 @@ class AffinePages:
         bases: list[int],
         strides: list[int],
         sizes: list[int],
-        regions: list[tuple[int, int]],
+        regions: Sequence[memoryview],
     ) -> None:
-        """``regions``: ``(start address, length)`` of each registered buffer."""
+        """``regions``: a writable byte memoryview of each registered buffer."""
         if page_size < 1:
             raise ValueError(f"page_size must be at least 1, got {page_size}")
         if not len(bases) == len(strides) == len(sizes):
             raise ValueError(
                 f"bases, strides and sizes differ in length: {len(bases)}, {len(strides)}, {len(sizes)}"
             )
-        ordered = sorted(regions)
+        ordered = sorted(regions, key=address_of)
         self.page_size = page_size
         self._bases = np.asarray(bases, dtype=I64)
         self._strides = np.asarray(strides, dtype=I64)
         self._sizes = np.asarray(sizes, dtype=I64)
-        self._starts = np.asarray([start for start, _ in ordered], dtype=U64)
-        self._ends = np.asarray([start + length for start, length in ordered], dtype=U64)
+        self._regions = ordered
+        self._starts = np.asarray([address_of(v) for v in ordered], dtype=U64)
+        self._ends = np.asarray([address_of(v) + v.nbytes for v in ordered], dtype=U64)
 
     def views(self, indices: np.ndarray, pages: int, index_limit: int) -> list[list[memoryview]]:
         """Each page's run views (``indices``: int64, ``pages * page_size`` of them)."""
         return _core.page_views(
             indices, self.page_size, pages, index_limit, self._bases, self._strides, self._sizes,
-            self._starts, self._ends,
+            self._starts, self._ends, self._regions,
         )  # fmt: skip
+
+
+def address_of(view: memoryview) -> int:
+    """The address of a byte view's first byte."""
+    return int(np.frombuffer(view, dtype=np.uint8).ctypes.data)
 
 
 def page_views(
@@ -70,9 +78,11 @@ def page_views(
     sizes: Any,
     region_starts: Any,
     region_ends: Any,
+    regions: Sequence[memoryview],
 ) -> list[list[memoryview]]:
     """The raw call (``AffinePages.views`` keeps the arrays ready): int64 ``indices``, ``bases``,
-    ``strides``, ``sizes``; uint64 ``region_starts`` / ``region_ends`` sorted by start."""
+    ``strides``, ``sizes``; uint64 ``region_starts`` / ``region_ends`` sorted by start, and each
+    region's memoryview in that order."""
     return _core.page_views(
-        indices, page_size, pages, index_limit, bases, strides, sizes, region_starts, region_ends
+        indices, page_size, pages, index_limit, bases, strides, sizes, region_starts, region_ends, regions
     )

@@ -51,10 +51,6 @@ class HostPoolViews:
         """One writable byte view per distinct buffer of the pool (for memory registration)."""
         return [a.data for a in self._arrays]
 
-    def spans(self) -> list[tuple[int, int]]:
-        """``(start address, length)`` of each region, in ``regions()`` order."""
-        return [(b, e - b) for b, e in zip(self._bases, self._ends, strict=True)]
-
     @property
     def bases(self) -> list[int]:
         """The start address of each region, in ``regions()`` order."""

@@ -3,12 +3,15 @@
  * The zero-copy path from a host pool's indices to the views of its pages, in one call and with
  * the GIL held throughout (microseconds: a call that gave the GIL up would wait a switch interval
  * to get it back). Nothing is dereferenced here: the call computes addresses, checks each against
- * the index limit and the registered regions (overflow-safe), and makes memoryviews over them.
- * All or nothing: the first bad page raises (IndexError: a first index outside the pool;
- * ValueError: a run outside every region, or bad arguments) and no view is returned.
+ * the index limit and the registered regions (overflow-safe), and slices each run out of its
+ * region's memoryview. All or nothing: the first bad page raises (IndexError: a first index
+ * outside the pool; ValueError: a run outside every region, or bad arguments) and no view is
+ * returned.
  *
- * The views do not own their memory: they are valid while the regions are (the caller's
- * registration, the host pool's own lifetime), as for the pool's other views.
+ * Each view is a slice of its region's memoryview, so it keeps that region's exporter alive and
+ * names it (`memoryview.obj`): the SSD engine finds a batch's common buffer by it and reads and
+ * writes there in one call. Each region is borrowed once per call and must still lie at its
+ * registered start with its registered length (ValueError otherwise).
  */
 #include "hm_pageviews.h"
 
@@ -31,17 +34,41 @@ static Py_ssize_t find_region(const uint64_t *starts, const uint64_t *ends, Py_s
     return r;
 }
 
+/* Checks that regions[r] is a writable 1-D memoryview of bytes at starts[r] with ends[r] - starts[r]
+ * bytes, for every r; -1 with ValueError / TypeError naming the first that is not. */
+static int check_regions(PyObject *const *regions, Py_ssize_t n, const uint64_t *starts, const uint64_t *ends) {
+    for (Py_ssize_t r = 0; r < n; r++) {
+        if (!PyMemoryView_Check(regions[r])) {
+            PyErr_Format(PyExc_TypeError, "regions[%zd] must be a memoryview, got %.80s", r,
+                         Py_TYPE(regions[r])->tp_name);
+            return -1;
+        }
+        Py_buffer b;
+        if (PyObject_GetBuffer(regions[r], &b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            return -1;
+        int ok = b.ndim == 1 && b.itemsize == 1 && (uint64_t)(uintptr_t)b.buf == starts[r] &&
+                 ends[r] >= starts[r] && (uint64_t)b.len == ends[r] - starts[r];
+        PyBuffer_Release(&b);
+        if (!ok) {
+            PyErr_Format(PyExc_ValueError, "regions[%zd] is not the %llu bytes registered at %#llx", r,
+                         (unsigned long long)(ends[r] - starts[r]), (unsigned long long)starts[r]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* page_views(indices, page_size, pages, index_limit, bases, strides, sizes, region_starts,
- *            region_ends) -> list of `pages` lists of len(bases) writable memoryviews.
+ *            region_ends, regions) -> list of `pages` lists of len(bases) writable memoryviews.
  * indices: int64, pages * page_size of them (page p addressed by indices[p * page_size]);
  * bases, strides, sizes: int64, one per run of a page; region_starts / region_ends: uint64,
- * sorted by start, not overlapping. */
+ * sorted by start, not overlapping; regions: the memoryview of each region, in that order. */
 PyObject *hm_py_page_views(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 9) {
+    if (nargs != 10) {
         PyErr_SetString(PyExc_TypeError,
                         "page_views(indices, page_size, pages, index_limit, bases, strides, sizes, "
-                        "region_starts, region_ends) takes 9 arguments");
+                        "region_starts, region_ends, regions) takes 10 arguments");
         return NULL;
     }
     uint64_t page_size, pages, limit;
@@ -56,7 +83,7 @@ PyObject *hm_py_page_views(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_ssize_t n_idx, n_runs, n_strides, n_sizes, n_regions, n_ends;
     if (hm_get_i64(args[0], "indices", 0, &idx_b, &n_idx) < 0)
         return NULL;
-    PyObject *out = NULL;
+    PyObject *out = NULL, *regions = NULL;
     int held = 1;
     if (hm_get_i64(args[4], "bases", 0, &base_b, &n_runs) < 0)
         goto done_idx;
@@ -96,6 +123,11 @@ PyObject *hm_py_page_views(PyObject *self, PyObject *const *args, Py_ssize_t nar
             goto done;
         }
     }
+    regions = PySequence_Fast(args[9], "regions must be a sequence of memoryviews");
+    if (!regions || hm_check_len("regions", PySequence_Fast_GET_SIZE(regions), "region_starts", n_regions) < 0 ||
+        check_regions(PySequence_Fast_ITEMS(regions), n_regions, starts, ends) < 0)
+        goto done;
+    PyObject **region_views = PySequence_Fast_ITEMS(regions);
     out = PyList_New((Py_ssize_t)pages);
     if (!out)
         goto done;
@@ -114,16 +146,18 @@ PyObject *hm_py_page_views(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyList_SET_ITEM(out, (Py_ssize_t)p, page);
         for (Py_ssize_t j = 0; j < n_runs; j++) {
             int64_t scaled, addr;
+            Py_ssize_t r = -1;
             if (__builtin_mul_overflow(first, strides[j], &scaled) ||
                 __builtin_add_overflow(bases[j], scaled, &addr) || addr < 0 ||
-                find_region(starts, ends, n_regions, (uint64_t)addr, (uint64_t)sizes[j]) < 0) {
+                (r = find_region(starts, ends, n_regions, (uint64_t)addr, (uint64_t)sizes[j])) < 0) {
                 PyErr_Format(PyExc_ValueError, "page %llu run %zd: %lld bytes at %lld + %lld * %lld outside the "
                              "registered regions",
                              (unsigned long long)p, j, (long long)sizes[j], (long long)bases[j], (long long)first,
                              (long long)strides[j]);
                 goto fail;
             }
-            PyObject *view = PyMemoryView_FromMemory((char *)(uintptr_t)addr, (Py_ssize_t)sizes[j], PyBUF_WRITE);
+            Py_ssize_t at = (Py_ssize_t)((uint64_t)addr - starts[r]);
+            PyObject *view = PySequence_GetSlice(region_views[r], at, at + (Py_ssize_t)sizes[j]);
             if (!view)
                 goto fail;
             PyList_SET_ITEM(page, j, view);
@@ -133,6 +167,7 @@ PyObject *hm_py_page_views(PyObject *self, PyObject *const *args, Py_ssize_t nar
 fail:
     Py_CLEAR(out);
 done:
+    Py_XDECREF(regions);
     if (held >= 6)
         PyBuffer_Release(&end_b);
     if (held >= 5)

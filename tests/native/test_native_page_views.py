@@ -30,21 +30,15 @@ class Pool:
         self.bases = [self.k.ctypes.data, self.v.ctypes.data]
         self.strides = [k_bytes, v_bytes]
         self.sizes = [page_size * k_bytes, page_size * v_bytes]
-        self.regions = [(self.k.ctypes.data, self.k.nbytes), (self.v.ctypes.data, self.v.nbytes)]
+        self.regions = [self.k.data, self.v.data]
 
     def native(self) -> native.AffinePages:
         return native.AffinePages(self.page_size, self.bases, self.strides, self.sizes, self.regions)
 
     def reference(self, indices: np.ndarray, pages: int) -> list[list[tuple[int, int]]]:
+        spans = [(self.k.ctypes.data, self.k.nbytes), (self.v.ctypes.data, self.v.nbytes)]
         return ref_page_views(
-            indices.tolist(),
-            self.page_size,
-            pages,
-            self.slots,
-            self.bases,
-            self.strides,
-            self.sizes,
-            self.regions,
+            indices.tolist(), self.page_size, pages, self.slots, self.bases, self.strides, self.sizes, spans
         )
 
 
@@ -67,6 +61,8 @@ def test_views_lie_where_the_reference_model_puts_them_for_random_batches() -> N
         want = pool.reference(idx, len(firsts))
         assert [[(address(v), v.nbytes) for v in page] for page in got] == want
         assert all(not v.readonly and v.format == "B" for page in got for v in page)
+        # slices of the regions: each names (and keeps alive) its region's exporter
+        assert all(page[0].obj is pool.k and page[1].obj is pool.v for page in got)
 
 
 def test_a_view_writes_through_to_the_pool_and_copy_slots_takes_it() -> None:
@@ -108,7 +104,7 @@ def test_a_page_whose_indices_leave_the_pool_fails_the_call(firsts: list[int], b
 def test_a_run_outside_every_region_fails_the_call() -> None:
     pool = Pool(slots=64, page_size=4, k_bytes=16, v_bytes=16)
     # the V region is registered one page short: the last page's V run leaves it
-    short = [pool.regions[0], (pool.regions[1][0], pool.regions[1][1] - 4 * 16)]
+    short = [pool.regions[0], pool.regions[1][: -4 * 16]]
     form = native.AffinePages(4, pool.bases, pool.strides, pool.sizes, short)
     idx = page_indices([0, 60], 4)
     with pytest.raises(ValueError, match="page 1 run 1: .* outside the registered regions"):
@@ -125,25 +121,36 @@ def test_a_run_outside_every_region_fails_the_call() -> None:
 
 
 def test_bad_arguments_are_refused_with_their_names() -> None:
+    mem = np.zeros(4096, np.uint8)
+    region = [mem.data]
     idx = page_indices([0], 4)
-    starts, ends = np.array([4096], U64), np.array([8192], U64)
-    one = np.array([4096], I64)
+    starts, ends = np.array([mem.ctypes.data], U64), np.array([mem.ctypes.data + 4096], U64)
+    one, base = np.array([16], I64), np.array([mem.ctypes.data], I64)
+    assert native.page_views(idx, 4, 1, 64, base, one, one, starts, ends, region)[0][0].nbytes == 16
     with pytest.raises(ValueError, match="3 indices for 1 pages of 4"):
-        native.page_views(idx[:3], 4, 1, 64, one, one, one, starts, ends)
+        native.page_views(idx[:3], 4, 1, 64, base, one, one, starts, ends, region)
     with pytest.raises(ValueError, match="page_size must be at least 1"):
-        native.page_views(idx, 0, 1, 64, one, one, one, starts, ends)
+        native.page_views(idx, 0, 1, 64, base, one, one, starts, ends, region)
     with pytest.raises(ValueError, match="sizes has 2 elements"):
-        native.page_views(idx, 4, 1, 64, one, one, np.array([1, 2], I64), starts, ends)
+        native.page_views(idx, 4, 1, 64, base, one, np.array([1, 2], I64), starts, ends, region)
     with pytest.raises(ValueError, match=r"sizes\[0\] is negative"):
-        native.page_views(idx, 4, 1, 64, one, one, np.array([-1], I64), starts, ends)
+        native.page_views(idx, 4, 1, 64, base, one, np.array([-1], I64), starts, ends, region)
     with pytest.raises(TypeError, match="indices"):
-        native.page_views(idx.astype(np.float64), 4, 1, 64, one, one, one, starts, ends)
+        native.page_views(idx.astype(np.float64), 4, 1, 64, base, one, one, starts, ends, region)
+    two = (np.array([8192, 4096], U64), np.array([9000, 8192], U64))
     with pytest.raises(ValueError, match="region_starts"):
-        native.page_views(
-            idx, 4, 1, 64, one, one, one, np.array([8192, 4096], U64), np.array([9000, 8192], U64)
-        )
+        native.page_views(idx, 4, 1, 64, base, one, one, *two, region * 2)
+    with pytest.raises(ValueError, match="regions has 2 elements but region_starts has 1"):
+        native.page_views(idx, 4, 1, 64, base, one, one, starts, ends, region * 2)
+    # a region that is not where it was registered, not a memoryview, or read-only
+    with pytest.raises(ValueError, match=r"regions\[0\] is not the 4096 bytes registered"):
+        native.page_views(idx, 4, 1, 64, base, one, one, starts, ends, [np.zeros(4096, np.uint8).data])
+    with pytest.raises(TypeError, match=r"regions\[0\] must be a memoryview"):
+        native.page_views(idx, 4, 1, 64, base, one, one, starts, ends, [mem])
+    with pytest.raises(BufferError):
+        native.page_views(idx, 4, 1, 64, base, one, one, starts, ends, [memoryview(bytes(4096))])
     with pytest.raises(ValueError, match="bases, strides and sizes differ"):
-        native.AffinePages(4, [1], [1, 2], [1], [(4096, 4096)])
+        native.AffinePages(4, [1], [1, 2], [1], region)
 
 
 def test_no_pages_give_no_views() -> None:

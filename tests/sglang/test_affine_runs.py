@@ -59,7 +59,8 @@ def test_the_native_page_views_lie_on_sglangs_runs(sglang_runtime: Any, layout: 
     provider = provider_for(pool)
     form = AffineRuns.detect(provider, pool, pool.page_size, pool.size)
     assert form is not None
-    views = form.native(HostPoolViews(pool_tensors(pool)).spans())
+    memory = HostPoolViews(pool_tensors(pool))
+    views = form.native(memory.regions())
     pages = pool.size // pool.page_size
     rng = random.Random(f"native-{layout}")
     batches = [list(range(pages))] + [
@@ -72,6 +73,9 @@ def test_the_native_page_views_lie_on_sglangs_runs(sglang_runtime: Any, layout: 
         flat = [v for page in got for v in page]
         assert [np.frombuffer(v, np.uint8).ctypes.data for v in flat] == list(ptrs)
         assert [v.nbytes for v in flat] == list(sizes)
+        assert {id(v.obj) for v in flat} <= {
+            id(r.obj) for r in memory.regions()
+        }  # slices of the pool's buffers
     past = _pages([pages - 1], pool.page_size) + 1
     with pytest.raises(IndexError):
         views.views(index_array(past), 1, pool.size)

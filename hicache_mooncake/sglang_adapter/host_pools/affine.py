@@ -42,10 +42,9 @@ class AffineRuns:
         self._strides = np.asarray(strides, dtype=np.int64)
         self._sizes = list(sizes)
 
-    def native(self, regions: list[tuple[int, int]]) -> AffinePages:
+    def native(self, regions: list[memoryview]) -> AffinePages:
         """This form as the data path's native call (``native.AffinePages``): every run it makes
-        must lie in one of ``regions`` (``(start address, length)``: the pool's registered
-        buffers)."""
+        must lie in one of ``regions`` (the pool's registered buffers; each view a slice of one)."""
         return AffinePages(self.page_size, self._bases.tolist(), self._strides.tolist(), self._sizes, regions)
 
     def runs(self, host_indices: Any, pages: int) -> tuple[list[int], list[int]]:

@@ -126,7 +126,7 @@ class RegisteredPool:
     def affine_pages(self) -> AffinePages | None:
         """``affine_runs`` made ready for the native call, bounded by the pool's buffers."""
         form = self.affine_runs
-        return None if form is None else form.native(self.memory.spans())
+        return None if form is None else form.native(self.memory.regions())
 
     def close(self) -> None:
         self.memory.close()
