@@ -344,7 +344,8 @@ static PyObject *SlotIndex_read_pin(SlotIndex *self, PyObject *const *args, Py_s
     for (Py_ssize_t j = 0; j < k; j++) { /* every key checked: now the pins */
         slot_rec *rec = &self->slots[offsets[j] >> self->shift];
         pin_slot(self, rec);
-        rec->reads++;
+        if (rec->reads != UINT32_MAX) /* saturates: a count, not an identity */
+            rec->reads++;
     }
     result = Py_BuildValue("nnn", k, nfound, collided);
 done:
@@ -394,7 +395,8 @@ static PyObject *SlotIndex_count_reads(SlotIndex *self, PyObject *arg) {
     if (arg_u64(&bs, arg, "offsets", 0, -1, &offsets, &n) < 0 || check_offsets(self, offsets, n, "offsets") < 0)
         goto done;
     for (Py_ssize_t i = 0; i < n; i++)
-        self->slots[offsets[i] >> self->shift].reads++;
+        if (self->slots[offsets[i] >> self->shift].reads != UINT32_MAX)
+            self->slots[offsets[i] >> self->shift].reads++;
     result = Py_NewRef(Py_None);
 done:
     release_all(&bs);
@@ -656,9 +658,15 @@ static PyObject *SlotIndex_rows_into(SlotIndex *self, PyObject *const *args, Py_
     if (!keys)
         goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
-        const char *block = self->slots[rows[i * ROW_WORDS] >> self->shift].key;
+        uint64_t slot = rows[i * ROW_WORDS] >> self->shift;
+        const char *block = slot < self->nslots ? self->slots[slot].key : NULL;
+        if (!block) { /* a row's slot holds its key (invariant): never here */
+            PyErr_Format(PyExc_SystemError, "SlotIndex: row %zd's slot holds no key", i);
+            Py_CLEAR(keys);
+            goto done;
+        }
         uint32_t len;
-        memcpy(&len, block, sizeof len); /* a row's slot holds its key (invariant) */
+        memcpy(&len, block, sizeof len);
         PyObject *key = PyUnicode_DecodeUTF8(block + sizeof len, len, "strict");
         if (!key) {
             Py_CLEAR(keys);
