@@ -53,7 +53,7 @@ from .io import (  # noqa: E402
     set_io_threads,
     write_entries,
 )
-from .page_views import AffinePages, page_views  # noqa: E402
+from .page_views import AffinePages  # noqa: E402
 from .recency_log import RecencyLog  # noqa: E402
 from .slot_index import SlotIndex  # noqa: E402
 from .slots import copy_slots, page_sizes  # noqa: E402
@@ -76,7 +76,6 @@ __all__ = [
     "io_threads",
     "key_hashes",
     "page_sizes",
-    "page_views",
     "pread_batch",
     "pwrite_batch",
     "read_entries",

@@ -1,10 +1,11 @@
 """Byte views of pages whose runs lie at affine addresses, made in one native call.
 
 Page ``p`` is addressed by its first index ``f = indices[p * page_size]``; its run ``j`` is the
-``sizes[j]`` bytes at address ``bases[j] + f * strides[j]``. ``page_views`` checks every page's
-indices ``[f, f + page_size)`` against ``index_limit`` (IndexError naming the page) and every run
-against the registered regions, ``[region_starts[r], region_ends[r])`` (ValueError naming page
-and run), overflow-safe, and returns one list of writable memoryviews per page; all or nothing.
+``sizes[j]`` bytes at address ``bases[j] + f * strides[j]``. ``AffinePages.views`` (one call of
+``_core.page_views``) checks every page's indices ``[f, f + page_size)`` against ``index_limit``
+(IndexError naming the page) and every run against the registered regions (ValueError naming
+page and run), overflow-safe, and returns one list of writable memoryviews per page; all or
+nothing.
 It runs with the GIL held (microseconds) and reads no byte of the memory it points at.
 
 Each view is a slice of its region's memoryview (so ``memoryview.obj`` names the region's
@@ -15,7 +16,6 @@ region must still be the writable bytes registered at its start (ValueError othe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -66,23 +66,3 @@ class AffinePages:
 def address_of(view: memoryview) -> int:
     """The address of a byte view's first byte."""
     return int(np.frombuffer(view, dtype=np.uint8).ctypes.data)
-
-
-def page_views(
-    indices: Any,
-    page_size: int,
-    pages: int,
-    index_limit: int,
-    bases: Any,
-    strides: Any,
-    sizes: Any,
-    region_starts: Any,
-    region_ends: Any,
-    regions: Sequence[memoryview],
-) -> list[list[memoryview]]:
-    """The raw call (``AffinePages.views`` keeps the arrays ready): int64 ``indices``, ``bases``,
-    ``strides``, ``sizes``; uint64 ``region_starts`` / ``region_ends`` sorted by start, and each
-    region's memoryview in that order."""
-    return _core.page_views(
-        indices, page_size, pages, index_limit, bases, strides, sizes, region_starts, region_ends, regions
-    )

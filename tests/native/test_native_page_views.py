@@ -12,6 +12,7 @@ import pytest
 from reference_models import RefPageViewError, ref_page_views
 
 from hicache_mooncake import native
+from hicache_mooncake.native import _core
 
 I64, U64 = np.int64, np.uint64
 
@@ -126,29 +127,29 @@ def test_bad_arguments_are_refused_with_their_names() -> None:
     idx = page_indices([0], 4)
     starts, ends = np.array([mem.ctypes.data], U64), np.array([mem.ctypes.data + 4096], U64)
     one, base = np.array([16], I64), np.array([mem.ctypes.data], I64)
-    assert native.page_views(idx, 4, 1, 64, base, one, one, starts, ends, region)[0][0].nbytes == 16
+    assert _core.page_views(idx, 4, 1, 64, base, one, one, starts, ends, region)[0][0].nbytes == 16
     with pytest.raises(ValueError, match="3 indices for 1 pages of 4"):
-        native.page_views(idx[:3], 4, 1, 64, base, one, one, starts, ends, region)
+        _core.page_views(idx[:3], 4, 1, 64, base, one, one, starts, ends, region)
     with pytest.raises(ValueError, match="page_size must be at least 1"):
-        native.page_views(idx, 0, 1, 64, base, one, one, starts, ends, region)
+        _core.page_views(idx, 0, 1, 64, base, one, one, starts, ends, region)
     with pytest.raises(ValueError, match="sizes has 2 elements"):
-        native.page_views(idx, 4, 1, 64, base, one, np.array([1, 2], I64), starts, ends, region)
+        _core.page_views(idx, 4, 1, 64, base, one, np.array([1, 2], I64), starts, ends, region)
     with pytest.raises(ValueError, match=r"sizes\[0\] is negative"):
-        native.page_views(idx, 4, 1, 64, base, one, np.array([-1], I64), starts, ends, region)
+        _core.page_views(idx, 4, 1, 64, base, one, np.array([-1], I64), starts, ends, region)
     with pytest.raises(TypeError, match="indices"):
-        native.page_views(idx.astype(np.float64), 4, 1, 64, base, one, one, starts, ends, region)
+        _core.page_views(idx.astype(np.float64), 4, 1, 64, base, one, one, starts, ends, region)
     two = (np.array([8192, 4096], U64), np.array([9000, 8192], U64))
     with pytest.raises(ValueError, match="region_starts"):
-        native.page_views(idx, 4, 1, 64, base, one, one, *two, region * 2)
+        _core.page_views(idx, 4, 1, 64, base, one, one, *two, region * 2)
     with pytest.raises(ValueError, match="regions has 2 elements but region_starts has 1"):
-        native.page_views(idx, 4, 1, 64, base, one, one, starts, ends, region * 2)
+        _core.page_views(idx, 4, 1, 64, base, one, one, starts, ends, region * 2)
     # a region that is not where it was registered, not a memoryview, or read-only
     with pytest.raises(ValueError, match=r"regions\[0\] is not the 4096 bytes registered"):
-        native.page_views(idx, 4, 1, 64, base, one, one, starts, ends, [np.zeros(4096, np.uint8).data])
+        _core.page_views(idx, 4, 1, 64, base, one, one, starts, ends, [np.zeros(4096, np.uint8).data])
     with pytest.raises(TypeError, match=r"regions\[0\] must be a memoryview"):
-        native.page_views(idx, 4, 1, 64, base, one, one, starts, ends, [mem])
+        _core.page_views(idx, 4, 1, 64, base, one, one, starts, ends, [mem])
     with pytest.raises(BufferError):
-        native.page_views(idx, 4, 1, 64, base, one, one, starts, ends, [memoryview(bytes(4096))])
+        _core.page_views(idx, 4, 1, 64, base, one, one, starts, ends, [memoryview(bytes(4096))])
     with pytest.raises(ValueError, match="bases, strides and sizes differ"):
         native.AffinePages(4, [1], [1, 2], [1], region)
 
