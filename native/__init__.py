@@ -55,6 +55,7 @@ from .io import (  # noqa: E402
 )
 from .page_views import AffinePages  # noqa: E402
 from .recency_log import RecencyLog  # noqa: E402
+from .reuse_ledger import ReuseLedger  # noqa: E402
 from .slot_index import SlotIndex  # noqa: E402
 from .slots import copy_slots, page_sizes  # noqa: E402
 
@@ -66,6 +67,7 @@ __all__ = [
     "WritesInFlight",
     "FpTable",
     "RecencyLog",
+    "ReuseLedger",
     "SlotIndex",
     "copy_pages",
     "AffinePages",

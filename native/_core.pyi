@@ -1,5 +1,6 @@
 # Type stub of the C extension (native/src). The typed, documented API is in the package's
 # modules; these are the raw entry points: outputs are preallocated arrays the caller passes in.
+from collections.abc import Sequence
 from typing import Any
 
 def set_xxh3_library(path: str, symbol: str, /) -> None: ...
@@ -72,6 +73,60 @@ class RecencyLog:
     ) -> tuple[int | None, bool, int | None]: ...
     def value(self, key_hash: int, /) -> int | None: ...
     def live_fingerprints(self) -> list[int]: ...
+
+class ReuseLedger:
+    tick: int
+    epoch: int
+    peak: int
+    obs_limit: int
+    next_refresh: int
+    next_adapt: int
+    warm_until: int
+    full_tick: int
+    next_rid: int
+    last_rid: int
+    real_hits: int
+    sh_hits: int
+    stopped_at: int
+    sh_broken: int
+    last_run_alive: int
+    far: float
+    zs: float
+    zq: float
+    zh: float
+    floor: float
+    last_prio: float
+    last_key: str | None
+    def __init__(
+        self,
+        log: RecencyLog,
+        pos: Any,
+        expo: Any,
+        open_n: Any,
+        open_sum: Any,
+        v: Any,
+        kind_base: Any,
+        lp: Any,
+        lp_cols: int,
+        rewrite_shift: int,
+        horizon: float,
+        warm: float,
+        guard: bool,
+        adapt_every: int,
+    ) -> None: ...
+    def access(
+        self,
+        keys: Sequence[str],
+        ctxs: Sequence[Any],
+        start: int,
+        stage: int,
+        read: bool,
+        in_where: bytes | None,
+        hints: bytes | None,
+        news: list[tuple[int, int, float, int, float, int]],
+        resident: int,
+        /,
+    ) -> tuple[int, int, int]: ...
 
 def pread_batch(
     fd: int, buf: Any, buf_offsets: Any, lengths: Any, file_offsets: Any, timeout_s: float, out: Any, /

@@ -8,6 +8,7 @@
 #include "hm_io.h"
 #include "hm_pageviews.h"
 #include "hm_recency.h"
+#include "hm_reuse.h"
 #include "hm_slotindex.h"
 #include "hm_slots.h"
 #include "hm_xxh3.h"
@@ -66,7 +67,7 @@ static struct PyModuleDef core_module = {
 
 PyMODINIT_FUNC PyInit__core(void) {
     if (PyType_Ready(&hm_FpTableType) < 0 || PyType_Ready(&hm_RecencyLogType) < 0 ||
-        PyType_Ready(&hm_SlotIndexType) < 0)
+        PyType_Ready(&hm_SlotIndexType) < 0 || PyType_Ready(&hm_ReuseLedgerType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&core_module);
     if (!m)
@@ -74,6 +75,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (PyModule_AddObjectRef(m, "FpTable", (PyObject *)&hm_FpTableType) < 0 ||
         PyModule_AddObjectRef(m, "RecencyLog", (PyObject *)&hm_RecencyLogType) < 0 ||
         PyModule_AddObjectRef(m, "SlotIndex", (PyObject *)&hm_SlotIndexType) < 0 ||
+        PyModule_AddObjectRef(m, "ReuseLedger", (PyObject *)&hm_ReuseLedgerType) < 0 ||
         PyModule_AddIntConstant(m, "ENTRY_OK", HM_ENTRY_OK) < 0 ||
         PyModule_AddIntConstant(m, "ENTRY_SHORT", HM_ENTRY_SHORT) < 0 ||
         PyModule_AddIntConstant(m, "ENTRY_BAD_HEADER", HM_ENTRY_BAD_HEADER) < 0 ||

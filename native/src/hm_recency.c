@@ -45,7 +45,7 @@ typedef struct {
     size_t len, cap;
 } order_log;
 
-typedef struct {
+struct hm_recency_log {
     PyObject_HEAD
     hm_segtable last; /* fingerprint -> (tick << bits) | payload of its latest access */
     int table_ready;
@@ -66,7 +66,8 @@ typedef struct {
     size_t compact_slack, pass_window;
     long pass_every;
     int busy; /* a touch is growing the table without the GIL: every other call is refused */
-} RecencyLog;
+};
+typedef struct hm_recency_log RecencyLog;
 
 /* ------------------------------------------------------------------ the log arrays */
 
@@ -317,30 +318,27 @@ static PyObject *or_none(int present, uint64_t value) {
     return PyLong_FromUnsignedLongLong(value);
 }
 
-/* touch(key_hash, tick, payload, shadow_size, limit, seen_payload=None)
- *   -> (previous value | None, was in the shadow, expired value | None) */
-static PyObject *RecencyLog_touch(RecencyLog *s, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 5 || nargs > 6) {
-        PyErr_SetString(PyExc_TypeError, "RecencyLog.touch(key_hash, tick, payload, shadow_size, limit, seen_payload=None)");
-        return NULL;
-    }
+unsigned hm_recency_bits(const RecencyLog *s) { return s->bits; }
+
+int hm_recency_touch(RecencyLog *s, uint64_t fp, uint64_t tick, uint64_t payload, int has_seen, uint64_t seen,
+                     uint64_t shadow_size, uint64_t limit, hm_recency_touched *out) {
     if (refuse_if_busy(s) < 0)
-        return NULL;
-    uint64_t fp, tick, payload, seen = 0, shadow_size, limit;
-    uint64_t payload_limit = (uint64_t)1 << s->bits;
-    int has_seen = nargs == 6 && args[5] != Py_None;
-    if (parse_key(args[0], &fp) < 0 || parse_below(args[1], "tick", (uint64_t)1 << (63 - s->bits), &tick) < 0 ||
-        parse_below(args[2], "payload", payload_limit, &payload) < 0 ||
-        hm_parse_u64(args[3], "shadow_size", &shadow_size) < 0 || hm_parse_u64(args[4], "limit", &limit) < 0 ||
-        (has_seen && parse_below(args[5], "seen_payload", payload_limit, &seen) < 0))
-        return NULL;
+        return -1;
+    if (tick >= (uint64_t)1 << (63 - s->bits) || payload >= (uint64_t)1 << s->bits ||
+        (has_seen && seen >= (uint64_t)1 << s->bits)) {
+        PyErr_Format(PyExc_ValueError, "RecencyLog: tick %llu or payload %llu out of range for %u payload bits",
+                     (unsigned long long)tick, (unsigned long long)(has_seen ? seen : payload), s->bits);
+        return -1;
+    }
     if (s->touched && tick <= s->last_tick) {
         PyErr_Format(PyExc_ValueError, "ticks must increase: %llu after %llu", (unsigned long long)tick,
                      (unsigned long long)s->last_tick);
-        return NULL;
+        return -1;
     }
-    if (log_reserve(&s->log, s->log.len + 1) < 0)
-        return PyErr_NoMemory();
+    if (log_reserve(&s->log, s->log.len + 1) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
     uint64_t stamp = tick << s->bits, old = 0;
     uint64_t *v = hm_segtable_find(&s->last, fp);
     int had = v != NULL;
@@ -357,8 +355,10 @@ static PyObject *RecencyLog_touch(RecencyLog *s, PyObject *const *args, Py_ssize
             Py_END_ALLOW_THREADS
             s->busy = 0;
         }
-        if (r < 0)
-            return PyErr_NoMemory(); /* nothing changed */
+        if (r < 0) { /* nothing changed */
+            PyErr_NoMemory();
+            return -1;
+        }
     }
     int in_shadow = had && s->bound_tick != PAST && (old >> s->bits) >= s->bound_tick;
     s->log.fps[s->log.len] = fp;
@@ -382,7 +382,7 @@ static PyObject *RecencyLog_touch(RecencyLog *s, PyObject *const *args, Py_ssize
     int has_expired = 0;
     if (s->last.count > limit) {
         if (expire_oldest(s, &expired) < 0)
-            return NULL;
+            return -1;
         has_expired = 1;
     }
     if (s->pass_on) {
@@ -399,6 +399,36 @@ static PyObject *RecencyLog_touch(RecencyLog *s, PyObject *const *args, Py_ssize
             s->compact_at = (int64_t)(s->log.len + s->last.count + s->compact_slack);
         }
     }
+    out->had = had;
+    out->old = old;
+    out->in_shadow = in_shadow;
+    out->has_expired = has_expired;
+    out->expired = expired;
+    return 0;
+}
+
+/* touch(key_hash, tick, payload, shadow_size, limit, seen_payload=None)
+ *   -> (previous value | None, was in the shadow, expired value | None) */
+static PyObject *RecencyLog_touch(RecencyLog *s, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 5 || nargs > 6) {
+        PyErr_SetString(PyExc_TypeError, "RecencyLog.touch(key_hash, tick, payload, shadow_size, limit, seen_payload=None)");
+        return NULL;
+    }
+    if (refuse_if_busy(s) < 0)
+        return NULL;
+    uint64_t fp, tick, payload, seen = 0, shadow_size, limit;
+    uint64_t payload_limit = (uint64_t)1 << s->bits;
+    int has_seen = nargs == 6 && args[5] != Py_None;
+    if (parse_key(args[0], &fp) < 0 || parse_below(args[1], "tick", (uint64_t)1 << (63 - s->bits), &tick) < 0 ||
+        parse_below(args[2], "payload", payload_limit, &payload) < 0 ||
+        hm_parse_u64(args[3], "shadow_size", &shadow_size) < 0 || hm_parse_u64(args[4], "limit", &limit) < 0 ||
+        (has_seen && parse_below(args[5], "seen_payload", payload_limit, &seen) < 0))
+        return NULL;
+    hm_recency_touched t;
+    if (hm_recency_touch(s, fp, tick, payload, has_seen, seen, shadow_size, limit, &t) < 0)
+        return NULL;
+    int had = t.had, in_shadow = t.in_shadow, has_expired = t.has_expired;
+    uint64_t old = t.old, expired = t.expired;
     PyObject *a = or_none(had, old);
     PyObject *c = a ? or_none(has_expired, expired) : NULL;
     if (!c) {

@@ -52,7 +52,7 @@ def _workload(
         if check:
             # the lists stay near twice the residents (the most there were: removed pages' entries
             # stay until a sweep passes them)
-            assert pol._slots <= 2.05 * pol._peak + reuse._SLACK + reuse._SWEEP_STEP
+            assert pol._slots <= 2.05 * pol._c.peak + reuse._SLACK + reuse._SWEEP_STEP
     assert pol._slots == sum(len(keys) for keys in pol._runs.values())
     return victims
 
@@ -73,16 +73,16 @@ def test_sweeping_changes_no_victim(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_no_access_sweeps_more_than_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each access looks at no more than ``_SWEEP_STEP`` runs plus one run's entries: the whole
-    pass is spread over many accesses instead of stalling one."""
+    """Each access looks at no more than ``_SWEEP_STEP`` runs plus one run's entries (a batch:
+    that per access): the whole pass is spread over many accesses instead of stalling one."""
     monkeypatch.setattr(reuse, "_SLACK", 64)
     monkeypatch.setattr(reuse, "_SWEEP_STEP", 16)
     looked: list[int] = []
     real_sweep = ReusePolicy._sweep
 
-    def sweep(self: ReusePolicy) -> None:
+    def sweep(self: ReusePolicy, budget: int) -> None:
         before = self._sweep_at
-        real_sweep(self)
+        real_sweep(self, budget)
         looked.append(self._sweep_at - before)  # runs visited (each costs the step 1 + its entries)
 
     monkeypatch.setattr(ReusePolicy, "_sweep", sweep)

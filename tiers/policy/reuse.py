@@ -43,34 +43,44 @@ time where it pays, and stays LRU where prediction cannot win.
    standard errors plus ``margin`` of the hits behind LRU, it runs as LRU for a hold time that
    doubles each time the predictor loses again, then tries the predictor again.
 
-Cost: one call per key and operation (``on_set`` answers in one step); per access a few dict and
-list operations, one shadow move, and a heap operation per run (not per page). No access does
-work in proportion to the cache: stale run entries are swept a few hundred per access, the
-observations and the LRU shadow are one native ``RecencyLog`` call per access (its log is
-compacted a window every 128 accesses, its table grows one segment at a time). What is still
-O(cache) in one call: re-valuing the runs when ``alpha`` moves by 0.25 or more (a ``heapify``), and
-dropping the heap entries of swept runs when a cache that does not evict has piled them up.
+Cost: one call per operation (``on_set`` answers in one step; ``on_set_batch`` and
+``on_hit_batch`` take a whole batch): the per-access bookkeeping of a batch (class, observation
+and LRU shadow in the ``RecencyLog``, per-class counters, the guard's counts, GreedyDual priority
+and run membership) is one native ``ReuseLedger`` call, which stops only where a decision is due
+(a refresh of the class values, the guard's test) and resumes after it. Python then extends the
+runs a slice at a time and pushes one heap entry per new run (not per page). No access does work
+in proportion to the cache: stale run entries are swept a few hundred per access, the
+observations' log is compacted a window every 128 accesses, its table grows one segment at a
+time. What is still O(cache) in one call: re-valuing the runs when ``alpha`` moves by 0.25 or
+more (a ``heapify``), and dropping the heap entries of swept runs when a cache that does not
+evict has piled them up.
 
 Invariants:
 - ``pop_victim`` returns a resident key and forgets it; ``len`` counts resident keys only.
 - Observations hold at most ``max(horizon, 1) * peak + 1024`` keys, the shadow at most ``peak``
-  keys (``peak``: the largest resident count seen), both in one ``RecencyLog`` by the keys'
-  fingerprints (43-69 bytes per observed key, none of them the key's string); run lists hold
+  keys (``peak``: the largest resident count seen, ``ReuseLedger.peak``), both in one
+  ``RecencyLog`` by the keys' fingerprints (43-69 bytes per observed key, none of them the key's string); run lists hold
   about ``2 * peak + 4096`` entries at most (stale ones are swept away; while a sweep runs, at
-  most one more per ``_SWEEP_STEP`` accesses).
+  most one more per ``_SWEEP_STEP`` accesses, and a sweep starts after a batch, not within it).
 - A page pinned in ``Hints`` is put back, not evicted, while the pin holds (at most 64 in a row
   per eviction, so pins cannot stall the store).
-- Deterministic (same calls, same victims); no I/O; not thread-safe (callers lock). Hints are
-  read, never written (``Hints`` is thread-safe on its own).
+- Deterministic (same calls, same victims: a batch decides as its accesses one by one do, held
+  to the per-access Python reference in ``tests/policy/reuse_reference.py``); no I/O; not
+  thread-safe (callers lock). Hints are read, never written (``Hints`` is thread-safe on its
+  own).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Sequence
+from itertools import compress, repeat
 from typing import ClassVar
 
-from hicache_mooncake.native import RecencyLog
+import numpy as np
+
+from hicache_mooncake.native import RecencyLog, ReuseLedger
 
 from .base import DEFAULT_CONTEXT, AccessContext, EvictionPolicy
 from .hints import Hints, HintState
@@ -105,6 +115,11 @@ _REWRITE_SHIFT = _KIND_BASE[2 * _REWRITE] - _KIND_BASE[2 * _NEW]
 _CLS_BITS = 10
 _CLS_MASK = (1 << _CLS_BITS) - 1
 assert _N_CLASSES <= _CLS_MASK
+#: the class tables as the native ledger reads them: _KIND_BASE, and _LP row-major
+_KIND_BASE_ARRAY = np.array(_KIND_BASE, np.int64)
+_LP_ARRAY = np.array(_LP, np.int64).ravel()
+_LP_COLS = len(_PH_B)
+_DONE, _ADAPT, _REFRESH = range(3)  # what ReuseLedger.access stopped for
 
 
 @register_policy
@@ -167,46 +182,38 @@ class ReusePolicy(EvictionPolicy):
         self._runs: dict[int, list[str]] = {}
         # heap entries: (priority, order, run, floor at the push, class; -1 for a pinned page)
         self._heap: list[tuple[float, int, int, float, int]] = []
-        self._floor = 0.0
-        self._next_rid = 0
-        self._last_key: str | None = None
-        self._last_rid = -1
-        self._last_prio = 0.0
         self._slots = 0  # entries of the run lists, stale ones included
+        self._news: list[tuple[int, int, float, int, float, int]] = []  # ReuseLedger.access's output
         self._sweep_rids: list[int] | None = None  # the runs a sweep goes through (None: none runs)
         self._sweep_at = 0  # the next of them
-        self._epoch = 0
-        self._peak = 0
         # observations (key -> (open tick << _CLS_BITS) | class) and the guard's LRU shadow: one
         # access order (recency_log)
         self._log = RecencyLog(_CLS_BITS)
-        self._tick = 0
-        self._next_refresh = 1024
-        self._obs_limit = 1024
-        self._pos = [0.0] * _N_CLASSES  # reuses per class (decayed)
-        self._expo = [0.0] * _N_CLASSES  # exposure of closed observations (decayed)
-        self._open_n = [0] * _N_CLASSES  # open observations per class
-        self._open_sum = [0] * _N_CLASSES  # sum of their opening ticks
+        self._pos = np.zeros(_N_CLASSES)  # reuses per class (decayed)
+        self._expo = np.zeros(_N_CLASSES)  # exposure of closed observations (decayed)
+        self._open_n = np.zeros(_N_CLASSES, np.int64)  # open observations per class
+        self._open_sum = np.zeros(_N_CLASSES, np.int64)  # sum of their opening ticks
+        self._v = np.ones(_N_CLASSES)  # the class values (``_set_values``)
+        # the per-access bookkeeping (native): the tick, the observations and the counters above,
+        # the guard's per-request counts and sums, GreedyDual's floor and the current run
+        self._c = ReuseLedger(
+            self._log, self._pos, self._expo, self._open_n, self._open_sum, self._v,
+            _KIND_BASE_ARRAY, _LP_ARRAY, _LP_COLS, _REWRITE_SHIFT,
+            self.horizon, self.warm, self.guard, self.adapt_every,
+        )  # fmt: skip
+        self._c.next_refresh = 1024
+        self._c.obs_limit = 1024
+        self._c.next_adapt = self.adapt_every
         self._p: list[float] = [0.5] * _N_CLASSES
         self._base = 0.5
-        self._v: list[float] = [1.0] * _N_CLASSES
-        self._far = 0.0  # observed reuses (decayed) further apart than the capacity
         self._reuses = 0.0  # all observed reuses (decayed) since the warm-up, as of the last refresh
         self._far_base = 0.0  # reuses (decayed) observed during the warm-up
         self._warm = True  # the share is not counted yet (see _choose_alpha)
         self._hint_ratio = 0.0
-        # the guard: per-request hits of the LRU shadow and of the real cache, decayed paired sums
-        self._sh_hits = 0
-        self._sh_broken = False
-        self._real_hits = 0
-        self._zs = self._zq = self._zh = 0.0
         self._lru_until = 0  # tick until which the guard holds LRU
         self._hold = 0
-        self._warm_until = 0  # ticks after a switch that the test ignores
         self._tested_alpha = 0.0  # the alpha the current test is about
         self._remap = False  # cached pages are to be re-valued at the next _set_values
-        self._full_tick = -1  # tick of the first eviction
-        self._next_adapt = self.adapt_every
 
     # ---- hints -------------------------------------------------------------------------------
     def use_hints(self, hints: Hints | None) -> None:
@@ -221,14 +228,18 @@ class ReusePolicy(EvictionPolicy):
     def far_share(self) -> float:
         """Share of the reuses within the horizon that come later than the capacity (what LRU
         misses)."""
-        return min(1.0, self._far / self._reuses) if self._reuses else 0.0
+        return min(1.0, self._c.far / self._reuses) if self._reuses else 0.0
 
     def _refresh(self) -> None:
-        tick = self._tick
-        peak = max(self._peak, 1)
-        self._next_refresh = tick + max(1024, peak)
-        pos, open_n = self._pos, self._open_n
-        exp_c = [e + n * tick - o for e, n, o in zip(self._expo, open_n, self._open_sum, strict=True)]
+        c = self._c
+        tick = c.tick
+        peak = max(c.peak, 1)
+        c.next_refresh = tick + max(1024, peak)
+        pos, open_n = self._pos.tolist(), self._open_n.tolist()
+        exp_c = [
+            e + n * tick - o
+            for e, n, o in zip(self._expo.tolist(), open_n, self._open_sum.tolist(), strict=True)
+        ]
         etot = sum(exp_c)
         npos = sum(pos)
         if etot > 0 and npos > 0:
@@ -245,10 +256,10 @@ class ReusePolicy(EvictionPolicy):
         d = self.decay
         if d < 1.0:
             # closed observations decay; an open one counts in full when it closes
-            self._far *= d
+            c.far *= d
             self._far_base *= d
-            self._expo = [e * d for e in self._expo]
-            self._pos = [r * d for r in pos]
+            self._expo *= d
+            self._pos *= d
 
     @staticmethod
     def _hint_separation(pos: list[float], exposure: list[float]) -> float:
@@ -270,17 +281,17 @@ class ReusePolicy(EvictionPolicy):
         nor starves the pages already cached."""
         a = self.alpha
         if a == 0:
-            self._v = [1.0] * _N_CLASSES
+            self._v[:] = 1.0
             if self._remap:
                 self._revalue()
             return
         raw = [p**a for p in self._p]
-        n = self._open_n
+        n = self._open_n.tolist()
         total = sum(n)
         mean = sum(v * k for v, k in zip(raw, n, strict=True)) / total if total > 0 else 0.0
         if mean <= 0:
             mean = self._base**a or 1.0
-        self._v = [v / mean for v in raw]
+        self._v[:] = [v / mean for v in raw]
         if self._remap:
             self._revalue()
 
@@ -289,7 +300,7 @@ class ReusePolicy(EvictionPolicy):
         the new values (pages valued under a steep mode would otherwise outlive an LRU mode by
         several turnovers, and the reverse)."""
         self._remap = False
-        v = self._v
+        v = self._v.tolist()
         runs = self._runs
         self._heap = [
             (lp + v[c] if c >= 0 else pr, order, rid, lp, c)
@@ -297,13 +308,14 @@ class ReusePolicy(EvictionPolicy):
             if rid in runs
         ]
         heapq.heapify(self._heap)
-        self._last_key = None
+        self._c.last_key = None
 
     def _choose_alpha(self) -> None:
         """``alpha`` from the share of reuses that come later than the capacity (``far``): LRU
         (0) up to ``far_lru``, ``alpha`` from ``far_lru + 0.1``, rising to ``steep`` between
         ``far_steep - 0.1`` and ``far_steep + 0.1``; 0 while the guard holds LRU."""
-        if self.guard and self._tick < self._lru_until:
+        c = self._c
+        if self.guard and c.tick < self._lru_until:
             self.alpha = 0.0
         elif not self.adaptive:
             self.alpha = self.base_alpha
@@ -311,8 +323,8 @@ class ReusePolicy(EvictionPolicy):
             # warmed up: from now on the share is counted from reuse events (cheaper); the
             # events so far are biased (later reuses could not all have been seen)
             self._warm = False
-            self._far = 0.0
-            self._far_base = sum(self._pos)
+            c.far = 0.0
+            self._far_base = sum(self._pos.tolist())
         else:
             far, a = self.far_share, self.base_alpha
             lo = min(1.0, max(0.0, (far - self.far_lru) / 0.1))
@@ -327,168 +339,135 @@ class ReusePolicy(EvictionPolicy):
             # afresh once the cache has turned over
             self._tested_alpha = self.alpha
             self._remap = True
-            self._warm_until = max(self._warm_until, self._tick + max(self._peak, 1024))
-            self._zs = self._zq = self._zh = 0.0
+            c.warm_until = max(c.warm_until, c.tick + max(c.peak, 1024))
+            c.zs = c.zq = c.zh = 0.0
 
     def _warming(self) -> bool:
         """Until ``warm`` x capacity accesses after the first eviction: reuses later than the
         capacity cannot all have been seen yet."""
-        full = self._full_tick
-        return full < 0 or self._tick < full + self.warm * self._peak
+        c = self._c
+        full = c.full_tick
+        return full < 0 or c.tick < full + self.warm * c.peak
 
-    # ---- the guard ---------------------------------------------------------------------------
-    def _end_request(self) -> None:
-        """The previous request is complete: one paired observation (real - LRU)."""
-        if self._tick >= self._warm_until and not self._warming():
-            d = float(self._real_hits - self._sh_hits)
-            self._zs += d
-            self._zq += d * d
-            self._zh += self._sh_hits
-        self._real_hits = self._sh_hits = 0
-        self._sh_broken = False
-        if self._tick >= self._next_adapt:
-            self._next_adapt = self._tick + self.adapt_every
-            self._adapt()
+    # ---- the guard -------------------------------------------------------------------------
+    # A request's first page ends the previous request: its paired observation (real - LRU hits)
+    # is summed by the ledger, which returns ADAPT when the test is due (``_adapt``).
 
     def _adapt(self) -> None:
-        if self._tick < self._lru_until:
+        c = self._c
+        if c.tick < self._lru_until:
             return
-        band = self.z * math.sqrt(self._zq)
-        if self.alpha > 0 and self._zs < -(band + self.margin * self._zh):
+        band = self.z * math.sqrt(c.zq)
+        if self.alpha > 0 and c.zs < -(band + self.margin * c.zh):
             # the predictor is significantly behind LRU: hold LRU, longer each time
-            self._hold = max(2 * self._hold, 8 * max(self._peak, 1024))
-            self._lru_until = self._tick + self._hold
-            self._warm_until = self._lru_until + max(self._peak, 1024)
-            self._zs = self._zq = self._zh = 0.0
+            self._hold = max(2 * self._hold, 8 * max(c.peak, 1024))
+            self._lru_until = c.tick + self._hold
+            c.warm_until = self._lru_until + max(c.peak, 1024)
+            c.zs = c.zq = c.zh = 0.0
             self._choose_alpha()
             self._set_values()
             return
-        if self._zs > band and self._hold:
+        if c.zs > band and self._hold:
             self._hold //= 2
         a = self.adapt_decay
-        self._zs *= a
-        self._zq *= a
-        self._zh *= a
+        c.zs *= a
+        c.zq *= a
+        c.zh *= a
 
     # ---- the one access path -----------------------------------------------------------------
-    def _access(self, key: str, kind: int, ctx: AccessContext, read: bool) -> None:
-        """One access (``read``: a hit of a get; otherwise a set). ``kind`` ``_NEW`` means a set
-        of a key not resident: it is a ``_REWRITE`` if the key turns out to be observed (one
-        probe of the observations decides both)."""
-        position = ctx.position
-        if read:
-            ph = ctx.batch_len
-            length = ctx.request_len
-            if length < ph:
-                length = ph
-            tail = 0
-            depth = position
-        else:
-            ph = ctx.prefix_hits
-            n = ctx.batch_len
-            length = ph + n
-            tail = 1 if position == n - 1 else 0
-            depth = ph + position
+    def _record(
+        self, keys: Sequence[str], ctxs: Sequence[AccessContext], read: bool, in_where: bytes | None
+    ) -> None:
+        """The accesses of ``keys`` in order (``read``: hits of a get, the keys resident; else
+        sets, ``in_where`` flagging the resident ones; a set's keys are distinct). The ledger
+        records each access (class, observation, counters, guard, GreedyDual priority) and names
+        the new runs; it stops where a decision is due (``_adapt``, ``_refresh``), and the
+        accesses so far are pushed into the runs first, so a decision sees every earlier access
+        as the per-access order would."""
+        c = self._c
         hints = self._hints
-        hint = hints.state(key) if hints is not None and hints.active else 0
-        cls = _KIND_BASE[(hint * 3 + kind) * 2 + tail] + (
-            0 if hint else _LP[length if length < 128 else 128][ph if ph < 16 else 16]
-        )
-        self._tick = tick = self._tick + 1
-        if depth == 0:  # a new request: the previous one is complete
-            self._epoch += 1
-            if self.guard:
-                self._end_request()
-
-        # Observation: close the key's previous one (a reuse), open a new one. Per class: decayed
-        # reuses and exposure of closed observations; count and tick sum of the open ones. The
-        # same step moves the key to the front of the LRU shadow.
-        expo, open_n, open_sum = self._expo, self._open_n, self._open_sum
-        log = self._log
-        seen = cls + _REWRITE_SHIFT if kind == _NEW else None
-        old, in_shadow, expired = log.touch(hash(key), tick, cls, self._peak, self._obs_limit, seen)
-        if old is not None:
-            if seen is not None:
-                cls = seen
-            oc = old & _CLS_MASK
-            ot = old >> _CLS_BITS
-            self._pos[oc] += 1.0
-            open_n[oc] -= 1
-            open_sum[oc] -= ot
-            expo[oc] += tick - ot
-            if tick - ot > self._peak:
-                self._far += 1.0
-        open_n[cls] += 1
-        open_sum[cls] += tick
-        if expired is not None:
-            oc = expired & _CLS_MASK
-            ot = expired >> _CLS_BITS
-            open_n[oc] -= 1
-            open_sum[oc] -= ot
-            expo[oc] += tick - ot
-        if tick >= self._next_refresh:
-            self._refresh()
-
-        if self.guard:  # the LRU shadow's hit run of this request
-            if read:
-                self._real_hits += 1
-            if not in_shadow:
-                self._sh_broken = True
-            elif not self._sh_broken:
-                self._sh_hits += 1
-
-        # GreedyDual push, chain-monotone, into the current run when the priority is capped
-        where = self._where
-        prio = self._floor + self._v[cls]
-        prev = ctx.prev_key
-        if prev is not None and prev == self._last_key and prio >= self._last_prio:
-            run = self._runs.get(self._last_rid)
-            if run is not None:
-                run.append(key)
-                where[key] = self._last_rid
-                self._last_key = key
-                self._slots += 1
-                if len(where) > self._peak:
-                    self._grow(len(where))
-                if self._sweep_rids is not None:
-                    self._sweep()
-                return
-            prio = self._last_prio
-        rid = self._next_rid
-        self._next_rid = rid + 1
-        self._runs[rid] = [key]
-        where[key] = rid
-        order = (self._epoch << 24) + _DEPTH_MAX - (depth if depth < _DEPTH_MAX else _DEPTH_MAX)
-        heapq.heappush(self._heap, (prio, order, rid, self._floor, cls))
-        self._last_key, self._last_rid, self._last_prio = key, rid, prio
-        self._slots += 1
-        if len(where) > self._peak:
-            self._grow(len(where))
+        states = bytes(map(hints.state, keys)) if hints is not None and hints.active else None
+        news = self._news
+        index = stage = done = 0
+        while True:
+            rid = c.last_rid  # the run the first accesses join, if they join one
+            try:
+                index, stage, event = c.access(
+                    keys, ctxs, index, stage, read, in_where, states, news, len(self._where)
+                )
+            except BaseException:
+                if c.stopped_at >= 0:  # the accesses before it are recorded: push them
+                    self._push(keys, done, c.stopped_at, news, rid)
+                news.clear()
+                raise
+            self._push(keys, done, index, news, rid)
+            news.clear()
+            done = index
+            if event == _DONE:
+                break
+            if event == _ADAPT:
+                self._adapt()
+            else:
+                self._refresh()
         if self._sweep_rids is not None:
-            self._sweep()
-        elif self._slots > 2 * len(where) + _SLACK:
+            self._sweep(len(keys) * _SWEEP_STEP)
+        elif self._slots > 2 * len(self._where) + _SLACK:
             self._sweep_rids = list(self._runs)  # the runs to sweep, oldest first
             self._sweep_at = 0
 
-    def _grow(self, resident: int) -> None:
-        self._peak = resident
-        # at least the shadow's size: the shadow is the newest part of the observations
-        self._obs_limit = int(max(self.horizon, 1.0) * resident) + 1024
+    def _push(
+        self,
+        keys: Sequence[str],
+        start: int,
+        stop: int,
+        news: list[tuple[int, int, float, int, float, int]],
+        rid: int,
+    ) -> None:
+        """``keys[start:stop]`` into their runs: the accesses before the first of ``news`` join
+        run ``rid``, each of ``news`` ``(index, run, priority, order, floor, class)`` opens a run
+        (pushed on the heap) that the accesses up to the next one join."""
+        if stop <= start:
+            return
+        runs, where = self._runs, self._where
+        if stop - start == 1 and len(news) <= 1:  # one access (a per-key call): no slices
+            key = keys[start]
+            if news:
+                _, rid, prio, order, floor, cls = news[0]
+                runs[rid] = [key]
+                heapq.heappush(self._heap, (prio, order, rid, floor, cls))
+            else:
+                runs[rid].append(key)
+            where[key] = rid
+            self._slots += 1
+            return
+        at = start
+        for index, new_rid, prio, order, floor, cls in news:
+            if index >= stop:
+                break
+            if index > at:
+                seg = keys[at:index]
+                runs[rid].extend(seg)
+                where.update(zip(seg, repeat(rid)))
+            runs[new_rid] = []
+            heapq.heappush(self._heap, (prio, order, new_rid, floor, cls))
+            rid, at = new_rid, index
+        seg = keys[at:stop]
+        runs[rid].extend(seg)
+        where.update(zip(seg, repeat(rid)))
+        self._slots += stop - start
 
-    def _sweep(self) -> None:
-        """One step of a sweep: drop the stale entries (keys accessed again since, or gone) of
-        the next runs, up to a budget of ``_SWEEP_STEP`` (a run costs 1 + its entries). A run
-        left empty is dropped (its heap entry is skipped when it comes up; the current run is
-        never empty here: it holds the key just accessed). So victims are exactly those of a
-        policy that never sweeps. A sweep starts when the run lists hold more than
-        ``2 * resident + _SLACK`` entries and takes one step per access (at most
-        ``_SWEEP_STEP`` runs, and the entries of the longest), so it ends after about
-        (entries + runs) / ``_SWEEP_STEP`` accesses. One pass over every run at once would stall
-        the store for a time that grows with the residents."""
+    def _sweep(self, budget: int) -> None:
+        """Steps of a sweep: drop the stale entries (keys accessed again since, or gone) of the
+        next runs, up to ``budget`` (a run costs 1 + its entries; a batch of accesses gives
+        ``_SWEEP_STEP`` each). A run left empty is dropped (its heap entry is skipped when it
+        comes up; the ledger is told when it was the current run, which a later access then
+        cannot join). So victims are exactly those of a policy that never sweeps. A sweep starts
+        when the run lists hold more than ``2 * resident + _SLACK`` entries after a batch, so it
+        ends after about (entries + runs) / ``_SWEEP_STEP`` accesses. One pass over every run
+        at once would stall the store for a time that grows with the residents."""
         rids, i = self._sweep_rids, self._sweep_at
         assert rids is not None
         runs, where = self._runs, self._where
-        budget = _SWEEP_STEP
         while budget > 0 and i < len(rids):
             rid = rids[i]
             i += 1
@@ -505,6 +484,8 @@ class ReusePolicy(EvictionPolicy):
                 keys[:] = live
             else:
                 del runs[rid]
+                if rid == self._c.last_rid:
+                    self._c.last_run_alive = False
         self._sweep_at = i
         if i == len(rids):
             self._sweep_rids = None
@@ -515,15 +496,37 @@ class ReusePolicy(EvictionPolicy):
 
     # ---- EvictionPolicy ----------------------------------------------------------------------
     def on_set(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> bool:
-        self._access(key, _HIT if key in self._where or ctx.promoted else _NEW, ctx, False)
+        self._record((key,), (ctx,), False, b"\x01" if key in self._where else b"\x00")
         return True
+
+    def on_set_batch(self, keys: Sequence[str], ctxs: Sequence[AccessContext]) -> list[bool]:
+        """The batch's accesses in one ledger call (distinct keys; a batch with a repeated key
+        takes ``on_set`` per key, which decides the same)."""
+        if len(set(keys)) != len(keys):
+            return super().on_set_batch(keys, ctxs)
+        keys = keys if isinstance(keys, list | tuple) else list(keys)
+        ctxs = ctxs if isinstance(ctxs, list | tuple) else list(ctxs)
+        self._record(keys, ctxs, False, bytes(map(self._where.__contains__, keys)))
+        return [True] * len(keys)
 
     def on_insert(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
         self.on_set(key, ctx)
 
     def on_hit(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
         if key in self._where:
-            self._access(key, _HIT, ctx, True)
+            self._record((key,), (ctx,), True, None)
+
+    def on_hit_batch(self, keys: Sequence[str], ctxs: Sequence[AccessContext]) -> None:
+        """The resident keys' hits in one ledger call (unknown keys are ignored, as ``on_hit``
+        does)."""
+        tracked = list(map(self._where.__contains__, keys))
+        if all(tracked):
+            keys = keys if isinstance(keys, list | tuple) else list(keys)
+            ctxs = ctxs if isinstance(ctxs, list | tuple) else list(ctxs)
+        else:
+            keys, ctxs = list(compress(keys, tracked)), list(compress(ctxs, tracked))
+        if keys:
+            self._record(keys, ctxs, True, None)
 
     def on_remove(self, key: str) -> None:
         self._where.pop(key, None)
@@ -549,27 +552,30 @@ class ReusePolicy(EvictionPolicy):
                     self._requeue(key)
                     continue
                 del where[key]
-                if prio > self._floor:
-                    self._floor = prio
-                if self._full_tick < 0:
-                    self._full_tick = self._tick
+                c = self._c
+                if prio > c.floor:
+                    c.floor = prio
+                if c.full_tick < 0:
+                    c.full_tick = c.tick
                 return key
             heapq.heappop(heap)
             del runs[rid]
-            if rid == self._last_rid:
-                self._last_key = None
+            if rid == self._c.last_rid:
+                self._c.last_key = None
+                self._c.last_run_alive = False
         return None
 
     def _requeue(self, key: str) -> None:
         """A pinned page came up for eviction: it goes back as if just accessed, with the
         highest value any class has (a pin outlasts one trip through the cache)."""
-        rid = self._next_rid
-        self._next_rid = rid + 1
+        c = self._c
+        rid = c.next_rid
+        c.next_rid = rid + 1
         self._runs[rid] = [key]
         self._where[key] = rid
         self._slots += 1
-        heapq.heappush(self._heap, (self._floor + max(self._v), self._epoch << 24, rid, self._floor, -1))
-        self._last_key = None
+        heapq.heappush(self._heap, (c.floor + float(self._v.max()), c.epoch << 24, rid, c.floor, -1))
+        c.last_key = None
 
     def __len__(self) -> int:
         return len(self._where)
