@@ -127,7 +127,8 @@ class GetPath:
         nbytes: int,
         epoch: int | None = None,
     ) -> list[int]:
-        """Placement bookkeeping of a read (one placement call per key read); returns the
+        """Placement bookkeeping of a read (one placement call for a read whose pages were all
+        served and known, ``TierPlacement.hit_batch``; else one per key read); returns the
         indexes of the pages to copy into DRAM from the caller's buffers. ``epoch``: the clear
         fence read when the read started; if a clear ran (or runs) since, the read is not told
         to the placement (nothing adopted, nothing promoted)."""
@@ -163,6 +164,12 @@ class GetPath:
                 return []
             placement = self.state.placement_for(nbytes)
             self.state.forget_reclaimed(placement)
+            if all(done):  # every page served and (usually) known: the policy told once
+                if placement.hit_batch(keys, ctxs, hot) is not None:
+                    tier_of = placement.tier_of
+                    return [
+                        i for i, key in enumerate(keys) if level_of[i] is not dram and tier_of(key) == DRAM
+                    ]
             hit = placement.hit
             for i, key in enumerate(keys):
                 tier = level_of[i]

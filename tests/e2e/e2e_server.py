@@ -14,10 +14,12 @@ import contextlib
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -138,7 +140,12 @@ def _http(
 
 @dataclass
 class Server:
-    """One running server: its URL, log and the seconds it took to answer /health."""
+    """One running server: its URL, log and the seconds it took to answer /health.
+
+    Its processes get a temp directory of their own (``TMPDIR``: SGLang's IPC sockets, its
+    prometheus multiprocess folder and torch's temp files land there), removed by ``stop``, so a
+    run leaves nothing in the host's /tmp. The folder is a short path under /tmp, not pytest's
+    ``tmp_path``: a unix socket path must stay under 108 bytes."""
 
     argv: list[str]
     port: int
@@ -147,6 +154,7 @@ class Server:
     proc: subprocess.Popen[bytes] | None = None
     start_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    tmpdir: Path | None = None
 
     @property
     def url(self) -> str:
@@ -160,13 +168,14 @@ class Server:
 
     def start(self) -> Server:
         started = time.monotonic()
+        self.tmpdir = Path(tempfile.mkdtemp(prefix="hm-e2e-", dir="/tmp"))
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 self.argv,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=self.env,
+                env={**self.env, "TMPDIR": str(self.tmpdir)},
                 cwd=str(REPO),
                 start_new_session=True,
                 preexec_fn=None if NETNS_FD is None else _enter_netns(NETNS_FD),
@@ -214,8 +223,9 @@ class Server:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM to the server's process group, SIGKILL after ``timeout_s``; raises if a process of
-        the group is still alive after that."""
+        the group is still alive after that. Then its temp directory is removed."""
         if self.proc is None:
+            self._remove_tmpdir()
             return
         pgid = self.proc.pid
         with contextlib.suppress(ProcessLookupError):
@@ -237,6 +247,12 @@ class Server:
         left = self.group_pids()
         if left:
             raise RuntimeError(f"processes of the server's group still alive after SIGKILL: {left}")
+        self._remove_tmpdir()
+
+    def _remove_tmpdir(self) -> None:
+        if self.tmpdir is not None:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None
 
     # ---- requests -------------------------------------------------------------------------------
     def generate(self, text: str, max_new_tokens: int = 8, timeout: float = 300.0) -> dict[str, Any]:

@@ -161,6 +161,51 @@ def test_a_batch_of_dram_hits_leaves_the_state_its_keys_one_by_one_leave(policy:
     assert batched >= 5  # the batch path was taken (the rest compared hit by hit)
 
 
+@pytest.mark.parametrize("policy", policy_names())
+@pytest.mark.parametrize("shares", [False, True])
+def test_a_batch_of_hits_in_any_tier_leaves_the_state_its_keys_one_by_one_leave(
+    policy: str, shares: bool
+) -> None:
+    """``hit_batch`` (the store's path when a get was served whole from DRAM and SSD) against
+    ``hit`` of each key with the same promotions: the same tiers before, then the same victims,
+    demotions and ledger under the pressure that follows, for every policy, with and without
+    tenant shares (the ledger's DRAM order)."""
+    one, many = placement(policy, shares, 20), placement(policy, shares, 20)
+    rng = random.Random(7)
+    batched = 0
+    for b in range(200):
+        if rng.random() < 0.4:
+            keys = [f"{rng.choice('ab')}:{b}:{i}" for i in range(rng.randint(2, 6))]
+            ctxs = set_contexts(keys, 0, None, rng.choice((1, 2)))
+            assert many.set_batch(keys, ctxs) == [one.set(k, c) for k, c in zip(keys, ctxs, strict=True)]
+        else:
+            held = sorted(one.resident_keys())
+            keys = [rng.choice(held) for _ in range(rng.randint(2, 8))] if held else []
+            if rng.random() < 0.8:
+                keys = list(dict.fromkeys(keys))
+            if rng.random() < 0.1:
+                keys.append("nobody")
+            ctxs = set_contexts(keys, 0, None, 1)
+            promote = [rng.random() < 0.5 for _ in keys]
+            singly = [one.hit(k, c, p) for k, c, p in zip(keys, ctxs, promote, strict=True)]
+            before = many.hit_batch(keys, ctxs, promote)
+            if before is None:  # a repeated or unknown key: nothing done, key by key instead
+                assert len(set(keys)) < len(keys) or None in singly
+                before = [many.hit(k, c, p) for k, c, p in zip(keys, ctxs, promote, strict=True)]
+            else:
+                batched += "ssd" in singly
+            assert before == singly, b
+        assert many.settle() == one.settle(), b
+        assert sorted(many.resident_keys()) == sorted(one.resident_keys()), b
+        assert sorted(many.hottest_cut(100).pages()) == sorted(one.hottest_cut(100).pages()), b
+        assert (many.used, many.dram_used, many.ledger.stats()) == (
+            one.used,
+            one.dram_used,
+            one.ledger.stats(),
+        )
+    assert batched >= 10  # batches with SSD pages took the batch path
+
+
 def test_a_dram_hit_batch_with_a_key_not_in_dram_changes_nothing() -> None:
     p = placement("lru", False, 20)
     keys = ["a:1", "a:2", "a:3"]

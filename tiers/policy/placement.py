@@ -352,6 +352,32 @@ class TierPlacement:
         deque(map(dram.move_to_end, keys), maxlen=0)
         return True
 
+    def hit_batch(
+        self, keys: Sequence[str], ctxs: Sequence[AccessContext], promote: Sequence[bool]
+    ) -> list[str] | None:
+        """``hit`` of each key (``promote[i]`` its ``promote``) with the policy told once
+        (``on_hit_batch``), when the keys are distinct and all resident: the rest of ``hit`` (the
+        DRAM order, promotions, trailing objects) touches no policy state, so the state ends as
+        ``hit`` of each leaves it. Returns each key's tier before the read; None (nothing done)
+        otherwise: the caller then takes ``hit`` per key."""
+        dram, resident = self._dram, self._size
+        if len(set(keys)) != len(keys) or not all(map(resident.__contains__, keys)):
+            return None
+        before = [DRAM if key in dram else SSD for key in keys]
+        self.policy.on_hit_batch(keys, ctxs)
+        trailing = self.superseded.trailing if self.type_aware else None
+        ordered, up_allowed = self.ledger.ordered, self.dram_capacity > 0
+        for key, tier, up in zip(keys, before, promote, strict=True):
+            if trailing and key in trailing:
+                self.superseded.used(key)
+            if tier == DRAM:
+                dram.move_to_end(key)
+                if ordered:
+                    self.ledger.touched_dram(key)
+            elif up and up_allowed:
+                self._to_dram(key)
+        return before
+
     def adopt(self, key: str, ctx: AccessContext, tier: str) -> bool:
         """Make a page that ``tier`` holds (unknown so far) resident there; False if the policy
         refuses it or drops it at once (then the caller may drop the copy)."""
