@@ -153,18 +153,24 @@ static void drop_key(SlotIndex *self, slot_rec *rec) {
     rec->key = NULL;
 }
 
-/* The row of fps[i] and whether keys[i] is its key: 1 found, 0 another key (a collision), -1 no
- * row; -2 with an error set. *row: the row's words (NULL without a row). */
-static int find_key(const SlotIndex *self, uint64_t fp, PyObject *key, Py_ssize_t i, uint64_t **row) {
+/* Whether keys[i] is the key of `row` (found by find_rows): 1 yes, 0 another key, -1 no row; -2
+ * with an error set (not a str). */
+static int row_key(const SlotIndex *self, const uint64_t *row, PyObject *key, Py_ssize_t i) {
     Py_ssize_t len;
     const char *k = key_bytes(key, i, &len);
     if (!k)
         return -2;
-    *row = fp ? hm_segtable_find(&self->table, fp) : NULL;
-    if (!*row)
+    if (!row)
         return -1;
-    uint64_t slot = (*row)[0] >> self->shift;
+    uint64_t slot = row[0] >> self->shift;
     return slot < self->nslots && same_key(&self->slots[slot], k, len) ? 1 : 0;
+}
+
+/* The row of fps[i] and whether keys[i] is its key: 1 found, 0 another key (a collision), -1 no
+ * row; -2 with an error set. *row: the row's words (NULL without a row). */
+static int find_key(const SlotIndex *self, uint64_t fp, PyObject *key, Py_ssize_t i, uint64_t **row) {
+    *row = fp ? hm_segtable_find(&self->table, fp) : NULL;
+    return row_key(self, *row, key, i);
 }
 
 /* The rows of fps[0..n) (rows[i] NULL: none), with the batch's cache misses overlapped: every
@@ -186,19 +192,6 @@ static void find_rows(const SlotIndex *self, const uint64_t *fps, Py_ssize_t n, 
                 __builtin_prefetch(key);
         }
     }
-}
-
-/* Whether keys[i] is the key of `row` (found by find_rows): 1 yes, 0 another key, -1 no row; -2
- * with an error set (not a str). */
-static int row_key(const SlotIndex *self, const uint64_t *row, PyObject *key, Py_ssize_t i) {
-    Py_ssize_t len;
-    const char *k = key_bytes(key, i, &len);
-    if (!k)
-        return -2;
-    if (!row)
-        return -1;
-    uint64_t slot = row[0] >> self->shift;
-    return slot < self->nslots && same_key(&self->slots[slot], k, len) ? 1 : 0;
 }
 
 /* n row pointers of the call's own (NULL with MemoryError set). */
