@@ -436,6 +436,22 @@ static PyObject *ReuseLedger_access(ReuseLedger *s, PyObject *const *args, Py_ss
                 s->stopped_at = i;
                 goto done;
             }
+            /* the touch may have let other threads run (the table grew without the GIL): the
+             * borrowed items are fetched again, and a caller that changed the lists is refused */
+            if (PySequence_Fast_GET_SIZE(keys_obj) != n || PySequence_Fast_GET_SIZE(ctxs_obj) != n) {
+                PyErr_SetString(PyExc_RuntimeError, "keys or ctxs changed during ReuseLedger.access");
+                s->stopped_at = i;
+                goto done;
+            }
+            keys = PySequence_Fast_ITEMS(keys_obj);
+            ctxs = PySequence_Fast_ITEMS(ctxs_obj);
+            key = keys[i];
+            if (!PyUnicode_Check(key) || read_ctx(ctxs[i], i, &f) < 0) {
+                if (!PyErr_Occurred())
+                    PyErr_Format(PyExc_TypeError, "keys[%zd] changed during ReuseLedger.access", i);
+                s->stopped_at = i;
+                goto done;
+            }
             uint64_t mask = ((uint64_t)1 << s->bits) - 1;
             if (t.had) {
                 if (has_seen)

@@ -59,8 +59,8 @@ Invariants:
 - ``pop_victim`` returns a resident key and forgets it; ``len`` counts resident keys only.
 - Observations hold at most ``max(horizon, 1) * peak + 1024`` keys, the shadow at most ``peak``
   keys (``peak``: the largest resident count seen, ``ReuseLedger.peak``), both in one
-  ``RecencyLog`` by the keys' fingerprints (43-69 bytes per observed key, none of them the key's string); run lists hold
-  about ``2 * peak + 4096`` entries at most (stale ones are swept away; while a sweep runs, at
+  ``RecencyLog`` by the keys' fingerprints (43-69 bytes per observed key, none of them the key's
+  string); run lists hold about ``2 * peak + 4096`` entries at most (stale ones are swept away; while a sweep runs, at
   most one more per ``_SWEEP_STEP`` accesses, and a sweep starts after a batch, not within it).
 - A page pinned in ``Hints`` is put back, not evicted, while the pin holds (at most 64 in a row
   per eviction, so pins cannot stall the store).
