@@ -164,12 +164,10 @@ class GetPath:
                 return []
             placement = self.state.placement_for(nbytes)
             self.state.forget_reclaimed(placement)
-            if all(done):  # every page served and (usually) known: the policy told once
-                if placement.hit_batch(keys, ctxs, hot) is not None:
-                    tier_of = placement.tier_of
-                    return [
-                        i for i, key in enumerate(keys) if level_of[i] is not dram and tier_of(key) == DRAM
-                    ]
+            # every page served and (usually) known: the policy told once
+            if all(done) and placement.hit_batch(keys, ctxs, hot) is not None:
+                tier_of = placement.tier_of
+                return [i for i, key in enumerate(keys) if level_of[i] is not dram and tier_of(key) == DRAM]
             hit = placement.hit
             for i, key in enumerate(keys):
                 tier = level_of[i]
