@@ -140,6 +140,46 @@ def test_a_physically_full_dram_makes_room_from_the_writing_tenants_own_pages(na
     check_ledger(p)
 
 
+@pytest.mark.parametrize("shares", [False, True])
+def test_moving_a_batch_between_tiers_counts_as_moving_its_keys_one_by_one(shares: bool) -> None:
+    """``moved_batch`` against ``to_dram`` / ``to_ssd`` of each key: the same bytes per tenant and
+    tier, and with shares the same recency orders (the pages a tenant gives up first)."""
+    import random
+
+    def ledger() -> TenantLedger:
+        return TenantLedger(
+            lambda key: key.split(":", 1)[0], {"a": TenantShare(dram=0.5, ssd=0.5)} if shares else {}
+        )
+
+    one, many = ledger(), ledger()
+    for led in (one, many):
+        led.set_capacity(1000, 400)
+    rng = random.Random(3)
+    in_dram: dict[str, int] = {}
+    on_ssd: dict[str, int] = {}
+    for b in range(300):
+        if rng.random() < 0.4 or not (in_dram or on_ssd):
+            keys = [f"{rng.choice('abc')}:{b}:{i}" for i in range(rng.randint(1, 5))]
+            sizes = [rng.randint(1, 9) for _ in keys]
+            for led in (one, many):
+                led.placed_batch(keys, sizes, in_dram=True)
+            in_dram.update(zip(keys, sizes, strict=True))
+            continue
+        to_dram = rng.random() < 0.5 and bool(on_ssd)
+        source = on_ssd if to_dram else in_dram
+        if not source:
+            continue
+        keys = rng.sample(sorted(source), rng.randint(1, min(6, len(source))))
+        sizes = [source.pop(k) for k in keys]
+        (in_dram if to_dram else on_ssd).update(zip(keys, sizes, strict=True))
+        for key, size in zip(keys, sizes, strict=True):
+            (one.to_dram if to_dram else one.to_ssd)(key, size)
+        many.moved_batch(keys, sizes, to_dram=to_dram)
+        assert many.stats() == one.stats(), b
+        if shares:
+            assert many.own_dram_pages("a:x", 50) == one.own_dram_pages("a:x", 50), b
+
+
 def test_a_ledger_naming_whole_batches_counts_as_one_naming_key_by_key() -> None:
     """A ledger whose ``tenant_of`` names a batch at once (``keys.TenantReader.many``) counts the
     same bytes under the same names as one asked key by key, the tenants past ``max_tenants``
@@ -159,6 +199,8 @@ def test_a_ledger_naming_whole_batches_counts_as_one_naming_key_by_key() -> None
         in_dram = rng.random() < 0.5
         for ledger in (by_batch, by_key):
             ledger.placed_batch(keys, sizes, in_dram=in_dram)
+            if b % 2 == 0:
+                ledger.moved_batch(keys[1:], sizes[1:], to_dram=not in_dram)
             if b % 3 == 0:
                 ledger.gone_batch(keys[:2], sizes[:2], [in_dram] * len(keys[:2]))
     assert by_batch.stats() == by_key.stats()

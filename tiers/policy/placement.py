@@ -367,6 +367,7 @@ class TierPlacement:
         self.policy.on_hit_batch(keys, ctxs)
         trailing = self.superseded.trailing if self.type_aware else None
         ordered, up_allowed = self.ledger.ordered, self.dram_capacity > 0
+        up_keys: list[str] = []  # promoted (without tenant orders: the ledger told after the loop)
         for key, tier, up in zip(keys, before, promote, strict=True):
             if trailing and key in trailing:
                 self.superseded.used(key)
@@ -375,7 +376,15 @@ class TierPlacement:
                 if ordered:
                     self.ledger.touched_dram(key)
             elif up and up_allowed:
-                self._to_dram(key)
+                if ordered:
+                    self._to_dram(key)
+                else:
+                    dram[key] = resident[key]
+                    up_keys.append(key)
+        if up_keys:
+            sizes = list(map(resident.__getitem__, up_keys))
+            self.dram_used += sum(sizes)
+            self.ledger.moved_batch(up_keys, sizes, to_dram=True)
         return before
 
     def adopt(self, key: str, ctx: AccessContext, tier: str) -> bool:
@@ -426,11 +435,16 @@ class TierPlacement:
         demote: list[str] = self._demote_over_share()
         if self.dram_used > self.dram_capacity:
             demote.extend(self._demote_superseded(self.dram_used - self.dram_low))
-            while self._dram and self.dram_used > self.dram_low:
-                key, size = self._dram.popitem(last=False)
-                self.dram_used -= size
-                self.ledger.to_ssd(key, size)
-                demote.append(key)
+            oldest, sizes = [], []
+            dram, used, low = self._dram, self.dram_used, self.dram_low
+            while dram and used > low:
+                key, size = dram.popitem(last=False)
+                used -= size
+                oldest.append(key)
+                sizes.append(size)
+            self.dram_used = used
+            self.ledger.moved_batch(oldest, sizes, to_dram=False)
+            demote.extend(oldest)
         if demote and self.ledger.shares:  # demoted pages may put a tenant over its SSD share
             self._drop_over_share()
         drops = [d for d in self._drops if d[0] not in self._size] if self._drops else []

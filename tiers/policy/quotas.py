@@ -176,6 +176,27 @@ class TenantLedger:
                 dram_used[tenant] -= from_dram
             ssd_used[tenant] -= from_ssd
 
+    def moved_batch(self, keys: Sequence[str], sizes: Sequence[int], to_dram: bool) -> None:
+        """``to_dram`` (``to_dram``) or ``to_ssd`` of each key, in order: the same counts, the
+        keys' tenants named in the same order; one step per tenant when no tenant has a share (no
+        recency orders to keep)."""
+        if self.ordered:
+            one = self.to_dram if to_dram else self.to_ssd
+            for key, size in zip(keys, sizes, strict=True):
+                one(key, size)
+            return
+        tenants = self._names(keys)
+        if not tenants:
+            return
+        if tenants.count(tenants[0]) == len(tenants):  # one tenant: the usual call
+            groups: Iterable[tuple[str, int]] = ((tenants[0], sum(sizes)),)
+        else:
+            groups = zip(tenants, sizes, strict=True)
+        into, out_of = (self.dram_used, self.ssd_used) if to_dram else (self.ssd_used, self.dram_used)
+        for tenant, size in groups:
+            out_of[tenant] -= size
+            into[tenant] += size
+
     def to_dram(self, key: str, size: int) -> None:
         """A resident page entered DRAM."""
         tenant = self._name(key)
