@@ -5,6 +5,7 @@ while such a copy is running."""
 
 from __future__ import annotations
 
+import mmap
 import threading
 import time
 
@@ -18,6 +19,17 @@ from hicache_mooncake.ssd.io import address_of, huge_buffer
 
 def _aligned_value(key: str, size: int) -> np.ndarray:
     arr = aligned_array(size)
+    arr[:] = value_for(key, size)
+    return arr
+
+
+def _small_pages_value(key: str, size: int) -> np.ndarray:
+    """``size`` bytes of ``key``'s value in a mapping of its own advised off huge pages: memory
+    from the malloc heap may sit in a range an earlier large numpy array advised onto huge pages
+    (numpy does that from 4 MiB), and THP then backs it with huge pages after all."""
+    mapping = mmap.mmap(-1, size)
+    mapping.madvise(mmap.MADV_NOHUGEPAGE)
+    arr = np.frombuffer(mapping, np.uint8)
     arr[:] = value_for(key, size)
     return arr
 
@@ -79,7 +91,7 @@ def test_auto_writes_in_place_only_memory_found_on_huge_pages(ssd_dir: str) -> N
     page); memory registered and found on huge pages is written in place; both round trip."""
     huge = np.frombuffer(huge_buffer(4 << 20), np.uint8)
     huge[:] = value_for("h", huge.size)
-    plain = _aligned_value("p", 1 << 20)
+    plain = _small_pages_value("p", 1 << 20)
     with open_engine(ssd_dir, capacity_bytes=32 << 20, region_size=8 << 20) as e:
         assert e.register_memory(memoryview(plain)) < 0.9  # ordinary pages: not registered
         share = e.register_memory(memoryview(huge))
