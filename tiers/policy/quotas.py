@@ -111,6 +111,14 @@ class TenantLedger:
             return tenant
         return OTHER
 
+    def _bytes_by_tenant(self, keys: Sequence[str], sizes: Sequence[int]) -> Iterable[tuple[str, int]]:
+        """``(tenant, bytes)`` of a batch, the keys' tenants named in order (``_names``): one pair
+        when the batch has one tenant (the usual call), else one per key."""
+        tenants = self._names(keys)
+        if tenants and tenants.count(tenants[0]) == len(tenants):
+            return ((tenants[0], sum(sizes)),)
+        return zip(tenants, sizes, strict=True)
+
     def placed(self, key: str, size: int) -> None:
         """``key`` became resident; it counts as SSD until ``to_dram``."""
         tenant = self._name(key)
@@ -138,15 +146,8 @@ class TenantLedger:
             for key, size in zip(keys, sizes, strict=True):
                 one(key, size)
             return
-        tenants = self._names(keys)
-        if not tenants:
-            return
         counts = self.dram_used if in_dram else self.ssd_used
-        if tenants.count(tenants[0]) == len(tenants):  # one tenant: the usual call
-            groups: Iterable[tuple[str, int]] = ((tenants[0], sum(sizes)),)
-        else:
-            groups = zip(tenants, sizes, strict=True)
-        for tenant, size in groups:
+        for tenant, size in self._bytes_by_tenant(keys, sizes):
             if in_dram and tenant not in self.ssd_used:
                 self.ssd_used[tenant] = 0  # as placed + to_dram leave it
             counts[tenant] += size
@@ -185,15 +186,8 @@ class TenantLedger:
             for key, size in zip(keys, sizes, strict=True):
                 one(key, size)
             return
-        tenants = self._names(keys)
-        if not tenants:
-            return
-        if tenants.count(tenants[0]) == len(tenants):  # one tenant: the usual call
-            groups: Iterable[tuple[str, int]] = ((tenants[0], sum(sizes)),)
-        else:
-            groups = zip(tenants, sizes, strict=True)
         into, out_of = (self.dram_used, self.ssd_used) if to_dram else (self.ssd_used, self.dram_used)
-        for tenant, size in groups:
+        for tenant, size in self._bytes_by_tenant(keys, sizes):
             out_of[tenant] -= size
             into[tenant] += size
 
