@@ -194,6 +194,7 @@ class RegionAllocator:
         reason = ""
         alloc_failed = [False]  # a new region file could not be allocated: reuse old ones instead
         evicted: list[str] = []  # keys dropped for a region open, told to on_evict without the lock
+        esizes = [entry_size(n) for n in sizes]
         for _attempt in range(4 * len(c.regions) + 8):
             if k >= len(sizes):
                 break
@@ -205,11 +206,11 @@ class RegionAllocator:
                 r = self.active[di]
                 if r is not None:
                     start, off = k, r.write_off
-                    while k < len(sizes) and off + entry_size(sizes[k]) <= rs:
-                        off += entry_size(sizes[k])
+                    while k < len(sizes) and off + esizes[k] <= rs:
+                        off += esizes[k]
                         k += 1
                     if k > start:
-                        seqs = [c.next_seq() for _ in range(k - start)]
+                        seqs = c.next_seqs(k - start)
                         res = Reservation(r, r.write_off, start, seqs, c.epoch)
                         out.append(res)
                         on_reserved(res)

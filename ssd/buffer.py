@@ -18,25 +18,24 @@ from __future__ import annotations
 import mmap
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from .format import BLOCK, align_up, entry_size
+from .format import entry_size
 from .io import HUGE_PAGE, aligned_buffer, huge_buffer
 
 
-@dataclass
 class Slot:
     """One entry of a :class:`WriteBuffer`. ``offset`` is the header block's offset in the
-    batch's logical (on-disk) layout; ``payload`` the caller's views (empty ones left out)."""
+    batch's logical (on-disk) layout; ``payload`` the caller's views (empty ones left out);
+    ``size`` the bytes the entry takes on disk (``entry_size(payload_len)``)."""
 
-    key: bytes
-    offset: int
-    payload_len: int
-    payload: list[memoryview]
+    __slots__ = ("key", "offset", "payload", "payload_len", "size")
 
-    @property
-    def size(self) -> int:
-        return entry_size(self.payload_len)
+    def __init__(self, key: bytes, offset: int, payload_len: int, payload: list[memoryview]) -> None:
+        self.key = key
+        self.offset = offset
+        self.payload_len = payload_len
+        self.payload = payload
+        self.size = entry_size(payload_len)
 
 
 Buffer = mmap.mmap | memoryview  # what a BufferPool hands out (page- or 2 MiB-aligned)
@@ -128,11 +127,9 @@ class WriteBuffer:
 
     def add(self, key: bytes, parts: Sequence[memoryview]) -> Slot:
         """Lay ``parts`` out as the next entry (nothing is copied or hashed here)."""
-        off = self.used
         src = [p for p in parts if p.nbytes]
-        plen = sum(p.nbytes for p in src)
-        slot = Slot(key, off, plen, src)
-        self.used = off + BLOCK + align_up(plen)
+        slot = Slot(key, self.used, sum(p.nbytes for p in src), src)
+        self.used += slot.size
         return slot
 
     def payload_views(self, slot: Slot) -> list[memoryview]:

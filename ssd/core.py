@@ -78,6 +78,12 @@ class EngineCore:
         self.seq += 1
         return self.seq
 
+    def next_seqs(self, n: int) -> list[int]:
+        """``n`` new sequence numbers, in order (lock held): ``next_seq`` ``n`` times."""
+        first = self.seq + 1
+        self.seq += n
+        return list(range(first, self.seq + 1))
+
     def enter(self) -> bool:
         """Start a public data call; False when the engine is closed."""
         with self.lock:

@@ -27,6 +27,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+import numpy as np
+
 from .io import address_of
 
 _HUGE_FIELDS = ("AnonHugePages", "ShmemPmdMapped", "FilePmdMapped", "Shared_Hugetlb", "Private_Hugetlb")
@@ -192,6 +194,18 @@ class HugeRanges:
         a = address_of(view)
         i = bisect.bisect_right(starts, a) - 1
         return i >= 0 and a + view.nbytes <= ends[i]
+
+    def covers_spans(self, spans: np.ndarray) -> bool:
+        """Whether every ``(address, length)`` row of ``spans`` (``native.view_spans``) lies in
+        one registered range."""
+        starts, ends = self._spans
+        if not starts:
+            return False
+        a = spans[:, 0]
+        i = np.searchsorted(np.asarray(starts, np.uint64), a, side="right").astype(np.int64) - 1
+        if (i < 0).any():
+            return False
+        return bool((a + spans[:, 1] <= np.asarray(ends, np.uint64)[i]).all())
 
     def clear(self) -> None:
         with self._lock:

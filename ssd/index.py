@@ -26,6 +26,7 @@ and checksum, so a stale location is a miss, never wrong bytes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -100,6 +101,16 @@ class Location(int):
         )
 
 
+class Columns(NamedTuple):
+    """Fields of a batch of entries, one uint64 array each (``Index.columns``)."""
+
+    region: np.ndarray
+    gen: np.ndarray
+    offset: np.ndarray
+    length: np.ndarray
+    seq: np.ndarray
+
+
 _WORDS = 4
 _U48 = (1 << 48) - 1
 _U32 = (1 << 32) - 1
@@ -126,6 +137,26 @@ def _lengths(values: np.ndarray) -> np.ndarray:
 
 def _regions(values: np.ndarray) -> np.ndarray:
     return (values[:, 3] >> np.uint64(24)) & np.uint64(_U32)
+
+
+def _rows(
+    n: int, region: int, gen: int, offsets: np.ndarray, lengths: np.ndarray, seqs: np.ndarray
+) -> np.ndarray:
+    """Packed rows of ``n`` entries of one region generation (uint64 columns), checked as a
+    whole with the limits a :class:`Location` has (ValueError naming the widest field)."""
+    if not len(offsets) == len(lengths) == len(seqs) == n:
+        raise ValueError("keys, offsets, lengths and seqs differ in length")
+    values = np.empty((n, _WORDS), np.uint64)
+    if not n:
+        return values
+    Location(region, gen, int(offsets.max()), int(lengths.max()), int(seqs.max()))  # raises as one would
+    o = offsets.astype(np.uint64, copy=False)
+    ln = lengths.astype(np.uint64, copy=False)
+    values[:, 0] = gen
+    values[:, 1] = seqs
+    values[:, 2] = o | ((ln & np.uint64(_U16)) << np.uint64(48))
+    values[:, 3] = (ln >> np.uint64(16)) | (np.uint64(region) << np.uint64(24))
+    return values
 
 
 class Index:
@@ -304,7 +335,7 @@ class Index:
             fingerprints(keys) if keys else np.zeros(0, np.uint64), region, gen, offsets, lengths, seqs
         )
 
-    def load_region_fps(
+    def set_entries(
         self,
         fps: np.ndarray,
         region: int,
@@ -313,21 +344,46 @@ class Index:
         lengths: np.ndarray,
         seqs: np.ndarray,
     ) -> None:
-        """:meth:`load_region` of the keys' fingerprints ``fps`` (one native call to insert)."""
-        n = len(fps)
-        if not len(offsets) == len(lengths) == len(seqs) == n:
-            raise ValueError("keys, offsets, lengths and seqs differ in length")
-        if not n:
+        """:meth:`set_many` of entries written into one region generation, as columns (uint64):
+        two native calls, no :class:`Location` per entry. Checked as a whole (ValueError,
+        nothing indexed); replaced entries' bytes leave ``bytes``, read counts start at zero.
+        Also the bulk insert of one region's summary at open (``load_region_fps``)."""
+        rows = _rows(len(fps), region, gen, offsets, lengths, seqs)
+        if not len(fps):
             return
-        Location(region, gen, int(offsets.max()), int(lengths.max()), int(seqs.max()))  # raises as one would
-        o = offsets.astype(np.uint64, copy=False)
-        ln = lengths.astype(np.uint64, copy=False)
-        values = np.empty((n, _WORDS), np.uint64)
-        values[:, 0] = gen
-        values[:, 1] = seqs
-        values[:, 2] = o | ((ln & np.uint64(_U16)) << np.uint64(48))
-        values[:, 3] = (ln >> np.uint64(16)) | (np.uint64(region) << np.uint64(24))
-        self._table.put(fps, values)
+        # a fingerprint listed twice: its last entry stays, and what it replaced leaves once
+        uniq, first_from_end = np.unique(fps[::-1], return_index=True)
+        found, values = self._table.get(uniq)
+        self._table.put(fps, rows)
+        kept = lengths[len(fps) - 1 - first_from_end]
+        self.bytes += int(kept.sum()) - (int(_lengths(values[found]).sum()) if found.any() else 0)
+
+    def columns(self, fps: np.ndarray) -> tuple[np.ndarray, Columns]:
+        """Whether each of ``fps`` is indexed, and its entry's fields as uint64 columns (zeros
+        where not indexed): one native call, no :class:`Location` per entry."""
+        found, values = self._table.get(fps)
+        values[~found] = 0
+        return found, Columns(
+            region=_regions(values),
+            gen=values[:, 0],
+            offset=values[:, 2] & np.uint64(_U48),
+            length=_lengths(values),
+            seq=values[:, 1],
+        )
+
+    load_region_fps = set_entries
+    """:meth:`load_region` of the keys' fingerprints ``fps``: :meth:`set_entries`."""
+
+    def regions_of(self, fps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each of ``fps`` is indexed, and the region it is in (uint64; 0 where not
+        indexed): one native call, no :class:`Location` per entry."""
+        found, values = self._table.get(fps)
+        return found, np.where(found, _regions(values), np.uint64(0))
+
+    def in_region(self, fps: np.ndarray, region: int) -> np.ndarray:
+        """Whether each of ``fps`` is indexed in ``region`` (a bool array; one native call)."""
+        found, regions = self.regions_of(fps)
+        return found & (regions == np.uint64(region))
 
     def recount(self) -> None:
         """``bytes`` from scratch (one snapshot of the table)."""

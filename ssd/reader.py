@@ -30,8 +30,9 @@ from hicache_mooncake.native import EntryVerdict, copy_pages, read_entries
 from .allocator import RegionAllocator
 from .buffer import Slot, WriteBuffer
 from .core import EngineCore
+from .index import Columns, Location
 from .io import byte_view, copy_into
-from .readplan import ReadItem, Run, plan_runs
+from .readplan import ReadPlan, plan_runs
 from .spans import common_base
 from .writer import WritePath
 
@@ -73,47 +74,52 @@ class ReadPath:
         Every read lands in a native I/O worker's staging and is copied into the caller's views
         only while the call is still waiting for it: a read that completes after the call gave up
         at its ``deadline`` is discarded, never written into memory the caller has reused.
-        Without a deadline the call waits for every read."""
+        Without a deadline the call waits for every read.
+
+        The batch is looked up, checked and planned as columns (one index call, one sort); Python
+        touches each item only to take its views and, while puts are in flight, to look for it
+        among them."""
+        if not items:
+            return
         c = self.core
+        keys = [key for key, _ in items]
         views_list = [[byte_view(p) for p in parts] for _, parts in items]
-        plan: list[ReadItem] = []
+        sizes = np.fromiter((sum(v.nbytes for v in views) for views in views_list), np.uint64, len(items))
         mem: list[tuple[int, WriteBuffer, Slot]] = []
-        fps = c.index.fps([key for key, _ in items]) if items else None
+        fps = c.index.fps(keys)
+        plan: ReadPlan | None = None
         with c.lock:
-            locs = c.index.lookup(fps) if fps is not None else []
-            read: list[int] = []
-            for i, (key, _) in enumerate(items):
-                views = views_list[i]
-                size = sum(v.nbytes for v in views)
-                staged = self.writer.pending_slot(key)
-                if staged is not None:
+            found, fields = c.index.columns(fps)
+            mismatches = 0
+            if self.writer.pending:  # a key whose put is in flight is served from its memory
+                for i, key in enumerate(keys):
+                    staged = self.writer.pending_slot(key)
+                    if staged is None:
+                        continue
+                    found[i] = False
                     wb, slot = staged
-                    if slot.payload_len != size:
-                        c.counts["get_size_mismatch"] += 1
+                    if slot.payload_len != int(sizes[i]):
+                        mismatches += 1
                         continue
                     wb.acquire()
                     mem.append((i, wb, slot))
-                    continue
-                loc = locs[i]
-                if loc is None:
-                    continue
-                if loc.length != size:
-                    c.counts["get_size_mismatch"] += 1
-                    continue
-                r = c.regions[loc.region]
-                r.readers += 1
-                read.append(i)
-                plan.append(ReadItem(i, key, loc, r, views))
-            if read and not internal and fps is not None:
-                c.index.hit_many(fps[read])
+            same = fields.length == sizes
+            mismatches += int(np.count_nonzero(found & ~same))
+            if mismatches:
+                c.counts["get_size_mismatch"] += mismatches
+            read = np.flatnonzero(found & same)
+            if len(read):
+                plan = plan_runs(read, Columns(*(col[read] for col in fields)), c.options.read_run_bytes)
+                self._pin(plan, 1)
+                if not internal:
+                    c.index.hit_many(fps[read])
         for i, wb, slot in mem:
             try:
                 copy_views(views_list[i], wb.payload_views(slot))
                 results[i] = True
             finally:
                 wb.release()
-        if plan:
-            self._read(plan, results, deadline)
+        bytes_read = self._read(plan, keys, views_list, results, deadline) if plan is not None else 0
         if not internal:
             with c.lock:
                 c.counts["gets"] += len(items)
@@ -121,69 +127,101 @@ class ReadPath:
                 c.counts["hits"] += hits
                 c.counts["misses"] += len(items) - hits
                 c.counts["hits_from_write_buffer"] += len(mem)
-                c.counts["bytes_read"] += sum(it.loc.length for it in plan if results[it.idx])
+                c.counts["bytes_read"] += bytes_read
 
-    def _read(self, plan: list[ReadItem], results: list[bool], deadline: float | None) -> None:
+    def _read(
+        self,
+        plan: ReadPlan,
+        keys: list[str],
+        views_list: list[list[memoryview]],
+        results: list[bool],
+        deadline: float | None,
+    ) -> int:
         """Read, check and deliver ``plan`` in one native call (until ``deadline``; without one
-        the call waits for every read), then unpin every run and account for what was found."""
+        the call waits for every read), then unpin its regions and account for what was found;
+        returns the payload bytes delivered."""
         c = self.core
-        runs = plan_runs(plan, c.options.read_run_bytes)
-        live = [run for run in runs if run.region.fd is not None]
-        bad = [it for run in runs if run.region.fd is None for it in run.items]  # closed: nothing read
-        verdicts: list[int] = []
-        order = [it for run in live for it in run.items]
+        regions = c.regions
+        live = [j for j in range(plan.runs) if regions[plan.run_region[j]].fd is not None]
+        if len(live) == plan.runs:
+            sel = np.arange(len(plan))
+        else:  # a run of a region closed meanwhile: nothing read, its entries dropped below
+            mask = np.zeros(len(plan), bool)
+            for j in live:
+                mask[plan.run_first[j] : plan.run_first[j + 1]] = True
+            sel = np.flatnonzero(mask)
+        verdicts = np.zeros(0, np.int64)
         try:
             if live:
-                verdicts = self._read_runs(live, order, deadline)
+                verdicts = self._read_runs(plan, live, sel, keys, views_list, deadline)
         finally:
             with c.lock:
-                for run in runs:
-                    self._unpin(run)
-                c.counts["reads"] += len(order)
+                self._pin(plan, -1)
+                c.counts["reads"] += len(sel)
         io_error: OSError | None = None
         timed_out = False
         at = 0
-        for run in live:  # an I/O error or a timeout is the whole run's
-            r = verdicts[at]
-            at += len(run.items)
+        for j in live:  # an I/O error or a timeout is the whole run's
+            r = int(verdicts[at])
+            at += plan.run_first[j + 1] - plan.run_first[j]
             if r == -errno.ETIMEDOUT:
                 timed_out = True
             elif r < 0:
                 io_error = OSError(-r, os.strerror(-r))
                 with c.lock:
                     c.counts["read_io_errors"] += 1
-        collisions = 0
-        for it, r in zip(order, verdicts, strict=True):
-            if r == EntryVerdict.OK:
-                results[it.idx] = True
-            elif r == EntryVerdict.OTHER_KEY:  # sound, another key's: a miss, the entry stays
-                log.debug("ssd: %r shares its fingerprint with another key (a miss)", it.key)
-                collisions += 1
-            elif r > 0:
-                log.warning(
-                    "ssd: entry of %r at %s+%d failed its check: %s",
-                    it.key, it.region.path, it.loc.offset, EntryVerdict(r).name.lower(),
-                )  # fmt: skip
-                bad.append(it)
+        ok = verdicts == EntryVerdict.OK
+        for i in plan.idx[sel[ok]].tolist():
+            results[i] = True
+        collisions = int(np.count_nonzero(verdicts == EntryVerdict.OTHER_KEY))
+        failed = (verdicts > 0) & (verdicts != EntryVerdict.OTHER_KEY)
+        bad = sel[failed].tolist()
+        for q, r in zip(bad, verdicts[failed].tolist(), strict=True):
+            log.warning(
+                "ssd: entry of %r at %s+%d failed its check: %s",
+                keys[int(plan.idx[q])], regions[int(plan.fields.region[q])].path, int(plan.fields.offset[q]),
+                EntryVerdict(r).name.lower(),
+            )  # fmt: skip
+        if len(sel) < len(plan):
+            mask = np.ones(len(plan), bool)
+            mask[sel] = False
+            bad.extend(np.flatnonzero(mask).tolist())
         if timed_out:
             c.timed_out("read", deadline or 0.0)
         if io_error is not None:
             c.io_failed("read", io_error)
         if bad or collisions:
+            f = plan.fields
             with c.lock:
-                for it in bad:
-                    if c.index.get(it.key) == it.loc:  # still this entry (seq and gen are in it)
-                        c.index.pop(it.key)
+                for q in bad:
+                    key = keys[int(plan.idx[q])]
+                    loc = Location(
+                        int(f.region[q]), int(f.gen[q]), int(f.offset[q]), int(f.length[q]), int(f.seq[q])
+                    )
+                    if c.index.get(key) == loc:  # still this entry (seq and gen are in it)
+                        c.index.pop(key)
                 c.counts["read_checksum_errors"] += len(bad)
                 c.counts["fingerprint_collisions"] += collisions
+        return int(plan.fields.length[sel[ok]].sum())
 
-    def _read_runs(self, runs: list[Run], order: list[ReadItem], deadline: float | None) -> list[int]:
-        """``native.read_entries`` of ``runs`` (``order``: their entries, run by run); returns one
-        verdict (or -errno) per entry of ``order``. Payloads go straight into the callers' views
-        when they lie in one buffer (SGLang's host pool, a DRAM arena: the rule); otherwise into
-        one engine buffer, copied into each view here (while the caller still waits)."""
+    def _read_runs(
+        self,
+        plan: ReadPlan,
+        live: list[int],
+        sel: np.ndarray,
+        keys: list[str],
+        views_list: list[list[memoryview]],
+        deadline: float | None,
+    ) -> np.ndarray:
+        """``native.read_entries`` of the runs ``live`` of ``plan`` (``sel``: their entries, in
+        plan order); returns one verdict (or -errno) per entry of ``sel``. Payloads go straight
+        into the callers' views when they lie in one buffer (SGLang's host pool, a DRAM arena:
+        the rule); otherwise into one engine buffer, copied into each view here (while the caller
+        still waits)."""
         c = self.core
-        views = [v for it in order for v in it.views]
+        idx = plan.idx[sel].tolist()
+        order_views = [views_list[i] for i in idx]
+        views = [v for vs in order_views for v in vs]
         placed = common_base(views, writable=True)
         scratch: Any = None
         lengths = np.fromiter((v.nbytes for v in views), np.uint64, len(views))
@@ -194,27 +232,30 @@ class ReadPath:
             dst = scratch
             dst_offsets = np.zeros(len(views), np.uint64)
             np.cumsum(lengths[:-1], out=dst_offsets[1:])
+        f = plan.fields
         try:
             timeout = 1e9 if deadline is None else max(0.0, deadline - time.monotonic())
             got = read_entries(
-                fds=[run.region.fd for run in runs],
-                run_offsets=[run.offset for run in runs],
-                run_items=np.cumsum([0] + [len(run.items) for run in runs], dtype=np.uint64),
-                payload_lengths=[it.loc.length for it in order],
-                gens=[it.loc.gen for it in order],
-                seqs=[it.loc.seq for it in order],
-                keys=[it.key.encode("utf-8", "surrogateescape") for it in order],
-                part_items=np.cumsum([0] + [len(it.views) for it in order], dtype=np.uint64),
+                fds=[c.regions[plan.run_region[j]].fd for j in live],
+                run_offsets=[plan.run_offset[j] for j in live],
+                run_items=np.cumsum(
+                    [0] + [plan.run_first[j + 1] - plan.run_first[j] for j in live], dtype=np.uint64
+                ),
+                payload_lengths=f.length[sel],
+                gens=f.gen[sel],
+                seqs=f.seq[sel],
+                keys=[keys[i].encode("utf-8", "surrogateescape") for i in idx],
+                part_items=np.cumsum([0] + [len(vs) for vs in order_views], dtype=np.uint64),
                 dst=dst,
                 dst_offsets=dst_offsets,
                 part_lengths=lengths,
                 max_key=c.options.max_key_bytes,
                 timeout_s=timeout,
-            ).tolist()
+            )
             if scratch is not None:
                 q = 0
-                for it, r in zip(order, got, strict=True):
-                    for v in it.views:
+                for vs, r in zip(order_views, got.tolist(), strict=True):
+                    for v in vs:
                         if r == EntryVerdict.OK and v.nbytes:
                             copy_pages(v, [0], scratch, [int(dst_offsets[q])], [v.nbytes])
                         q += 1
@@ -223,7 +264,12 @@ class ReadPath:
             if scratch is not None:
                 c.buffers.give(scratch)
 
-    def _unpin(self, run: Run) -> None:
-        for it in run.items:
-            it.region.readers -= 1
-            self.alloc.maybe_free(it.region)
+    def _pin(self, plan: ReadPlan, step: int) -> None:
+        """Count ``step`` (1: pin, -1: unpin) readers on each region of ``plan`` per entry it
+        reads there (lock held); an unpinned region that is draining is freed."""
+        rids, counts = np.unique(plan.fields.region, return_counts=True)
+        for rid, k in zip(rids.tolist(), counts.tolist(), strict=True):
+            r = self.core.regions[rid]
+            r.readers += step * k
+            if step < 0:
+                self.alloc.maybe_free(r)

@@ -78,6 +78,14 @@ class Region:
             self.names.append(key)
         self.live_bytes += length
 
+    def add_many(self, fps: np.ndarray, keys: list[str], nbytes: int) -> None:
+        """Entries indexed into this generation at once: ``fps`` (uint64) and their ``keys``,
+        ``nbytes`` payload bytes in all (lock held)."""
+        self.fps.frombytes(fps.astype(np.uint64, copy=False).tobytes())
+        if self.names is not None:
+            self.names.extend(keys)
+        self.live_bytes += nbytes
+
     def reset_entries(self) -> None:
         """No entry of this generation is indexed any more (lock held); keys not yet told stay."""
         self.fps = array("Q")

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from hicache_mooncake.native import view_spans
+
 from .io import byte_view
 
 
@@ -44,8 +46,13 @@ def common_base(views: Sequence[memoryview], writable: bool = False) -> tuple[me
     if writable and base.readonly:
         return None
     start = _address(base)
-    offsets = np.fromiter((_address(v) - start if v.nbytes else 0 for v in views), np.int64, len(views))
-    ends = offsets + np.fromiter((v.nbytes for v in views), np.int64, len(views))
+    spans = view_spans(views)  # one native call where every view is a writable, non-empty buffer
+    if spans is not None:
+        offsets = spans[:, 0].astype(np.int64) - start
+        ends = offsets + spans[:, 1].astype(np.int64)
+    else:
+        offsets = np.fromiter((_address(v) - start if v.nbytes else 0 for v in views), np.int64, len(views))
+        ends = offsets + np.fromiter((v.nbytes for v in views), np.int64, len(views))
     if len(offsets) and (int(offsets.min()) < 0 or int(ends.max()) > base.nbytes):
         return None  # (a view of a copy the exporter made: not inside it)
     return base, offsets.astype(np.uint64)

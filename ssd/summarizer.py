@@ -26,13 +26,20 @@ class Summarizer:
         if not names:
             return []
         fps = np.frombuffer(r.fps, np.uint64)
-        out = []
-        seen: set[int] = set()
-        for k, fp, loc in zip(names, fps.tolist(), self.core.index.lookup(fps), strict=True):
-            if loc is not None and loc.region == r.rid and loc.gen == r.gen and fp not in seen:
-                seen.add(fp)
-                out.append((k, loc.offset, loc.length, loc.seq))
-        return out
+        found, col = self.core.index.columns(fps)
+        live = found & (col.region == np.uint64(r.rid)) & (col.gen == np.uint64(r.gen))
+        first = np.zeros(len(fps), bool)  # a key indexed twice here (a re-put): listed once
+        first[np.unique(fps, return_index=True)[1]] = True
+        at = np.flatnonzero(live & first)
+        return list(
+            zip(
+                [names[i] for i in at.tolist()],
+                col.offset[at].tolist(),
+                col.length[at].tolist(),
+                col.seq[at].tolist(),
+                strict=True,
+            )
+        )
 
     def _write(
         self,

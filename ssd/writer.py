@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from hicache_mooncake.native import WritesInFlight, write_entries
+from hicache_mooncake.native import WritesInFlight, view_spans, write_entries
 
 from .allocator import RegionAllocator, Reservation
 from .buffer import Slot, WriteBuffer
@@ -48,14 +48,16 @@ log = logging.getLogger("hicache_mooncake.ssd")
 
 
 class Pending:
-    """A key whose write is in flight. ``buf``/``slot`` are set once its space is reserved."""
+    """A key whose write is in flight. ``buf``/``slot`` are set once its space is reserved.
+    ``done`` is the put's event, shared by every key it writes: it is set once, when the put is
+    over for all of them (``ok`` is final for each by then)."""
 
     __slots__ = ("buf", "slot", "done", "ok", "removed")
 
-    def __init__(self) -> None:
+    def __init__(self, done: threading.Event) -> None:
         self.buf: WriteBuffer | None = None
         self.slot: Slot | None = None
-        self.done = threading.Event()
+        self.done = done
         self.ok = False
         self.removed = False
 
@@ -191,9 +193,15 @@ class WritePath:
         floor_ok = reinsert_rid is not None or self.alloc.floors[di].ok()
         mine: list[_New] = []
         waits: list[tuple[int, Pending]] = []
+        done: threading.Event | None = None  # this put's (``Pending``), made for its first new key
         fps = c.index.fps([key for _, key, _, _, _ in prepared]) if prepared else None
         with c.lock:
-            stored = c.index.lookup(fps) if fps is not None else []  # one native lookup
+            stored: list[bool] = []
+            if fps is not None:  # one native lookup: stored already (a reinsertion: elsewhere)
+                found, regions = c.index.regions_of(fps)
+                if reinsert_rid is not None:
+                    found &= regions != np.uint64(reinsert_rid)
+                stored = found.tolist()
             c.counts.update(rejects)
             if reinsert_rid is None:
                 c.counts["puts"] += len(items)
@@ -205,8 +213,7 @@ class WritePath:
                 prepared = []
             fp_list = fps.tolist() if fps is not None else []
             for j, (i, key, kb, views, size) in enumerate(prepared):
-                fp, loc = fp_list[j], stored[j]
-                if loc is not None and loc.region != reinsert_rid:
+                if stored[j]:
                     results[i] = True
                     c.counts["put_existing"] += 1
                     continue
@@ -214,9 +221,11 @@ class WritePath:
                 if p is not None:
                     waits.append((i, p))
                     continue
-                p = Pending()
+                if done is None:
+                    done = threading.Event()
+                p = Pending(done)
                 self.pending[key] = p
-                mine.append(_New(i, key, fp, kb, views, size, p))
+                mine.append(_New(i, key, fp_list[j], kb, views, size, p))
         if not floor_ok:
             self.alloc.release_for_floor(di, deadline)
         if mine:
@@ -252,6 +261,7 @@ class WritePath:
         if batch:
             subs.append(batch)
         borrow = self._borrow(mine)
+        put_done = mine[0].pending.done  # every key of the put shares it
         started: list[_BatchWrite] = []
         try:
             try:
@@ -273,8 +283,7 @@ class WritePath:
                     for it in mine:
                         if self.pending.get(it.key) is it.pending:
                             del self.pending[it.key]
-                for it in mine:
-                    it.pending.done.set()
+                put_done.set()
                 raise
             if writes is None and done:
                 for state in started:
@@ -299,22 +308,30 @@ class WritePath:
                     daemon=True,
                 ).start()
         finally:
+            put_done.set()
             for state in started:
-                for it in state.batch:
-                    it.pending.done.set()
                 state.buf.drop(wait_readers=True)
 
     def _borrow(self, batch: list[_New]) -> bool:
-        """Write the caller's memory in place (zero copy) rather than staging it."""
+        """Write the caller's memory in place (zero copy) rather than staging it. O_DIRECT
+        needs every view 4096-aligned in address and length; ``auto`` also needs it on huge
+        pages. The views' addresses come from one native call (``view_spans``); a batch it
+        cannot take (a read-only or empty view) is checked view by view."""
         c = self.core
         mode = c.options.stage_writes
         if mode == "always" or not c.options.zero_copy_writes:
             return False
-        if c.direct and not all(is_aligned(v, BLOCK) for it in batch for v in it.views):
-            return False
-        if mode == "never" or not c.direct:
+        if not c.direct:
             return True
-        return all(c.huge_memory.covers(v) for it in batch for v in it.views)
+        views = [v for it in batch for v in it.views]
+        spans = view_spans(views)
+        if spans is None:
+            if not all(is_aligned(v, BLOCK) for v in views):
+                return False
+            return mode == "never" or all(c.huge_memory.covers(v) for v in views)
+        if ((spans[:, 0] | spans[:, 1]) % np.uint64(BLOCK)).any():
+            return False
+        return mode == "never" or c.huge_memory.covers_spans(spans)
 
     def _start_batch(
         self,
@@ -350,10 +367,8 @@ class WritePath:
                 for it in batch:
                     if self.pending.get(it.key) is it.pending:
                         del self.pending[it.key]
-            for it in batch:
-                it.pending.done.set()
             buf.drop()
-            raise
+            raise  # (the caller, ``_write_all``, sets the put's ``done``)
         return state
 
     def write_runs(
@@ -424,24 +439,16 @@ class WritePath:
                     if not state.abandoned:
                         why = "no_space" if full else "stale_epoch" if stale else "io_error"
                         c.counts[f"rejected_{why}"] += len(g.items)
-                for it, seq in zip(g.items, g.res.seqs, strict=True):
-                    placed.add(it.idx)
-                    if state.abandoned:
-                        continue
-                    ok = g.error is None
-                    if ok:
-                        try:  # a bug here must not leave the region pinned (close waits for it)
-                            self._commit(it, seq, g, state.reinsert_rid)
-                        except Exception:  # noqa: BLE001 - the entry is not indexed: a miss
-                            log.exception("ssd write: indexing %r failed", it.key)
-                            c.counts["index_failures"] += 1
-                            ok = False
-                        else:
-                            c.counts["bytes_written"] += it.size
-                    state.results[it.idx] = ok
-                    it.pending.ok = ok
-                    if self.pending.get(it.key) is it.pending:
-                        del self.pending[it.key]
+                placed.update(it.idx for it in g.items)
+                if not state.abandoned:
+                    oks = self._commit_group(g, state.reinsert_rid) if g.error is None else None
+                    pending, results = self.pending, state.results
+                    for j, it in enumerate(g.items):
+                        ok = oks is not None and oks[j]
+                        results[it.idx] = ok
+                        it.pending.ok = ok
+                        if pending.get(it.key) is it.pending:
+                            del pending[it.key]
                 # unpin after indexing: a region sealed meanwhile is summarised with these entries
                 self.alloc.finish_write(g.res, failed=g.error is not None)
             if late:
@@ -458,8 +465,34 @@ class WritePath:
         if dying is not None:
             c.io_failed("write", dying)
 
-    def _commit(self, it: _New, seq: int, g: _Group, reinsert_rid: int | None) -> None:
-        """Index one written entry (lock held) unless a clear/remove/reclaim raced it."""
+    def _commit_group(self, g: _Group, reinsert_rid: int | None) -> list[bool]:
+        """Index the written group ``g`` (lock held); returns which of its entries are stored.
+        Never raises: a bug in indexing must not leave the region pinned (``close`` waits for
+        it). Should the one call for the group fail, each entry is indexed on its own, so only
+        an entry that cannot be indexed is a failed put (a miss later)."""
+        c = self.core
+        try:
+            self._commit(g, reinsert_rid)
+        except Exception:  # noqa: BLE001 - indexed entry by entry below
+            log.debug("ssd write: indexing a group of %d entries at once failed", len(g.items), exc_info=True)
+        else:
+            c.counts["bytes_written"] += sum(it.size for it in g.items)
+            return [True] * len(g.items)
+        oks = []
+        for it, seq in zip(g.items, g.res.seqs, strict=True):
+            try:
+                self._commit_one(it, seq, g, reinsert_rid)
+            except Exception:  # noqa: BLE001 - the entry is not indexed: a miss
+                log.exception("ssd write: indexing %r failed", it.key)
+                c.counts["index_failures"] += 1
+                oks.append(False)
+            else:
+                c.counts["bytes_written"] += it.size
+                oks.append(True)
+        return oks
+
+    def _commit_one(self, it: _New, seq: int, g: _Group, reinsert_rid: int | None) -> None:
+        """:meth:`_commit` of one entry (the path of a group whose one call failed)."""
         c = self.core
         r = g.res.region
         if it.pending.removed or g.res.epoch != c.epoch or r.gen != g.res.gen:
@@ -473,6 +506,34 @@ class WritePath:
         loc = Location(r.rid, g.res.gen, g.res.file_off + (it.slot.offset - g.start), it.size, seq)
         c.index.set_fp(it.fp, loc)
         r.add(it.fp, it.key, it.size)
+
+    def _commit(self, g: _Group, reinsert_rid: int | None) -> None:
+        """Index the written entries of ``g`` (lock held) in one index call, except those a
+        clear, remove or reclaim raced: a clear (epoch) or a reopen of the region (generation)
+        since the reservation drops the whole group; a remove drops its key; a reinsertion
+        indexes only the keys still indexed in ``reinsert_rid``."""
+        c = self.core
+        r, res = g.res.region, g.res
+        if res.epoch != c.epoch or r.gen != res.gen:
+            return
+        items = [(it, seq) for it, seq in zip(g.items, res.seqs, strict=True) if not it.pending.removed]
+        if not items:
+            return
+        fps = np.fromiter((it.fp for it, _ in items), np.uint64, len(items))
+        if reinsert_rid is not None:
+            still = c.index.in_region(fps, reinsert_rid)
+            if not still.all():
+                items = [x for x, keep in zip(items, still.tolist(), strict=True) if keep]
+                fps = fps[still]
+            c.counts["reinserted_entries"] += len(items)
+            if not items:
+                return
+        base = res.file_off - g.start
+        offsets = np.fromiter((base + it.slot.offset for it, _ in items), np.uint64, len(items))  # type: ignore[union-attr]
+        lengths = np.fromiter((it.size for it, _ in items), np.uint64, len(items))
+        seqs = np.fromiter((seq for _, seq in items), np.uint64, len(items))
+        c.index.set_entries(fps, r.rid, res.gen, offsets, lengths, seqs)
+        r.add_many(fps, [it.key for it, _ in items], int(lengths.sum()))
 
     # ------------------------------------------------------------------ pending entries (lock held)
 

@@ -5,6 +5,7 @@ removed keys; and nothing at all while the tier is not usable (degraded, or a cl
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from ssd_helpers import aligned_array, open_engine, stall_writes, value_for
 
@@ -57,7 +58,7 @@ def test_an_entry_that_cannot_be_indexed_is_a_failed_put_and_close_does_not_wait
     from hicache_mooncake.ssd.index import Index
 
     e = open_engine(ssd_dir, capacity_bytes=8 << 20, region_size=1 << 20)
-    real_set = Index.set_fp
+    real_set, real_set_entries = Index.set_fp, Index.set_entries
     bad = Index.fp("bad")
 
     def failing_set(self: Index, fp: int, loc: object) -> object:
@@ -65,7 +66,13 @@ def test_an_entry_that_cannot_be_indexed_is_a_failed_put_and_close_does_not_wait
             raise RuntimeError("injected")
         return real_set(self, fp, loc)  # type: ignore[arg-type]
 
+    def failing_set_entries(self: Index, fps: Any, *args: Any) -> None:
+        if bad in fps.tolist():  # the group's one call fails; its entries are then indexed one by one
+            raise RuntimeError("injected")
+        real_set_entries(self, fps, *args)
+
     monkeypatch.setattr(Index, "set_fp", failing_set)
+    monkeypatch.setattr(Index, "set_entries", failing_set_entries)
     assert e.put_batch([(k, [_page(k)]) for k in ("a", "bad", "b")]) == [True, False, True]
     assert e.contains_batch(["a", "bad", "b"]) == [True, False, True]
     assert e.stats()["index_failures"] == 1

@@ -95,6 +95,11 @@ def test_a_region_loaded_from_its_summary_is_read_as_its_locations_and_checked_t
         index.load_region(["x"], 1 << 32, 1, u64([0]), u64([1]), u64([1]))
     with pytest.raises(ValueError, match="differ in length"):
         index.load_region(["x"], 7, 1, u64([0]), u64([1, 2]), u64([1]))
+    before = (len(index), index.bytes)
+    for bad in ((u64([0]), u64([1 << 40]), u64([1])), (u64([1 << 48]), u64([1]), u64([1]))):
+        with pytest.raises(ValueError, match="out of range"):  # the write path's group commit
+            index.set_entries(index.fps(["x"]), 7, 1, *bad)
+    assert (len(index), index.bytes) == before
     assert "x" not in index and "y" not in index  # a refused region adds nothing
 
 
@@ -125,6 +130,14 @@ def test_the_native_index_answers_as_the_reference_dict_index(seed: int) -> None
         assert nat.lookup(fps) == [ref.get(k) for k in keys]
         assert nat.contains_many(keys) == ref.contains_many(keys)
         assert len(nat) == len(ref) and nat.bytes == ref.bytes
+        for region in range(8):
+            want = [(loc := ref.get(k)) is not None and loc.region == region for k in keys]
+            assert nat.in_region(fps, region).tolist() == want
+        found, col = nat.columns(fps)  # the batch form (the summarizer's): fields as columns
+        locs = [ref.get(k) for k in keys]
+        assert found.tolist() == [loc is not None for loc in locs]
+        for field in col._fields:
+            assert getattr(col, field).tolist() == [getattr(loc, field) if loc else 0 for loc in locs]
 
     for step in range(2500):
         op = rng.random()
@@ -144,7 +157,11 @@ def test_the_native_index_answers_as_the_reference_dict_index(seed: int) -> None
             region = rng.randrange(8)
             gens.setdefault(region, seq)
             locs = [Location(region, gens[region], 4096 * j, 1 + j, seq) for j in range(len(batch))]
-            nat.set_many(nat.fps(batch), locs)
+            if rng.random() < 0.5:
+                nat.set_many(nat.fps(batch), locs)
+            else:  # the write path's group commit: one region generation, as columns
+                cols = [u64([getattr(loc, f) for loc in locs]) for f in ("offset", "length", "seq")]
+                nat.set_entries(nat.fps(batch), region, gens[region], *cols)
             for k, loc in zip(batch, locs, strict=True):
                 ref.set(k, loc)
             written.setdefault(region, []).extend(batch)

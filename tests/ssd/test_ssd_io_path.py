@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from ssd_helpers import aligned_array, open_engine, value_for
 
+from hicache_mooncake.native import view_spans
 from hicache_mooncake.ssd import SsdOptions
 from hicache_mooncake.ssd.allocator import RegionAllocator
 from hicache_mooncake.ssd.format import parse_region_file_name
@@ -239,6 +240,15 @@ def test_huge_ranges_cover_only_registered_huge_memory() -> None:
     if ranges.register(huge) >= 0.9:  # THP gave huge pages (the kernel may refuse under pressure)
         assert ranges.covers(huge[MiB : 2 * MiB]) and ranges.covers(huge)
     assert address_of(huge) % (2 * MiB) == 0
+    # the batch form the write path asks (one native call for the views' addresses) answers as
+    # the view-by-view form does, a batch being covered only when each of its views is
+    views = [huge[MiB : 2 * MiB], huge, memoryview(plain)[:4096], huge[7 * MiB :]]
+    for batch in ([0], [1], [2], [0, 1, 3], [0, 2], [2, 3]):
+        picked = [views[i] for i in batch]
+        spans = view_spans(picked)
+        assert spans is not None
+        assert ranges.covers_spans(spans) == all(ranges.covers(v) for v in picked)
+    assert not HugeRanges().covers_spans(view_spans([huge]))  # type: ignore[arg-type]
 
 
 def test_the_kernel_scan_of_the_ranges_agrees_with_smaps() -> None:
