@@ -31,9 +31,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import repeat
-from typing import Any, cast
+from typing import Any
 
 import xxhash
+
+from hicache_mooncake.native import check_page_keys, join_keys
 
 KEY_FORMAT = "hm1"
 MAX_PAGE_KEY_CHARS = 512
@@ -48,15 +50,12 @@ def page_key_ok(page_hash: object) -> bool:
 
 def bad_page_keys(page_hashes: Sequence[object]) -> list[int]:
     """Indices of the hashes ``KeySpace.key`` refuses (``page_key_ok``), in order; a batch in
-    which every hash is fine (the usual call) costs C-level passes only. Callers that serve a
+    which every hash is fine (the usual call) costs one native pass (``check_page_keys``). Callers that serve a
     batch (the backend) make each refused hash a miss of its own and serve the rest."""
-    if not page_hashes:
+    first = check_page_keys(page_hashes, MAX_PAGE_KEY_CHARS)
+    if first < 0:
         return []
-    if set(map(type, page_hashes)) == {str}:
-        lengths = list(map(len, cast(Sequence[str], page_hashes)))
-        if min(lengths) > 0 and max(lengths) <= MAX_PAGE_KEY_CHARS:
-            return []
-    return [i for i, h in enumerate(page_hashes) if not page_key_ok(h)]
+    return [i for i, h in enumerate(page_hashes) if i >= first and not page_key_ok(h)]
 
 
 @dataclass(frozen=True)
@@ -115,7 +114,7 @@ class KeySpace:
         return f"{self.prefix}{page_hash}{self.tag}{self.suffix}"
 
     def keys(self, page_hashes: list[str]) -> list[str]:
-        """``key`` of each hash; the checks run as C-level passes over the batch (this is on
+        """``key`` of each hash; the checks run as native passes over the batch (this is on
         every ``batch_exists``): one bad hash raises ``ValueError`` for the whole call. The
         backend takes bad hashes out first (``bad_page_keys``): each is a miss of its own."""
         if not page_hashes:
@@ -127,8 +126,7 @@ class KeySpace:
     def checked_keys(self, page_hashes: Sequence[str]) -> list[str]:
         """``keys`` of hashes the caller has checked already (``bad_page_keys`` found none: the
         backend's data calls, which make each refused hash a miss before they get here)."""
-        head, tail = self.prefix, self.tag + self.suffix
-        return [f"{head}{h}{tail}" for h in page_hashes]  # one allocation per key
+        return join_keys(self.prefix, page_hashes, self.tag + self.suffix)  # one native call
 
 
 # Host-pool attributes that shape a page's bytes, across SGLang's pool classes: KV (MHA, MLA),

@@ -53,6 +53,7 @@ from .io import (  # noqa: E402
     set_io_threads,
     write_entries,
 )
+from .page_keys import check_page_keys, join_keys  # noqa: E402
 from .page_views import AffinePages  # noqa: E402
 from .recency_log import RecencyLog  # noqa: E402
 from .reuse_ledger import ReuseLedger  # noqa: E402
@@ -71,11 +72,13 @@ __all__ = [
     "SlotIndex",
     "copy_pages",
     "AffinePages",
+    "check_page_keys",
     "copy_slots",
     "fingerprint",
     "fingerprints",
     "io_late_items",
     "io_threads",
+    "join_keys",
     "key_hashes",
     "page_sizes",
     "pread_batch",

@@ -6,6 +6,7 @@
 #include "hm_fptable.h"
 #include "hm_entry.h"
 #include "hm_io.h"
+#include "hm_keys.h"
 #include "hm_pageviews.h"
 #include "hm_recency.h"
 #include "hm_reuse.h"
@@ -23,6 +24,10 @@ static PyMethodDef module_methods[] = {
     {"fingerprints", HM_FASTCALL(hm_py_fingerprints), METH_FASTCALL, "fingerprints(keys, out)"},
     {"key_hashes", HM_FASTCALL(hm_py_key_hashes), METH_FASTCALL,
      "key_hashes(keys, out): xxh3_64 of each key's UTF-8 bytes, as object headers carry it"},
+    {"check_page_keys", HM_FASTCALL(hm_py_check_page_keys), METH_FASTCALL,
+     "check_page_keys(hashes, max_chars) -> index of the first item not a str of 1..max_chars characters, or -1"},
+    {"join_keys", HM_FASTCALL(hm_py_join_keys), METH_FASTCALL,
+     "join_keys(prefix, hashes, tail) -> [prefix + h + tail for h in hashes]"},
     {"set_test_fingerprint_mask", hm_py_set_test_fingerprint_mask, METH_O,
      "set_test_fingerprint_mask(mask): TEST-ONLY"},
     {"copy_pages", HM_FASTCALL(hm_py_copy_pages), METH_FASTCALL,
