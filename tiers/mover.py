@@ -25,6 +25,7 @@ blocks the caller or interpreter exit.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -212,8 +213,9 @@ class Mover:
         lost: list[str] = []
         try:
             todo: list[Pinned] = []
-            for key, p in zip(keys, pinned_or_none, strict=True):
-                if self.ssd.contains(key):
+            on_ssd = self.ssd.contains_batch(keys)  # one index lookup for the batch
+            for key, p, there in zip(keys, pinned_or_none, on_ssd, strict=True):
+                if there:
                     moved.append(key)
                 elif p is None:
                     lost.append(key)  # neither in DRAM nor on SSD any more
@@ -234,7 +236,8 @@ class Mover:
     def _write(self, entries: Sequence[Pinned], label: str, deadline: float, epoch: int) -> list[str]:
         """Write admitted entries to SSD; returns the keys written. ``epoch``: the SSD epoch read
         before the entries were pinned (a clear since: nothing is written, ``SsdEngine.put_batch``)."""
-        admitted = [p for p in entries if self.ssd.admit(p.key, p.nbytes, p.hits)]
+        flags = self.ssd.admit_batch([p.nbytes for p in entries], [p.hits for p in entries])
+        admitted = list(itertools.compress(entries, flags))
         self.counts[f"{label}_refused"] += len(entries) - len(admitted)
         if not admitted:
             return []

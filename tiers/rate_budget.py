@@ -29,3 +29,20 @@ class RateBudget:
                 return False
             self._tokens -= nbytes
             return True
+
+    def take_each(self, sizes: list[int]) -> list[bool]:
+        """``try_take`` of each size in order, at one instant (one refill, one lock hold)."""
+        if self.rate is None:
+            return [True] * len(sizes)
+        out = []
+        with self._lock:
+            now = time.monotonic()
+            tokens = min(self.capacity, self._tokens + (now - self._stamp) * self.rate)
+            self._stamp = now
+            for n in sizes:
+                ok = n <= tokens
+                if ok:
+                    tokens -= n
+                out.append(ok)
+            self._tokens = tokens
+        return out

@@ -98,15 +98,20 @@ class SsdTier(Tier):
         return per_region * (self.engine.capacity_bytes // opts.region_size)
 
     # ------------------------------------------------------------------ admission
-    def admit(self, key: str, nbytes: int, hits: int) -> bool:
-        """Whether a page leaving DRAM (or copied by write-through) is written here."""
-        if hits < self.admit_min_hits:
-            self.counts["dropped_cold"] += 1
-            return False
-        if not self.budget.try_take(nbytes):
-            self.counts["dropped_budget"] += 1
-            return False
-        return True
+    def admit_batch(self, nbytes: Sequence[int], hits: Sequence[int]) -> list[bool]:
+        """Whether each page leaving DRAM (or copied by write-through) is written here, in
+        order: one read at least ``admit_min_hits`` times (else ``dropped_cold``) while the write
+        budget has its bytes (else ``dropped_budget``; the budget taken in one step)."""
+        warm = [h >= self.admit_min_hits for h in hits]
+        cold = len(warm) - sum(warm)
+        if cold:
+            self.counts["dropped_cold"] += cold
+        taken = iter(self.budget.take_each([n for n, w in zip(nbytes, warm, strict=True) if w]))
+        out = [w and next(taken) for w in warm]
+        dropped = sum(warm) - sum(out)
+        if dropped:
+            self.counts["dropped_budget"] += dropped
+        return out
 
     def should_promote(self, key: str, ctx: AccessContext) -> bool:
         if self.promote_min_hits <= 0:
