@@ -41,6 +41,20 @@ def tiny_llama(e2e_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _inductor_cache_of_the_session(e2e_dir: Path) -> Iterator[None]:
+    """Building the tiny model imports parts of torch that make their cache folder, by default
+    ``/tmp/torchinductor_<user>``, which would outlive the tests: it goes under the session's
+    temporary directory instead (the servers keep theirs in their own ``TMPDIR``)."""
+    old = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(e2e_dir / "torchinductor")
+    yield
+    if old is None:
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    else:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _torch_extensions_for_tests() -> Iterator[None]:
     """The test process computes SGLang page hashes too (the native hash extension)."""
     old = os.environ.get("TORCH_EXTENSIONS_DIR")

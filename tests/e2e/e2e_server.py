@@ -68,6 +68,7 @@ def server_env(torch_extensions_dir: Path, extra: dict[str, str] | None = None) 
     env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir)
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("HICACHE_MOONCAKE_CONFIG", None)
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # the server's own TMPDIR holds its cache (Server)
     if DEVICE == "cpu":
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PATCHES_DIR), env.get("PYTHONPATH", "")) if p)
         env["HICACHE_E2E_CPU_PATCHES"] = "1"
