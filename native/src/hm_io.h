@@ -10,14 +10,15 @@
  * reach the file after its -ETIMEDOUT (its outcome is unknown to the caller); an item not
  * started by then never runs. Each batch works on its own dup() of the fd, so a caller closing
  * its fd cannot send a late write to a file that reuses the number.
+ *
+ * Files: hm_io.c (pread_batch, pwrite_batch, reserve_io_staging), hm_entries_io.c (read_entries,
+ * write_entries, write_wait), hm_iopool.c (the workers and their batches, set_io_threads,
+ * io_threads, io_late_items), hm_staging.c (the workers' staging buffers).
  */
 #ifndef HM_IO_H
 #define HM_IO_H
 
 #include "hm_common.h"
-
-/* The largest staging buffer the workers keep for the next job (larger ones are unmapped). */
-#define HM_STAGING_KEEP (16u << 20)
 
 PyObject *hm_py_pread_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *hm_py_pwrite_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

@@ -12,6 +12,7 @@
 #include "hm_reuse.h"
 #include "hm_slotindex.h"
 #include "hm_slots.h"
+#include "hm_staging.h"
 #include "hm_xxh3.h"
 
 static PyMethodDef module_methods[] = {
