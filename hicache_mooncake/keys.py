@@ -50,8 +50,9 @@ def page_key_ok(page_hash: object) -> bool:
 
 def bad_page_keys(page_hashes: Sequence[object]) -> list[int]:
     """Indices of the hashes ``KeySpace.key`` refuses (``page_key_ok``), in order; a batch in
-    which every hash is fine (the usual call) costs one native pass (``check_page_keys``). Callers that serve a
-    batch (the backend) make each refused hash a miss of its own and serve the rest."""
+    which every hash is fine (the usual call) costs one native pass (``check_page_keys``).
+    Callers that serve a batch (the backend) make each refused hash a miss of its own and serve
+    the rest."""
     first = check_page_keys(page_hashes, MAX_PAGE_KEY_CHARS)
     if first < 0:
         return []
