@@ -19,16 +19,8 @@ class RateBudget:
         self._lock = threading.Lock()
 
     def try_take(self, nbytes: int) -> bool:
-        if self.rate is None:
-            return True
-        with self._lock:
-            now = time.monotonic()
-            self._tokens = min(self.capacity, self._tokens + (now - self._stamp) * self.rate)
-            self._stamp = now
-            if nbytes > self._tokens:
-                return False
-            self._tokens -= nbytes
-            return True
+        """Take ``nbytes`` if the bucket holds them (True), else take nothing (False)."""
+        return self.take_each([nbytes])[0]
 
     def take_each(self, sizes: list[int]) -> list[bool]:
         """``try_take`` of each size in order, at one instant (one refill, one lock hold)."""

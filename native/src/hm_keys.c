@@ -33,10 +33,11 @@ PyObject *hm_py_check_page_keys(PyObject *self, PyObject *const *args, Py_ssize_
     return PyLong_FromSsize_t(bad);
 }
 
-/* prefix + h + tail as a new str: ASCII parts are laid out with three copies, anything else
- * goes through PyUnicode_Concat (the same value either way). */
-static PyObject *join_one(PyObject *prefix, PyObject *h, PyObject *tail, Py_ssize_t fixed) {
-    if (PyUnicode_IS_ASCII(h)) {
+/* prefix + h + tail as a new str: all three ASCII (`ascii`: prefix and tail are; `fixed`: their
+ * length together) are laid out with three copies, anything else goes through PyUnicode_Concat
+ * (the same value either way). */
+static PyObject *join_one(PyObject *prefix, PyObject *h, PyObject *tail, int ascii, Py_ssize_t fixed) {
+    if (ascii && PyUnicode_IS_ASCII(h)) {
         Py_ssize_t a = PyUnicode_GET_LENGTH(prefix), b = PyUnicode_GET_LENGTH(h);
         if (b > PY_SSIZE_T_MAX - fixed) {
             PyErr_SetString(PyExc_OverflowError, "key too long");
@@ -94,14 +95,7 @@ PyObject *hm_py_join_keys(PyObject *self, PyObject *const *args, Py_ssize_t narg
             Py_DECREF(seq);
             return NULL;
         }
-        PyObject *key;
-        if (ascii)
-            key = join_one(prefix, h, tail, fixed);
-        else {
-            PyObject *head = PyUnicode_Concat(prefix, h);
-            key = head ? PyUnicode_Concat(head, tail) : NULL;
-            Py_XDECREF(head);
-        }
+        PyObject *key = join_one(prefix, h, tail, ascii, fixed);
         if (!key) {
             Py_DECREF(out);
             Py_DECREF(seq);

@@ -17,18 +17,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ssd"))
 from ssd_helpers import open_engine  # noqa: E402
 
 
-def _one_by_one(budget: RateBudget, sizes: list[int]) -> list[bool]:
-    return [budget.try_take(n) for n in sizes]
+class ReferenceBucket:
+    """The budget page by page, without refill: a page is taken while the bucket holds it."""
+
+    def __init__(self, tokens: int) -> None:
+        self.tokens = tokens
+
+    def take(self, n: int) -> bool:
+        if n > self.tokens:
+            return False
+        self.tokens -= n
+        return True
 
 
 @pytest.mark.parametrize("seed", range(10))
 def test_a_batch_takes_the_budget_as_page_by_page_takes_did(seed: int) -> None:
     rng = random.Random(seed)
-    # 1 byte per second: the refill between two calls is far below one byte
-    a, b = RateBudget(1.0, burst_s=10_000.0), RateBudget(1.0, burst_s=10_000.0)
+    # 1 byte per second: the refill over the whole test is far below one byte (sizes are whole)
+    batched, single, ref = (
+        RateBudget(1.0, burst_s=10_000.0),
+        RateBudget(1.0, burst_s=10_000.0),
+        ReferenceBucket(10_000),
+    )
     for _ in range(20):
         sizes = [rng.choice([0, 1, 100, 999, 2500, 4096]) for _ in range(rng.randrange(0, 12))]
-        assert a.take_each(sizes) == _one_by_one(b, sizes)
+        want = [ref.take(n) for n in sizes]
+        assert batched.take_each(sizes) == want
+        assert [single.try_take(n) for n in sizes] == want
     assert RateBudget(None).take_each([1 << 40, 1]) == [True, True]
 
 
