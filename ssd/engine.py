@@ -82,7 +82,7 @@ class SsdEngine:
         self._alloc.on_region_file = self._epochs.region_made
         try:
             self._recover_seconds, to_scan = attach(core, self._epochs, self._lock_fds, progress)
-            core.pool = IoPool(options.io_threads)
+            core.pool = IoPool(options.file_threads)
             set_io_threads(options.io_threads)  # the native pool has at least as many workers
             # staging for a read run or a write run per worker: the first calls fault nothing in
             reserve_io_staging(

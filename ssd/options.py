@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from .format import BLOCK, ENTRY_FIXED_SIZE
 
 _MIN_REGION = 64 << 10
+FILE_THREADS = 4
+"""The most Python threads an engine runs for its own file work (``SsdOptions.file_threads``)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,10 @@ class SsdOptions:
     ``write_chunk_bytes``: a put writes its entries in runs of about this size (split at entry
     boundaries; an entry larger than that is a run of its own), each laid out and written by one
     native I/O worker while the others write theirs.
+    ``io_threads``: the native I/O workers this engine needs (the process's pool grows to at
+    least this many): each has one read or write in flight, so this is the I/O depth. The
+    engine's own file work (region opens and removals, summaries, fsyncs, epoch maps) runs on
+    ``file_threads`` Python threads (a few, whatever the depth).
     ``read_run_bytes``: a get reads adjacent entries of a region as one run of about this size
     (an entry larger than that is a run of its own): read by one native I/O worker into its
     staging memory (in requests of at most 1 MiB), checked and copied out by that worker while
@@ -59,7 +65,7 @@ class SsdOptions:
     min_free_bytes: int = 0
     direct_io: str = "auto"
     strict: bool = False
-    io_threads: int = 4
+    io_threads: int = 8
     reinsertion_hits: int = 1
     max_key_bytes: int = 1024
     verify_on_recover: bool = True
@@ -112,6 +118,14 @@ class SsdOptions:
             raise ValueError("SsdOptions.max_capacity_bytes: must be 0 or >= capacity_bytes")
         if min(self.write_chunk_bytes, self.read_run_bytes) < BLOCK:
             raise ValueError("SsdOptions.write_chunk_bytes / read_run_bytes: must be >= 4096")
+
+    @property
+    def file_threads(self) -> int:
+        """Python threads of the engine's own file work (``IoPool``): ``io_threads``, at most
+        ``FILE_THREADS``. That work is a few syscalls now and then (a region opened per 64 MiB
+        written, a summary per region sealed), never a payload: more threads add nothing but
+        threads that take the GIL."""
+        return min(self.io_threads, FILE_THREADS)
 
     @property
     def num_regions(self) -> int:

@@ -36,10 +36,11 @@ class SsdTierConfig(BaseModel):
     strict: bool = False
     """Scan and verify every region at attach (no summaries, nothing in the background) and refuse
     to attach when a corrupt entry is found (default: skip and count it)."""
-    io_threads: int = Field(default=4, ge=1)
-    """The native I/O pool that writes puts and reads gets grows to at least this many workers (8 by
-    default); the engine also runs this many threads for its own file work (region opens). More =
-    more I/O depth."""
+    io_threads: int = Field(default=8, ge=1)
+    """Native I/O workers that write puts and read gets (the process's pool grows to at least this
+    many; each has one request in flight, so this is the I/O depth, and a staging buffer of the
+    larger of a read run and a write chunk). The engine's own file work (region opens, summaries,
+    fsyncs) runs on at most 4 Python threads whatever this is."""
     verify_on_recover: bool = True
     """Hash every payload of the regions recovered by a scan (those without a summary, e.g. open at a
     crash; scanned in the background while the tier serves); false: headers only. Regions reopened
