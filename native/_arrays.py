@@ -10,6 +10,7 @@ import numpy.typing as npt
 U64 = np.dtype(np.uint64)
 U64Array = npt.NDArray[np.uint64]
 BoolArray = npt.NDArray[np.bool_]
+I64Array = npt.NDArray[np.int64]
 
 
 def as_u64(name: str, values: Any) -> U64Array:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from ._arrays import U64, BoolArray, U64Array, as_u64
+from ._arrays import U64, BoolArray, I64Array, U64Array, as_u64
 
 ROW_WORDS = 3
 I64 = np.dtype(np.int64)
@@ -62,7 +62,7 @@ class SlotIndex:
         self._t.lookup(keys, k, found, occupied, rows)
         return found, occupied, rows
 
-    def read_pin(self, keys: Sequence[str], fps: Any, sizes: Any) -> tuple[list[int], list[int], int, int]:
+    def read_pin(self, keys: Sequence[str], fps: Any, sizes: Any) -> tuple[I64Array, U64Array, int, int]:
         """Pin and count a read of every key found whose row's word 1 (masked to 48 bits) equals
         its expected size: (chosen indices, their slot offsets, keys found at any size,
         fingerprints held by another key)."""
@@ -70,7 +70,7 @@ class SlotIndex:
         chosen = np.empty(k.size, dtype=I64)
         offsets = np.empty(k.size, dtype=U64)
         n, found, collided = self._t.read_pin(keys, k, as_u64("sizes", sizes), chosen, offsets)
-        return chosen[:n].tolist(), offsets[:n].tolist(), found, collided
+        return chosen[:n], offsets[:n], found, collided
 
     def pin(self, offsets: Any) -> U64Array:
         """One more pin on each slot (no read counted); returns each slot's reads so far."""

@@ -56,10 +56,11 @@ class Lookup(NamedTuple):
 class Reads(NamedTuple):
     """What ``DramIndex.read_pin`` pinned for a batch of keys."""
 
-    chosen: list[int]
-    """Indices (in the batch) of the keys found with their expected size: pinned, a read counted."""
-    offsets: list[int]
-    """Their slot offsets."""
+    chosen: np.ndarray
+    """Indices (in the batch, int64) of the keys found with their expected size: pinned, a read
+    counted."""
+    offsets: np.ndarray
+    """Their slot offsets (uint64)."""
     found: int
     """Keys found at any size."""
     collided: int
@@ -120,25 +121,26 @@ class DramIndex:
         self._index.count_reads(offsets)
 
     # ------------------------------------------------------------------ changes
-    def publish(
-        self,
-        keys: Sequence[str],
-        fps: np.ndarray,
-        offsets: Sequence[int],
-        sizes: Sequence[int],
-        versions: Sequence[int],
-        obj_types: Sequence[int],
+    @staticmethod
+    def rows(
+        offsets: Sequence[int], sizes: Sequence[int], versions: Sequence[int], obj_types: Sequence[int]
     ) -> np.ndarray:
-        """Publish each key at its (filled, unpublished) slot, in one call; int64 status per key:
-        1 published, 0 published already (this key, in the table or earlier in the batch: the
-        first value stays), -1 its fingerprint is another key's (a collision)."""
-        n = len(keys)
-        rows = np.empty((n, 3), dtype=np.uint64)
-        rows[:, 0] = offsets
-        rows[:, 1] = np.asarray(sizes, dtype=np.uint64) | (
-            np.asarray(obj_types, dtype=np.uint64) << np.uint64(_TYPE_SHIFT)
+        """The index rows ``publish`` takes for slots at ``offsets`` holding objects of ``sizes``,
+        ``versions`` and ``obj_types`` (n x 3 words: offset, size | type << 52, version)."""
+        word1 = (
+            [s | (t << _TYPE_SHIFT) for s, t in zip(sizes, obj_types, strict=True)]
+            if any(obj_types)
+            else sizes
         )
-        rows[:, 2] = versions
+        rows = np.empty((len(offsets), 3), dtype=np.uint64)
+        rows.T[:] = [offsets, word1, versions]
+        return rows
+
+    def publish(self, keys: Sequence[str], fps: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Publish each key at its (filled, unpublished) slot of its row (``rows``), in one call;
+        int64 status per key: 1 published, 0 published already (this key, in the table or
+        earlier in the batch: the first value stays), -1 its fingerprint is another key's (a
+        collision)."""
         return self._index.publish(keys, fps, rows)
 
     def move(self, fp: int, key: str, old_offset: int, new_offset: int) -> bool:

@@ -247,9 +247,11 @@ class DramTier(Tier):
         with self._lock:
             return self._index.lookup(keys, fps).found.tolist()
 
-    def stored_sizes(self, keys: Sequence[str]) -> list[int | None]:
-        """The published size of each key (None: absent); no hit or miss is counted."""
-        fps = fingerprints(keys)
+    def stored_sizes(self, keys: Sequence[str], fps: np.ndarray | None = None) -> list[int | None]:
+        """The published size of each key (None: absent); no hit or miss is counted. ``fps``:
+        the keys' fingerprints (None: computed here)."""
+        if fps is None:
+            fps = fingerprints(keys)
         with self._lock:
             look = self._index.lookup(keys, fps)
         return [n if ok else None for ok, n in zip(look.found.tolist(), look.sizes.tolist(), strict=True)]
@@ -401,69 +403,109 @@ class DramTier(Tier):
         items: Sequence[tuple[str, Parts, AccessContext]],
         deadline: float | None = None,
         generation: int | None = None,
+        *,
+        fps: np.ndarray | None = None,
     ) -> list[bool]:
         """Reserve free slots for the whole batch under one lock hold, copy outside it (one native
-        copy), publish under one hold. A key already present is True (values are immutable); an
-        item with no free slot of its class, or whose fingerprint another key holds, is False.
-        Memory copies finish quickly, so ``deadline`` is only part of the contract.
-        ``generation``: the ``generation`` the caller's operation started in; unless it is still
-        the current one and no clear runs, nothing is published (every item False, slots freed):
-        bytes read before a clear never land after it."""
+        copy), publish under one hold (one index call). A key already present is True (values
+        are immutable: its first value stays; the copy made for it is freed); an item with no
+        free slot of its class is True only if its key is present, else False; an item whose
+        fingerprint another key holds is False. The index is not probed before the copy: the
+        store's calls screen their keys first, so a present key is the rare case that costs a
+        copy, not every call a probe. Memory copies finish quickly, so ``deadline`` is only
+        part of the contract. ``generation``: the ``generation`` the caller's operation started
+        in; unless it is still the current one and no clear runs, nothing is published (every
+        item False, slots freed): bytes read before a clear never land after it. ``fps``: the
+        keys' fingerprints (``Tier``'s contract; None: computed here)."""
         n = len(items)
         keys = list(map(_ITEM_KEY, items))
-        fps = fingerprints(keys)
+        if fps is None:
+            fps = fingerprints(keys)
+        pages: list[Parts] = list(map(_ITEM_PARTS, items))
+        sizes = pages_sizes(pages)  # the parts' own: a slot is sized by what is copied into it
+        types = list(map(int, map(_CTX_TYPE, map(_ITEM_CTX, items))))
+        versions = list(itertools.islice(self._versions, n))
         with self._lock:
             if self._closed:
                 return [False] * n
-            look = self._index.lookup(keys, fps)
-            results: list[bool] = look.found.tolist()
-            self._counts["fingerprint_collisions"] += int(look.collided.sum())
-            fresh: list[int] = np.flatnonzero(~look.occupied).tolist()
-            sizes = pages_sizes(
-                list(map(_ITEM_PARTS, items)) if len(fresh) == n else [items[i][1] for i in fresh]
-            )
             offsets = self._alloc_batch_locked(sizes)
-        if len(fresh) == n and None not in offsets:  # every page new, every page a slot: the usual call
-            chosen: list[int] = fresh
-            slots = cast(list[int], offsets)
-            nbytes = sizes
-            pages: list[Parts] = list(map(_ITEM_PARTS, items))
-        else:
-            kept = [j for j, offset in enumerate(offsets) if offset is not None]
-            chosen = [fresh[j] for j in kept]
-            slots = [cast(int, offsets[j]) for j in kept]
-            nbytes = [sizes[j] for j in kept]
-            pages = [items[i][1] for i in chosen]
-        if chosen:
-            try:
-                copy_slots(self._arena.bytes, slots, pages, True)
-            except (ValueError, TypeError, BufferError) as exc:  # a part the copy refuses; closed
-                log.debug("DRAM put of %d pages not copied: %s", len(chosen), exc)
-                with self._lock:
-                    if not self._closed:
-                        self._free_unpublished_locked(offsets, sizes)
-                return results
+        if None in offsets:  # no slot for some: those are True only where the key is present
+            return self._put_some(items, keys, fps, pages, sizes, types, versions, offsets, generation)
+        slots = cast(list[int], offsets)
+        rows = self._index.rows(slots, sizes, versions, types)  # before the copy: caches warm
+        if not self._copy_in(slots, pages, offsets, sizes):
+            return [False] * n
+        with self._lock:
+            if not self._publishable_locked(generation, offsets, sizes, n):
+                return [False] * n
+            return self._publish_locked(keys, fps, rows, slots, sizes, types)
+
+    def _put_some(
+        self,
+        items: Sequence[tuple[str, Parts, AccessContext]],
+        keys: list[str],
+        fps: np.ndarray,
+        pages: list[Parts],
+        sizes: list[int],
+        types: list[int],
+        versions: list[int],
+        offsets: list[int | None],
+        generation: int | None,
+    ) -> list[bool]:
+        """``put_batch`` when some items got no slot: those answer whether their key is present
+        (one index call); the others are copied and published as usual."""
+        missing = [i for i, offset in enumerate(offsets) if offset is None]
         with self._lock:
             if self._closed:
-                return results
-            if generation is not None and not self._open_locked(generation):
-                self._free_unpublished_locked(offsets, sizes)
-                self._counts["refused_after_clear"] += n
-                return [False] * n
-            types = list(map(int, map(_CTX_TYPE, map(_ITEM_CTX, items))))
-            done = self._publish_locked(
-                keys if len(chosen) == n else [keys[i] for i in chosen],
-                fps if len(chosen) == n else fps[chosen],
-                slots,
-                nbytes,
-                list(itertools.islice(self._versions, len(chosen))),
-                types if len(chosen) == n else [types[i] for i in chosen],
-            )
-            if len(chosen) == n:
-                return done
-            for i, ok in zip(chosen, done, strict=True):
-                results[i] = ok
+                return [False] * len(items)
+            look = self._index.lookup([keys[i] for i in missing], fps[missing])
+        results = [False] * len(items)
+        for i, present in zip(missing, look.found.tolist(), strict=True):
+            results[i] = present
+        chosen = [i for i, offset in enumerate(offsets) if offset is not None]
+        if not chosen:
+            return results
+        slots = [cast(int, offsets[i]) for i in chosen]
+        nbytes = [sizes[i] for i in chosen]
+        kinds = [types[i] for i in chosen]
+        rows = self._index.rows(slots, nbytes, [versions[i] for i in chosen], kinds)
+        if not self._copy_in(slots, [pages[i] for i in chosen], offsets, sizes):
+            return results
+        with self._lock:
+            if not self._publishable_locked(generation, offsets, sizes, len(items)):
+                return [False] * len(items)
+            done = self._publish_locked([keys[i] for i in chosen], fps[chosen], rows, slots, nbytes, kinds)
+        for i, ok in zip(chosen, done, strict=True):
+            results[i] = ok
         return results
+
+    def _copy_in(
+        self, slots: list[int], pages: list[Parts], offsets: Sequence[int | None], sizes: Sequence[int]
+    ) -> bool:
+        """Copy ``pages`` into their reserved ``slots`` (one native call, the lock not held);
+        False (every reserved slot freed again) when the copy refuses a part or the tier closed."""
+        try:
+            copy_slots(self._arena.bytes, slots, pages, True)
+            return True
+        except (ValueError, TypeError, BufferError) as exc:  # a part the copy refuses; closed
+            log.debug("DRAM put of %d pages not copied: %s", len(slots), exc)
+            with self._lock:
+                if not self._closed:
+                    self._free_unpublished_locked(offsets, sizes)
+            return False
+
+    def _publishable_locked(
+        self, generation: int | None, offsets: Sequence[int | None], sizes: Sequence[int], n: int
+    ) -> bool:
+        """Whether copied slots may be published now: not closed, and (``generation`` given) no
+        clear since it was read; else the slots are freed (a clear's refusal counted)."""
+        if self._closed:
+            return False
+        if generation is not None and not self._open_locked(generation):
+            self._free_unpublished_locked(offsets, sizes)
+            self._counts["refused_after_clear"] += n
+            return False
+        return True
 
     def reserve(self, items: Sequence[tuple[str, int, int]], tag: int = 0) -> list[Reservation | None]:
         """Slots for ``(key, nbytes, obj_type)`` that the caller fills through ``Reservation.body``
@@ -527,14 +569,13 @@ class DramTier(Tier):
                 return out
             chosen = [reservations[j] for j in live]
             live_keys = [keys[j] for j in live]
-            done = self._publish_locked(
-                live_keys,
-                fps[live],
+            slots, nbytes, kinds = (
                 [r.offset for r in chosen],
                 [r.nbytes for r in chosen],
-                [r.version for r in chosen],
                 [r.obj_type for r in chosen],
             )
+            index_rows = self._index.rows(slots, nbytes, [r.version for r in chosen], kinds)
+            done = self._publish_locked(live_keys, fps[live], index_rows, slots, nbytes, kinds)
             look = self._index.lookup(live_keys, fps[live])
         rows = zip(
             live,
@@ -566,12 +607,12 @@ class DramTier(Tier):
             fps = fingerprints(keys)
         with self._lock:
             look = self._index.lookup(keys, fps)
-            first: dict[int, int] = {}  # fingerprint -> its first position (a key given twice)
-            for j in np.flatnonzero(look.found).tolist():
-                first.setdefault(int(fps[j]), j)
-            if not first:
+            found = np.flatnonzero(look.found)
+            if not len(found):
                 return 0
-            at = list(first.values())
+            # a key given twice is removed once: its first position
+            _fps, first = np.unique(fps[found], return_index=True)
+            at: list[int] = found[np.sort(first)].tolist() if len(first) < len(found) else found.tolist()
             gone = [keys[j] for j in at]
             offsets = look.offsets[at]
             nbytes = look.sizes[at].tolist()
@@ -639,41 +680,50 @@ class DramTier(Tier):
 
     # ------------------------------------------------------------------ reads
     def get_batch_into(
-        self, items: Sequence[tuple[str, Parts, AccessContext]], deadline: float | None = None
+        self,
+        items: Sequence[tuple[str, Parts, AccessContext]],
+        deadline: float | None = None,
+        *,
+        fps: np.ndarray | None = None,
     ) -> list[bool]:
         """Look up and pin the whole batch under one lock hold, copy out in one native call,
         unpin under one hold. A key found at another size, or whose fingerprint another key
-        holds, is a miss (counted as ``size_mismatch`` / ``fingerprint_collisions``)."""
+        holds, is a miss (counted as ``size_mismatch`` / ``fingerprint_collisions``). ``fps``:
+        the keys' fingerprints (``Tier``'s contract; None: computed here)."""
         n = len(items)
-        results = [False] * n
         keys = list(map(_ITEM_KEY, items))
-        sizes = pages_sizes(list(map(_ITEM_PARTS, items)))
-        fps = fingerprints(keys)
+        pages: list[Parts] = list(map(_ITEM_PARTS, items))
+        sizes = pages_sizes(pages)
+        if fps is None:
+            fps = fingerprints(keys)
         with self._lock:
             if self._closed:
-                return results
+                return [False] * n
             chosen, offsets, found, collided = self._index.read_pin(keys, fps, sizes)
             self._counts["misses"] += n - found
             self._counts["size_mismatch"] += found - len(chosen)
             self._counts["fingerprint_collisions"] += collided
+        whole = len(chosen) == n
         done = False
         try:
-            if chosen:
-                copy_slots(self._arena.bytes, offsets, [items[i][1] for i in chosen], False)
+            if whole:
+                copy_slots(self._arena.bytes, offsets, pages, False)
+            elif len(chosen):
+                copy_slots(self._arena.bytes, offsets, [pages[i] for i in chosen.tolist()], False)
             done = True
         except (ValueError, TypeError, BufferError) as exc:  # a part the copy refuses; closed
             log.debug("DRAM get of %d pages not copied: %s", len(chosen), exc)
-            return results
+            return [False] * n
         finally:
             with self._lock:
                 self._unpin_locked(offsets)
                 if done:
                     self._counts["hits"] += len(chosen)
-                    whole = len(chosen) == n
-                    self._counts["hit_bytes"] += sum(sizes) if whole else sum(map(sizes.__getitem__, chosen))
-        if len(chosen) == n:
+                    self._counts["hit_bytes"] += sum(sizes) if whole else int(np.asarray(sizes)[chosen].sum())
+        if whole:
             return [True] * n
-        for i in chosen:
+        results = [False] * n
+        for i in chosen.tolist():
             results[i] = True
         return results
 
@@ -824,21 +874,22 @@ class DramTier(Tier):
         self,
         keys: Sequence[str],
         fps: np.ndarray,
+        rows: np.ndarray,
         offsets: Sequence[int],
         sizes: Sequence[int],
-        versions: Sequence[int],
         obj_types: Sequence[int],
     ) -> list[bool]:
-        """Make each key findable at its filled slot, in one index call. A key published meanwhile
-        (by another writer, or earlier in this batch) keeps its first (immutable) value: this
-        slot is freed, True. A fingerprint another key holds: this slot is freed, False
-        (``fingerprint_collisions``)."""
+        """Make each key findable at its filled slot, in one index call (``rows``: the index rows
+        of ``offsets``, ``sizes``, their versions and ``obj_types``, ``DramIndex.rows``). A key
+        published meanwhile (by another writer, or earlier in this batch) keeps its first
+        (immutable) value: this slot is freed, True. A fingerprint another key holds: this slot
+        is freed, False (``fingerprint_collisions``)."""
         m = len(keys)
         if not m:
             return []
         if self.headers:  # VALID before the row is findable (one-sided readers locate it after)
-            self._write_headers(offsets, sizes, STATE_VALID, versions, keys, obj_types)
-        status = self._index.publish(keys, fps, offsets, sizes, versions, obj_types)
+            self._write_headers(offsets, sizes, STATE_VALID, rows[:, 2].tolist(), keys, obj_types)
+        status = self._index.publish(keys, fps, rows)
         published = status == 1
         if published.all():
             kept_keys, kept_bytes = keys, sum(sizes)
@@ -865,18 +916,19 @@ class DramTier(Tier):
         else:
             self._allocator.free(offset, self._slot_bytes(nbytes))
 
-    def _unpin_locked(self, offsets: Sequence[int]) -> None:
+    def _unpin_locked(self, offsets: Sequence[int] | np.ndarray) -> None:
         """Drop one pin of each slot (one index call); a slot whose key was removed while pinned
         is freed with its last pin."""
-        if not offsets:
+        if len(offsets) == 0:
             return
         last = self._index.unpin(offsets)
         zombies = self._zombies
         if zombies and last.any():
             for j in np.flatnonzero(last).tolist():
-                nbytes = zombies.pop(offsets[j], None)
+                offset = int(offsets[j])
+                nbytes = zombies.pop(offset, None)
                 if nbytes is not None and not self._closed:
-                    self._allocator.free(offsets[j], self._slot_bytes(nbytes))
+                    self._allocator.free(offset, self._slot_bytes(nbytes))
 
     # ------------------------------------------------------------------ lifecycle
     def stats(self) -> dict[str, Any]:

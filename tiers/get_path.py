@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from hicache_mooncake.native import fingerprints
 
 from .parts import Parts, pages_sizes
@@ -55,11 +57,14 @@ class GetPath:
             request_len = self.state.request_len.get(keys[0], 0)
             epoch = self.state.clear_epoch
         ctxs = get_contexts(keys, sizes, request_len, obj_type=obj_type)
-        done, level_of = self._read_through(keys, parts, ctxs, deadline)
+        fps = fingerprints(keys)  # once for every tier of the call
+        done, level_of = self._read_through(keys, parts, ctxs, deadline, fps)
         self.state.tenant_count(keys[0], get_pages=len(keys), get_hit_pages=sum(done))
         promote = self._note_reads(keys, ctxs, done, level_of, sizes[0], epoch)
         if promote and dram is not None:
-            landed = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in promote], deadline, generation)
+            landed = dram.put_batch(
+                [(keys[i], parts[i], ctxs[i]) for i in promote], deadline, generation, fps=fps[promote]
+            )
             failed = [keys[i] for i, ok in zip(promote, landed, strict=True) if not ok]
             self.state.counts["promotions"] += len(promote) - len(failed)
             if failed:
@@ -91,7 +96,12 @@ class GetPath:
                     placement.remove(key)
 
     def _read_through(
-        self, keys: Sequence[str], parts: Sequence[Parts], ctxs: Sequence[AccessContext], deadline: float
+        self,
+        keys: Sequence[str],
+        parts: Sequence[Parts],
+        ctxs: Sequence[AccessContext],
+        deadline: float,
+        fps: np.ndarray,
     ) -> tuple[list[bool], list[Tier | None]]:
         """Each key from the first tier that has it, tier by tier, stopping at the first key no
         tier has (SGLang uses only the leading run). Returns per key whether its bytes were copied
@@ -104,11 +114,15 @@ class GetPath:
             if not pending:
                 break
             if len(pending) == n:
-                got = tier.get_batch_into(list(zip(keys, parts, ctxs, strict=True)), deadline=deadline)
+                got = tier.get_batch_into(
+                    list(zip(keys, parts, ctxs, strict=True)), deadline=deadline, fps=fps
+                )
                 if all(got):  # the first tier served them all (the usual hit)
                     return [True] * n, [tier] * n
             else:
-                got = tier.get_batch_into([(keys[i], parts[i], ctxs[i]) for i in pending], deadline=deadline)
+                got = tier.get_batch_into(
+                    [(keys[i], parts[i], ctxs[i]) for i in pending], deadline=deadline, fps=fps[pending]
+                )
             for i, ok in zip(pending, got, strict=True):
                 if ok:
                     done[i], level_of[i] = True, tier

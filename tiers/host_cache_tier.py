@@ -50,7 +50,9 @@ class HostCacheTier(Tier):
         hint = SetHint(first.prefix_hits, first.prev_key)
         return self.client.put_batch([(key, parts) for key, parts, _ in items], int(first.obj_type), hint)
 
-    def get_batch_into(self, items: Sequence[PutItem], deadline: float | None = None) -> list[bool]:
+    def get_batch_into(
+        self, items: Sequence[PutItem], deadline: float | None = None, *, fps: np.ndarray | None = None
+    ) -> list[bool]:
         if not items:
             return []
         return self.client.get_batch_into([(key, parts) for key, parts, _ in items])

@@ -137,7 +137,9 @@ class RemoteDramTier(Tier):
         self.events.stored(self.name, [key for (key, _), done in zip(plain, ok, strict=True) if done])
         return ok
 
-    def get_batch_into(self, items: Sequence[PutItem], deadline: float | None = None) -> list[bool]:
+    def get_batch_into(
+        self, items: Sequence[PutItem], deadline: float | None = None, *, fps: np.ndarray | None = None
+    ) -> list[bool]:
         if not items:
             return []
         plain: list[Item] = [(key, parts) for key, parts, _ in items]

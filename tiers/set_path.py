@@ -36,6 +36,10 @@ from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import NamedTuple
 
+import numpy as np
+
+from hicache_mooncake.native import fingerprints
+
 from .dram_tier import DramTier
 from .mover import Mover
 from .parts import Parts, pages_sizes
@@ -77,6 +81,8 @@ class _LocalSet:
     """Whether DRAM held each key when the set began."""
     deadline: float
     fence: tuple[int | None, int | None]
+    fps: np.ndarray
+    """The keys' fingerprints (computed once per set, ``Tier``'s contract)."""
     outcomes: list[SetOutcome] = field(default_factory=list)
     dropped: set[str] = field(default_factory=set)
     """Keys the placement dropped while deciding (this call's own pages among them: not kept)."""
@@ -88,6 +94,7 @@ class _LocalSet:
         return _LocalSet(
             [self.keys[i] for i in idx], [self.parts[i] for i in idx], [self.ctxs[i] for i in idx],
             [self.sizes[i] for i in idx], [self.in_dram[i] for i in idx], self.deadline, self.fence,
+            self.fps[list(idx)],
         )  # fmt: skip
 
 
@@ -123,9 +130,10 @@ class SetPath:
         fence = state.fence()
         sizes = pages_sizes(parts)
         ctxs = set_contexts(keys, prefix_len or 0, prev_key, sizes, obj_type=obj_type)
-        held = self._dram_sizes(keys)
+        fps = fingerprints(keys)
+        held = self._dram_sizes(keys, fps)
         in_dram = [h is not None for h in held]
-        call = _LocalSet(keys, parts, ctxs, sizes, in_dram, state.deadline(deadline), fence)
+        call = _LocalSet(keys, parts, ctxs, sizes, in_dram, state.deadline(deadline), fence, fps)
         live = self._other_size(keys, sizes, held) if state.local else None
         if live is None:
             stored = self._store(call, supersedes, epoch)
@@ -153,20 +161,12 @@ class SetPath:
         return stored
 
     # ------------------------------------------------------------------ step 2: screen
-    def _dram_sizes(self, keys: Sequence[str]) -> list[int | None]:
-        """DRAM's size of each key (None: absent): one index batch for all keys, and a second
-        one for the keys DRAM holds only when it holds any (a set of pages stored already)."""
+    def _dram_sizes(self, keys: Sequence[str], fps: np.ndarray) -> list[int | None]:
+        """DRAM's size of each key (None: absent), in one index batch."""
         dram = self.state.dram
         if dram is None:
             return [None] * len(keys)
-        present = dram.contains_batch(keys)
-        if not any(present):
-            return [None] * len(keys)
-        held = [i for i, p in enumerate(present) if p]
-        out: list[int | None] = [None] * len(keys)
-        for i, size in zip(held, dram.stored_sizes([keys[i] for i in held]), strict=True):
-            out[i] = size
-        return out
+        return dram.stored_sizes(keys, fps)
 
     def _other_size(
         self, keys: Sequence[str], sizes: Sequence[int], in_dram: Sequence[int | None]
@@ -274,7 +274,10 @@ class SetPath:
             new = new[: dram.free_objects(sizes[0])]
         if dram is not None and copy_first and new:
             ok = dram.put_batch(
-                [(keys[i], call.parts[i], call.ctxs[i]) for i in new], call.deadline, call.fence[0]
+                [(keys[i], call.parts[i], call.ctxs[i]) for i in new],
+                call.deadline,
+                call.fence[0],
+                fps=call.fps if len(new) == n else call.fps[new],
             )
             call.landed = set(compress(new, ok))
         outcomes, drops, demote = state.decide_sets(keys, call.ctxs, sizes[0], supersedes)
@@ -283,7 +286,7 @@ class SetPath:
         if call.landed and dram is not None:
             unwanted = [i for i in call.landed if outcomes[i] not in _TO_DRAM or keys[i] in call.dropped]
             if unwanted:
-                dram.remove_batch([keys[i] for i in unwanted])
+                dram.remove_batch([keys[i] for i in unwanted], call.fps[unwanted])
                 call.landed.difference_update(unwanted)
         state.apply(drops, demote)
 
@@ -318,7 +321,12 @@ class SetPath:
         keys, parts, ctxs = call.keys, call.parts, call.ctxs
 
         def attempt(missing: list[int]) -> list[bool]:
-            ok = dram.put_batch([(keys[i], parts[i], ctxs[i]) for i in missing], call.deadline, call.fence[0])
+            ok = dram.put_batch(
+                [(keys[i], parts[i], ctxs[i]) for i in missing],
+                call.deadline,
+                call.fence[0],
+                fps=call.fps[missing],
+            )
             call.landed.update(i for i, good in zip(missing, ok, strict=True) if good)
             return ok
 

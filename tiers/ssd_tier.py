@@ -157,16 +157,20 @@ class SsdTier(Tier):
         self.events.stored(self.name, list(compress(map(_ITEM_KEY, items), done)))
         return done
 
-    def get_batch_into(self, items: Sequence[PutItem], deadline: float | None = None) -> list[bool]:
+    def get_batch_into(
+        self, items: Sequence[PutItem], deadline: float | None = None, *, fps: np.ndarray | None = None
+    ) -> list[bool]:
+        """``fps``: the items' keys' fingerprints, for the read counts (the engine keeps its own)."""
         if not items:
             return []
         result = self.engine.get_batch_into(
             [(key, parts) for key, parts, _ in items], self._deadline(deadline)
         )
-        read = [key for (key, _, _), ok in zip(items, result, strict=True) if ok]
-        if read:
+        if any(result):
+            if fps is None:
+                fps = fingerprints([key for key, _, _ in items])
             # one row per distinct fingerprint: a key read twice in one call counts twice
-            fps, times = np.unique(fingerprints(read), return_counts=True)
+            fps, times = np.unique(fps[np.asarray(result, dtype=bool)], return_counts=True)
             with self._lock:
                 counts = self._reads.get(fps)[1][:, 0]
                 self._reads.put(fps, counts + times.astype(np.uint64))

@@ -15,8 +15,8 @@ native call, one round trip). The singular calls (``contains``, ``put``, ``get_i
 Shape (what the native data plane fills in):
 - Keys in: a sequence of ``str``, in the caller's order; a key may appear twice (each answer is
   its own). Items in: ``(key, parts, ctx)`` in the caller's order.
-- Fingerprints in (optional): ``contains_batch`` and ``remove_batch`` take ``fps``, the keys'
-  64-bit fingerprints (``hicache_mooncake.native.fingerprints(keys)``: a ``uint64`` array, one per
+- Fingerprints in (optional): ``contains_batch``, ``remove_batch`` and ``get_batch_into`` take
+  ``fps``, the keys' (the items') 64-bit fingerprints (``hicache_mooncake.native.fingerprints(keys)``: a ``uint64`` array, one per
   key, same order), so a store call fingerprints its keys once at its entry and every tier
   indexed by fingerprints uses them instead of hashing the keys again. A tier that is not
   indexed by fingerprints ignores them. The keys stay the truth: a tier still checks the full
@@ -91,8 +91,11 @@ class Tier(ABC):
         """Store each object; per item: stored (or present already)."""
 
     @abstractmethod
-    def get_batch_into(self, items: Sequence[PutItem], deadline: float | None = None) -> list[bool]:
-        """Copy each object into its parts; per item: its bytes are there."""
+    def get_batch_into(
+        self, items: Sequence[PutItem], deadline: float | None = None, *, fps: np.ndarray | None = None
+    ) -> list[bool]:
+        """Copy each object into its parts; per item: its bytes are there. (``fps``: the items'
+        keys' fingerprints, module docstring.)"""
 
     @abstractmethod
     def remove_batch(self, keys: Sequence[str], fps: np.ndarray | None = None) -> int:

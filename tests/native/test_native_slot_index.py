@@ -67,9 +67,9 @@ def test_random_sequences_answer_as_the_reference_model(seed: int, mask: int) ->
             assert (found.tolist(), occupied.tolist(), [tuple(r) for r in rows.tolist()]) == want
         elif op == "read":
             sizes = [4096 + len(k) if rng.random() < 0.8 else 1 for k in keys]
-            got = index.read_pin(keys, fps, sizes)
-            assert got == ref.read_pin(keys, fps, sizes)
-            pinned.extend(got[1])
+            chosen, at, found, collided = index.read_pin(keys, fps, sizes)
+            assert (chosen.tolist(), at.tolist(), found, collided) == ref.read_pin(keys, fps, sizes)
+            pinned.extend(at.tolist())
         elif op == "pin" and placed:
             offsets = rng.sample(sorted(placed.values()), min(len(placed), 3))
             assert index.pin(offsets).tolist() == ref.pin(offsets)
@@ -118,7 +118,8 @@ def test_a_collision_is_a_miss_never_the_other_keys_row() -> None:
     assert status.tolist() == [1, -1]  # the second key's fingerprint is the first one's
     found, occupied, rows = index.lookup(["b", "a"], [7, 7])
     assert found.tolist() == [False, True] and occupied.tolist() == [True, True]
-    assert index.read_pin(["b", "a"], [7, 7], [10, 10]) == ([1], [0], 1, 1)
+    chosen, offsets, *counts = index.read_pin(["b", "a"], [7, 7], [10, 10])
+    assert (chosen.tolist(), offsets.tolist(), counts) == ([1], [0], [1, 1])
     # the same key again in one batch keeps its first row
     assert index.publish(["c", "c"], [9, 9], np.array([[8192, 1, 1], [12288, 1, 2]], np.uint64)).tolist() == [
         1,
@@ -161,7 +162,8 @@ def test_bad_arguments_change_nothing() -> None:
 def test_keys_pins_and_reads_belong_to_slots() -> None:
     index = SlotIndex(8, SHIFT)
     index.publish(["k"], [11], np.array([[4096, 100, 1]], np.uint64))
-    assert index.read_pin(["k"], [11], [100]) == ([0], [4096], 1, 0)
+    chosen, offsets, *counts = index.read_pin(["k"], [11], [100])
+    assert (chosen.tolist(), offsets.tolist(), counts) == ([0], [4096], [1, 0])
     assert index.pin([4096]).tolist() == [1]  # one read so far
     removed, pinned = index.remove([11], [4096])
     assert removed == 1 and pinned.tolist() == [True]  # a reader still holds the slot

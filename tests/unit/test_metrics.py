@@ -153,7 +153,8 @@ def test_per_tier_figures_say_where_pages_are_served_and_how_fast(rank):
     assert all(got) and all(np.array_equal(a, arrays[k]) for a, k in zip(dst, keys[:8], strict=True))
     metrics.record("get", 8, 0, 8 * PAGE, 0.001)
     assert store.flush(30)  # the promotions pushed DRAM pages down: let the mover finish
-    assert all(store.exists_batch(keys[:8]))  # asks DRAM (an op of its own)
+    assert all(store.exists_batch(keys[:8]))
+    assert store.exists_batch(["k-absent"]) == [False]  # no tier has it: DRAM is asked too (its op)
 
     found = samples(f"http://127.0.0.1:{port}/metrics")
     t = {"model": "org/m", "rank": "0"}
