@@ -8,6 +8,7 @@ import threading
 import numpy as np
 
 from hicache_mooncake.tiers.dram_tier import DramTier
+from hicache_mooncake.tiers.policy import DEFAULT_CONTEXT
 
 MiB = 1 << 20
 
@@ -46,6 +47,27 @@ def test_put_of_existing_key_keeps_first_value():
     assert tier.put("k", [memoryview(np.zeros(4096, np.uint8))])
     got = np.zeros(4096, np.uint8)
     assert tier.get_into("k", [memoryview(got)]) and got.all()
+    tier.close()
+
+
+def test_a_present_key_answers_true_whether_or_not_a_slot_is_free_and_keeps_no_second_slot():
+    """``put_batch`` does not probe the index before its copy: a key present already is copied
+    into a free slot and answered by the publish (True, first value kept, the slot freed
+    again); with no free slot it is looked up (True) while a new key is refused (False)."""
+    tier = DramTier(capacity=2 * MiB, slab_size=MiB)
+    first = np.full(200_000, 7, np.uint8)
+    assert tier.put_batch([("old", [memoryview(first)], DEFAULT_CONTEXT)]) == [True]
+    used = tier.stats()["used_bytes"]
+    again = [("old", [memoryview(np.zeros(200_000, np.uint8))], DEFAULT_CONTEXT)]
+    assert tier.put_batch(again) == [True]
+    assert tier.stats()["used_bytes"] == used and tier.stats()["puts"] == 1
+    filled = [i for i in range(20) if put(tier, f"f{i}", 200_000)]
+    assert len(filled) == 9 and tier.free_objects(200_000) == 0  # 10 slots: "old" + 9
+    new = ("new", [memoryview(np.ones(200_000, np.uint8))], DEFAULT_CONTEXT)
+    assert tier.put_batch([*again, new, *again]) == [True, False, True]
+    got = np.zeros(200_000, np.uint8)
+    assert tier.get_into("old", [memoryview(got)]) and (got == 7).all()
+    assert tier.stats()["used_bytes"] == used * 10
     tier.close()
 
 
