@@ -22,6 +22,8 @@ def as_u64(name: str, values: Any) -> U64Array:
     if type(values) is np.ndarray and values.dtype == U64 and values.flags.c_contiguous:
         return values
     arr = np.asarray(values)
+    if type(values) is list and arr.ndim == 1 and arr.dtype.kind == "i" and min(values, default=0) >= 0:
+        return arr.astype(U64)  # the usual list of offsets or sizes: no numpy pass to check signs
     kind = arr.dtype.kind
     if kind == "u":
         return np.ascontiguousarray(arr, dtype=U64)
