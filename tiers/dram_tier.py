@@ -610,13 +610,21 @@ class DramTier(Tier):
             found = np.flatnonzero(look.found)
             if not len(found):
                 return 0
-            # a key given twice is removed once: its first position
-            _fps, first = np.unique(fps[found], return_index=True)
-            at: list[int] = found[np.sort(first)].tolist() if len(first) < len(found) else found.tolist()
-            gone = [keys[j] for j in at]
-            offsets = look.offsets[at]
-            nbytes = look.sizes[at].tolist()
-            pinned = self._index.remove(fps[at], offsets)
+            at: list[int] = found.tolist()
+            if len(set(keys)) < len(keys):  # a key given twice is removed once: its first position
+                _fps, first = np.unique(fps[found], return_index=True)
+                at = found[np.sort(first)].tolist()
+            if len(at) == len(keys):  # every key present once (a store call's victims)
+                gone, offsets, sizes, at_fps = list(keys), look.offsets, look.sizes, fps
+            else:
+                gone, offsets, sizes, at_fps = (
+                    [keys[j] for j in at],
+                    look.offsets[at],
+                    look.sizes[at],
+                    fps[at],
+                )
+            nbytes = sizes.tolist()
+            pinned = self._index.remove(at_fps, offsets)
             slots = offsets.tolist()
             self.events.removed(self.name, gone)
             if len(set(nbytes)) == 1 and len(at) > 1 and not pinned.any():

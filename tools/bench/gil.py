@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", default="1MiB", help="page size (64KiB .. 8MiB; default 1MiB)")
     parser.add_argument("--batch", type=int, default=16, help="pages per call (default 16)")
     parser.add_argument(
-        "--batches", type=int, default=8, help="calls per thread in each timed phase (default 8)"
+        "--batches", type=int, default=32, help="calls per thread in each timed phase (default 32)"
     )
     parser.add_argument(
         "--stored-batches", type=int, default=4, help="batches of stored pages the prefetch threads read"
