@@ -459,6 +459,7 @@ class DramTier(Tier):
             if self._closed:
                 return [False] * len(items)
             look = self._index.lookup([keys[i] for i in missing], fps[missing])
+            self._counts["fingerprint_collisions"] += int(look.collided.sum())
         results = [False] * len(items)
         for i, present in zip(missing, look.found.tolist(), strict=True):
             results[i] = present
