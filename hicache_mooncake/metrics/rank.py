@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from hicache_mooncake.config.metrics import ExporterConfig
 from hicache_mooncake.keys import RankInfo
+from hicache_mooncake.metrics.deferred import DeferredUpdates
 from hicache_mooncake.metrics.exporter import Health, MetricsExporter
 from hicache_mooncake.metrics.tiers import TierStatsCollector
 from hicache_mooncake.metrics.timing import LATENCY_BUCKETS, PREFIX, TierTiming
@@ -105,6 +106,9 @@ class BackendMetrics:
         base = self.labels.base()
         names, values = list(base), list(base.values())
         self.registry = CollectorRegistry(auto_describe=True)
+        # first: a read of the registry applies the queued updates before it reads a series
+        self.deferred = DeferredUpdates()
+        self.registry.register(self.deferred)
         self.pages = _Bound(
             Counter(f"{PREFIX}pages", "Pages per backend call, by op and result", [*names, "op", "result"],
                     registry=self.registry),
@@ -129,7 +133,7 @@ class BackendMetrics:
         info = Gauge(f"{PREFIX}backend_info", "This backend (value 1)", [*names, *(k for k, _ in self.labels.info)],
                      registry=self.registry)  # fmt: skip
         info.labels(*values, *(v for _, v in self.labels.info)).set(1)
-        self.timing = TierTiming(self.registry, base)
+        self.timing = TierTiming(self.registry, base, self.deferred)
         self.registry.register(TierStatsCollector(tier_stats, base))
         self._lock = threading.Lock()
         self.samples_dropped = _Bound(
@@ -149,6 +153,11 @@ class BackendMetrics:
             self.timing.instrument(tier)
 
     def record(self, op: str, ok: int, failed: int, nbytes: int, seconds: float) -> None:
+        """One call's figures, queued (``metrics.deferred``: applied when the registry or the
+        samples are read)."""
+        self.deferred.add(self._apply_record, (op, ok, failed, nbytes, seconds))
+
+    def _apply_record(self, op: str, ok: int, failed: int, nbytes: int, seconds: float) -> None:
         self.pages.labels(op, "ok").inc(ok)
         if failed:
             self.pages.labels(op, "failed").inc(failed)
@@ -166,10 +175,12 @@ class BackendMetrics:
 
     def retained_samples(self) -> int:
         """Samples held now, all series together (at most ``4 * MAX_SAMPLES``)."""
+        self.deferred.flush()
         with self._lock:
             return sum(len(series) for series in self._samples.values())
 
     def drain_samples(self) -> dict[str, list[float]]:
+        self.deferred.flush()
         with self._lock:
             out = {name: list(series) for name, series in self._samples.items()}
             for series in self._samples.values():
