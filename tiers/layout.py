@@ -47,27 +47,31 @@ class CallGate:
     """Counts the store calls in flight per generation. ``advance`` starts a new generation (after
     a new layout is published); ``quiesce`` waits until the calls of older generations are over.
 
-    Two small lock holds per call; no call ever waits here."""
+    Two small lock holds per call (a plain lock: ``with`` on a ``Condition`` runs Python-level
+    methods, and a call's end notifies only while a ``quiesce`` waits); no call ever waits here."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._generation = 0
         self._active: dict[int, int] = {}
+        self._waiting = 0  # quiesce calls waiting on _cond
 
     def enter(self) -> int:
-        with self._cond:
+        with self._lock:
             gen = self._generation
             self._active[gen] = self._active.get(gen, 0) + 1
             return gen
 
     def exit(self, gen: int) -> None:
-        with self._cond:
+        with self._lock:
             left = self._active[gen] - 1
             if left:
                 self._active[gen] = left
             else:
                 del self._active[gen]
-                self._cond.notify_all()
+                if self._waiting:
+                    self._cond.notify_all()
 
     @property
     def in_flight(self) -> int:
@@ -88,5 +92,9 @@ class CallGate:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                self._cond.wait(min(left, 0.1))
+                self._waiting += 1
+                try:
+                    self._cond.wait(min(left, 0.1))
+                finally:
+                    self._waiting -= 1
             return True

@@ -332,7 +332,8 @@ class StoreState:
             if len(self.tenant_counts) >= self.ledger.max_tenants:
                 tenant = "(other)"
             table = self.tenant_counts.setdefault(tenant, Counter())
-        table.update(counts)
+        for name, count in counts.items():  # not Counter.update: its checks cost ~10 us cold
+            table[name] += count
 
     def fence(self) -> tuple[int | None, int | None]:
         """What an operation reads before it takes any bytes it may publish later: DRAM's clear

@@ -82,19 +82,18 @@ class RegisteredPool:
 
     def _index_values(self, host_indices: Any, pages: int) -> np.ndarray:
         """``host_indices`` as int64, refused unless a tensor of ``pages x page_size`` integers."""
-        numel = getattr(host_indices, "numel", None)
-        if not callable(numel):
+        if not isinstance(host_indices, torch.Tensor):
             raise HostRangeError("host indices are not a tensor", type(host_indices).__name__)
-        count = int(numel())
-        if count != pages * self.page_size:
-            raise HostRangeError(
-                "index count is not keys x page_size",
-                f"{count} indices for {pages} pages of {self.page_size}",
-            )
         try:
-            return index_array(host_indices)
+            values = index_array(host_indices)
         except TypeError:
             raise HostRangeError("host indices are not integers", str(host_indices.dtype)) from None
+        if len(values) != pages * self.page_size:
+            raise HostRangeError(
+                "index count is not keys x page_size",
+                f"{len(values)} indices for {pages} pages of {self.page_size}",
+            )
+        return values
 
     def page_parts(self, host_indices: Any, pages: int) -> list[list[Any]]:
         """One list of byte views (memoryviews into the pool) per page, zero-copy. Affine pools:
