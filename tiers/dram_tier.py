@@ -247,14 +247,15 @@ class DramTier(Tier):
         with self._lock:
             return self._index.lookup(keys, fps).found.tolist()
 
-    def stored_sizes(self, keys: Sequence[str], fps: np.ndarray | None = None) -> list[int | None]:
-        """The published size of each key (None: absent); no hit or miss is counted. ``fps``:
-        the keys' fingerprints (None: computed here)."""
+    def stored_sizes(self, keys: Sequence[str], fps: np.ndarray | None = None) -> np.ndarray:
+        """The published size of each key, -1 where absent (int64, one per key; no per-key
+        Python: a set screens its whole batch with it); no hit or miss is counted. ``fps``: the
+        keys' fingerprints (None: computed here)."""
         if fps is None:
             fps = fingerprints(keys)
         with self._lock:
             look = self._index.lookup(keys, fps)
-        return [n if ok else None for ok, n in zip(look.found.tolist(), look.sizes.tolist(), strict=True)]
+        return np.where(look.found, look.sizes.astype(np.int64), np.int64(-1))
 
     def entry_count(self) -> int:
         return len(self._index)

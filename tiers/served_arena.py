@@ -78,8 +78,8 @@ class ServedArena:
         """Per key: does DRAM hold it at the size of this set? An entry of another size under the
         same key (a page of another geometry) is removed from every tier and reserved anew, so a
         set never reports a page stored that a read of its size would miss."""
-        sizes = dram.stored_sizes(keys)
-        other = [k for k, s, c in zip(keys, sizes, ctxs, strict=True) if s is not None and s != c.size]
+        sizes = dram.stored_sizes(keys).tolist()
+        other = [k for k, s, c in zip(keys, sizes, ctxs, strict=True) if s >= 0 and s != c.size]
         if other:
             log.warning(
                 "%d set(s) replace an entry of another size under the same key (e.g. %s)",
@@ -89,7 +89,7 @@ class ServedArena:
             self.state.counts["replaced_other_size"] += len(other)
             for key in other:
                 self.state.remove(key)
-        return [s is not None and s == c.size for s, c in zip(sizes, ctxs, strict=True)]
+        return [s == c.size for s, c in zip(sizes, ctxs, strict=True)]
 
     @staticmethod
     def _fitting(dram: DramTier, ctxs: Sequence[AccessContext], idx: list[int]) -> list[int]:

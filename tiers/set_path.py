@@ -45,7 +45,7 @@ from .mover import Mover
 from .parts import Parts, pages_sizes
 from .policy import AccessContext, ObjectType
 from .policy.contexts import set_contexts
-from .policy.placement import SSD, SetOutcome
+from .policy.placement import SetOutcome
 from .store_state import StoreState
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,26 @@ _KEPT: tuple[bool | None, ...] = tuple(
     None if SetOutcome(value) == SetOutcome.REFUSED else True for value in range(len(SetOutcome))
 )
 """A page's local answer, indexed by its ``SetOutcome`` (whose values are 0..n-1)."""
+
+
+def _items(call: _LocalSet, idx: Sequence[int], n: int) -> list[tuple[str, Parts, AccessContext]]:
+    """``(key, parts, ctx)`` of the pages ``idx`` of a call of ``n`` pages, picked in C-level
+    passes (no bytecode per page)."""
+    if len(idx) == n:
+        return list(zip(call.keys, call.parts, call.ctxs, strict=True))
+    return list(
+        zip(
+            map(call.keys.__getitem__, idx),
+            map(call.parts.__getitem__, idx),
+            map(call.ctxs.__getitem__, idx),
+            strict=True,
+        )
+    )
+
+
+def _moved_to_dram(outcomes: list[SetOutcome]) -> int:
+    """How many outcomes place their page in DRAM (``_TO_DRAM``)."""
+    return outcomes.count(SetOutcome.NEW_DRAM) + outcomes.count(SetOutcome.UP)
 
 
 class _RoomAsk(NamedTuple):
@@ -77,8 +97,8 @@ class _LocalSet:
     parts: Sequence[Parts]
     ctxs: Sequence[AccessContext]
     sizes: Sequence[int]
-    in_dram: Sequence[bool]
-    """Whether DRAM held each key when the set began."""
+    in_dram: np.ndarray
+    """Whether DRAM held each key when the set began (bool, one per key)."""
     deadline: float
     fence: tuple[int | None, int | None]
     fps: np.ndarray
@@ -93,7 +113,7 @@ class _LocalSet:
         """The pages ``idx`` only (before any step ran: nothing decided or landed yet)."""
         return _LocalSet(
             [self.keys[i] for i in idx], [self.parts[i] for i in idx], [self.ctxs[i] for i in idx],
-            [self.sizes[i] for i in idx], [self.in_dram[i] for i in idx], self.deadline, self.fence,
+            [self.sizes[i] for i in idx], self.in_dram[list(idx)], self.deadline, self.fence,
             self.fps[list(idx)],
         )  # fmt: skip
 
@@ -132,8 +152,7 @@ class SetPath:
         ctxs = set_contexts(keys, prefix_len or 0, prev_key, sizes, obj_type=obj_type)
         fps = fingerprints(keys)
         held = self._dram_sizes(keys, fps)
-        in_dram = [h is not None for h in held]
-        call = _LocalSet(keys, parts, ctxs, sizes, in_dram, state.deadline(deadline), fence, fps)
+        call = _LocalSet(keys, parts, ctxs, sizes, held >= 0, state.deadline(deadline), fence, fps)
         live = self._other_size(keys, sizes, held) if state.local else None
         if live is None:
             stored = self._store(call, supersedes, epoch)
@@ -161,30 +180,35 @@ class SetPath:
         return stored
 
     # ------------------------------------------------------------------ step 2: screen
-    def _dram_sizes(self, keys: Sequence[str], fps: np.ndarray) -> list[int | None]:
-        """DRAM's size of each key (None: absent), in one index batch."""
+    def _dram_sizes(self, keys: Sequence[str], fps: np.ndarray) -> np.ndarray:
+        """DRAM's size of each key, -1 where absent (int64), in one index batch."""
         dram = self.state.dram
         if dram is None:
-            return [None] * len(keys)
+            return np.full(len(keys), -1, np.int64)
         return dram.stored_sizes(keys, fps)
 
-    def _other_size(
-        self, keys: Sequence[str], sizes: Sequence[int], in_dram: Sequence[int | None]
-    ) -> list[int] | None:
+    def _other_size(self, keys: Sequence[str], sizes: Sequence[int], in_dram: np.ndarray) -> list[int] | None:
         """Indices of the pages to store: None when all are (the usual set), else those whose key
         is not stored already with another size (the rest are refused: counted, logged once).
-        ``in_dram``: DRAM's size of each key (None: absent); the SSD is asked only for keys the
-        placement holds there (never for a new key)."""
+        ``in_dram``: DRAM's size of each key (-1: absent, ``_dram_sizes``); the SSD is asked only
+        for keys the placement holds there (never for a new key). No per-key Python unless some
+        key is held."""
         state = self.state
         ssd = state.ssd
-        held = list(in_dram)
+        held = in_dram
         if ssd is not None and state.placement is not None:
-            placement = state.placement
-            with state.lock:
-                on_ssd = [i for i, h in enumerate(held) if h is None and placement.tier_of(keys[i]) == SSD]
-            for i in on_ssd:
-                held[i] = ssd.engine.object_size(keys[i])
-        other = [i for i, (h, s) in enumerate(zip(held, sizes, strict=True)) if h is not None and h != s]
+            absent = np.flatnonzero(held < 0).tolist()
+            if absent:
+                placement = state.placement
+                with state.lock:
+                    flags = placement.placed_on_ssd(list(map(keys.__getitem__, absent)))
+                on_ssd = list(compress(absent, flags))
+                if on_ssd:
+                    held = held.copy()
+                    for i in on_ssd:
+                        size = ssd.engine.object_size(keys[i])
+                        held[i] = -1 if size is None else size
+        other = np.flatnonzero((held >= 0) & (held != np.asarray(sizes, np.int64))).tolist()
         if not other:
             return None
         state.counts["refused_other_size"] += len(other)
@@ -257,7 +281,10 @@ class SetPath:
         if failed:
             self._unplace(call, failed, kept)
         if (mover := self.state.mover) is not None and self.state.options.ssd_write_through:
-            mover.copy_later([keys[i] for i in sorted(call.landed) if outcomes[i] == SetOutcome.NEW_DRAM])
+            if len(call.landed) == len(keys) and outcomes.count(SetOutcome.NEW_DRAM) == len(keys):
+                mover.copy_later(list(keys))  # every page new and in DRAM (the usual set)
+            else:
+                mover.copy_later([keys[i] for i in sorted(call.landed) if outcomes[i] == SetOutcome.NEW_DRAM])
         return kept
 
     def _decide(self, call: _LocalSet, supersedes: Sequence[str]) -> None:
@@ -266,7 +293,7 @@ class SetPath:
         want there are removed again."""
         state = self.state
         dram, keys, sizes, n = state.dram, call.keys, call.sizes, len(call.keys)
-        new = [i for i, h in enumerate(call.in_dram) if not h] if dram is not None else []
+        new = np.flatnonzero(~call.in_dram).tolist() if dram is not None else []
         copy_first = dram is not None and len(new) >= _COPY_FIRST_MIN
         if dram is not None and copy_first and sizes.count(sizes[0]) == n:
             # only as many as free slots hold now (the rest are copied once the placement has
@@ -274,7 +301,7 @@ class SetPath:
             new = new[: dram.free_objects(sizes[0])]
         if dram is not None and copy_first and new:
             ok = dram.put_batch(
-                [(keys[i], call.parts[i], call.ctxs[i]) for i in new],
+                _items(call, new, n),
                 call.deadline,
                 call.fence[0],
                 fps=call.fps if len(new) == n else call.fps[new],
@@ -283,7 +310,7 @@ class SetPath:
         outcomes, drops, demote = state.decide_sets(keys, call.ctxs, sizes[0], supersedes)
         call.outcomes = outcomes
         call.dropped = {key for key, _tier in drops}
-        if call.landed and dram is not None:
+        if call.landed and dram is not None and (call.dropped or _moved_to_dram(outcomes) < n):
             unwanted = [i for i in call.landed if outcomes[i] not in _TO_DRAM or keys[i] in call.dropped]
             if unwanted:
                 dram.remove_batch([keys[i] for i in unwanted], call.fps[unwanted])
@@ -308,9 +335,7 @@ class SetPath:
         if SetOutcome.NEW_SSD in outcomes and (ssd := state.ssd) is not None:
             to_ssd = [i for i, o in enumerate(outcomes) if o == SetOutcome.NEW_SSD and keys[i] not in dropped]
             if to_ssd:
-                ok = ssd.put_batch(
-                    [(keys[i], call.parts[i], call.ctxs[i]) for i in to_ssd], call.deadline, call.fence[1]
-                )
+                ok = ssd.put_batch(_items(call, to_ssd, len(keys)), call.deadline, call.fence[1])
                 failed.extend(i for i, good in zip(to_ssd, ok, strict=True) if not good)
         return failed
 
@@ -318,16 +343,13 @@ class SetPath:
         """Copy pages ``idx`` into free DRAM (adding them to ``call.landed``); returns those that
         found no room in time. ``dram``: the tier the call started with (a runtime detach may
         have published a new layout since; the tier stays usable until the call ends)."""
-        keys, parts, ctxs = call.keys, call.parts, call.ctxs
+        keys, ctxs = call.keys, call.ctxs
 
         def attempt(missing: list[int]) -> list[bool]:
             ok = dram.put_batch(
-                [(keys[i], parts[i], ctxs[i]) for i in missing],
-                call.deadline,
-                call.fence[0],
-                fps=call.fps[missing],
+                _items(call, missing, -1), call.deadline, call.fence[0], fps=call.fps[missing]
             )
-            call.landed.update(i for i, good in zip(missing, ok, strict=True) if good)
+            call.landed.update(compress(missing, ok))
             return ok
 
         return self.with_dram_room(keys, ctxs, idx, attempt, call.deadline)

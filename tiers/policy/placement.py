@@ -141,6 +141,11 @@ class TierPlacement:
             return DRAM
         return SSD if key in self._size else None
 
+    def placed_on_ssd(self, keys: Sequence[str]) -> list[bool]:
+        """Per key, ``tier_of(key) == SSD`` (resident, not in DRAM), in C-level passes."""
+        on_dram = map(self._dram.__contains__, keys)
+        return list(map(operator.and_, map(self._size.__contains__, keys), map(operator.not_, on_dram)))
+
     def __contains__(self, key: object) -> bool:
         return key in self._size
 
