@@ -79,7 +79,7 @@ def ours_config(leg: str, spec: dict[str, Any], work: str) -> dict[str, Any]:
     written = stored + spec["repeats"] * 2 * spec["batches"] * batch * page
     if leg == "dram":
         slab = _slab(page, written)
-        cfg["tiers"]["dram"].update(capacity=-(-(written * 5 // 4) // slab + 1) * slab, slab_size=slab)
+        cfg["tiers"]["dram"].update(capacity=(-(-(written * 5 // 4) // slab) + 1) * slab, slab_size=slab)
         cfg["tiers"].pop("ssd", None)
         return cfg
     dram = stored // 2 + 4 * batch * page  # half the stored pages, and room for four calls' sets
