@@ -66,7 +66,7 @@ def _steps(backend: Any, dst: Any, hashes: list[str], pages: int, page_bytes: in
         "placement and policy hit": placement_hit,
         "DRAM pin and unpin (two lock holds)": pin_and_unpin,
         "tenant count": lambda: state.tenant_count(keys[0], get_pages=pages, get_hit_pages=pages),
-        "backend metrics (prometheus)": lambda: backend.metrics.record(
+        "backend metrics (one queued update)": lambda: backend.metrics.record(
             "get", pages, 0, pages * page_bytes, 1e-3
         ),
         "nothing (the timer)": lambda: None,
