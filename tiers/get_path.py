@@ -5,13 +5,16 @@
    before it lack; results after the first key no tier has are False (SGLang uses only the
    leading run).
 2. note the reads (``_note_reads``): one placement call per key read (``hit``; a page the
-   placement does not know, recovered from SSD or found in the pool, is adopted); the usual hit
-   (every page from DRAM) is one batch call. Returns the pages to copy up into DRAM: an SSD hit
-   when the SSD tier says it is hot (``promote_min_hits``), a pool hit when the pool says so.
-   Frozen, or the tenant being cleared: nothing is promoted.
+   placement does not know, recovered from SSD or found in the pool, is adopted). Returns the
+   pages to copy up into DRAM: an SSD hit when the SSD tier says it is hot
+   (``promote_min_hits``), a pool hit when the pool says so. Frozen, or the tenant being
+   cleared: nothing is promoted.
 3. promote: the pages to copy up are copied into DRAM from the caller's buffers (already filled:
    no second read); a page that found no room is placed back where it lives (``_reconcile``).
 4. settle: what the placement wants dropped or demoted now is done (``StoreState.settle``).
+
+The usual read, every page from DRAM and known there, takes steps 2 and 4 (and the tenant count)
+in one hold of the store lock and one placement batch call (``_dram_hit_noted``).
 
 The clear fence is read before any byte is: bytes read before a clear are never promoted after
 it, and a read across a clear is not told to the placement (counted ``reads_across_clear``).
@@ -181,15 +184,6 @@ class GetPath:
         # frozen, or the tenant being cleared: nothing is written, promotions included
         frozen = self.state.refuses_sets(keys[0])
         dram, ssd = self.state.dram, self.state.ssd  # one layout for the whole call
-        if dram is not None and level_of.count(dram) == len(keys) and all(done):
-            # every page read from DRAM (the usual hit): nothing to promote, one placement call
-            with self.state.lock:
-                if epoch is not None and epoch != self.state.clear_epoch:
-                    return []
-                placement = self.state.placement_for(nbytes)
-                self.state.forget_reclaimed(placement)
-                if placement.hit_in_dram_batch(keys, ctxs):
-                    return []
         hot = [
             bool(
                 not frozen
