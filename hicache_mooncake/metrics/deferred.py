@@ -15,7 +15,8 @@ C-level call, thread-safe) and the updates run later, in order per thread:
   scrapes (one thread applies them all: about 1 ms per 512 calls, amortised).
 
 Invariants: every queued update is applied exactly once (``popleft`` hands each to one flusher);
-a reader sees at least every update queued before it started reading; an update that raises is
+a reader sees every update queued before it started reading, except one another thread has taken
+off the queue and is applying at that instant (the next read sees it); an update that raises is
 logged and dropped (a metric bug never reaches the data path, and the rest still apply).
 """
 

@@ -88,6 +88,26 @@ def test_an_index_count_that_is_not_keys_times_page_size_is_refused(printed_line
     backend.close()
 
 
+def test_strided_and_int32_host_indices_are_served_as_their_values():
+    """Host indices are turned into an array with one torch call (``index_array``); a strided
+    view (a column of a larger tensor) or another integer dtype still addresses the same pages."""
+    backend, host = make_backend()
+    idx = host.alloc(2 * PS)
+    fill_random_pages(host, idx, seed=8)
+    want = page_snapshot(host, idx)
+    strided = torch.stack([idx, idx], dim=1)[:, 0]
+    assert not strided.is_contiguous() and torch.equal(strided, idx)
+    assert backend.batch_set_v1(keys(2, "t"), strided) == [True, True]
+    fill_random_pages(host, idx, seed=9)
+    assert backend.batch_get_v1(keys(2, "t"), idx.to(torch.int32)) == [True, True]
+    assert all(torch.equal(a, b) for a, b in zip(page_snapshot(host, idx), want, strict=True))
+    fill_random_pages(host, idx, seed=10)
+    assert backend.batch_get_v1(keys(2, "t"), strided) == [True, True]
+    assert all(torch.equal(a, b) for a, b in zip(page_snapshot(host, idx), want, strict=True))
+    assert backend.batch_get_v1(keys(1, "t"), idx[:PS].to(torch.float32)) == [False]  # not integers
+    backend.close()
+
+
 def test_metrics_samples_stay_bounded_when_get_stats_is_never_called():
     """On main every successful call appended two samples forever (9.4 MB after 200,000 calls)."""
     backend, host = make_backend()

@@ -20,8 +20,8 @@ NUMPY_NOGIL_MIN = 500
 
 
 def index_array(indices: Any) -> np.ndarray:
-    """``indices`` (a torch tensor or array-like of integers) as a 1-D int64 numpy array: a view of
-    a CPU int64 contiguous tensor, else a copy. Raises ``TypeError`` for non-integer values.
+    """``indices`` (a torch tensor or array-like of integers) as a 1-D C-contiguous int64 numpy
+    array: a view of a CPU int64 contiguous tensor, else a copy. Raises ``TypeError`` for non-integer values.
 
     A CPU tensor without grad (SGLang's host indices) costs ONE torch call (``Tensor.numpy``, a
     view) and its checks are numpy's: right after a store call's copy has evicted the caches,
@@ -37,7 +37,7 @@ def index_array(indices: Any) -> np.ndarray:
         arr = np.asarray(indices)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"host indices are not integers: {arr.dtype}")
-    return arr.astype(np.int64, copy=False).reshape(-1)
+    return arr.astype(np.int64, copy=False).ravel()  # a copy only when strided (a view's slice)
 
 
 def bounds(values: np.ndarray) -> tuple[int, int]:
