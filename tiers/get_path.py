@@ -62,7 +62,7 @@ class GetPath:
         ctxs = get_contexts(keys, sizes, request_len, obj_type=obj_type)
         fps = fingerprints(keys)  # once for every tier of the call
         done, level_of = self._read_through(keys, parts, ctxs, deadline, fps)
-        if self._dram_hit_noted(keys, ctxs, done, level_of, sizes[0], epoch):
+        if self._dram_hit_noted(keys, ctxs, done, level_of, epoch):
             return done
         self.state.tenant_count(keys[0], get_pages=len(keys), get_hit_pages=sum(done))
         promote = self._note_reads(keys, ctxs, done, level_of, sizes[0], epoch)
@@ -87,7 +87,6 @@ class GetPath:
         ctxs: Sequence[AccessContext],
         done: Sequence[bool],
         level_of: Sequence[Tier | None],
-        nbytes: int,
         epoch: int,
     ) -> bool:
         """The usual read, every page served by DRAM and known there: its tenant count, the

@@ -58,10 +58,10 @@ _KEPT: tuple[bool | None, ...] = tuple(
 """A page's local answer, indexed by its ``SetOutcome`` (whose values are 0..n-1)."""
 
 
-def _items(call: _LocalSet, idx: Sequence[int], n: int) -> list[tuple[str, Parts, AccessContext]]:
-    """``(key, parts, ctx)`` of the pages ``idx`` of a call of ``n`` pages, picked in C-level
-    passes (no bytecode per page)."""
-    if len(idx) == n:
+def _items(call: _LocalSet, idx: Sequence[int]) -> list[tuple[str, Parts, AccessContext]]:
+    """``(key, parts, ctx)`` of the pages ``idx`` (distinct, in order) of a call, picked in
+    C-level passes (no bytecode per page)."""
+    if len(idx) == len(call.keys):
         return list(zip(call.keys, call.parts, call.ctxs, strict=True))
     return list(
         zip(
@@ -301,7 +301,7 @@ class SetPath:
             new = new[: dram.free_objects(sizes[0])]
         if dram is not None and copy_first and new:
             ok = dram.put_batch(
-                _items(call, new, n),
+                _items(call, new),
                 call.deadline,
                 call.fence[0],
                 fps=call.fps if len(new) == n else call.fps[new],
@@ -335,7 +335,7 @@ class SetPath:
         if SetOutcome.NEW_SSD in outcomes and (ssd := state.ssd) is not None:
             to_ssd = [i for i, o in enumerate(outcomes) if o == SetOutcome.NEW_SSD and keys[i] not in dropped]
             if to_ssd:
-                ok = ssd.put_batch(_items(call, to_ssd, len(keys)), call.deadline, call.fence[1])
+                ok = ssd.put_batch(_items(call, to_ssd), call.deadline, call.fence[1])
                 failed.extend(i for i, good in zip(to_ssd, ok, strict=True) if not good)
         return failed
 
@@ -346,9 +346,7 @@ class SetPath:
         keys, ctxs = call.keys, call.ctxs
 
         def attempt(missing: list[int]) -> list[bool]:
-            ok = dram.put_batch(
-                _items(call, missing, -1), call.deadline, call.fence[0], fps=call.fps[missing]
-            )
+            ok = dram.put_batch(_items(call, missing), call.deadline, call.fence[0], fps=call.fps[missing])
             call.landed.update(compress(missing, ok))
             return ok
 
