@@ -8,13 +8,22 @@ is a collision, answered as a miss. A batch is one call, with the GIL held throu
 publish's growth rehashes one segment of at most ``segment_slots`` rows).
 
 Invariants: a row exists exactly when its slot holds its key; pins and reads belong to the slot
-and outlive its row (a removed slot a reader still pins is the caller's to free with its last pin;
-reads restart at 0 when a row is published there). Not thread-safe: the caller serialises every
-call (the DRAM tier's lock). Bad arguments (an offset that is not a slot, a slot that holds a key,
-a slot given twice, a key that is not a str, an unpin below zero) raise ValueError / TypeError
-naming the item, and nothing changes; a publish that runs out of memory raises MemoryError with
-the items before it published. Memory: 16 bytes per arena slot (mapped and faulted in when the index is made),
-4 bytes plus the key per published row, and the table's 32 bytes per row at a load of 3/8 to 3/4.
+and outlive its row; reads restart at 0 when a row is published there. A row dropped (``remove``,
+``move``, ``clear``) while a reader pins its slot leaves a *zombie*: the index keeps the object's
+size, and the unpin that drops the slot's last pin puts (offset, size) on the freed list, which the
+caller empties (``take_freed``) to give the slot back to its allocator; room on that list is
+reserved when the zombie is made, so an unpin never fails for a pinned slot.
+
+Concurrency: each call holds the GIL from start to end, which makes it atomic; the caller
+serialises the calls that change rows (the DRAM tier's lock). ``read_into`` and ``unpin`` need
+no lock: ``read_into`` looks up, checks and pins with the GIL held, releases it once for the copy
+(the pins keep the slots from being freed) and unpins with it held again. Bad arguments (an
+offset that is not a slot, a slot that holds a key or a zombie, a slot given twice, a key that is
+not a str, an unpin below zero, a part that is not a writable C-contiguous buffer) raise
+ValueError / TypeError / BufferError naming the item, and nothing changes; a publish that runs out
+of memory raises MemoryError with the items before it published. Memory: 16 bytes per arena slot
+(mapped and faulted in when the index is made), 4 bytes plus the key per published row, and the
+table's 32 bytes per row at a load of 3/8 to 3/4.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from ._arrays import U64, BoolArray, I64Array, U64Array, as_u64
+from ._arrays import U64, BoolArray, U64Array, as_u64
 
 ROW_WORDS = 3
 I64 = np.dtype(np.int64)
@@ -62,15 +71,30 @@ class SlotIndex:
         self._t.lookup(keys, k, found, occupied, rows)
         return found, occupied, rows
 
-    def read_pin(self, keys: Sequence[str], fps: Any, sizes: Any) -> tuple[I64Array, U64Array, int, int]:
-        """Pin and count a read of every key found whose row's word 1 (masked to 48 bits) equals
-        its expected size: (chosen indices, their slot offsets, keys found at any size,
-        fingerprints held by another key)."""
-        k = as_u64("fps", fps)
-        chosen = np.empty(k.size, dtype=I64)
-        offsets = np.empty(k.size, dtype=U64)
-        n, found, collided = self._t.read_pin(keys, k, as_u64("sizes", sizes), chosen, offsets)
-        return chosen[:n], offsets[:n], found, collided
+    @property
+    def zombie_count(self) -> int:
+        """Zombies not yet taken: slots still pinned and those on the freed list."""
+        return int(self._t.zombie_count)
+
+    @property
+    def read_counts(self) -> dict[str, int]:
+        """``read_into``'s figures: hits, hit_bytes, misses, size_mismatch (found at another
+        size), fingerprint_collisions."""
+        return self._t.read_counts
+
+    def read_into(
+        self, keys: Sequence[str], fps: U64Array, arena: Any, pages: Sequence[Sequence[Any]]
+    ) -> tuple[int, list[bool] | None, int]:
+        """Copy every key found at its page's size (the page's parts together) out of ``arena``
+        (from its slot, the parts back to back) into its page's parts: pinned, counted as a read,
+        copied with the GIL released once, unpinned, in one call. ``fps``: a uint64 array.
+        Returns (keys copied, per key whether it was (None: all were), zombies on the freed
+        list). All or nothing on bad arguments."""
+        return self._t.read_into(keys, fps, arena, pages)
+
+    def take_freed(self) -> list[tuple[int, int]]:
+        """The (offset, size) of each zombie freed by its last unpin since the last call."""
+        return self._t.take_freed()
 
     def pin(self, offsets: Any) -> U64Array:
         """One more pin on each slot (no read counted); returns each slot's reads so far."""
@@ -82,12 +106,10 @@ class SlotIndex:
     def count_reads(self, offsets: Any) -> None:
         self._t.count_reads(as_u64("offsets", offsets))
 
-    def unpin(self, offsets: Any) -> BoolArray:
-        """One pin less on each slot; True where that was its last pin."""
-        o = as_u64("offsets", offsets)
-        last = np.empty(o.size, dtype=np.bool_)
-        self._t.unpin(o, last)
-        return last
+    def unpin(self, offsets: Any) -> int:
+        """One pin less on each slot (a zombie's last pin frees it onto the freed list); returns
+        the zombies on the freed list."""
+        return int(self._t.unpin(as_u64("offsets", offsets)))
 
     def pinned(self, offsets: Any) -> BoolArray:
         o = as_u64("offsets", offsets)
@@ -109,7 +131,8 @@ class SlotIndex:
 
     def remove(self, fps: Any, offsets: Any) -> tuple[int, BoolArray]:
         """Drop each fingerprint's row where it is at its offset: (rows removed, whether each
-        slot is pinned by a reader)."""
+        slot is pinned by a reader: a dropped row's pinned slot became a zombie; the caller frees
+        the others)."""
         o = as_u64("offsets", offsets)
         pinned = np.empty(o.size, dtype=np.bool_)
         removed = self._t.remove(as_u64("fps", fps), o, pinned)
@@ -117,7 +140,8 @@ class SlotIndex:
 
     def move(self, fp: int, key: str, old_offset: int, new_offset: int) -> bool:
         """Point ``key``'s row at ``new_offset`` if it is still at ``old_offset`` (the key and the
-        reads move with it; the pins stay with the slots)."""
+        reads move with it; the pins stay with the slots); the old slot, which the caller pins
+        (ValueError otherwise), becomes a zombie."""
         return bool(self._t.move(fp, key, old_offset, new_offset))
 
     def key_at(self, offset: int) -> str | None:
@@ -132,5 +156,6 @@ class SlotIndex:
         return keys, fps, rows
 
     def clear(self) -> None:
-        """Drop every row and its key (pins and reads stay with their slots)."""
+        """Drop every row and its key; pinned slots become zombies (pins and reads stay with
+        their slots)."""
         self._t.clear()

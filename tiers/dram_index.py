@@ -10,8 +10,12 @@ holds another key is a *collision*: answered as a miss (``Lookup.collided``), ne
 other key's slot.
 
 Invariants: a fingerprint has a row exactly when its slot holds its key; pins and reads belong to
-slots and outlive rows (a slot removed while pinned is the tier's zombie, freed with its last pin).
-Not thread-safe: the tier's lock guards every call. A batch is one native call, the GIL held.
+slots and outlive rows. A slot whose row is dropped while a reader pins it is a *zombie*, kept by
+the index with its size; its last unpin puts it on the index's freed list, which the tier empties
+(``take_freed``) into its allocator under its lock.
+Concurrency: every call is one native call with the GIL held throughout, so each is atomic. The
+tier's lock serialises the calls that change rows or pins outside a read; ``read_into`` (a
+get's lookup, pins, copy and unpins) takes no lock.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import numpy as np
 
 from hicache_mooncake.native import SlotIndex, fingerprints
 
+from .parts import Parts
 from .slab_allocator import ALIGN
 
 SLOT_SHIFT = ALIGN.bit_length() - 1
@@ -53,20 +58,6 @@ class Lookup(NamedTuple):
         return self.occupied & ~self.found
 
 
-class Reads(NamedTuple):
-    """What ``DramIndex.read_pin`` pinned for a batch of keys."""
-
-    chosen: np.ndarray
-    """Indices (in the batch, int64) of the keys found with their expected size: pinned, a read
-    counted."""
-    offsets: np.ndarray
-    """Their slot offsets (uint64)."""
-    found: int
-    """Keys found at any size."""
-    collided: int
-    """Fingerprints another key holds."""
-
-
 class DramIndex:
     def __init__(self, arena_bytes: int) -> None:
         self._index = SlotIndex(max(1, arena_bytes >> SLOT_SHIFT), SLOT_SHIFT)
@@ -88,9 +79,27 @@ class DramIndex:
         word1 = rows[:, 1]
         return Lookup(fps, found, occupied, rows[:, 0], word1 & _SIZE_MASK, rows[:, 2], word1 >> _TYPE_SHIFT)
 
-    def read_pin(self, keys: Sequence[str], fps: np.ndarray, sizes: Sequence[int]) -> Reads:
-        """The readable keys (found, at their expected size) pinned and counted as read, in one call."""
-        return Reads(*self._index.read_pin(keys, fps, sizes))
+    def read_into(
+        self, keys: Sequence[str], fps: np.ndarray, arena: np.ndarray, pages: Sequence[Parts]
+    ) -> tuple[int, list[bool] | None, int]:
+        """Each key found at its page's size copied out of ``arena`` into its page (pinned and
+        counted as a read while it is copied), in one native call that takes no lock: (keys
+        copied, per key whether it was or None when all were, zombies waiting in the freed
+        list). ValueError / TypeError / BufferError on a bad part, nothing copied."""
+        return self._index.read_into(keys, fps, arena, pages)
+
+    @property
+    def read_counts(self) -> dict[str, int]:
+        """``read_into``'s hits, hit_bytes, misses, size_mismatch, fingerprint_collisions."""
+        return self._index.read_counts
+
+    @property
+    def zombie_count(self) -> int:
+        return self._index.zombie_count
+
+    def take_freed(self) -> list[tuple[int, int]]:
+        """(offset, size) of each zombie whose last pin went, to give back to the allocator."""
+        return self._index.take_freed()
 
     def key_at(self, offset: int) -> str | None:
         return self._index.key_at(offset)
@@ -101,14 +110,21 @@ class DramIndex:
         word1 = rows[:, 1]
         return keys, rows[:, 0], word1 & _SIZE_MASK, rows[:, 2], word1 >> _TYPE_SHIFT
 
+    def remove_all(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """Drop every row in one call (as ``remove``): (keys, offsets, sizes, whether each slot is
+        pinned: those became zombies; the caller frees the others)."""
+        keys, fps, rows = self._index.rows()
+        _removed, pinned = self._index.remove(fps, rows[:, 0])
+        return keys, rows[:, 0], rows[:, 1] & _SIZE_MASK, pinned
+
     # ------------------------------------------------------------------ pins and reads
     def pin(self, offsets: Sequence[int]) -> list[int]:
         """One more pin on each slot; returns each slot's reads since its object was published."""
         return self._index.pin(offsets).tolist()
 
-    def unpin(self, offsets: Sequence[int] | np.ndarray) -> np.ndarray:
-        """One pin less on each slot (ValueError for a slot not pinned, nothing dropped); True
-        where that was the slot's last pin."""
+    def unpin(self, offsets: Sequence[int] | np.ndarray) -> int:
+        """One pin less on each slot (ValueError for a slot not pinned, nothing dropped); returns
+        the zombies waiting in the freed list."""
         return self._index.unpin(offsets)
 
     def pinned(self, offsets: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -145,14 +161,16 @@ class DramIndex:
 
     def move(self, fp: int, key: str, old_offset: int, new_offset: int) -> bool:
         """Point ``key``'s row at ``new_offset`` if it is still at ``old_offset`` (relocation; the
-        reads move with it)."""
+        reads move with it); the old slot, which the caller pins, becomes a zombie."""
         return self._index.move(fp, key, old_offset, new_offset)
 
     def remove(self, fps: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         """Drop the rows of ``fps`` (found by ``lookup``: their keys verified) at ``offsets``;
-        returns whether each slot is pinned by a reader."""
+        returns whether each slot is pinned by a reader (a zombie now; the caller frees the
+        others)."""
         _removed, pinned = self._index.remove(fps, offsets)
         return pinned
 
     def clear(self) -> None:
+        """Drop every row (closing: nothing is freed afterwards; pinned slots become zombies)."""
         self._index.clear()

@@ -5,12 +5,16 @@ Index: keyed by the 64-bit fingerprint of each key in a native table (``dram_ind
 key is kept per slot and checked on every lookup, so a fingerprint collision is a miss (counted as
 ``fingerprint_collisions``), never another object's bytes; a set whose fingerprint is taken by
 another key is refused (False). Copies between SGLang's pool and the arena are one native call
-per batch (``native.copy_slots``: the GIL released once, every part and offset bounds-checked).
+per batch (a put: ``native.copy_slots``; a get: ``DramIndex.read_into``, which also looks up, pins and
+unpins; the GIL released once, every part and offset bounds-checked).
 
-Concurrency: one lock guards the index and the allocator; it is never held while bytes are
-copied. A reader pins the slot it copies from; a slot removed while pinned becomes a *zombie*
-that is freed by its last reader, so a reader never sees another object's bytes. A writer copies
-into a reserved slot that no reader can find until the copy is complete and the key is published.
+Concurrency: one lock guards the allocator and every change of the index; it is never held while
+bytes are copied. A get takes no lock: one native call (``DramIndex.read_into``) looks up and pins
+its slots, copies with the GIL released, and unpins (each index call is atomic under the GIL). A
+slot removed while pinned becomes a *zombie* the index keeps; its last unpin puts it on the index's
+freed list, and whoever unpinned gives it back to the allocator under the lock, so a reader never
+sees another object's bytes. A writer copies into a reserved slot that no reader can find until
+the copy is complete and the key is published.
 
 Space: ``put_batch`` only takes free slots; when none is free for an object's size class the put
 fails (``rejected_no_space``) and the store decides what to move out (never this tier).
@@ -154,7 +158,6 @@ class DramTier(Tier):
         # fingerprint -> (slot offset, nbytes, version, obj_type); per slot its key, its readers'
         # pins and its reads since it was published (``Pinned.hits``)
         self._index = DramIndex(self._allocator.max_slabs * self._allocator.slab_size)
-        self._zombies: dict[int, int] = {}  # slot offset -> nbytes: removed while pinned
         self._versions = itertools.count(time.time_ns() // 1000)
         self._lock = threading.Lock()
         # the clear fence: even while open, odd while a clear runs; bumped only under _lock
@@ -679,10 +682,8 @@ class DramTier(Tier):
             began = not self._generation & 1
             if began:
                 self._generation += 1
-            _keys, offsets, sizes, *_rest = self._index.items()
-            self._index.clear()
-            held = self._index.pinned(offsets).tolist()
-            for offset, nbytes, pinned in zip(offsets.tolist(), sizes.tolist(), held, strict=True):
+            _keys, offsets, sizes, held = self._index.remove_all()
+            for offset, nbytes, pinned in zip(offsets.tolist(), sizes.tolist(), held.tolist(), strict=True):
                 self._release_locked(offset, nbytes, pinned)
             self.events.cleared(self.name)
             if began:
@@ -696,46 +697,39 @@ class DramTier(Tier):
         *,
         fps: np.ndarray | None = None,
     ) -> list[bool]:
-        """Look up and pin the whole batch under one lock hold, copy out in one native call,
-        unpin under one hold. A key found at another size, or whose fingerprint another key
-        holds, is a miss (counted as ``size_mismatch`` / ``fingerprint_collisions``). ``fps``:
-        the keys' fingerprints (``Tier``'s contract; None: computed here)."""
+        """Look up, pin, copy out and unpin the whole batch in one native call, no lock taken
+        (``DramIndex.read_into``). A key found at another size, or whose fingerprint another key
+        holds, is a miss (counted as ``size_mismatch`` / ``fingerprint_collisions``); a part the
+        copy refuses misses the whole batch. ``fps``: the keys' fingerprints (``Tier``'s
+        contract; None: computed here)."""
         n = len(items)
         keys = list(map(_ITEM_KEY, items))
-        pages: list[Parts] = list(map(_ITEM_PARTS, items))
-        sizes = pages_sizes(pages)
         if fps is None:
             fps = fingerprints(keys)
-        with self._lock:
-            if self._closed:
-                return [False] * n
-            chosen, offsets, found, collided = self._index.read_pin(keys, fps, sizes)
-            self._counts["misses"] += n - found
-            self._counts["size_mismatch"] += found - len(chosen)
-            self._counts["fingerprint_collisions"] += collided
-        whole = len(chosen) == n
-        done = False
-        try:
-            if whole:
-                copy_slots(self._arena.bytes, offsets, pages, False)
-            elif len(chosen):
-                copy_slots(self._arena.bytes, offsets, [pages[i] for i in chosen.tolist()], False)
-            done = True
-        except (ValueError, TypeError, BufferError) as exc:  # a part the copy refuses; closed
-            log.debug("DRAM get of %d pages not copied: %s", len(chosen), exc)
+        if self._closed:
             return [False] * n
-        finally:
-            with self._lock:
-                self._unpin_locked(offsets)
-                if done:
-                    self._counts["hits"] += len(chosen)
-                    self._counts["hit_bytes"] += sum(sizes) if whole else int(np.asarray(sizes)[chosen].sum())
-        if whole:
-            return [True] * n
-        results = [False] * n
-        for i in chosen.tolist():
-            results[i] = True
-        return results
+        try:
+            hits, hit, freed = self._index.read_into(
+                keys, fps, self._arena.bytes, list(map(_ITEM_PARTS, items))
+            )
+        except (ValueError, TypeError, BufferError) as exc:  # a part the copy refuses; closed
+            log.debug("DRAM get of %d pages not copied: %s", n, exc)
+            return [False] * n
+        if freed:
+            self._free_zombies()
+        return [True] * n if hit is None else hit
+
+    def _free_zombies(self) -> None:
+        """Give the zombies the index freed back to the allocator (a reader's last unpin)."""
+        with self._lock:
+            self._free_zombies_locked()
+        if self._allocator.released:
+            self.release_retired()
+
+    def _free_zombies_locked(self) -> None:
+        for offset, nbytes in self._index.take_freed():
+            if not self._closed:
+                self._allocator.free(offset, self._slot_bytes(nbytes))
 
     # ------------------------------------------------------------------ pinned access (the mover)
     def pin_entries(self, keys: Sequence[str]) -> list[Pinned | None]:
@@ -841,7 +835,7 @@ class DramTier(Tier):
         with self._lock:
             for i, key, fp, offset, nbytes, new in moves:
                 if not self._closed and self._index.move(fp, key, offset, new):
-                    self._release_locked(offset, nbytes, True)  # a zombie until the pin below goes
+                    self._release_locked(offset, nbytes, True)  # a zombie until the unpin below
                     out[i] = True
                     self._counts["relocated"] += 1
                 elif not self._closed:
@@ -918,27 +912,16 @@ class DramTier(Tier):
         return (status >= 0).tolist()
 
     def _release_locked(self, offset: int, nbytes: int, pinned: bool) -> None:
-        """Free a slot whose row is gone; ``pinned``: a reader holds it, so it is a zombie, freed
-        with its last pin."""
+        """Free a slot whose row is gone; ``pinned``: a reader held it when its row was dropped,
+        so the index keeps it as a zombie and it is freed with its last unpin."""
         self._invalidate(offset, nbytes)  # one-sided readers miss from now on
-        if pinned:
-            self._zombies[offset] = nbytes
-        else:
+        if not pinned:
             self._allocator.free(offset, self._slot_bytes(nbytes))
 
     def _unpin_locked(self, offsets: Sequence[int] | np.ndarray) -> None:
-        """Drop one pin of each slot (one index call); a slot whose key was removed while pinned
-        is freed with its last pin."""
-        if len(offsets) == 0:
-            return
-        last = self._index.unpin(offsets)
-        zombies = self._zombies
-        if zombies and last.any():
-            for j in np.flatnonzero(last).tolist():
-                offset = int(offsets[j])
-                nbytes = zombies.pop(offset, None)
-                if nbytes is not None and not self._closed:
-                    self._allocator.free(offset, self._slot_bytes(nbytes))
+        """Drop one pin of each slot (one index call); a zombie's last pin frees it."""
+        if len(offsets) and self._index.unpin(offsets):
+            self._free_zombies_locked()
 
     # ------------------------------------------------------------------ lifecycle
     def stats(self) -> dict[str, Any]:
@@ -952,7 +935,9 @@ class DramTier(Tier):
                 "max_capacity_bytes": self.max_capacity_bytes,
                 "free_slabs": self._allocator.free_slab_count,
                 "retired_slabs_in_use": self._allocator.retired_in_use,
+                "zombies": self._index.zombie_count,
                 **self._counts,
+                **{name: self._counts[name] + count for name, count in self._index.read_counts.items()},
             }
 
     def close(self) -> None:
@@ -961,5 +946,4 @@ class DramTier(Tier):
                 return
             self._closed = True
             self._index.clear()
-            self._zombies.clear()
         self._arena.close()

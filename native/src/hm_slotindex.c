@@ -7,13 +7,21 @@
  * fingerprint is a collision (a miss, never that key's slot).
  *
  * Invariants: a row exists exactly when its slot holds its key; a slot's pins and reads outlive
- * its row (a removed slot still pinned by a reader is the caller's zombie; reads restart at 0
- * when a row is published there). No internal lock: the caller serialises every call (the DRAM
- * tier's lock), and every call holds the GIL from start to end (a batch is microseconds; a growth
- * rehashes one segment of at most `segment_slots` rows). Arguments are checked before anything
- * changes: a bad offset, a slot that already holds a key, a key that is not a str, a pin count
- * that would go below zero: ValueError / TypeError naming the item, nothing changed (a publish
- * whose allocation fails stops there: MemoryError, the items before it are published).
+ * its row; reads restart at 0 when a row is published there. A row removed (remove, move, clear)
+ * while its slot is pinned leaves a *zombie*: the slot record keeps the object's size instead of a
+ * key, and the unpin that drops its last pin moves (offset, size) to the freed list, which the
+ * caller empties (take_freed) to give the slot back to its allocator. Room on that list is
+ * reserved when a zombie is made, so an unpin never allocates and never fails for a pinned slot.
+ *
+ * Concurrency: no internal lock; every call holds the GIL from start to end (a batch is
+ * microseconds; a growth rehashes one segment of at most `segment_slots` rows), which makes each
+ * call atomic. The caller serialises the calls that change rows (the DRAM tier's lock); read_into
+ * and unpin may run without it: read_into looks up, checks and pins with the GIL held, releases
+ * it once for the copy (the pins keep the slots from being freed), and unpins with it held again.
+ * Arguments are checked before anything changes: a bad offset, a slot that already holds a key or
+ * is a zombie, a key that is not a str, a pin count that would go below zero: ValueError /
+ * TypeError naming the item, nothing changed (a publish whose allocation fails stops there:
+ * MemoryError, the items before it are published).
  */
 #include "hm_slotindex.h"
 
@@ -22,14 +30,22 @@
 #include <sys/mman.h>
 
 #include "hm_segtable.h"
+#include "hm_slots.h"
 
 #define ROW_WORDS 3u
 #define TYPE_SHIFT 48
 #define SIZE_MASK ((UINT64_C(1) << TYPE_SHIFT) - 1)
 #define DEFAULT_SEGMENT_SLOTS 16384u
 
+/* `reads` of a zombie (a removed slot still pinned); the reads of a slot saturate below it. */
+#define READS_ZOMBIE UINT32_MAX
+#define READS_MAX (UINT32_MAX - 1)
+
 typedef struct {
-    char *key; /* [uint32 length][bytes], malloc'd; NULL: no key published at this slot */
+    union {
+        char *key;             /* [uint32 length][bytes], malloc'd; NULL: no key published here */
+        uint64_t zombie_bytes; /* reads == READS_ZOMBIE: the removed object's size */
+    } u;
     uint32_t pins;
     uint32_t reads;
 } slot_rec;
@@ -43,6 +59,11 @@ typedef struct {
     unsigned shift;
     size_t pinned;    /* slots whose pins > 0 */
     size_t key_bytes; /* the key blocks together */
+    size_t zombies;   /* zombies not yet taken: pinned ones and those on the freed list */
+    uint64_t *freed;  /* freed_cap pairs (slot offset, size); the first freed_n are the freed zombies */
+    size_t freed_n, freed_cap;
+    /* read_into's figures (every call holds the GIL while it adds to them) */
+    uint64_t hits, hit_bytes, misses, size_mismatch, collisions;
 } SlotIndex;
 
 /* ------------------------------------------------------------------ borrowed arguments */
@@ -135,22 +156,71 @@ static const char *key_bytes(PyObject *key, Py_ssize_t i, Py_ssize_t *len) {
     return PyUnicode_AsUTF8AndSize(key, len);
 }
 
+/* The key block published at a slot (NULL: none, or a zombie). */
+static inline const char *rec_key(const slot_rec *rec) {
+    return rec->reads == READS_ZOMBIE ? NULL : rec->u.key;
+}
+
 static int same_key(const slot_rec *rec, const char *key, Py_ssize_t len) {
-    if (!rec->key)
+    const char *block = rec_key(rec);
+    if (!block)
         return 0;
     uint32_t stored;
-    memcpy(&stored, rec->key, sizeof stored);
-    return (Py_ssize_t)stored == len && memcmp(rec->key + sizeof stored, key, (size_t)len) == 0;
+    memcpy(&stored, block, sizeof stored);
+    return (Py_ssize_t)stored == len && memcmp(block + sizeof stored, key, (size_t)len) == 0;
 }
 
 static void drop_key(SlotIndex *self, slot_rec *rec) {
-    if (!rec->key)
+    char *block = (char *)rec_key(rec);
+    if (!block)
         return;
     uint32_t stored;
-    memcpy(&stored, rec->key, sizeof stored);
+    memcpy(&stored, block, sizeof stored);
     self->key_bytes -= sizeof stored + stored;
-    free(rec->key);
-    rec->key = NULL;
+    free(block);
+    rec->u.key = NULL;
+}
+
+/* Room on the freed list for `more` zombies beyond those there are (reserved before any is made,
+ * so that an unpin never allocates); -1 with MemoryError. */
+static int reserve_zombies(SlotIndex *self, size_t more) {
+    size_t need = self->zombies + more;
+    if (need <= self->freed_cap)
+        return 0;
+    size_t cap = self->freed_cap ? self->freed_cap : 16;
+    while (cap < need)
+        cap *= 2;
+    uint64_t *grown = cap <= SIZE_MAX / (2 * sizeof *grown) ? PyMem_Realloc(self->freed, cap * 2 * sizeof *grown) : NULL;
+    if (!grown) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->freed = grown;
+    self->freed_cap = cap;
+    return 0;
+}
+
+/* The pinned slot `rec`, whose row is gone, becomes a zombie of `nbytes` (room reserved). */
+static void make_zombie(SlotIndex *self, slot_rec *rec, uint64_t nbytes) {
+    drop_key(self, rec);
+    rec->u.zombie_bytes = nbytes;
+    rec->reads = READS_ZOMBIE;
+    self->zombies++;
+}
+
+/* One pin less on the pinned slot at `offset`; its last pin frees a zombie onto the freed list. */
+static void unpin_slot(SlotIndex *self, uint64_t offset) {
+    slot_rec *rec = &self->slots[offset >> self->shift];
+    if (--rec->pins)
+        return;
+    self->pinned--;
+    if (rec->reads == READS_ZOMBIE) {
+        self->freed[2 * self->freed_n] = offset;
+        self->freed[2 * self->freed_n + 1] = rec->u.zombie_bytes;
+        self->freed_n++;
+        rec->u.key = NULL;
+        rec->reads = 0;
+    }
 }
 
 /* Whether keys[i] is the key of `row` (found by find_rows): 1 yes, 0 another key, -1 no row; -2
@@ -187,7 +257,7 @@ static void find_rows(const SlotIndex *self, const uint64_t *fps, Py_ssize_t n, 
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         if (rows[i] && (rows[i][0] >> self->shift) < self->nslots) {
-            const char *key = self->slots[rows[i][0] >> self->shift].key;
+            const char *key = rec_key(&self->slots[rows[i][0] >> self->shift]);
             if (key)
                 __builtin_prefetch(key);
         }
@@ -250,11 +320,12 @@ static PyObject *SlotIndex_new(PyTypeObject *type, PyObject *args, PyObject *kwd
 static void SlotIndex_dealloc(SlotIndex *self) {
     if (self->slots) {
         for (size_t i = 0; i < self->nslots; i++)
-            free(self->slots[i].key);
+            free((char *)rec_key(&self->slots[i]));
         munmap(self->slots, self->nslots * sizeof(slot_rec));
     }
     if (self->table_ready)
         hm_segtable_free(&self->table);
+    PyMem_Free(self->freed);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -297,26 +368,43 @@ done:
     return result;
 }
 
-/* read_pin(keys, fps, sizes, out_chosen, out_offsets) -> (chosen, found, collided): the keys
- * found with their expected size are pinned and counted as a read, in one pass; chosen[:k] are
- * their indices in the batch and offsets[:k] their slot offsets. found: keys found at any size;
- * collided: fingerprints held by another key. Nothing is pinned when an argument is bad. */
-static PyObject *SlotIndex_read_pin(SlotIndex *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (wrong_nargs(nargs, 5, "read_pin(keys, fps, sizes, out_chosen, out_offsets)") < 0)
+/* read_into(keys, fps, arena, pages) -> (hits, hit, freed): every key found whose row's size is
+ * its page's (the page's parts together) is pinned, counted as a read and copied out of the arena
+ * (from its slot offset, the page's parts back to back) into its page's parts, then unpinned.
+ * The GIL is released once, for the copies (of more than HM_GIL_KEEP_BYTES). hits: the keys
+ * copied; hit: None when every key was, else a list of bools; freed: zombies on the freed list
+ * (this call's last pins included) for the caller to take. All or nothing on bad arguments (a
+ * part that is not one writable C-contiguous buffer, a key that is not a str, a row whose page
+ * would not fit the arena): the error, and nothing pinned, counted or copied. */
+static PyObject *SlotIndex_read_into(SlotIndex *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (wrong_nargs(nargs, 4, "read_into(keys, fps, arena, pages)") < 0)
         return NULL;
     borrowed bs = {.n = 0};
-    uint64_t *fps, *sizes, *offsets, **found_rows = NULL;
-    int64_t *chosen;
-    Py_ssize_t n;
-    PyObject *keys = NULL, *result = NULL;
-    if (arg_u64(&bs, args[1], "fps", 0, -1, &fps, &n) < 0 || !(keys = arg_keys(args[0], n)) ||
-        arg_u64(&bs, args[2], "sizes", 0, n, &sizes, NULL) < 0 ||
-        arg_i64_out(&bs, args[3], "out_chosen", n, &chosen) < 0 ||
-        arg_u64(&bs, args[4], "out_offsets", 1, n, &offsets, NULL) < 0)
+    uint64_t *fps, **found_rows = NULL, *slot = NULL;
+    Py_ssize_t *which = NULL, n;
+    PyObject *keys = NULL, *hit = NULL, *result = NULL;
+    Py_buffer arena;
+    int have_arena = 0, have_pages = 0;
+    hm_pages pages;
+    if (arg_u64(&bs, args[1], "fps", 0, -1, &fps, &n) < 0 || !(keys = arg_keys(args[0], n)))
+        goto done;
+    if (hm_get_bytes(args[2], "arena", 0, &arena) < 0)
+        goto done;
+    have_arena = 1;
+    if (hm_pages_borrow(args[3], 1, &pages) < 0)
+        goto done;
+    have_pages = 1;
+    if (hm_check_len("pages", pages.npages, "keys", n) < 0)
         goto done;
     PyObject **items = PySequence_Fast_ITEMS(keys);
-    if (!(found_rows = row_array(n)))
+    size_t room = n > 0 ? (size_t)n : 1;
+    found_rows = row_array(n);
+    which = PyMem_Malloc(room * sizeof *which);
+    slot = PyMem_Malloc(room * sizeof *slot);
+    if (!found_rows || !which || !slot) {
+        PyErr_NoMemory();
         goto done;
+    }
     find_rows(self, fps, n, found_rows);
     Py_ssize_t k = 0, nfound = 0, collided = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -329,23 +417,72 @@ static PyObject *SlotIndex_read_pin(SlotIndex *self, PyObject *const *args, Py_s
         if (r != 1)
             continue;
         nfound++;
-        if ((row[1] & SIZE_MASK) == sizes[i]) {
-            chosen[k] = i;
-            offsets[k++] = row[0];
+        if ((row[1] & SIZE_MASK) == pages.bytes[i]) {
+            which[k] = i;
+            slot[k++] = row[0];
         }
     }
-    for (Py_ssize_t j = 0; j < k; j++) { /* every key checked: now the pins */
-        slot_rec *rec = &self->slots[offsets[j] >> self->shift];
+    if (hm_pages_check(&pages, which, slot, k, (uint64_t)arena.len) < 0)
+        goto done;
+    for (Py_ssize_t j = 0; j < k; j++) { /* every key and range checked: now the pins */
+        slot_rec *rec = &self->slots[slot[j] >> self->shift];
         pin_slot(self, rec);
-        if (rec->reads != UINT32_MAX) /* saturates: a count, not an identity */
+        if (rec->reads < READS_MAX) /* saturates: a count, not an identity */
             rec->reads++;
     }
-    result = Py_BuildValue("nnn", k, nfound, collided);
+    uint64_t total = hm_pages_total(&pages, which, k);
+    char *base = arena.buf;
+    HM_MAYBE_WITHOUT_GIL(total > HM_GIL_KEEP_BYTES,
+                         hm_pages_copy(&pages, which, slot, k, base, 0, total >= HM_SLOT_STREAM_TOTAL));
+    for (Py_ssize_t j = 0; j < k; j++)
+        unpin_slot(self, slot[j]);
+    self->hits += (uint64_t)k;
+    self->hit_bytes += total;
+    self->misses += (uint64_t)(n - nfound);
+    self->size_mismatch += (uint64_t)(nfound - k);
+    self->collisions += (uint64_t)collided;
+    if (k == n) {
+        hit = Py_NewRef(Py_None);
+    } else if ((hit = PyList_New(n))) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            PyList_SET_ITEM(hit, i, Py_NewRef(Py_False));
+        for (Py_ssize_t j = 0; j < k; j++)
+            Py_SETREF(PyList_GET_ITEM(hit, which[j]), Py_NewRef(Py_True));
+    }
+    if (hit) /* without it (no memory), the copies still counted: the caller sees the error */
+        result = Py_BuildValue("(nNn)", k, hit, (Py_ssize_t)self->freed_n);
 done:
     PyMem_Free(found_rows);
+    PyMem_Free(which);
+    PyMem_Free(slot);
+    if (have_pages)
+        hm_pages_release(&pages);
+    if (have_arena)
+        PyBuffer_Release(&arena);
     Py_XDECREF(keys);
     release_all(&bs);
     return result;
+}
+
+/* take_freed() -> list of (offset, size): the zombies whose last pin went since the last call,
+ * for the caller to give back to its allocator; the list is empty afterwards. */
+static PyObject *SlotIndex_take_freed(SlotIndex *self, PyObject *unused) {
+    (void)unused;
+    PyObject *out = PyList_New((Py_ssize_t)self->freed_n);
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < self->freed_n; i++) {
+        PyObject *pair = Py_BuildValue("(KK)", (unsigned long long)self->freed[2 * i],
+                                       (unsigned long long)self->freed[2 * i + 1]);
+        if (!pair) {
+            Py_DECREF(out);
+            return NULL; /* nothing taken: the list stays for the next call */
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, pair);
+    }
+    self->zombies -= self->freed_n;
+    self->freed_n = 0;
+    return out;
 }
 
 /* Checks every offset (a slot of this index); -1 with ValueError naming the first bad one. */
@@ -371,7 +508,7 @@ static PyObject *SlotIndex_pin(SlotIndex *self, PyObject *const *args, Py_ssize_
     for (Py_ssize_t i = 0; i < n; i++) {
         slot_rec *rec = &self->slots[offsets[i] >> self->shift];
         pin_slot(self, rec);
-        reads[i] = rec->reads;
+        reads[i] = rec->reads == READS_ZOMBIE ? 0 : rec->reads;
     }
     result = Py_NewRef(Py_None);
 done:
@@ -387,8 +524,8 @@ static PyObject *SlotIndex_count_reads(SlotIndex *self, PyObject *arg) {
     PyObject *result = NULL;
     if (arg_u64(&bs, arg, "offsets", 0, -1, &offsets, &n) < 0 || check_offsets(self, offsets, n, "offsets") < 0)
         goto done;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (self->slots[offsets[i] >> self->shift].reads != UINT32_MAX)
+    for (Py_ssize_t i = 0; i < n; i++) /* a zombie's reads (READS_ZOMBIE) are above READS_MAX */
+        if (self->slots[offsets[i] >> self->shift].reads < READS_MAX)
             self->slots[offsets[i] >> self->shift].reads++;
     result = Py_NewRef(Py_None);
 done:
@@ -396,35 +533,31 @@ done:
     return result;
 }
 
-/* unpin(offsets, out_last): one pin less on each slot; last[i]: that was the slot's last pin.
- * A slot given more often than it is pinned: ValueError, no pin dropped. */
-static PyObject *SlotIndex_unpin(SlotIndex *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (wrong_nargs(nargs, 2, "unpin(offsets, out_last)") < 0)
-        return NULL;
+/* unpin(offsets) -> freed: one pin less on each slot; a zombie's last pin puts it on the freed
+ * list; freed: the zombies on that list. A slot given more often than it is pinned: ValueError,
+ * no pin dropped. */
+static PyObject *SlotIndex_unpin(SlotIndex *self, PyObject *arg) {
     borrowed bs = {.n = 0};
     uint64_t *offsets;
-    unsigned char *last;
     Py_ssize_t n, i;
     PyObject *result = NULL;
-    if (arg_u64(&bs, args[0], "offsets", 0, -1, &offsets, &n) < 0 ||
-        arg_bool_out(&bs, args[1], "out_last", n, &last) < 0 || check_offsets(self, offsets, n, "offsets") < 0)
+    if (arg_u64(&bs, arg, "offsets", 0, -1, &offsets, &n) < 0 || check_offsets(self, offsets, n, "offsets") < 0)
         goto done;
-    for (i = 0; i < n; i++) {
+    for (i = 0; i < n; i++) { /* counted down first: a slot short of pins refuses the whole call */
         slot_rec *rec = &self->slots[offsets[i] >> self->shift];
         if (rec->pins == 0)
             break;
-        last[i] = --rec->pins == 0;
+        rec->pins--;
     }
-    if (i < n) { /* put back what this call took, then refuse */
-        for (Py_ssize_t j = i - 1; j >= 0; j--)
-            self->slots[offsets[j] >> self->shift].pins++;
+    for (Py_ssize_t j = i - 1; j >= 0; j--) /* back up; the pins go below through unpin_slot */
+        self->slots[offsets[j] >> self->shift].pins++;
+    if (i < n) {
         PyErr_Format(PyExc_ValueError, "offsets[%zd] = %llu is not pinned", i, (unsigned long long)offsets[i]);
         goto done;
     }
     for (i = 0; i < n; i++)
-        if (last[i])
-            self->pinned--;
-    result = Py_NewRef(Py_None);
+        unpin_slot(self, offsets[i]);
+    result = PyLong_FromSize_t(self->freed_n);
 done:
     release_all(&bs);
     return result;
@@ -515,9 +648,11 @@ static PyObject *SlotIndex_publish(SlotIndex *self, PyObject *const *args, Py_ss
         Py_ssize_t slot = slot_of(self, rows[i * ROW_WORDS], "rows", i);
         if (slot < 0 || !key_bytes(items[i], i, &len))
             goto done;
-        if (self->slots[slot].key) {
-            PyErr_Format(PyExc_ValueError, "rows[%zd]: slot offset %llu holds a published key", i,
-                         (unsigned long long)rows[i * ROW_WORDS]);
+        if (self->slots[slot].reads == READS_ZOMBIE || self->slots[slot].u.key) {
+            PyErr_Format(PyExc_ValueError, "rows[%zd]: slot offset %llu holds %s", i,
+                         (unsigned long long)rows[i * ROW_WORDS],
+                         self->slots[slot].reads == READS_ZOMBIE ? "a removed object a reader still pins"
+                                                                 : "a published key");
             goto done;
         }
         sorted[i] = (uint64_t)slot;
@@ -548,7 +683,7 @@ static PyObject *SlotIndex_publish(SlotIndex *self, PyObject *const *args, Py_ss
         memcpy(block, &klen, sizeof klen);
         memcpy(block + sizeof klen, k, (size_t)len);
         slot_rec *rec = &self->slots[rows[i * ROW_WORDS] >> self->shift];
-        rec->key = block;
+        rec->u.key = block;
         rec->reads = 0;
         self->key_bytes += sizeof klen + (size_t)len;
         status[i] = 1;
@@ -562,8 +697,8 @@ done:
 }
 
 /* remove(fps, offsets, out_pinned) -> removed: drops the row of fps[i] where it is at offsets[i]
- * (its slot's key with it); pinned[i]: the slot is pinned by a reader (the caller frees it with
- * its last pin). */
+ * (its slot's key with it); pinned[i]: the slot is pinned by a reader, and became a zombie if its
+ * row was dropped (the freed list gives it back with its last pin); the caller frees the others. */
 static PyObject *SlotIndex_remove(SlotIndex *self, PyObject *const *args, Py_ssize_t nargs) {
     if (wrong_nargs(nargs, 3, "remove(fps, offsets, out_pinned)") < 0)
         return NULL;
@@ -571,17 +706,28 @@ static PyObject *SlotIndex_remove(SlotIndex *self, PyObject *const *args, Py_ssi
     uint64_t *fps, *offsets;
     unsigned char *pinned;
     Py_ssize_t n, removed = 0;
+    size_t held = 0;
     PyObject *result = NULL;
     if (arg_u64(&bs, args[0], "fps", 0, -1, &fps, &n) < 0 || arg_u64(&bs, args[1], "offsets", 0, n, &offsets, NULL) < 0 ||
         arg_bool_out(&bs, args[2], "out_pinned", n, &pinned) < 0 || check_offsets(self, offsets, n, "offsets") < 0)
         goto done;
+    for (Py_ssize_t i = 0; i < n; i++)
+        held += self->slots[offsets[i] >> self->shift].pins > 0;
+    if (held && reserve_zombies(self, held) < 0)
+        goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         slot_rec *rec = &self->slots[offsets[i] >> self->shift];
         pinned[i] = rec->pins > 0;
-        if (fps[i] && hm_segtable_remove(&self->table, fps[i], &offsets[i]) == 1) {
+        uint64_t *row = fps[i] ? hm_segtable_find(&self->table, fps[i]) : NULL;
+        if (!row || row[0] != offsets[i])
+            continue;
+        uint64_t nbytes = row[1] & SIZE_MASK;
+        hm_segtable_remove(&self->table, fps[i], &offsets[i]);
+        removed++;
+        if (rec->pins > 0)
+            make_zombie(self, rec, nbytes);
+        else
             drop_key(self, rec);
-            removed++;
-        }
     }
     result = PyLong_FromSsize_t(removed);
 done:
@@ -590,7 +736,8 @@ done:
 }
 
 /* move(fp, key, old_offset, new_offset) -> bool: the row of `key` points at new_offset if it is
- * still at old_offset (relocation); the key and the reads go with it, the pins stay. */
+ * still at old_offset (relocation); the key and the reads go with it, the pins stay, and the old
+ * slot, which the caller pins (ValueError otherwise, nothing changed), becomes a zombie. */
 static PyObject *SlotIndex_move(SlotIndex *self, PyObject *const *args, Py_ssize_t nargs) {
     if (wrong_nargs(nargs, 4, "move(fp, key, old_offset, new_offset)") < 0)
         return NULL;
@@ -607,14 +754,23 @@ static PyObject *SlotIndex_move(SlotIndex *self, PyObject *const *args, Py_ssize
         return NULL;
     if (r != 1 || row[0] != old || os == ns)
         Py_RETURN_FALSE;
-    if (self->slots[ns].key) {
-        PyErr_Format(PyExc_ValueError, "new_offset %llu holds a published key", (unsigned long long)new_);
+    slot_rec *from = &self->slots[os], *to = &self->slots[ns];
+    if (to->reads == READS_ZOMBIE || to->u.key) {
+        PyErr_Format(PyExc_ValueError, "new_offset %llu holds a published key or a pinned removed object",
+                     (unsigned long long)new_);
         return NULL;
     }
+    if (!from->pins) {
+        PyErr_Format(PyExc_ValueError, "old_offset %llu is not pinned by the caller", (unsigned long long)old);
+        return NULL;
+    }
+    if (reserve_zombies(self, 1) < 0)
+        return NULL;
     row[0] = new_;
-    self->slots[ns].key = self->slots[os].key;
-    self->slots[ns].reads = self->slots[os].reads;
-    self->slots[os].key = NULL;
+    to->u.key = from->u.key;
+    to->reads = from->reads;
+    from->u.key = NULL; /* the key went with the row: the zombie keeps only the size */
+    make_zombie(self, from, row[1] & SIZE_MASK);
     Py_RETURN_TRUE;
 }
 
@@ -626,7 +782,7 @@ static PyObject *SlotIndex_key_at(SlotIndex *self, PyObject *arg) {
     Py_ssize_t slot = slot_of(self, offset, "offset", 0);
     if (slot < 0)
         return NULL;
-    const char *block = self->slots[slot].key;
+    const char *block = rec_key(&self->slots[slot]);
     if (!block)
         Py_RETURN_NONE;
     uint32_t len;
@@ -652,7 +808,7 @@ static PyObject *SlotIndex_rows_into(SlotIndex *self, PyObject *const *args, Py_
         goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t slot = rows[i * ROW_WORDS] >> self->shift;
-        const char *block = slot < self->nslots ? self->slots[slot].key : NULL;
+        const char *block = slot < self->nslots ? rec_key(&self->slots[slot]) : NULL;
         if (!block) { /* a row's slot holds its key (invariant): never here */
             PyErr_Format(PyExc_SystemError, "SlotIndex: row %zd's slot holds no key", i);
             Py_CLEAR(keys);
@@ -672,18 +828,25 @@ done:
     return keys;
 }
 
-/* clear(): drops every row and its slot's key (pins and reads stay: readers still hold slots). */
+/* clear(): drops every row and its slot's key; a pinned slot becomes a zombie (pins and reads
+ * stay: readers still hold slots). MemoryError and nothing changed when the rows cannot be
+ * listed. */
 static PyObject *SlotIndex_clear(SlotIndex *self, PyObject *unused) {
     (void)unused;
     size_t n = self->table.count;
     uint64_t *fps = malloc((n ? n : 1) * sizeof *fps), *rows = malloc((n ? n : 1) * ROW_WORDS * sizeof *rows);
-    if (fps && rows) {
-        hm_segtable_copy_out(&self->table, fps, rows, n);
-        for (size_t i = 0; i < n; i++)
-            drop_key(self, &self->slots[rows[i * ROW_WORDS] >> self->shift]);
-    } else { /* no memory for the list: every slot is looked at */
-        for (size_t i = 0; i < self->nslots; i++)
-            drop_key(self, &self->slots[i]);
+    if (!fps || !rows || reserve_zombies(self, self->pinned) < 0) {
+        free(fps);
+        free(rows);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    hm_segtable_copy_out(&self->table, fps, rows, n);
+    for (size_t i = 0; i < n; i++) {
+        slot_rec *rec = &self->slots[rows[i * ROW_WORDS] >> self->shift];
+        if (rec->pins > 0)
+            make_zombie(self, rec, rows[i * ROW_WORDS + 1] & SIZE_MASK);
+        else
+            drop_key(self, rec);
     }
     free(fps);
     free(rows);
@@ -705,13 +868,27 @@ static PyObject *SlotIndex_get_pinned_count(SlotIndex *self, void *closure) {
     return PyLong_FromSize_t(self->pinned);
 }
 
+static PyObject *SlotIndex_get_zombie_count(SlotIndex *self, void *closure) {
+    (void)closure;
+    return PyLong_FromSize_t(self->zombies);
+}
+
+static PyObject *SlotIndex_get_read_counts(SlotIndex *self, void *closure) {
+    (void)closure;
+    return Py_BuildValue("{sKsKsKsKsK}", "hits", (unsigned long long)self->hits, "hit_bytes",
+                         (unsigned long long)self->hit_bytes, "misses", (unsigned long long)self->misses,
+                         "size_mismatch", (unsigned long long)self->size_mismatch, "fingerprint_collisions",
+                         (unsigned long long)self->collisions);
+}
+
 static PyMethodDef SlotIndex_methods[] = {
     {"lookup", HM_FASTCALL(SlotIndex_lookup), METH_FASTCALL, "lookup(keys, fps, out_found, out_occupied, out_rows)"},
-    {"read_pin", HM_FASTCALL(SlotIndex_read_pin), METH_FASTCALL,
-     "read_pin(keys, fps, sizes, out_chosen, out_offsets) -> (chosen, found, collided)"},
+    {"read_into", HM_FASTCALL(SlotIndex_read_into), METH_FASTCALL,
+     "read_into(keys, fps, arena, pages) -> (hits, hit, freed)"},
+    {"take_freed", (PyCFunction)SlotIndex_take_freed, METH_NOARGS, "take_freed() -> list of (offset, size)"},
     {"pin", HM_FASTCALL(SlotIndex_pin), METH_FASTCALL, "pin(offsets, out_reads)"},
     {"count_reads", (PyCFunction)SlotIndex_count_reads, METH_O, "count_reads(offsets)"},
-    {"unpin", HM_FASTCALL(SlotIndex_unpin), METH_FASTCALL, "unpin(offsets, out_last)"},
+    {"unpin", (PyCFunction)SlotIndex_unpin, METH_O, "unpin(offsets) -> freed"},
     {"pinned", HM_FASTCALL(SlotIndex_pinned), METH_FASTCALL, "pinned(offsets, out)"},
     {"pinned_offsets", (PyCFunction)SlotIndex_pinned_offsets, METH_NOARGS, "pinned_offsets() -> list"},
     {"publish", HM_FASTCALL(SlotIndex_publish), METH_FASTCALL, "publish(keys, fps, rows, out_status)"},
@@ -726,6 +903,9 @@ static PyMethodDef SlotIndex_methods[] = {
 static PyGetSetDef SlotIndex_getset[] = {
     {"nbytes", (getter)SlotIndex_get_nbytes, NULL, "bytes of the table, the slot records and the keys", NULL},
     {"pinned_count", (getter)SlotIndex_get_pinned_count, NULL, "slots pinned now", NULL},
+    {"zombie_count", (getter)SlotIndex_get_zombie_count, NULL, "zombies not yet taken (pinned or freed)", NULL},
+    {"read_counts", (getter)SlotIndex_get_read_counts, NULL, "read_into's hits, hit_bytes, misses, size_mismatch, "
+     "fingerprint_collisions", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

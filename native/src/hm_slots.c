@@ -14,25 +14,17 @@
 
 #include "hm_copy.h"
 
-/* As copy_pages: a call of at least this much, in parts of at least HM_SLOT_STREAM_ITEM bytes,
- * writes with non-temporal stores. */
-#define HM_SLOT_STREAM_TOTAL (1u << 20)
+/* As copy_pages: a call of at least HM_SLOT_STREAM_TOTAL bytes writes its parts of at least this
+ * many bytes with non-temporal stores. */
 #define HM_SLOT_STREAM_ITEM 4096u
 
-typedef struct {
-    Py_buffer *parts; /* every non-empty part, borrowed */
-    uint64_t *at;     /* its offset in the arena */
-    Py_ssize_t n;     /* borrowed so far */
-} slot_parts;
-
-static void release_parts(slot_parts *p) {
-    for (Py_ssize_t i = 0; i < p->n; i++)
+void hm_pages_release(hm_pages *p) {
+    for (Py_ssize_t i = 0; i < p->nparts; i++)
         PyBuffer_Release(&p->parts[i]);
     PyMem_Free(p->parts);
-    PyMem_Free(p->at);
-    p->parts = NULL;
-    p->at = NULL;
-    p->n = 0;
+    PyMem_Free(p->first);
+    PyMem_Free(p->bytes);
+    memset(p, 0, sizeof *p);
 }
 
 /* `pages` as a list of pages, each a list or tuple (any other iterable page is made one); -1
@@ -65,35 +57,35 @@ static PyObject *fast_pages(PyObject *arg, Py_ssize_t *total) {
     return pages;
 }
 
-/* Borrows every part of `pages` (fast_pages': `total` parts; writable when `writable`: they are
- * copied into) and places it in the arena of `size` bytes: page i from slot[i] on. 0, or -1 with
- * the error set and nothing held. */
-static int borrow_parts(PyObject *pages, Py_ssize_t total, const uint64_t *slot, uint64_t size, int writable,
-                        slot_parts *out) {
+int hm_pages_borrow(PyObject *arg, int writable, hm_pages *out) {
     memset(out, 0, sizeof *out);
+    Py_ssize_t total = 0;
+    PyObject *pages = fast_pages(arg, &total);
+    if (!pages)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(pages);
     size_t cap = total > 0 ? (size_t)total : 1;
     out->parts = PyMem_Malloc(cap * sizeof *out->parts);
-    out->at = PyMem_Malloc(cap * sizeof *out->at);
-    if (!out->parts || !out->at) {
-        release_parts(out);
+    out->first = PyMem_Malloc(((size_t)n + 1) * sizeof *out->first);
+    out->bytes = PyMem_Malloc((n > 0 ? (size_t)n : 1) * sizeof *out->bytes);
+    if (!out->parts || !out->first || !out->bytes) {
         PyErr_NoMemory();
-        return -1;
+        goto fail;
     }
     int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(pages);
     PyObject **items = PySequence_Fast_ITEMS(pages);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *page = items[i];
-        uint64_t pos = slot[i];
+        uint64_t bytes = 0;
+        out->first[i] = out->nparts;
         /* the page's size and items are read again for every part, and each part is held while
          * it is borrowed: an exporter running code cannot leave a dangling pointer here */
         for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(page); j++) {
-            if ((size_t)out->n >= cap) { /* a page grew since it was counted */
-                PyErr_SetString(PyExc_ValueError, "pages changed during copy_slots");
-                release_parts(out);
-                return -1;
+            if ((size_t)out->nparts >= cap) { /* a page grew since it was counted */
+                PyErr_SetString(PyExc_ValueError, "pages changed while they were borrowed");
+                goto fail;
             }
-            Py_buffer *b = &out->parts[out->n];
+            Py_buffer *b = &out->parts[out->nparts];
             PyObject *part = PySequence_Fast_ITEMS(page)[j];
             Py_INCREF(part);
             int got = PyObject_GetBuffer(part, b, flags);
@@ -106,27 +98,73 @@ static int borrow_parts(PyObject *pages, Py_ssize_t total, const uint64_t *slot,
                 Py_XDECREF(type);
                 Py_XDECREF(value);
                 Py_XDECREF(tb);
-                release_parts(out);
-                return -1;
+                goto fail;
             }
-            uint64_t len = (uint64_t)b->len;
+            out->nparts++;
+            bytes += (uint64_t)b->len; /* each part is a live object: no overflow in practice */
+        }
+        out->bytes[i] = bytes;
+    }
+    out->first[n] = out->nparts;
+    out->npages = n;
+    Py_DECREF(pages);
+    return 0;
+fail:
+    hm_pages_release(out);
+    Py_DECREF(pages);
+    return -1;
+}
+
+/* The page of the c-th copy. */
+static inline Py_ssize_t page_of(const Py_ssize_t *which, Py_ssize_t c) {
+    return which ? which[c] : c;
+}
+
+int hm_pages_check(const hm_pages *p, const Py_ssize_t *which, const uint64_t *slot, Py_ssize_t k, uint64_t size) {
+    for (Py_ssize_t c = 0; c < k; c++) {
+        Py_ssize_t i = page_of(which, c);
+        uint64_t pos = slot[c];
+        for (Py_ssize_t j = p->first[i]; j < p->first[i + 1]; j++) {
+            uint64_t len = (uint64_t)p->parts[j].len;
             if (!hm_in_bounds(pos, len, size)) {
                 PyErr_Format(PyExc_ValueError,
                              "pages[%zd][%zd]: arena offset %llu + length %llu outside an arena of %llu bytes", i,
-                             j, (unsigned long long)pos, (unsigned long long)len, (unsigned long long)size);
-                PyBuffer_Release(b);
-                release_parts(out);
+                             j - p->first[i], (unsigned long long)pos, (unsigned long long)len,
+                             (unsigned long long)size);
                 return -1;
             }
-            if (len == 0) {
-                PyBuffer_Release(b);
-                continue;
-            }
-            out->at[out->n++] = pos;
             pos += len;
         }
     }
     return 0;
+}
+
+uint64_t hm_pages_total(const hm_pages *p, const Py_ssize_t *which, Py_ssize_t k) {
+    uint64_t total = 0;
+    for (Py_ssize_t c = 0; c < k; c++)
+        total += p->bytes[page_of(which, c)]; /* each is inside the arena (checked): no overflow */
+    return total;
+}
+
+void hm_pages_copy(const hm_pages *p, const Py_ssize_t *which, const uint64_t *slot, Py_ssize_t k, char *arena,
+                   int into, int stream) {
+    for (Py_ssize_t c = 0; c < k; c++) {
+        Py_ssize_t i = page_of(which, c);
+        char *at = arena + slot[c];
+        for (Py_ssize_t j = p->first[i]; j < p->first[i + 1]; j++) {
+            size_t len = (size_t)p->parts[j].len;
+            char *to = into ? at : p->parts[j].buf;
+            const char *from = into ? p->parts[j].buf : at;
+            uintptr_t x = (uintptr_t)to, y = (uintptr_t)from;
+            if (stream && len >= HM_SLOT_STREAM_ITEM && (x + len <= y || y + len <= x))
+                hm_copy_streaming(to, from, len);
+            else if (len)
+                memmove(to, from, len);
+            at += len;
+        }
+    }
+    if (stream)
+        hm_copy_fence();
 }
 
 /* copy_slots(arena, slot_offsets: u64[n], pages, into_arena: bool) -> None. */
@@ -147,14 +185,12 @@ PyObject *hm_py_copy_slots(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyBuffer_Release(&arena);
         return NULL;
     }
-    Py_ssize_t total_parts = 0;
-    PyObject *pages = fast_pages(args[2], &total_parts);
     uint64_t *slot = NULL;
-    slot_parts parts = {0};
+    hm_pages pages;
     PyObject *result = NULL;
-    if (!pages)
-        goto done;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(pages);
+    if (hm_pages_borrow(args[2], !into, &pages) < 0)
+        goto released;
+    Py_ssize_t n = pages.npages;
     if (hm_check_len("slot_offsets", n_slots, "pages", n) < 0)
         goto done;
     /* the call's own copy: another thread changing the array cannot move a range past the check */
@@ -165,32 +201,17 @@ PyObject *hm_py_copy_slots(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     if (n > 0)
         memcpy(slot, slots.buf, (size_t)n * sizeof *slot);
-    if (borrow_parts(pages, total_parts, slot, (uint64_t)arena.len, !into, &parts) < 0)
+    if (hm_pages_check(&pages, NULL, slot, n, (uint64_t)arena.len) < 0)
         goto done;
-    uint64_t total = 0;
-    for (Py_ssize_t i = 0; i < parts.n; i++)
-        total += (uint64_t)parts.parts[i].len; /* each is inside the arena: no overflow */
+    uint64_t total = hm_pages_total(&pages, NULL, n);
     char *base = arena.buf;
-    Py_buffer *pb = parts.parts;
-    const uint64_t *at = parts.at;
-    Py_ssize_t count = parts.n;
-    int stream = total >= HM_SLOT_STREAM_TOTAL;
-    HM_MAYBE_WITHOUT_GIL(total > HM_GIL_KEEP_BYTES, for (Py_ssize_t i = 0; i < count; i++) {
-        size_t len = (size_t)pb[i].len;
-        char *to = into ? base + at[i] : pb[i].buf;
-        const char *from = into ? pb[i].buf : base + at[i];
-        uintptr_t x = (uintptr_t)to, y = (uintptr_t)from;
-        if (stream && len >= HM_SLOT_STREAM_ITEM && (x + len <= y || y + len <= x))
-            hm_copy_streaming(to, from, len);
-        else
-            memmove(to, from, len);
-    } if (stream) hm_copy_fence());
-    result = Py_None;
-    Py_INCREF(result);
+    HM_MAYBE_WITHOUT_GIL(total > HM_GIL_KEEP_BYTES,
+                         hm_pages_copy(&pages, NULL, slot, n, base, into, total >= HM_SLOT_STREAM_TOTAL));
+    result = Py_NewRef(Py_None);
 done:
-    release_parts(&parts);
+    hm_pages_release(&pages);
+released:
     PyMem_Free(slot);
-    Py_XDECREF(pages);
     PyBuffer_Release(&slots);
     PyBuffer_Release(&arena);
     return result;

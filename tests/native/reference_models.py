@@ -162,7 +162,8 @@ def ref_page_views(
 
 
 class RefSlotIndex:
-    """``native.SlotIndex`` in dicts: rows by fingerprint, the key, pins and reads per slot."""
+    """``native.SlotIndex`` in dicts: rows by fingerprint, the key, pins and reads per slot, the
+    zombies (slot -> size: removed while pinned) and the freed list."""
 
     def __init__(self, slots: int, shift: int) -> None:
         self.slots, self.shift = slots, shift
@@ -170,6 +171,8 @@ class RefSlotIndex:
         self.keys: dict[int, str] = {}  # slot -> key
         self.pins: dict[int, int] = {}
         self.reads: dict[int, int] = {}
+        self.zombies: dict[int, int] = {}  # slot -> size of the object removed while pinned
+        self.freed: list[tuple[int, int]] = []  # (offset, size), in the order the last pins went
 
     def _slot(self, offset: int) -> int:
         if offset % (1 << self.shift) or offset >> self.shift >= self.slots:
@@ -182,6 +185,12 @@ class RefSlotIndex:
             return -1, None
         return (1 if self.keys.get(row[0] >> self.shift) == key else 0), row
 
+    def _drop(self, slot: int, size: int) -> None:
+        """The row of ``slot`` is gone: its key too; pinned, it is a zombie of ``size``."""
+        self.keys.pop(slot, None)
+        if self.pins.get(slot, 0):
+            self.zombies[slot] = size
+
     def lookup(
         self, keys: Sequence[str], fps: Sequence[int]
     ) -> tuple[list[bool], list[bool], list[tuple[int, ...]]]:
@@ -193,55 +202,66 @@ class RefSlotIndex:
             rows.append(row or (0, 0, 0))
         return found, occupied, rows
 
-    def read_pin(
-        self, keys: Sequence[str], fps: Sequence[int], sizes: Sequence[int]
-    ) -> tuple[list[int], list[int], int, int]:
-        chosen, offsets, found, collided = [], [], 0, 0
-        for i, (key, fp, size) in enumerate(zip(keys, fps, sizes, strict=True)):
+    def read_into(
+        self, keys: Sequence[str], fps: Sequence[int], arena: bytes, pages: Sequence[Sequence[int]]
+    ) -> tuple[int, list[bool] | None, int, list[list[bytes] | None]]:
+        """``pages``: each page's part lengths. (hits, hit or None, freed list length, the bytes
+        each page's parts got: None for a page not copied)."""
+        got: list[list[bytes] | None] = []
+        for key, fp, parts in zip(keys, fps, pages, strict=True):
             r, row = self._find(key, fp)
-            collided += r == 0
-            if r != 1:
+            if r != 1 or row is None or row[1] & ((1 << 48) - 1) != sum(parts):
+                got.append(None)
                 continue
-            found += 1
-            assert row is not None
-            if row[1] & ((1 << 48) - 1) == size:
-                chosen.append(i)
-                offsets.append(row[0])
-        for offset in offsets:
-            slot = offset >> self.shift
-            self.pins[slot] = self.pins.get(slot, 0) + 1
-            self.reads[slot] = self.reads.get(slot, 0) + 1
-        return chosen, offsets, found, collided
+            if row[0] + sum(parts) > len(arena):
+                raise ValueError("outside an arena")
+            pos, out = row[0], []
+            for n in parts:
+                out.append(arena[pos : pos + n])
+                pos += n
+            got.append(out)
+        for page, fp in zip(got, fps, strict=True):
+            if page is not None:
+                row = self.rows[fp]
+                slot = row[0] >> self.shift
+                self.reads[slot] = min(self.reads.get(slot, 0) + 1, (1 << 32) - 2)
+        hits = sum(page is not None for page in got)
+        return hits, None if hits == len(keys) else [page is not None for page in got], len(self.freed), got
 
     def pin(self, offsets: Sequence[int]) -> list[int]:
         slots = [self._slot(o) for o in offsets]
         out = []
         for slot in slots:
             self.pins[slot] = self.pins.get(slot, 0) + 1
-            out.append(self.reads.get(slot, 0))
+            out.append(0 if slot in self.zombies else self.reads.get(slot, 0))
         return out
 
-    def unpin(self, offsets: Sequence[int]) -> list[bool]:
+    def unpin(self, offsets: Sequence[int]) -> int:
         slots = [self._slot(o) for o in offsets]
         left = dict(self.pins)
         for slot in slots:
             if left.get(slot, 0) == 0:
                 raise ValueError(f"slot {slot} is not pinned")
             left[slot] -= 1
-        out = []
         for slot in slots:
             self.pins[slot] -= 1
-            out.append(self.pins[slot] == 0)
             if not self.pins[slot]:
                 del self.pins[slot]
+                if slot in self.zombies:
+                    self.freed.append((slot << self.shift, self.zombies.pop(slot)))
+                    self.reads[slot] = 0
+        return len(self.freed)
+
+    def take_freed(self) -> list[tuple[int, int]]:
+        out, self.freed = self.freed, []
         return out
 
     def publish(
         self, keys: Sequence[str], fps: Sequence[int], rows: Sequence[tuple[int, int, int]]
     ) -> list[int]:
         slots = [self._slot(row[0]) for row in rows]
-        if any(s in self.keys for s in slots) or len(set(slots)) != len(slots):
-            raise ValueError("a slot holds a key or is given twice")
+        if any(s in self.keys or s in self.zombies for s in slots) or len(set(slots)) != len(slots):
+            raise ValueError("a slot holds a key or a zombie, or is given twice")
         out = []
         for key, fp, row, slot in zip(keys, fps, rows, slots, strict=True):
             r, _ = self._find(key, fp)
@@ -262,7 +282,7 @@ class RefSlotIndex:
             row = self.rows.get(fp)
             if row is not None and row[0] == offset:
                 del self.rows[fp]
-                self.keys.pop(slot, None)
+                self._drop(slot, row[1] & ((1 << 48) - 1))
                 removed += 1
         return removed, pinned
 
@@ -271,14 +291,19 @@ class RefSlotIndex:
         r, row = self._find(key, fp)
         if r != 1 or row is None or row[0] != old or old_slot == new_slot:
             return False
+        if new_slot in self.keys or new_slot in self.zombies:
+            raise ValueError("new_offset holds a published key or a pinned removed object")
+        if not self.pins.get(old_slot, 0):
+            raise ValueError("old_offset is not pinned by the caller")
         self.rows[fp] = (new, row[1], row[2])
         self.keys[new_slot] = self.keys.pop(old_slot)
         self.reads[new_slot] = self.reads.get(old_slot, 0)
+        self._drop(old_slot, row[1] & ((1 << 48) - 1))
         return True
 
     def clear(self) -> None:
         for row in self.rows.values():
-            self.keys.pop(row[0] >> self.shift, None)
+            self._drop(row[0] >> self.shift, row[1] & ((1 << 48) - 1))
         self.rows.clear()
 
     def state(self) -> tuple[list[tuple[str, int, tuple[int, ...]]], dict[int, int]]:

@@ -194,6 +194,51 @@ def test_four_threads_mixed_ops_never_read_wrong_bytes():
     tier.close()
 
 
+def test_readers_copying_without_the_lock_race_removes_clears_and_relocations_safely():
+    """Gets of 256 KiB pages (the GIL released while they copy, no tier lock held) race puts,
+    removes, clears and shrink-and-relocate: no reader gets another key's bytes, and afterwards
+    every slot is accounted for (no zombie left, used bytes are exactly the entries')."""
+    n = 256 << 10
+    tier = DramTier(capacity=8 * MiB, slab_size=MiB, max_capacity=8 * MiB)
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def reader(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        while not stop.is_set():
+            key = f"k{rng.integers(0, 24)}"
+            got = read(tier, key, n, split=2)
+            if got is not None and not np.array_equal(got, payload(key, n)):
+                errors.append(key)
+
+    threads = [threading.Thread(target=reader, args=(s,)) for s in range(3)]
+    for t in threads:
+        t.start()
+    rng = np.random.default_rng(7)
+    try:
+        for step in range(1500):
+            key = f"k{rng.integers(0, 24)}"
+            op = rng.random()
+            if op < 0.5:
+                put(tier, key, n)
+            elif op < 0.9:
+                tier.remove(key)
+            elif op < 0.97:
+                tier.resize(4 * MiB if step % 2 else 8 * MiB)
+                tier.relocate(tier.retired_keys())
+            else:
+                tier.clear()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    assert not errors
+    stats = tier.stats()
+    assert stats["zombies"] == 0 and stats["used_bytes"] == stats["entries"] * n
+    assert stats["hits"] > 0
+    tier.close()
+
+
 def test_a_page_whose_part_the_copy_refuses_fails_alone_and_leaks_no_slot():
     """A batch copy is all or nothing: a strided source part fails the put of the batch (no key
     published, every slot free again); a read-only destination fails the get (a miss, the pin

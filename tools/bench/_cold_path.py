@@ -32,7 +32,7 @@ Step = Callable[[], object]
 def _steps(backend: Any, dst: Any, hashes: list[str], pages: int, page_bytes: int) -> dict[str, Step]:
     """The steps of one ``batch_get_v1`` of ``hashes`` into host indices ``dst``, each callable
     alone (the whole call first)."""
-    from hicache_mooncake.native import fingerprints
+    from hicache_mooncake.native import copy_slots, fingerprints
     from hicache_mooncake.sglang_adapter.host_pools.index_array import index_array
     from hicache_mooncake.tiers.policy.contexts import get_contexts
 
@@ -44,12 +44,10 @@ def _steps(backend: Any, dst: Any, hashes: list[str], pages: int, page_bytes: in
     sizes = [page_bytes] * pages
     values = index_array(dst)
     ctxs = get_contexts(keys, sizes, 0)
-
-    def pin_and_unpin() -> None:
-        with dram._lock:
-            offsets = dram._index.read_pin(keys, fps, sizes)[1]
-        with dram._lock:
-            dram._unpin_locked(offsets)
+    views = kv.affine_pages.views(values, pages, kv.index_limit)
+    items = [(key, parts, ctx) for key, parts, ctx in zip(keys, views, ctxs, strict=True)]
+    at = dram.slot_offsets()
+    offsets = np.array([at[key] for key in keys], dtype=np.uint64)
 
     def placement_hit() -> None:
         with state.lock:
@@ -64,7 +62,10 @@ def _steps(backend: Any, dst: Any, hashes: list[str], pages: int, page_bytes: in
         "store call gate": lambda: state.gate.exit(state.gate.enter()),
         "access contexts": lambda: get_contexts(keys, sizes, 0),
         "placement and policy hit": placement_hit,
-        "DRAM pin and unpin (two lock holds)": pin_and_unpin,
+        "DRAM tier get (one native call: lookup, pins, copy, unpins)": lambda: dram.get_batch_into(
+            items, fps=fps
+        ),
+        "the same copy alone (copy_slots)": lambda: copy_slots(dram._arena.bytes, offsets, views, False),
         "tenant count": lambda: state.tenant_count(keys[0], get_pages=pages, get_hit_pages=pages),
         "backend metrics (one queued update)": lambda: backend.metrics.record(
             "get", pages, 0, pages * page_bytes, 1e-3
