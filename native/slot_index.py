@@ -15,8 +15,8 @@ caller empties (``take_freed``) to give the slot back to its allocator; room on 
 reserved when the zombie is made, so an unpin never fails for a pinned slot.
 
 Concurrency: each call holds the GIL from start to end, which makes it atomic; the caller
-serialises the calls that change rows (the DRAM tier's lock). ``read_into`` and ``unpin`` need
-no lock: ``read_into`` looks up, checks and pins with the GIL held, releases it once for the copy
+serialises the calls that change rows (the DRAM tier's lock). ``read_into``, ``pin_found`` and
+``unpin`` need no lock: ``read_into`` looks up, checks and pins with the GIL held, releases it once for the copy
 (the pins keep the slots from being freed) and unpins with it held again. Bad arguments (an
 offset that is not a slot, a slot that holds a key or a zombie, a slot given twice, a key that is
 not a str, an unpin below zero, a part that is not a writable C-contiguous buffer) raise
@@ -102,6 +102,16 @@ class SlotIndex:
         reads = np.empty(o.size, dtype=U64)
         self._t.pin(o, reads)
         return reads
+
+    def pin_found(self, keys: Sequence[str], fps: Any) -> tuple[BoolArray, U64Array, U64Array]:
+        """``lookup`` and one more pin (no read counted) on each found key's slot, in one call:
+        (found, rows[n, 3], each found slot's reads so far)."""
+        k = as_u64("fps", fps)
+        found = np.empty(k.size, dtype=np.bool_)
+        rows = np.empty((k.size, ROW_WORDS), dtype=U64)
+        reads = np.empty(k.size, dtype=U64)
+        self._t.pin_found(keys, k, found, rows, reads)
+        return found, rows, reads
 
     def count_reads(self, offsets: Any) -> None:
         self._t.count_reads(as_u64("offsets", offsets))

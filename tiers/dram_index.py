@@ -14,8 +14,8 @@ slots and outlive rows. A slot whose row is dropped while a reader pins it is a 
 the index with its size; its last unpin puts it on the index's freed list, which the tier empties
 (``take_freed``) into its allocator under its lock.
 Concurrency: every call is one native call with the GIL held throughout, so each is atomic. The
-tier's lock serialises the calls that change rows or pins outside a read; ``read_into`` (a
-get's lookup, pins, copy and unpins) takes no lock.
+tier's lock serialises the calls that change rows; ``read_into`` (a get's lookup, pins, copy and
+unpins), ``pin_found`` and ``unpin`` take no lock.
 """
 
 from __future__ import annotations
@@ -118,6 +118,14 @@ class DramIndex:
         return keys, rows[:, 0], rows[:, 1] & _SIZE_MASK, pinned
 
     # ------------------------------------------------------------------ pins and reads
+    def pin_found(
+        self, keys: Sequence[str], fps: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+        """Look ``keys`` up and pin every one found, in one native call that takes no lock:
+        (found, offsets, sizes, each found slot's reads so far)."""
+        found, rows, reads = self._index.pin_found(keys, fps)
+        return found, rows[:, 0], rows[:, 1] & _SIZE_MASK, reads.tolist()
+
     def pin(self, offsets: Sequence[int]) -> list[int]:
         """One more pin on each slot; returns each slot's reads since its object was published."""
         return self._index.pin(offsets).tolist()

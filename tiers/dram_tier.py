@@ -733,27 +733,22 @@ class DramTier(Tier):
 
     # ------------------------------------------------------------------ pinned access (the mover)
     def pin_entries(self, keys: Sequence[str]) -> list[Pinned | None]:
-        """Pin resident entries for reading (copies to a lower tier, two-sided sends);
-        ``release`` unpins them."""
-        out: list[Pinned | None] = []
-        fps = fingerprints(keys)
-        with self._lock:
-            if self._closed:
-                return [None] * len(keys)
-            look = self._index.lookup(keys, fps)
-            hit: list[int] = np.flatnonzero(look.found).tolist()
-            reads = iter(self._index.pin(look.offsets[hit].tolist()))
-            rows = zip(keys, look.found.tolist(), look.offsets.tolist(), look.sizes.tolist(), strict=True)
-            for key, ok, offset, nbytes in rows:
-                if not ok:
-                    out.append(None)
-                    continue
-                out.append(Pinned(key, offset, nbytes, self._arena.view(offset, nbytes), next(reads)))
-        return out
+        """Pin resident entries for reading (copies to a lower tier, two-sided sends), in one
+        index call that takes no lock; ``release`` unpins them."""
+        arena = self._arena.bytes  # taken first: a close meanwhile leaves these bytes mapped
+        if self._closed:
+            return [None] * len(keys)
+        found, offsets, sizes, reads = self._index.pin_found(keys, fingerprints(keys))
+        rows = zip(keys, found.tolist(), offsets.tolist(), sizes.tolist(), reads, strict=True)
+        return [
+            Pinned(key, offset, nbytes, arena[offset : offset + nbytes], hits) if ok else None
+            for key, ok, offset, nbytes, hits in rows
+        ]
 
     def release(self, pinned: Sequence[Pinned]) -> None:
-        with self._lock:
-            self._unpin_locked([p.offset for p in pinned])
+        """Unpin entries ``pin_entries`` pinned (no lock unless a zombie's last pin goes)."""
+        if pinned and self._index.unpin([p.offset for p in pinned]):
+            self._free_zombies()
 
     def object_type(self, key: str) -> int | None:
         fps = fingerprints([key])

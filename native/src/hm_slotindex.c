@@ -15,8 +15,8 @@
  *
  * Concurrency: no internal lock; every call holds the GIL from start to end (a batch is
  * microseconds; a growth rehashes one segment of at most `segment_slots` rows), which makes each
- * call atomic. The caller serialises the calls that change rows (the DRAM tier's lock); read_into
- * and unpin may run without it: read_into looks up, checks and pins with the GIL held, releases
+ * call atomic. The caller serialises the calls that change rows (the DRAM tier's lock); read_into,
+ * pin_found and unpin may run without it: read_into looks up, checks and pins with the GIL held, releases
  * it once for the copy (the pins keep the slots from being freed), and unpins with it held again.
  * Arguments are checked before anything changes: a bad offset, a slot that already holds a key or
  * is a zombie, a key that is not a str, a pin count that would go below zero: ValueError /
@@ -516,6 +516,52 @@ done:
     return result;
 }
 
+/* pin_found(keys, fps, out_found, out_rows, out_reads) -> pinned: lookup (as lookup) and one
+ * more pin (no read counted) on the slot of every key found, in one call: nobody can free a slot
+ * between its lookup and its pin. reads[i]: the found slot's reads so far (0 elsewhere). */
+static PyObject *SlotIndex_pin_found(SlotIndex *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (wrong_nargs(nargs, 5, "pin_found(keys, fps, out_found, out_rows, out_reads)") < 0)
+        return NULL;
+    borrowed bs = {.n = 0};
+    uint64_t *fps, *rows, *reads, **found_rows = NULL;
+    unsigned char *found;
+    Py_ssize_t n, pinned = 0;
+    PyObject *keys = NULL, *result = NULL;
+    if (arg_u64(&bs, args[1], "fps", 0, -1, &fps, &n) < 0 || !(keys = arg_keys(args[0], n)) ||
+        arg_bool_out(&bs, args[2], "out_found", n, &found) < 0 ||
+        arg_u64(&bs, args[3], "out_rows", 1, n * (Py_ssize_t)ROW_WORDS, &rows, NULL) < 0 ||
+        arg_u64(&bs, args[4], "out_reads", 1, n, &reads, NULL) < 0)
+        goto done;
+    PyObject **items = PySequence_Fast_ITEMS(keys);
+    if (!(found_rows = row_array(n)))
+        goto done;
+    find_rows(self, fps, n, found_rows);
+    for (Py_ssize_t i = 0; i < n; i++) { /* every key checked before the first pin */
+        int r = row_key(self, found_rows[i], items[i], i);
+        if (r == -2)
+            goto done;
+        found[i] = r == 1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint64_t *row = found[i] ? found_rows[i] : NULL;
+        for (unsigned w = 0; w < ROW_WORDS; w++)
+            rows[i * ROW_WORDS + w] = row ? row[w] : 0;
+        reads[i] = 0;
+        if (row) {
+            slot_rec *rec = &self->slots[row[0] >> self->shift];
+            pin_slot(self, rec);
+            reads[i] = rec->reads;
+            pinned++;
+        }
+    }
+    result = PyLong_FromSsize_t(pinned);
+done:
+    PyMem_Free(found_rows);
+    Py_XDECREF(keys);
+    release_all(&bs);
+    return result;
+}
+
 /* count_reads(offsets): one more read of each slot (a one-sided reader located it). */
 static PyObject *SlotIndex_count_reads(SlotIndex *self, PyObject *arg) {
     borrowed bs = {.n = 0};
@@ -887,6 +933,8 @@ static PyMethodDef SlotIndex_methods[] = {
      "read_into(keys, fps, arena, pages) -> (hits, hit, freed)"},
     {"take_freed", (PyCFunction)SlotIndex_take_freed, METH_NOARGS, "take_freed() -> list of (offset, size)"},
     {"pin", HM_FASTCALL(SlotIndex_pin), METH_FASTCALL, "pin(offsets, out_reads)"},
+    {"pin_found", HM_FASTCALL(SlotIndex_pin_found), METH_FASTCALL,
+     "pin_found(keys, fps, out_found, out_rows, out_reads) -> pinned"},
     {"count_reads", (PyCFunction)SlotIndex_count_reads, METH_O, "count_reads(offsets)"},
     {"unpin", (PyCFunction)SlotIndex_unpin, METH_O, "unpin(offsets) -> freed"},
     {"pinned", HM_FASTCALL(SlotIndex_pinned), METH_FASTCALL, "pinned(offsets, out)"},

@@ -236,6 +236,13 @@ class RefSlotIndex:
             out.append(0 if slot in self.zombies else self.reads.get(slot, 0))
         return out
 
+    def pin_found(
+        self, keys: Sequence[str], fps: Sequence[int]
+    ) -> tuple[list[bool], list[tuple[int, ...]], list[int]]:
+        found, _occupied, rows = self.lookup(keys, fps)
+        reads = [self.pin([row[0]])[0] if ok else 0 for ok, row in zip(found, rows, strict=True)]
+        return found, rows, reads
+
     def unpin(self, offsets: Sequence[int]) -> int:
         slots = [self._slot(o) for o in offsets]
         left = dict(self.pins)

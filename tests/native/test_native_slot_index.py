@@ -1,5 +1,5 @@
 """The DRAM tier's native index (``native.SlotIndex``): seeded random sequences of publish, lookup,
-read (lookup, pins, copy out of an arena, unpins), pin, unpin, remove, move, clear and the taking of
+read (lookup, pins, copy out of an arena, unpins), pin, lookup-and-pin, unpin, remove, move, clear and the taking of
 freed zombies answer as a dict-based reference model does and leave the same rows, keys, pins and
 zombies, with fingerprints masked so that collisions happen every few keys; a collision is a miss,
 never the other key's row; bad arguments change nothing; a slot removed while pinned is freed with
@@ -98,6 +98,15 @@ def test_random_sequences_answer_as_the_reference_model(seed: int, mask: int) ->
             for page, want in zip(pages, want_bytes, strict=True):
                 got = [p.tobytes() for p in page]
                 assert got == (want if want is not None else [bytes(len(p)) for p in page])
+        elif op == "pin_found":
+            found, rows, reads = index.pin_found(keys, fps)
+            want_found, want_rows, want_reads = ref.pin_found(keys, fps)
+            assert (found.tolist(), [tuple(r) for r in rows.tolist()], reads.tolist()) == (
+                want_found,
+                want_rows,
+                want_reads,
+            )
+            pinned.extend(rows[found, 0].tolist())
         elif op == "take":
             assert sorted(index.take_freed()) == sorted(ref.take_freed())
         elif op == "pin" and placed:

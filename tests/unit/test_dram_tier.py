@@ -195,8 +195,9 @@ def test_four_threads_mixed_ops_never_read_wrong_bytes():
 
 
 def test_readers_copying_without_the_lock_race_removes_clears_and_relocations_safely():
-    """Gets of 256 KiB pages (the GIL released while they copy, no tier lock held) race puts,
-    removes, clears and shrink-and-relocate: no reader gets another key's bytes, and afterwards
+    """Gets of 256 KiB pages (the GIL released while they copy, no tier lock held) and pinned
+    reads (``pin_entries``/``release``, no lock either) race puts, removes, clears and
+    shrink-and-relocate: no reader gets another key's bytes, and afterwards
     every slot is accounted for (no zombie left, used bytes are exactly the entries')."""
     n = 256 << 10
     tier = DramTier(capacity=8 * MiB, slab_size=MiB, max_capacity=8 * MiB)
@@ -211,7 +212,18 @@ def test_readers_copying_without_the_lock_race_removes_clears_and_relocations_sa
             if got is not None and not np.array_equal(got, payload(key, n)):
                 errors.append(key)
 
-    threads = [threading.Thread(target=reader, args=(s,)) for s in range(3)]
+    def pinner(seed: int) -> None:  # the mover's and the served arenas' reads: pin, read, release
+        rng = np.random.default_rng(seed)
+        while not stop.is_set():
+            keys = [f"k{k}" for k in rng.integers(0, 24, 3)]
+            held = [p for p in tier.pin_entries(keys) if p is not None]
+            for p in held:
+                if not np.array_equal(p.data, payload(p.key, n)):
+                    errors.append(p.key)
+            tier.release(held)
+
+    threads = [threading.Thread(target=reader, args=(s,)) for s in range(2)]
+    threads.append(threading.Thread(target=pinner, args=(5,)))
     for t in threads:
         t.start()
     rng = np.random.default_rng(7)
