@@ -16,8 +16,9 @@
  * Concurrency: no internal lock; every call holds the GIL from start to end (a batch is
  * microseconds; a growth rehashes one segment of at most `segment_slots` rows), which makes each
  * call atomic. The caller serialises the calls that change rows (the DRAM tier's lock); read_into,
- * pin_found and unpin may run without it: read_into looks up, checks and pins with the GIL held, releases
- * it once for the copy (the pins keep the slots from being freed), and unpins with it held again.
+ * pin_found and unpin may run without it: read_into looks up, checks and pins with the GIL held,
+ * releases it once for the copy (the pins keep the slots from being freed), and unpins with it
+ * held again.
  * Arguments are checked before anything changes: a bad offset, a slot that already holds a key or
  * is a zombie, a key that is not a str, a pin count that would go below zero: ValueError /
  * TypeError naming the item, nothing changed (a publish whose allocation fails stops there:
@@ -190,7 +191,9 @@ static int reserve_zombies(SlotIndex *self, size_t more) {
     size_t cap = self->freed_cap ? self->freed_cap : 16;
     while (cap < need)
         cap *= 2;
-    uint64_t *grown = cap <= SIZE_MAX / (2 * sizeof *grown) ? PyMem_Realloc(self->freed, cap * 2 * sizeof *grown) : NULL;
+    uint64_t *grown = NULL;
+    if (cap <= SIZE_MAX / (2 * sizeof *grown))
+        grown = PyMem_Realloc(self->freed, cap * 2 * sizeof *grown);
     if (!grown) {
         PyErr_NoMemory();
         return -1;
