@@ -111,10 +111,12 @@ class DramIndex:
         return keys, rows[:, 0], word1 & _SIZE_MASK, rows[:, 2], word1 >> _TYPE_SHIFT
 
     def remove_all(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-        """Drop every row in one call (as ``remove``): (keys, offsets, sizes, whether each slot is
-        pinned: those became zombies; the caller frees the others)."""
+        """Drop every row (as ``remove``; the caller holds the tier's lock, so no row is added
+        meanwhile), then give the table's memory back: (keys, offsets, sizes, whether each slot
+        is pinned: those became zombies; the caller frees the others)."""
         keys, fps, rows = self._index.rows()
         _removed, pinned = self._index.remove(fps, rows[:, 0])
+        self._index.clear()  # empty now: only its memory goes
         return keys, rows[:, 0], rows[:, 1] & _SIZE_MASK, pinned
 
     # ------------------------------------------------------------------ pins and reads
