@@ -137,9 +137,6 @@ class DramIndex:
         the zombies waiting in the freed list."""
         return self._index.unpin(offsets)
 
-    def pinned(self, offsets: Sequence[int] | np.ndarray) -> np.ndarray:
-        return self._index.pinned(offsets)
-
     def pinned_offsets(self) -> list[int]:
         return self._index.pinned_offsets()
 
