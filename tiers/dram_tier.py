@@ -699,8 +699,8 @@ class DramTier(Tier):
     ) -> list[bool]:
         """Look up, pin, copy out and unpin the whole batch in one native call, no lock taken
         (``DramIndex.read_into``). A key found at another size, or whose fingerprint another key
-        holds, is a miss (counted as ``size_mismatch`` / ``fingerprint_collisions``); a part the
-        copy refuses misses the whole batch. ``fps``: the keys' fingerprints (``Tier``'s
+        holds, is a miss (counted as ``size_mismatch`` / ``fingerprint_collisions``); a found
+        page's part the copy refuses misses the whole batch. ``fps``: the keys' fingerprints (``Tier``'s
         contract; None: computed here)."""
         n = len(items)
         keys = list(map(_ITEM_KEY, items))

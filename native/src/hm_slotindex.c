@@ -374,57 +374,70 @@ done:
 /* read_into(keys, fps, arena, pages) -> (hits, hit, freed): every key found whose row's size is
  * its page's (the page's parts together) is pinned, counted as a read and copied out of the arena
  * (from its slot offset, the page's parts back to back) into its page's parts, then unpinned.
- * The GIL is released once, for the copies (of more than HM_GIL_KEEP_BYTES). hits: the keys
- * copied; hit: None when every key was, else a list of bools; freed: zombies on the freed list
- * (this call's last pins included) for the caller to take. All or nothing on bad arguments (a
- * part that is not one writable C-contiguous buffer, a key that is not a str, a row whose page
- * would not fit the arena): the error, and nothing pinned, counted or copied. */
+ * Only the pages of keys found are borrowed (a miss costs no look at its parts). The GIL is
+ * released once, for the copies (of more than HM_GIL_KEEP_BYTES). hits: the keys copied; hit:
+ * None when every key was, else a list of bools; freed: zombies on the freed list (this call's
+ * last pins included) for the caller to take. All or nothing on bad arguments (a found key's part
+ * that is not one writable C-contiguous buffer, a key that is not a str, a row whose page would
+ * not fit the arena, pages not one per key): the error, and nothing pinned, counted or copied. */
 static PyObject *SlotIndex_read_into(SlotIndex *self, PyObject *const *args, Py_ssize_t nargs) {
     if (wrong_nargs(nargs, 4, "read_into(keys, fps, arena, pages)") < 0)
         return NULL;
     borrowed bs = {.n = 0};
     uint64_t *fps, **found_rows = NULL, *slot = NULL;
-    Py_ssize_t *which = NULL, n;
+    Py_ssize_t *found = NULL, *which = NULL, n, npages;
     PyObject *keys = NULL, *hit = NULL, *result = NULL;
     Py_buffer arena;
     int have_arena = 0, have_pages = 0;
     hm_pages pages;
     if (arg_u64(&bs, args[1], "fps", 0, -1, &fps, &n) < 0 || !(keys = arg_keys(args[0], n)))
         goto done;
+    if ((npages = PyObject_Length(args[3])) < 0 || hm_check_len("pages", npages, "keys", n) < 0)
+        goto done;
     if (hm_get_bytes(args[2], "arena", 0, &arena) < 0)
         goto done;
     have_arena = 1;
-    if (hm_pages_borrow(args[3], 1, &pages) < 0)
-        goto done;
-    have_pages = 1;
-    if (hm_check_len("pages", pages.npages, "keys", n) < 0)
-        goto done;
     PyObject **items = PySequence_Fast_ITEMS(keys);
     size_t room = n > 0 ? (size_t)n : 1;
     found_rows = row_array(n);
+    found = PyMem_Malloc(room * sizeof *found);
     which = PyMem_Malloc(room * sizeof *which);
     slot = PyMem_Malloc(room * sizeof *slot);
-    if (!found_rows || !which || !slot) {
+    if (!found_rows || !found || !which || !slot) {
         PyErr_NoMemory();
         goto done;
     }
     find_rows(self, fps, n, found_rows);
-    Py_ssize_t k = 0, nfound = 0, collided = 0;
+    Py_ssize_t nfound = 0, collided = 0, k = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        const uint64_t *row = found_rows[i];
-        int r = row_key(self, row, items[i], i);
+        int r = row_key(self, found_rows[i], items[i], i);
         if (r == -2)
             goto done;
         if (r == 0)
             collided++;
-        if (r != 1)
+        if (r == 1)
+            found[nfound++] = i;
+    }
+    /* the found keys' pages only; borrowed page c is the caller's page found[c] */
+    if (hm_pages_borrow(args[3], 1, found, nfound, &pages) < 0)
+        goto done;
+    have_pages = 1;
+    /* Borrowing may run an exporter's code, and another thread with it: the rows are looked up
+     * again, and nothing runs between that lookup and the pins (a key gone meanwhile is a miss;
+     * one published meanwhile, not borrowed, too). */
+    find_rows(self, fps, n, found_rows);
+    Py_ssize_t still = 0;
+    for (Py_ssize_t c = 0; c < nfound; c++) {
+        const uint64_t *row = found_rows[found[c]];
+        if (row_key(self, row, items[found[c]], found[c]) != 1) /* a str: checked above */
             continue;
-        nfound++;
-        if ((row[1] & SIZE_MASK) == pages.bytes[i]) {
-            which[k] = i;
+        still++;
+        if ((row[1] & SIZE_MASK) == pages.bytes[c]) {
+            which[k] = c;
             slot[k++] = row[0];
         }
     }
+    nfound = still;
     if (hm_pages_check(&pages, which, slot, k, (uint64_t)arena.len) < 0)
         goto done;
     for (Py_ssize_t j = 0; j < k; j++) { /* every key and range checked: now the pins */
@@ -450,12 +463,13 @@ static PyObject *SlotIndex_read_into(SlotIndex *self, PyObject *const *args, Py_
         for (Py_ssize_t i = 0; i < n; i++)
             PyList_SET_ITEM(hit, i, Py_NewRef(Py_False));
         for (Py_ssize_t j = 0; j < k; j++)
-            Py_SETREF(PyList_GET_ITEM(hit, which[j]), Py_NewRef(Py_True));
+            Py_SETREF(PyList_GET_ITEM(hit, found[which[j]]), Py_NewRef(Py_True));
     }
     if (hit) /* without it (no memory), the copies still counted: the caller sees the error */
         result = Py_BuildValue("(nNn)", k, hit, (Py_ssize_t)self->freed_n);
 done:
     PyMem_Free(found_rows);
+    PyMem_Free(found);
     PyMem_Free(which);
     PyMem_Free(slot);
     if (have_pages)

@@ -27,43 +27,50 @@ void hm_pages_release(hm_pages *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* `pages` as a list of pages, each a list or tuple (any other iterable page is made one); -1
- * with TypeError naming the first page that is not iterable. *total: the parts of all pages. */
-static PyObject *fast_pages(PyObject *arg, Py_ssize_t *total) {
-    PyObject *outer = PySequence_Fast(arg, "pages must be a sequence");
-    if (!outer)
-        return NULL;
+/* Pages pick[0..m) of `outer` (a fast sequence; pick NULL: its first m) as a list of pages, each a
+ * list or tuple (any other iterable page is made one); NULL with TypeError naming the first page
+ * that is not iterable (ValueError for a pick outside `outer`). *total: the parts of those pages. */
+static PyObject *fast_pages(PyObject *outer, const Py_ssize_t *pick, Py_ssize_t m, Py_ssize_t *total) {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(outer);
-    PyObject *pages = PyList_New(n);
-    if (!pages) {
-        Py_DECREF(outer);
+    PyObject *pages = PyList_New(m);
+    if (!pages)
         return NULL;
-    }
     PyObject **items = PySequence_Fast_ITEMS(outer);
     *total = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t c = 0; c < m; c++) {
+        Py_ssize_t i = pick ? pick[c] : c;
+        if (i < 0 || i >= n) {
+            PyErr_Format(PyExc_ValueError, "page %zd of %zd pages picked", i, n);
+            Py_DECREF(pages);
+            return NULL;
+        }
         PyObject *page = PySequence_Fast(items[i], "a page must be a sequence of buffers");
         if (!page) {
             PyErr_Format(PyExc_TypeError, "pages[%zd] must be a sequence of buffers, got %.80s", i,
                          Py_TYPE(items[i])->tp_name);
             Py_DECREF(pages);
-            Py_DECREF(outer);
             return NULL;
         }
-        PyList_SET_ITEM(pages, i, page);
+        PyList_SET_ITEM(pages, c, page);
         *total += PySequence_Fast_GET_SIZE(page);
     }
-    Py_DECREF(outer);
     return pages;
 }
 
-int hm_pages_borrow(PyObject *arg, int writable, hm_pages *out) {
+int hm_pages_borrow(PyObject *arg, int writable, const Py_ssize_t *pick, Py_ssize_t m, hm_pages *out) {
     memset(out, 0, sizeof *out);
+    PyObject *outer = PySequence_Fast(arg, "pages must be a sequence");
+    if (!outer)
+        return -1;
+    if (!pick)
+        m = PySequence_Fast_GET_SIZE(outer);
     Py_ssize_t total = 0;
-    PyObject *pages = fast_pages(arg, &total);
+    PyObject *pages = fast_pages(outer, pick, m, &total);
+    Py_DECREF(outer); /* the picked pages are held by `pages` */
     if (!pages)
         return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(pages);
+    Py_ssize_t n = m;
+    out->pick = pick;
     size_t cap = total > 0 ? (size_t)total : 1;
     out->parts = PyMem_Malloc(cap * sizeof *out->parts);
     out->first = PyMem_Malloc(((size_t)n + 1) * sizeof *out->first);
@@ -93,8 +100,8 @@ int hm_pages_borrow(PyObject *arg, int writable, hm_pages *out) {
             if (got < 0) {
                 PyObject *type, *value, *tb;
                 PyErr_Fetch(&type, &value, &tb);
-                PyErr_Format(PyExc_BufferError, "pages[%zd][%zd]: not one %sC-contiguous buffer", i, j,
-                             writable ? "writable " : "");
+                PyErr_Format(PyExc_BufferError, "pages[%zd][%zd]: not one %sC-contiguous buffer",
+                             pick ? pick[i] : i, j, writable ? "writable " : "");
                 Py_XDECREF(type);
                 Py_XDECREF(value);
                 Py_XDECREF(tb);
@@ -128,9 +135,9 @@ int hm_pages_check(const hm_pages *p, const Py_ssize_t *which, const uint64_t *s
             uint64_t len = (uint64_t)p->parts[j].len;
             if (!hm_in_bounds(pos, len, size)) {
                 PyErr_Format(PyExc_ValueError,
-                             "pages[%zd][%zd]: arena offset %llu + length %llu outside an arena of %llu bytes", i,
-                             j - p->first[i], (unsigned long long)pos, (unsigned long long)len,
-                             (unsigned long long)size);
+                             "pages[%zd][%zd]: arena offset %llu + length %llu outside an arena of %llu bytes",
+                             p->pick ? p->pick[i] : i, j - p->first[i], (unsigned long long)pos,
+                             (unsigned long long)len, (unsigned long long)size);
                 return -1;
             }
             pos += len;
@@ -188,7 +195,7 @@ PyObject *hm_py_copy_slots(PyObject *self, PyObject *const *args, Py_ssize_t nar
     uint64_t *slot = NULL;
     hm_pages pages;
     PyObject *result = NULL;
-    if (hm_pages_borrow(args[2], !into, &pages) < 0)
+    if (hm_pages_borrow(args[2], !into, NULL, 0, &pages) < 0)
         goto released;
     Py_ssize_t n = pages.npages;
     if (hm_check_len("slot_offsets", n_slots, "pages", n) < 0)
@@ -225,7 +232,11 @@ PyObject *hm_py_page_sizes(PyObject *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     Py_ssize_t total_parts = 0;
-    PyObject *pages = fast_pages(args[0], &total_parts);
+    PyObject *outer = PySequence_Fast(args[0], "pages must be a sequence");
+    if (!outer)
+        return NULL;
+    PyObject *pages = fast_pages(outer, NULL, PySequence_Fast_GET_SIZE(outer), &total_parts);
+    Py_DECREF(outer);
     if (!pages)
         return NULL;
     Py_buffer out;

@@ -10,17 +10,21 @@ typedef struct {
     Py_buffer *parts;  /* parts[first[i] .. first[i + 1]) are page i's, in order (empty ones too) */
     Py_ssize_t *first; /* npages + 1 entries */
     uint64_t *bytes;   /* page i's parts together */
+    const Py_ssize_t *pick; /* page i is the caller's page pick[i] (NULL: page i); the caller's */
     Py_ssize_t npages, nparts;
 } hm_pages;
 
-/* Borrows every part of `pages` (a sequence of sequences of C-contiguous buffers; writable when
- * `writable`: they are copied into), GIL held. 0, or -1 with the error set (TypeError naming a
- * page that is not a sequence, BufferError naming a part) and nothing held. */
-int hm_pages_borrow(PyObject *pages, int writable, hm_pages *out);
+/* Borrows every part of the pages pick[0..m) of `pages` (pick NULL: every page; m is then
+ * ignored), a sequence of sequences of C-contiguous buffers (writable when `writable`: they are
+ * copied into), GIL held; `pick` must outlive `out`. 0, or -1 with the error set (TypeError naming
+ * a page that is not a sequence, BufferError naming a part, ValueError for a pick outside the
+ * pages) and nothing held. */
+int hm_pages_borrow(PyObject *pages, int writable, const Py_ssize_t *pick, Py_ssize_t m, hm_pages *out);
 void hm_pages_release(hm_pages *p);
 
-/* Checks that page which[c]'s parts (which NULL: page c) lie inside an arena of `size` bytes back
- * to back from slot[c], for c < k (overflow-safe); -1 with ValueError naming page and part. */
+/* Checks that borrowed page which[c]'s parts (which NULL: page c) lie inside an arena of `size`
+ * bytes back to back from slot[c], for c < k (overflow-safe); -1 with ValueError naming the
+ * caller's page and part. */
 int hm_pages_check(const hm_pages *p, const Py_ssize_t *which, const uint64_t *slot, Py_ssize_t k, uint64_t size);
 
 /* The bytes of the k pages (which as for hm_pages_check; checked pages: no overflow). */

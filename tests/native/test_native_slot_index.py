@@ -343,3 +343,38 @@ def test_memory_follows_the_rows() -> None:
     index.clear()
     assert len(index) == 0 and index.nbytes <= empty + (1 << 20)
     assert not index.lookup(keys[:10], fps[:10])[1].any()
+
+
+def test_a_miss_is_not_borrowed_and_a_key_removed_while_pages_are_borrowed_is_a_miss() -> None:
+    """``read_into`` borrows the pages of the keys it found only (a miss's parts are never looked
+    at), and looks the keys up again after borrowing: borrowing a page that is not a list runs
+    its code (another thread may run meanwhile: here it removes the key and grows the table, which
+    frees the segment its row was in), and a key removed then is a miss, never a read through a
+    stale row (without the second lookup, the sanitizer build reports a heap use after free)."""
+    index = SlotIndex(1 << 15, SHIFT)
+    index.publish(["k"], [11], np.array([[4096, 100, 1]], np.uint64))
+    arena = np.full(8 << SHIFT, 7, np.uint8)
+    out = np.zeros(100, np.uint8)
+    fps = np.array([11, 12], np.uint64)
+    hits, hit, _freed = index.read_into(["k", "absent"], fps, arena, [[out], ["no buffer"]])
+    assert (hits, hit) == (1, [True, False]) and (out == 7).all()
+
+    class RemovingPage:
+        """A page whose iteration removes its key and publishes 20000 others (the table grows)."""
+
+        def __init__(self) -> None:
+            self.part = np.zeros(100, np.uint8)
+
+        def __iter__(self):  # noqa: ANN204
+            index.remove([11], [4096])
+            n = 20_000
+            rows = np.zeros((n, 3), np.uint64)
+            rows[:, 0] = (np.arange(n, dtype=np.uint64) + 2) << np.uint64(SHIFT)
+            rows[:, 1] = 100
+            index.publish([f"other-{i}" for i in range(n)], np.arange(n, dtype=np.uint64) + 1000, rows)
+            return iter([self.part])
+
+    page = RemovingPage()
+    hits, hit, _freed = index.read_into(["k"], np.array([11], np.uint64), arena, [page])
+    assert (hits, hit) == (0, [False]) and not page.part.any()
+    assert index.pinned_count == 0 and index.zombie_count == 0 and index.read_counts["misses"] == 2
