@@ -16,12 +16,13 @@ reserved when the zombie is made, so an unpin never fails for a pinned slot.
 
 Concurrency: each call holds the GIL from start to end, which makes it atomic; the caller
 serialises the calls that change rows (the DRAM tier's lock). ``read_into``, ``pin_found`` and
-``unpin`` need no lock: ``read_into`` looks up, checks and pins with the GIL held, releases it once for the copy
-(the pins keep the slots from being freed) and unpins with it held again. Bad arguments (an
-offset that is not a slot, a slot that holds a key or a zombie, a slot given twice, a key that is
-not a str, an unpin below zero, a part that is not a writable C-contiguous buffer) raise
-ValueError / TypeError / BufferError naming the item, and nothing changes; a publish that runs out
-of memory raises MemoryError with the items before it published. Memory: 16 bytes per arena slot
+``unpin`` need no lock: ``read_into`` looks up, checks and pins with the GIL held, releases it
+once for the copy (the pins keep the slots from being freed) and unpins with it held again.
+
+Bad arguments (an offset that is not a slot, a slot that holds a key or a zombie, a slot given
+twice, a key that is not a str, an unpin below zero, a part that is not a writable C-contiguous
+buffer) raise ValueError / TypeError / BufferError naming the item, and nothing changes; a
+publish that runs out of memory raises MemoryError with the items before it published. Memory: 16 bytes per arena slot
 (mapped and faulted in when the index is made), 4 bytes plus the key per published row, and the
 table's 32 bytes per row at a load of 3/8 to 3/4.
 """

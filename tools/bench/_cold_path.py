@@ -45,7 +45,7 @@ def _steps(backend: Any, dst: Any, hashes: list[str], pages: int, page_bytes: in
     values = index_array(dst)
     ctxs = get_contexts(keys, sizes, 0)
     views = kv.affine_pages.views(values, pages, kv.index_limit)
-    items = [(key, parts, ctx) for key, parts, ctx in zip(keys, views, ctxs, strict=True)]
+    items = list(zip(keys, views, ctxs, strict=True))
     at = dram.slot_offsets()
     offsets = np.array([at[key] for key in keys], dtype=np.uint64)
 
