@@ -59,6 +59,7 @@ from .recency_log import RecencyLog  # noqa: E402
 from .reuse_ledger import ReuseLedger  # noqa: E402
 from .slot_index import SlotIndex  # noqa: E402
 from .slots import copy_slots, page_sizes  # noqa: E402
+from .wire_keys import decode_keyed, encode_keyed  # noqa: E402
 
 __all__ = [
     "SYSTEM_LIBRARY",
@@ -74,6 +75,8 @@ __all__ = [
     "AffinePages",
     "check_page_keys",
     "copy_slots",
+    "decode_keyed",
+    "encode_keyed",
     "fingerprint",
     "fingerprints",
     "io_late_items",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
 import errno
 import mmap
 import os
@@ -23,6 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
+
+from hicache_mooncake.native.memory import populate
 
 from .format import BLOCK
 
@@ -64,38 +65,13 @@ def aligned_buffer(size: int) -> mmap.mmap:
 
 
 HUGE_PAGE = 2 << 20
-_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14+
-_PAGE = mmap.PAGESIZE
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_madvise = _libc.madvise
-_madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-_madvise.restype = ctypes.c_int
-
-
-class PopulateUnsupported(OSError):
-    """The kernel does not know ``MADV_POPULATE_WRITE`` (EINVAL: Linux < 5.14)."""
-
-
-def advise_populate(addr: int, length: int) -> None:
-    """Fault the pages under ``[addr, addr + length)`` in for writing, with the GIL released
-    (ctypes drops it for the call; ``mmap.madvise`` keeps it, so zeroing MiBs of fresh pages
-    would stall every other Python thread meanwhile). Never changes a byte. Raises
-    :class:`PopulateUnsupported`, or ``OSError`` for a range the kernel cannot back."""
-    start = addr - addr % _PAGE
-    if _madvise(start, addr + length - start, _MADV_POPULATE_WRITE) == 0:
-        return
-    err = ctypes.get_errno()
-    if err == errno.EINVAL:
-        raise PopulateUnsupported(err, "MADV_POPULATE_WRITE: not supported by this kernel")
-    raise OSError(err, os.strerror(err))
 
 
 def huge_buffer(size: int) -> memoryview:
     """``size`` bytes (rounded up to 2 MiB) of anonymous memory starting on a 2 MiB boundary and
     backed by transparent huge pages where the kernel gives them (``madvise(MADV_HUGEPAGE)``,
     THP ``enabled`` = ``always`` or ``madvise``), faulted in now (GIL released:
-    :func:`advise_populate`). A block device takes a request from huge pages as a few long
+    ``native.populate``). A block device takes a request from huge pages as a few long
     segments instead of one per 4 KiB page, which is what lets an O_DIRECT request run at the
     disk's speed; without THP it is ordinary page-aligned memory. The view keeps its mapping
     alive."""
@@ -109,7 +85,7 @@ def huge_buffer(size: int) -> memoryview:
             advise(hugepage, start, size)
     view = memoryview(raw)[start : start + size]
     try:
-        advise_populate(address_of(view), size)
+        populate(view)
     except OSError:  # no such advice, or not backed now: the first writes fault the pages in
         np.frombuffer(view, dtype=np.uint8)[::BLOCK] = 0
     return view

@@ -35,10 +35,9 @@ import mmap
 
 import numpy as np
 
+from hicache_mooncake.native.prefault import ArenaPrefault, populate_range
 from hicache_mooncake.transport.arena_files import ArenaFile, ArenaSpec
 from hicache_mooncake.transport.arena_header import ARENA_HEADER_SIZE
-
-from .arena_prefault import ArenaPrefault, populate_range
 
 log = logging.getLogger(__name__)
 PAGE = mmap.PAGESIZE

@@ -49,6 +49,7 @@ import numpy as np
 from hicache_mooncake.native import copy_pages, copy_slots, fingerprints, key_hashes
 from hicache_mooncake.transport.arena_files import ArenaSpec
 from hicache_mooncake.transport.object_header import (
+    HEADER_DTYPE,
     HEADER_MAGIC,
     HEADER_SIZE,
     STATE_FREE,
@@ -67,19 +68,6 @@ from .slab_allocator import SlabAllocator, slot_size_for
 from .tier import Tier
 
 log = logging.getLogger(__name__)
-_HEADER_DTYPE = np.dtype(
-    [
-        ("magic", "<u4"),
-        ("state", "<u4"),
-        ("version", "<u8"),
-        ("key_hash", "<u8"),
-        ("size", "<u8"),
-        ("obj_type", "u1"),
-        ("reserved", "V31"),
-    ]
-)
-"""``ObjectHeader``'s layout as a numpy record (64 bytes, little-endian, no padding)."""
-assert _HEADER_DTYPE.itemsize == HEADER_SIZE
 _ITEM_KEY = operator.itemgetter(0)
 _ITEM_PARTS = operator.itemgetter(1)
 _ITEM_CTX = operator.itemgetter(2)
@@ -223,7 +211,7 @@ class DramTier(Tier):
         n = len(offsets)
         if not n or self._closed:
             return
-        headers = np.zeros(n, dtype=_HEADER_DTYPE)
+        headers = np.zeros(n, dtype=HEADER_DTYPE)
         headers["magic"] = HEADER_MAGIC
         headers["state"] = state
         if state != STATE_FREE:

@@ -38,13 +38,15 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from hicache_mooncake.native import key_hashes
+import numpy as np
+
+from hicache_mooncake.native import check_page_keys, key_hashes, page_sizes
 
 from . import wire
 from .connection import Connection, ConnectionPool
 from .engine import Extent, Segment, TransferEngine
 from .errors import AuthError, PeerUnavailable, RdmaNotServed, RequestRefused, TransportError
-from .object_header import HEADER_SIZE, ObjectHeader
+from .object_header import HEADER_SIZE, headers_match
 from .options import ClientOptions
 from .registry import make_engine
 from .sockio import as_bytes_view
@@ -58,8 +60,13 @@ R = TypeVar("R")
 _ABORT = 1 << 63
 
 
-def _nbytes(parts: Sequence[memoryview]) -> int:
-    return sum(memoryview(p).nbytes for p in parts)
+def _sizes(items: Sequence[Item]) -> list[int]:
+    """Bytes of each item's parts together (one native pass; any buffers)."""
+    return page_sizes([parts for _, parts in items])
+
+
+def _is_ascii_str(key: object) -> bool:
+    return isinstance(key, str) and key.isascii()
 
 
 class NodeClient:
@@ -141,7 +148,10 @@ class NodeClient:
         return result
 
     def _valid(self, keys: Sequence[str], limits: Limits) -> list[int]:
-        """Indexes of the keys that can go on the wire; the others are counted and logged."""
+        """Indexes of the keys that can go on the wire; the others are counted and logged. A batch
+        of ASCII str keys of 1 to ``max_key_len`` characters (bytes, then) is checked in one pass."""
+        if all(map(_is_ascii_str, keys)) and check_page_keys(keys, limits.max_key_len) < 0:
+            return list(range(len(keys)))
         good = []
         for i, key in enumerate(keys):
             problem = wire.key_problem(key, limits)
@@ -341,108 +351,121 @@ class NodeClient:
         """Store each ``(key, parts)``; the object is the concatenation of its parts. True when
         stored or already present (values are immutable). ``hint`` goes to the store's policy."""
         put = self._put_tcp if self._two_sided else self._put_one_sided
+        keys = [k for k, _ in items]
+        sizes = _sizes(items)
 
         def go(conn: Connection, deadline: float, idx: list[int]) -> list[bool]:
-            return put(conn, deadline, [items[i] for i in idx], obj_type, hint)
+            return put(conn, deadline, [items[i] for i in idx], [sizes[i] for i in idx], obj_type, hint)
 
-        keys = [k for k, _ in items]
-        return self._batched(keys, [_nbytes(p) for _, p in items], go, False, "put", stripe=self._two_sided)
+        return self._batched(keys, sizes, go, False, "put", stripe=self._two_sided)
 
     def get_batch_into(self, items: Sequence[Item]) -> list[bool]:
         """Fill each ``(key, parts)`` with the object's bytes; an object whose size differs from
         the parts' total is a miss (the parts are then left in an unspecified state)."""
         get = self._get_tcp if self._two_sided else self._get_one_sided
+        keys = [k for k, _ in items]
+        sizes = _sizes(items)
 
         def go(conn: Connection, deadline: float, idx: list[int]) -> list[bool]:
-            return get(conn, deadline, [items[i] for i in idx])
+            return get(conn, deadline, [items[i] for i in idx], [sizes[i] for i in idx])
 
-        keys = [k for k, _ in items]
-        out = self._batched(keys, [_nbytes(p) for _, p in items], go, False, "get", stripe=self._two_sided)
+        out = self._batched(keys, sizes, go, False, "get", stripe=self._two_sided)
         self.counters["get_hits"] += sum(out)
         self.counters["get_misses"] += len(out) - sum(out)
         return out
 
     def _put_tcp(
-        self, conn: Connection, deadline: float, items: list[Item], obj_type: int, hint: SetHint | None
+        self,
+        conn: Connection,
+        deadline: float,
+        items: list[Item],
+        sizes: list[int],
+        obj_type: int,
+        hint: SetHint | None,
     ) -> list[bool]:
-        views = [[as_bytes_view(p) for p in parts] for _, parts in items]
+        views = [as_bytes_view(p) for _, parts in items for p in parts]
         meta = wire.encode_put(
-            [(k, sum(len(v) for v in vs), obj_type) for (k, _), vs in zip(items, views, strict=True)],
-            conn.limits,
-            hint,
+            [(k, n, obj_type) for (k, _), n in zip(items, sizes, strict=True)], conn.limits, hint
         )
         _, rmeta = conn.request_into(
-            Op.PUT,
-            meta,
-            wire.reply_meta_size(Op.PUT, len(items)),
-            (),
-            deadline,
-            [v for vs in views for v in vs],
+            Op.PUT, meta, wire.reply_meta_size(Op.PUT, len(items)), (), deadline, views
         )
         return [bool(f) for f in wire.decode_flags(rmeta, len(items))]
 
-    def _get_tcp(self, conn: Connection, deadline: float, items: list[Item]) -> list[bool]:
+    def _get_tcp(self, conn: Connection, deadline: float, items: list[Item], sizes: list[int]) -> list[bool]:
         """One request, its whole reply in one scatter receive into the callers' views (a
         missed object's view gets the zeros sent in its place)."""
-        views = [[as_bytes_view(p) for p in parts] for _, parts in items]
-        wanted = [(k, sum(len(v) for v in vs)) for (k, _), vs in zip(items, views, strict=True)]
+        views = [as_bytes_view(p) for _, parts in items for p in parts]
+        wanted = [(k, n) for (k, _), n in zip(items, sizes, strict=True)]
         meta = wire.encode_get(wanted, conn.limits)
         reply_meta, _ = wire.get_reply_sizes(wanted)
-        _, rmeta = conn.request_into(Op.GET, meta, reply_meta, [v for vs in views for v in vs], deadline)
+        _, rmeta = conn.request_into(Op.GET, meta, reply_meta, views, deadline)
         entries = wire.decode_get_reply(rmeta, len(items))
-        if any(found and size != want for (found, size, _), (_, want) in zip(entries, wanted, strict=True)):
+        if any(found and size != want for (found, size, _), want in zip(entries, sizes, strict=True)):
             raise wire.ProtocolError("node sent an object of the wrong size")
         return [found for found, _, _ in entries]
 
-    def _get_one_sided(self, conn: Connection, deadline: float, items: list[Item]) -> list[bool]:
+    def _get_one_sided(
+        self, conn: Connection, deadline: float, items: list[Item], sizes: list[int]
+    ) -> list[bool]:
+        """LOOKUP, then one read of every found object's header and body, then (after it
+        completed) one read of their headers again; a key is a hit when both headers match its
+        hash, LOOKUP's version and the size asked for (module docstring). Arrays throughout: no
+        object per key."""
         seg = self._segment_for(conn)
         if seg is None:
-            return self._get_tcp(conn, deadline, items)
+            return self._get_tcp(conn, deadline, items, sizes)
         keys = [k for k, _ in items]
-        sizes = [_nbytes(parts) for _, parts in items]
         meta = wire.encode_get(list(zip(keys, sizes, strict=True)), conn.limits)
         _, rmeta = conn.request_into(
             Op.LOOKUP, meta, wire.reply_meta_size(Op.LOOKUP, len(keys)), (), deadline
         )
-        refs = wire.decode_lookup_reply(rmeta, len(items))
-        live = [i for i, r in enumerate(refs) if r.found and r.size == sizes[i]]
-        if not live:
-            return [False] * len(items)
-        headers = memoryview(bytearray(HEADER_SIZE * len(live)))
-        hdr = [headers[j * HEADER_SIZE : (j + 1) * HEADER_SIZE] for j in range(len(live))]
-        hashes: list[int] = key_hashes([keys[i] for i in live]).tolist()
+        refs = wire.decode_lookup_records(rmeta, len(items))
+        want = np.asarray(sizes, np.uint64)
+        live_idx = np.flatnonzero((refs["found"] != 0) & (refs["size"] == want))
+        out = [False] * len(items)
+        if not live_idx.size:
+            return out
+        live = live_idx.tolist()
+        n = len(live)
+        headers = bytearray(HEADER_SIZE * n)
+        view = memoryview(headers)
+        hdr = [[view[j * HEADER_SIZE : (j + 1) * HEADER_SIZE]] for j in range(n)]
+        at_header = refs["header"][live_idx].tolist()
+        at_body = refs["offset"][live_idx].tolist()
+        expect = (key_hashes([keys[i] for i in live]), refs["version"][live_idx], want[live_idx])
         # round 1: header + body; round 2, only after round 1 completed: the header again
         extents: list[Extent] = []
         for j, i in enumerate(live):
-            extents += [(refs[i].header, [hdr[j]]), (refs[i].offset, items[i][1])]
-        flags = self.engine.read(seg.node_id, extents, deadline)
-        first = []
-        for j, i in enumerate(live):
-            if not (flags[2 * j] and flags[2 * j + 1]):
-                continue
-            if ObjectHeader.unpack(hdr[j]).matches_hash(hashes[j], refs[i].version, refs[i].size):
-                first.append(j)
-            else:
-                self.counters["stale_reads"] += 1
-        out = [False] * len(items)
-        if not first:
+            extents += [(at_header[j], hdr[j]), (at_body[j], items[i][1])]
+        read = np.array(self.engine.read(seg.node_id, extents, deadline), bool).reshape(n, 2).all(axis=1)
+        first = read & headers_match(headers, *expect)
+        self.counters["stale_reads"] += int(np.count_nonzero(read & ~first))
+        again_idx = np.flatnonzero(first)
+        if not again_idx.size:
             return out
-        again = self.engine.read(seg.node_id, [(refs[live[j]].header, [hdr[j]]) for j in first], deadline)
-        for j, ok in zip(first, again, strict=True):
-            i = live[j]
-            if ok and ObjectHeader.unpack(hdr[j]).matches_hash(hashes[j], refs[i].version, refs[i].size):
-                out[i] = True
-            elif ok:
-                self.counters["stale_reads"] += 1
+        again = again_idx.tolist()
+        read = np.array(
+            self.engine.read(seg.node_id, [(at_header[j], hdr[j]) for j in again], deadline), bool
+        )
+        match = headers_match(headers, *expect)[again_idx]
+        self.counters["stale_reads"] += int(np.count_nonzero(read & ~match))
+        for j in again_idx[read & match].tolist():
+            out[live[j]] = True
         return out
 
     def _put_one_sided(
-        self, conn: Connection, deadline: float, items: list[Item], obj_type: int, hint: SetHint | None
+        self,
+        conn: Connection,
+        deadline: float,
+        items: list[Item],
+        sizes: list[int],
+        obj_type: int,
+        hint: SetHint | None,
     ) -> list[bool]:
         seg = self._segment_for(conn)
         if seg is None:
-            return self._put_tcp(conn, deadline, items, obj_type, hint)
-        sizes = [_nbytes(parts) for _, parts in items]
+            return self._put_tcp(conn, deadline, items, sizes, obj_type, hint)
         meta = wire.encode_put(
             [(k, n, obj_type) for (k, _), n in zip(items, sizes, strict=True)], conn.limits, hint
         )
@@ -452,6 +475,21 @@ class NodeClient:
         fresh = [i for i, (status, _, _) in enumerate(slots) if status == RESERVED_NEW]
         if not fresh:
             return out
+        flags = self.engine.write(seg.node_id, [(slots[i][1], items[i][1]) for i in fresh], deadline)
+        commits = [
+            (items[i][0], slots[i][2] if ok else slots[i][2] | _ABORT)
+            for i, ok in zip(fresh, flags, strict=True)
+        ]
+        _, cmeta = conn.request_into(
+            Op.COMMIT,
+            wire.encode_commit(commits, conn.limits),
+            wire.reply_meta_size(Op.COMMIT, len(commits)),
+            (),
+            deadline,
+        )
+        for i, ok in zip(fresh, wire.decode_flags(cmeta, len(commits)), strict=True):
+            out[i] = bool(ok)
+        return out
         flags = self.engine.write(seg.node_id, [(slots[i][1], items[i][1]) for i in fresh], deadline)
         commits = [
             (items[i][0], slots[i][2] if ok else slots[i][2] | _ABORT)

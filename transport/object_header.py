@@ -17,6 +17,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import xxhash
 
 HEADER_MAGIC = 0x424F4D48  # "HMOB"
@@ -26,6 +27,19 @@ STATE_WRITING = 1
 STATE_VALID = 2
 _HDR = struct.Struct("<IIQQQB31x")
 assert _HDR.size == HEADER_SIZE
+HEADER_DTYPE = np.dtype(
+    [
+        ("magic", "<u4"),
+        ("state", "<u4"),
+        ("version", "<u8"),
+        ("key_hash", "<u8"),
+        ("size", "<u8"),
+        ("obj_type", "u1"),
+        ("reserved", "V31"),
+    ]
+)
+"""The header as a numpy record: a batch of headers back to back is one array of these."""
+assert HEADER_DTYPE.itemsize == HEADER_SIZE
 
 
 def key_hash(key: str) -> int:
@@ -70,6 +84,19 @@ class ObjectHeader:
             and self.size == size
             and self.key_hash == khash
         )
+
+
+def headers_match(headers: Any, key_hashes: Any, versions: Any, sizes: Any) -> np.ndarray:
+    """Per header of ``headers`` (n headers back to back), ``ObjectHeader.matches_hash`` of the
+    i-th expected key hash, version and size: one vectorised pass, no object per header."""
+    h = np.frombuffer(headers, HEADER_DTYPE)
+    return (
+        (h["magic"] == HEADER_MAGIC)
+        & (h["state"] == STATE_VALID)
+        & (h["version"] == np.asarray(versions, np.uint64))
+        & (h["size"] == np.asarray(sizes, np.uint64))
+        & (h["key_hash"] == np.asarray(key_hashes, np.uint64))
+    )
 
 
 def write_header(view: memoryview, offset: int, header: ObjectHeader) -> None:

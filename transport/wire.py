@@ -16,6 +16,11 @@ import enum
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hicache_mooncake.native import decode_keyed, encode_keyed
 
 from .errors import ProtocolError
 
@@ -35,6 +40,10 @@ _GET_RESP = struct.Struct("!BQB")  # found, size, type
 _LOOKUP_RESP = struct.Struct("!BQQQBQ")  # found, body offset, size, version, type, header offset
 _ALLOC_RESP = struct.Struct("!BQQ")  # status, offset, version
 _COMMIT_ITEM = struct.Struct("!Q")  # version
+# the same items as numpy trailers of a keyed list (native ``encode_keyed`` / ``decode_keyed``)
+_U64_BE = np.dtype(">u8")
+_PUT_TRAILER = np.dtype([("size", ">u8"), ("otype", "u1")])
+assert _PUT_TRAILER.itemsize == _PUT_ITEM.size and _U64_BE.itemsize == _GET_ITEM.size == _COMMIT_ITEM.size
 
 
 class Op(enum.IntEnum):
@@ -157,6 +166,28 @@ def _read_key(r: _Reader, limits: Limits) -> str:
         raise ProtocolError("key is not UTF-8") from exc
 
 
+def _encode_keyed(keys: Sequence[str], trailers: Any, trailer_size: int, limits: Limits) -> bytes:
+    """A keyed list (native ``encode_keyed``): count, then each key and its trailer."""
+    if len(keys) > limits.max_batch:
+        raise ProtocolError(f"batch of {len(keys)} exceeds limit {limits.max_batch}")
+    try:
+        return encode_keyed(keys, trailers, trailer_size, min(limits.max_key_len, 0xFFFF))
+    except ValueError as exc:
+        raise ProtocolError(str(exc)) from None
+
+
+def _read_keyed(r: _Reader, trailer_size: int, limits: Limits) -> tuple[list[str], bytes]:
+    """The keyed list at the reader's position (native ``decode_keyed``), and its trailers."""
+    try:
+        keys, trailers, end = decode_keyed(
+            r.buf, r.pos, trailer_size, min(limits.max_key_len, 0xFFFF), limits.max_batch
+        )
+    except ValueError as exc:
+        raise ProtocolError(str(exc)) from None
+    r.pos = end
+    return keys, trailers
+
+
 def _read_count(r: _Reader, limits: Limits) -> int:
     (n,) = r.unpack(_U32)
     if n > limits.max_batch:
@@ -168,14 +199,12 @@ def _read_count(r: _Reader, limits: Limits) -> int:
 
 
 def encode_keys(keys: Sequence[str], limits: Limits) -> bytes:
-    if len(keys) > limits.max_batch:
-        raise ProtocolError(f"batch of {len(keys)} exceeds limit {limits.max_batch}")
-    return b"".join([_U32.pack(len(keys)), *(_encode_key(k, limits) for k in keys)])
+    return _encode_keyed(keys, b"", 0, limits)
 
 
 def decode_keys(meta: bytes | bytearray | memoryview, limits: Limits) -> list[str]:
     r = _Reader(meta)
-    keys = [_read_key(r, limits) for _ in range(_read_count(r, limits))]
+    keys, _ = _read_keyed(r, 0, limits)
     r.done()
     return keys
 
@@ -240,15 +269,13 @@ def wire_key_ok(key: str, limits: Limits) -> bool:
 def encode_put(items: Sequence[tuple[str, int, int]], limits: Limits, hint: SetHint | None = None) -> bytes:
     """``items``: (key, size, object type); the payload follows in the same order. A batch's
     ``SetHint`` closes the meta when given (an unencodable ``prev_key`` is left out, never an error)."""
-    if len(items) > limits.max_batch:
-        raise ProtocolError(f"batch of {len(items)} exceeds limit {limits.max_batch}")
-    parts = [_U32.pack(len(items))]
-    for key, size, otype in items:
-        parts.append(_encode_key(key, limits))
-        parts.append(_PUT_ITEM.pack(size, otype))
-    if hint is not None:
-        parts.append(_encode_hint(hint, limits))
-    return b"".join(parts)
+    trailers = np.empty(len(items), _PUT_TRAILER)
+    keys = [key for key, _, _ in items]
+    if items:
+        trailers["size"] = [size for _, size, _ in items]
+        trailers["otype"] = [otype for _, _, otype in items]
+    meta = _encode_keyed(keys, trailers, _PUT_TRAILER.itemsize, limits)
+    return meta if hint is None else meta + _encode_hint(hint, limits)
 
 
 def decode_put_request(
@@ -257,11 +284,9 @@ def decode_put_request(
     """PUT (``payload_len`` checked against the sizes) and ALLOC (``payload_len=None``) items,
     and the batch's hint."""
     r = _Reader(meta)
-    out = []
-    for _ in range(_read_count(r, limits)):
-        key = _read_key(r, limits)
-        size, otype = r.unpack(_PUT_ITEM)
-        out.append((key, size, otype))
+    keys, trailers = _read_keyed(r, _PUT_TRAILER.itemsize, limits)
+    items = np.frombuffer(trailers, _PUT_TRAILER)
+    out = list(zip(keys, items["size"].tolist(), items["otype"].tolist(), strict=True))
     hint = _read_hint(r, limits) if r.pos < len(r.buf) else SetHint()  # the hint is optional
     r.done()
     if payload_len is not None and sum(s for _, s, _ in out) != payload_len:
@@ -281,13 +306,7 @@ def decode_put(
 
 def encode_get(items: Sequence[tuple[str, int]], limits: Limits) -> bytes:
     """``items``: (key, expected size); a stored object of another size is a miss."""
-    if len(items) > limits.max_batch:
-        raise ProtocolError(f"batch of {len(items)} exceeds limit {limits.max_batch}")
-    parts = [_U32.pack(len(items))]
-    for key, size in items:
-        parts.append(_encode_key(key, limits))
-        parts.append(_GET_ITEM.pack(size))
-    return b"".join(parts)
+    return _encode_keyed_u64([key for key, _ in items], [size for _, size in items], limits)
 
 
 def decode_get(meta: bytes | bytearray | memoryview, limits: Limits) -> list[tuple[str, int]]:
@@ -299,14 +318,20 @@ def _decode_keyed_u64(
     meta: bytes | bytearray | memoryview, limits: Limits, item: struct.Struct
 ) -> list[tuple[str, int]]:
     """A counted list of ``(key, one unsigned 64-bit field)``; limits enforced, no trailing bytes."""
+    assert item.size == _U64_BE.itemsize
     r = _Reader(meta)
-    out = []
-    for _ in range(_read_count(r, limits)):
-        key = _read_key(r, limits)
-        (value,) = r.unpack(item)
-        out.append((key, value))
+    keys, trailers = _read_keyed(r, _U64_BE.itemsize, limits)
     r.done()
-    return out
+    return list(zip(keys, np.frombuffer(trailers, _U64_BE).tolist(), strict=True))
+
+
+def _encode_keyed_u64(keys: Sequence[str], values: Sequence[int], limits: Limits) -> bytes:
+    """The counted list of ``(key, value)`` that ``_decode_keyed_u64`` reads (values in [0, 2**64))."""
+    try:
+        trailers = np.array(values, _U64_BE) if values else b""
+    except OverflowError as exc:
+        raise ProtocolError(f"a value is outside [0, 2**64): {exc}") from None
+    return _encode_keyed(keys, trailers, _U64_BE.itemsize, limits)
 
 
 def encode_get_reply(entries: Sequence[tuple[bool, int, int]]) -> bytes:
@@ -375,6 +400,31 @@ def encode_lookup_reply(refs: Sequence[SlotRef]) -> bytes:
     )
 
 
+_LOOKUP_RECORD = np.dtype(
+    [
+        ("found", "u1"),
+        ("offset", ">u8"),
+        ("size", ">u8"),
+        ("version", ">u8"),
+        ("obj_type", "u1"),
+        ("header", ">u8"),
+    ]
+)
+assert _LOOKUP_RECORD.itemsize == _LOOKUP_RESP.size
+
+
+def decode_lookup_records(meta: bytes | bytearray | memoryview, expected: int) -> np.ndarray:
+    """The LOOKUP reply as one numpy record per key (fields ``found``, ``offset``, ``size``,
+    ``version``, ``obj_type``, ``header``: what ``decode_lookup_reply`` puts in each
+    ``SlotRef``), with no object per key."""
+    if len(meta) != reply_meta_size(Op.LOOKUP, expected):
+        raise ProtocolError(f"LOOKUP reply of {len(meta)} bytes, expected {expected} entries")
+    (n,) = _U32.unpack_from(meta)
+    if n != expected:
+        raise ProtocolError(f"reply has {n} entries, expected {expected}")
+    return np.frombuffer(meta, _LOOKUP_RECORD, offset=_U32.size)
+
+
 def decode_lookup_reply(meta: bytes | bytearray | memoryview, expected: int) -> list[SlotRef]:
     r = _Reader(meta)
     (n,) = r.unpack(_U32)
@@ -416,11 +466,7 @@ def decode_alloc_reply(meta: bytes | bytearray | memoryview, expected: int) -> l
 
 def encode_commit(items: Sequence[tuple[str, int]], limits: Limits) -> bytes:
     """(key, version) per reserved slot; the top bit set in version means abort."""
-    if len(items) > limits.max_batch:
-        raise ProtocolError(f"batch of {len(items)} exceeds limit {limits.max_batch}")
-    return b"".join(
-        [_U32.pack(len(items)), *(_encode_key(k, limits) + _COMMIT_ITEM.pack(v) for k, v in items)]
-    )
+    return _encode_keyed_u64([key for key, _ in items], [version for _, version in items], limits)
 
 
 def decode_commit(meta: bytes | bytearray | memoryview, limits: Limits) -> list[tuple[str, int]]:

@@ -27,7 +27,7 @@ int hm_get_i64(PyObject *obj, const char *what, int writable, Py_buffer *view, P
 int hm_get_bool_out(PyObject *obj, const char *what, Py_ssize_t n, Py_buffer *view);
 
 /* Borrows any C-contiguous bytes-like object (read-only or writable as asked); the error names
- * `what` (e.g. "dst is read-only"). */
+ * `what` (e.g. "dst": "dst is read-only (a writable buffer is needed)"). */
 int hm_get_bytes(PyObject *obj, const char *what, int writable, Py_buffer *view);
 
 /* Checks that n equals the expected length; ValueError naming both otherwise. */

@@ -418,7 +418,7 @@ PyObject *hm_py_read_entries(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (entries_args_common(&a, args, RE_PART_LENGTHS, &n, &m, &p, UINT64_MAX) < 0 ||
         borrow_u64(&a, args, RE_DST_OFFSETS, "dst_offsets") < 0)
         goto fail;
-    if (hm_get_bytes(args[RE_DST], "dst is read-only", 1, &a.v[RE_DST]) < 0)
+    if (hm_get_bytes(args[RE_DST], "dst", 1, &a.v[RE_DST]) < 0)
         goto fail;
     a.have[RE_DST] = 1;
     if (hm_get_i64(args[RE_OUT], "out", 1, &a.v[RE_OUT], &a.len[RE_OUT]) < 0)

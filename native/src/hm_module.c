@@ -8,11 +8,13 @@
 #include "hm_io.h"
 #include "hm_keys.h"
 #include "hm_pageviews.h"
+#include "hm_populate.h"
 #include "hm_recency.h"
 #include "hm_reuse.h"
 #include "hm_slotindex.h"
 #include "hm_slots.h"
 #include "hm_staging.h"
+#include "hm_wire.h"
 #include "hm_xxh3.h"
 
 static PyMethodDef module_methods[] = {
@@ -57,6 +59,12 @@ static PyMethodDef module_methods[] = {
     {"reserve_io_staging", HM_FASTCALL(hm_py_reserve_io_staging), METH_FASTCALL,
      "reserve_io_staging(count, nbytes) -> buffers made for the I/O workers' staging"},
     {"set_io_threads", hm_py_set_io_threads, METH_O, "set_io_threads(n): grow the I/O pool to n workers"},
+    {"wire_encode_keyed", HM_FASTCALL(hm_py_wire_encode_keyed), METH_FASTCALL,
+     "wire_encode_keyed(keys, trailers, trailer_size, max_key_len) -> bytes"},
+    {"wire_decode_keyed", HM_FASTCALL(hm_py_wire_decode_keyed), METH_FASTCALL,
+     "wire_decode_keyed(meta, offset, trailer_size, max_key_len, max_batch) -> (keys, trailers, end)"},
+    {"populate", hm_py_populate, METH_O,
+     "populate(buf): fault a writable buffer's pages in for writing (GIL released); OSError"},
     {"io_threads", hm_py_io_threads, METH_NOARGS, "io_threads() -> the I/O pool's size"},
     {"io_late_items", hm_py_io_late_items, METH_NOARGS,
      "io_late_items() -> (late reads discarded, late writes done) since start"},

@@ -186,7 +186,7 @@ PyObject *hm_py_copy_slots(PyObject *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     Py_buffer arena, slots;
     Py_ssize_t n_slots;
-    if (hm_get_bytes(args[0], into ? "arena is read-only" : "arena", into, &arena) < 0)
+    if (hm_get_bytes(args[0], "arena", into, &arena) < 0)
         return NULL;
     if (hm_get_u64(args[1], "slot_offsets", 0, &slots, &n_slots) < 0) {
         PyBuffer_Release(&arena);

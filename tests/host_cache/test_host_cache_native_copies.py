@@ -48,3 +48,41 @@ def test_a_batch_of_pool_pages_is_one_native_copy_each_way(host_cache: PrivateHo
         assert torch.equal(k, want_k.flip(0)) and torch.equal(v, want_v.flip(0))
     finally:
         store.close()
+
+
+def _resident_kib(address: int) -> int:
+    """Rss of this process's mapping that starts at ``address`` (/proc/self/smaps)."""
+    with open("/proc/self/smaps") as f:
+        lines = f.read().splitlines()
+    for i, line in enumerate(lines):
+        head = line.split()[0]
+        if "-" in head and int(head.split("-")[0], 16) == address:
+            for field in lines[i + 1 :]:
+                if field.startswith("Rss:"):
+                    return int(field.split()[1])
+    raise AssertionError(f"no mapping at {address:#x}")
+
+
+def test_the_clients_mapping_of_the_arena_is_faulted_in_ahead_of_its_copies(
+    host_cache: PrivateHostCache,
+) -> None:
+    """Once the client maps the service's arena, a background thread faults the whole mapping in
+    (page tables only): a page's first copy in this process takes no page fault per 4 KiB."""
+    import ctypes
+
+    store = build_client_store(validate_config(host_cache.extra(host_cache="on")), "rank0", True)
+    try:
+        host_cache.wait_pid()
+        [tier] = store.tiers
+        assert isinstance(tier, HostCacheTier)
+        engine = tier.client.engine
+        assert isinstance(engine, LocalEngine)
+        page = torch.randint(0, 256, (HALF,), dtype=torch.uint8)
+        assert store.put_batch(["first"], [[memoryview(page.numpy())]]) == [True]  # maps the arena
+        [mapping] = engine._maps.values()
+        assert mapping.prefault.wait(60) and mapping.prefault.completed
+        address = ctypes.addressof(ctypes.c_char.from_buffer(mapping.mm))
+        assert _resident_kib(address) * 1024 >= mapping.size - 4096
+    finally:
+        store.close()
+    assert not mapping.prefault._thread.is_alive()

@@ -317,3 +317,55 @@ class RefSlotIndex:
         """Rows with their keys (sorted by fingerprint) and the pinned slots' offsets -> pins."""
         rows = sorted((self.keys[row[0] >> self.shift], fp, row) for fp, row in self.rows.items())
         return rows, {slot << self.shift: n for slot, n in self.pins.items() if n}
+
+
+def ref_encode_keyed(keys: Sequence[str], trailers: bytes, trailer_size: int, max_key_len: int) -> bytes:
+    """The wire's keyed list as the Python codec wrote it: count u32, then per key u16 length,
+    UTF-8 bytes and its trailer (ValueError for a key that cannot go on the wire)."""
+    import struct
+
+    if len(trailers) != len(keys) * trailer_size:
+        raise ValueError("trailers length")
+    out = [struct.pack("!I", len(keys))]
+    for i, key in enumerate(keys):
+        try:
+            raw = key.encode()
+        except UnicodeEncodeError:
+            raise ValueError(f"key {i} is not encodable as UTF-8") from None
+        if not 0 < len(raw) <= max_key_len:
+            raise ValueError(f"key {i} has {len(raw)} bytes, outside 1..{max_key_len}")
+        out += [struct.pack("!H", len(raw)), raw, trailers[i * trailer_size : (i + 1) * trailer_size]]
+    return b"".join(out)
+
+
+def ref_decode_keyed(
+    meta: bytes, offset: int, trailer_size: int, max_key_len: int, max_batch: int
+) -> tuple[list[str], bytes, int]:
+    """The reader the Python codec had: ValueError for a list that is not well formed."""
+    import struct
+
+    pos = offset
+    if len(meta) - pos < 4:
+        raise ValueError("truncated meta")
+    (count,) = struct.unpack_from("!I", meta, pos)
+    pos += 4
+    if count > max_batch:
+        raise ValueError(f"batch of {count} exceeds limit {max_batch}")
+    keys, trailers = [], []
+    for _ in range(count):
+        if len(meta) - pos < 2:
+            raise ValueError("truncated meta")
+        (n,) = struct.unpack_from("!H", meta, pos)
+        pos += 2
+        if not 0 < n <= max_key_len:
+            raise ValueError(f"key length {n} outside 1..{max_key_len}")
+        if len(meta) - pos < n + trailer_size:
+            raise ValueError("truncated meta")
+        try:
+            keys.append(meta[pos : pos + n].decode())
+        except UnicodeDecodeError:
+            raise ValueError("key is not UTF-8") from None
+        pos += n
+        trailers.append(meta[pos : pos + trailer_size])
+        pos += trailer_size
+    return keys, b"".join(trailers), pos

@@ -163,6 +163,45 @@ def test_stale_one_sided_read_is_a_miss(cluster: Cluster, engine: str) -> None:
         c.close()
 
 
+@pytest.mark.parametrize("engine", ["local", "rdma"])
+@pytest.mark.parametrize("reused_before_read", [1, 2])
+def test_slots_reused_during_a_one_sided_get_are_misses_and_the_rest_hits(
+    cluster: Cluster, engine: str, reused_before_read: int
+) -> None:
+    """Objects removed and their slots given to other keys between LOOKUP and the first read
+    (``reused_before_read`` 1), or between the first read and the second reading of the headers
+    (2), are misses counted as stale reads; the batch's other objects are served exactly."""
+    n = cluster.nodes[0]
+    c = NodeClient("127.0.0.1", n.port, OPTS, engine)
+    tag = f"{engine}-reuse{reused_before_read}"
+    try:
+        pages = {f"{tag}-{i}": _page(i, 4096) for i in range(8)}
+        assert c.put_batch([(k, [memoryview(v)]) for k, v in pages.items()]) == [True] * 8
+        gone = [f"{tag}-1", f"{tag}-6"]
+        other = NodeClient("127.0.0.1", n.port, OPTS, "tcp")
+        real_read, calls = c.engine.read, []
+
+        def read(node_id: str, extents: list, deadline: float) -> list[bool]:  # type: ignore[type-arg]
+            calls.append(len(extents))
+            if len(calls) == reused_before_read:  # another client evicts two and fills their slots
+                assert other.remove_batch(gone) == [True, True]
+                fill = [(f"{tag}-new-{i}", [memoryview(_page(100 + i, 4096))]) for i in range(64)]
+                assert other.put_batch(fill) == [True] * 64
+            return real_read(node_id, extents, deadline)
+
+        c.engine.read = read  # type: ignore[method-assign]
+        before = c.counters["stale_reads"]
+        outs = {k: bytearray(4096) for k in pages}
+        got = c.get_batch_into([(k, [memoryview(o)]) for k, o in outs.items()])
+        assert got == [k not in gone for k in pages]
+        assert calls == [16, 6 if reused_before_read == 1 else 8]  # a miss of round 1 is not read again
+        assert c.counters["stale_reads"] - before == 2
+        assert all(outs[k] == v for k, v in pages.items() if k not in gone)
+        other.close()
+    finally:
+        c.close()
+
+
 def test_pages_stored_by_one_client_found_by_another(cluster: Cluster, engine: str) -> None:
     a = ClusterClient(cluster.metadata(), OPTS, engine, refresh_interval_s=0.2)
     b = ClusterClient(cluster.metadata(), OPTS, "tcp", refresh_interval_s=0.2)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hicache_mooncake.tiers import arena_prefault
+from hicache_mooncake.native import prefault as arena_prefault
 from hicache_mooncake.tiers.dram_arena import DramArena
 
 MiB = 1 << 20
@@ -24,7 +24,7 @@ def _rss() -> int:
 
 
 def _prefault_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "hicache-dram-prefault"]
+    return [t for t in threading.enumerate() if t.name == "hicache-prefault"]
 
 
 def test_attach_returns_before_the_prefault_which_then_faults_the_whole_arena_in(

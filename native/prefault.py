@@ -1,20 +1,22 @@
 """Faulting memory in ahead of use with the GIL released: ``populate_range`` now, in the caller's
-thread; ``ArenaPrefault`` in a background thread, front to back, stoppable.
+thread; ``ArenaPrefault`` in a background thread, front to back, stoppable. The DRAM tier's arena
+uses both; a host-cache client faults its mapping of the host cache's arena in with
+``ArenaPrefault`` (``transport.local``), so its first copies into each slot take no page faults.
 
-``madvise(MADV_POPULATE_WRITE)`` (Linux >= 5.14) is called through ctypes
-(:func:`~hicache_mooncake.ssd.io.advise_populate`), which releases the GIL for the call.
-``mmap.madvise`` holds the GIL, so faulting GiBs in from a background thread with it would stall
-every Python thread for seconds. The work is cut into ``CHUNK`` (2 MiB) pieces: the advice holds
-the process's mmap lock while it faults a piece in, and every thread that maps memory meanwhile
-(Python's allocator does) waits behind it; with 32 MiB pieces a 1M-entry SSD index load beside it
-ran 2.5x slower here, with 2 MiB ones ~20%. ``stop`` returns within one piece.
+``populate`` is the native ``madvise(MADV_POPULATE_WRITE)`` (Linux >= 5.14), which releases the
+GIL for the call. ``mmap.madvise`` holds the GIL, so faulting GiBs in from a background thread
+with it would stall every Python thread for seconds. The work is cut into ``CHUNK`` (2 MiB)
+pieces: the advice holds the process's mmap lock while it faults a piece in, and every thread that
+maps memory meanwhile (Python's allocator does) waits behind it; with 32 MiB pieces a 1M-entry SSD
+index load beside it ran 2.5x slower here, with 2 MiB ones ~20%. ``stop`` returns within one piece.
 
 Failure semantics: the advice never changes a byte, so the background fault-in may run while
-sets write into the arena. On a kernel without the advice the background fault-in does nothing
-(touching pages there would mean writing them, which could race a set): pages are then faulted
-in by the sets that use them, as with ``prefault`` off. ``populate_range`` on such a kernel
-touches each page (its callers pass memory no slot uses yet). A range the kernel cannot back
-(ENOMEM, EFAULT) ends the fault-in with a warning; sets fault in what they use.
+sets (or other processes sharing the memory) write into it. On a kernel without the advice the
+background fault-in does nothing (touching pages there would mean writing them, which could race
+a set): pages are then faulted in by the copies that use them, as with ``prefault`` off.
+``populate_range`` on such a kernel touches each page (its callers pass memory no slot uses yet).
+A range the kernel cannot back (ENOMEM, EFAULT) ends the fault-in with a warning; copies fault in
+what they use.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import threading
 
 import numpy as np
 
-from hicache_mooncake.ssd.io import PopulateUnsupported, advise_populate
+from .memory import PopulateUnsupported, populate
 
 log = logging.getLogger(__name__)
 PAGE = mmap.PAGESIZE
@@ -36,7 +38,7 @@ _STOP_WAIT_S = 10.0
 def _advise_populate(view: np.ndarray) -> None:
     """Fault the pages under ``view`` in for writing (GIL released). Raises PopulateUnsupported or
     OSError."""
-    advise_populate(view.ctypes.data, view.nbytes)
+    populate(view)
 
 
 def populate_range(view: np.ndarray) -> None:
@@ -51,14 +53,16 @@ def populate_range(view: np.ndarray) -> None:
 
 
 class ArenaPrefault:
-    """Faults ``view`` in from a daemon thread (``hicache-dram-prefault``), front to back."""
+    """Faults ``view`` in from a daemon thread (``hicache-prefault``), front to back; ``what``
+    names the memory in its log lines."""
 
-    def __init__(self, view: np.ndarray) -> None:
+    def __init__(self, view: np.ndarray, what: str = "DRAM arena") -> None:
         self._view: np.ndarray | None = view
+        self.what = what
         self._stop = threading.Event()
         self._done = threading.Event()
         self.completed = False
-        self._thread = threading.Thread(target=self._run, name="hicache-dram-prefault", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="hicache-prefault", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
@@ -71,9 +75,13 @@ class ArenaPrefault:
                 _advise_populate(view[start : start + CHUNK])
             self.completed = True
         except PopulateUnsupported:
-            log.info("DRAM arena: the kernel has no MADV_POPULATE_WRITE; pages fault in as sets use them")
+            log.info(
+                "%s: the kernel has no MADV_POPULATE_WRITE; pages fault in as copies use them", self.what
+            )
         except OSError as exc:
-            log.warning("DRAM arena: prefault stopped at an unbacked range (%s); sets fault in the rest", exc)
+            log.warning(
+                "%s: prefault stopped at an unbacked range (%s); copies fault in the rest", self.what, exc
+            )
         finally:
             del view
             self._view = None  # the mapping can be closed once no view of it remains
@@ -89,4 +97,4 @@ class ArenaPrefault:
         self._stop.set()
         self._thread.join(_STOP_WAIT_S)
         if self._thread.is_alive():
-            log.warning("DRAM arena: prefault did not stop within %.0f s", _STOP_WAIT_S)
+            log.warning("%s: prefault did not stop within %.0f s", self.what, _STOP_WAIT_S)
