@@ -22,6 +22,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from hicache_mooncake.transport.node.served_store import (
     RESERVED_BUSY,
     RESERVED_NEW,
@@ -30,9 +32,9 @@ from hicache_mooncake.transport.node.served_store import (
     PinnedBody,
     Reserved,
 )
-from hicache_mooncake.transport.wire import SetHint, SlotRef
+from hicache_mooncake.transport.wire import SetHint, lookup_records
 
-from .dram_tier import DramTier, Located, Reservation
+from .dram_tier import DramTier, Reservation
 from .policy import AccessContext, ObjectType
 from .policy.contexts import set_contexts
 from .tiered_store import TieredStore
@@ -72,18 +74,26 @@ class ArenaStore:
     def data_offset(self) -> int:
         return self.dram.wire_offset(0)
 
-    def _ref(self, loc: Located) -> SlotRef:
-        w = self.dram.wire_offset
-        return SlotRef(True, w(loc.offset), loc.nbytes, loc.version, loc.obj_type, w(loc.header))
-
     # ------------------------------------------------------------------ readers
     def exists(self, keys: Sequence[str]) -> list[bool]:
         return self.store.exists_batch(keys)
 
-    def lookup(self, items: Sequence[tuple[str, int]], deadline: float) -> list[SlotRef]:
+    def lookup(self, items: Sequence[tuple[str, int]], deadline: float) -> np.ndarray:
+        """The LOOKUP records (``wire.lookup_records``) of ``items``: one array, no object per key."""
         keys = [k for k, _ in items]
         located = self.store.served.locate_batch(keys, [n for _, n in items], deadline)
-        return [self._ref(loc) if loc is not None else SlotRef(False) for loc in located]
+        out = lookup_records(len(items))
+        hit = [i for i, loc in enumerate(located) if loc is not None]
+        if hit:
+            rows = np.array([located[i] for i in hit], dtype=np.uint64)  # Located's fields in order
+            base = np.uint64(self.dram.wire_offset(0))
+            out["found"][hit] = 1
+            out["offset"][hit] = rows[:, 0] + base
+            out["size"][hit] = rows[:, 1]
+            out["version"][hit] = rows[:, 2]
+            out["obj_type"][hit] = rows[:, 3]
+            out["header"][hit] = rows[:, 4] + base
+        return out
 
     def pin(self, items: Sequence[tuple[str, int]], deadline: float) -> list[PinnedBody | None]:
         keys = [k for k, _ in items]

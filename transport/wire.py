@@ -413,6 +413,19 @@ _LOOKUP_RECORD = np.dtype(
 assert _LOOKUP_RECORD.itemsize == _LOOKUP_RESP.size
 
 
+def lookup_records(n: int) -> np.ndarray:
+    """``n`` LOOKUP reply records, all misses (zeros): fields ``found``, ``offset``, ``size``,
+    ``version``, ``obj_type``, ``header`` (a ``SlotRef``'s), read as ``records["size"]``; a store
+    fills the hits' fields and ``encode_lookup_records`` sends them as they are."""
+    return np.zeros(n, _LOOKUP_RECORD)
+
+
+def encode_lookup_records(records: np.ndarray) -> bytes:
+    """The LOOKUP reply of ``records`` (``lookup_records``' layout): what ``encode_lookup_reply``
+    sends for the same ``SlotRef`` values, in one copy."""
+    return _U32.pack(len(records)) + np.asarray(records, _LOOKUP_RECORD).tobytes()
+
+
 def decode_lookup_records(meta: bytes | bytearray | memoryview, expected: int) -> np.ndarray:
     """The LOOKUP reply as one numpy record per key (fields ``found``, ``offset``, ``size``,
     ``version``, ``obj_type``, ``header``: what ``decode_lookup_reply`` puts in each

@@ -30,7 +30,7 @@ from hicache_mooncake.transport.node.served_store import (
     RESERVED_PRESENT,
 )
 from hicache_mooncake.transport.object_header import HEADER_SIZE, ObjectHeader
-from hicache_mooncake.transport.wire import SetHint, SlotRef
+from hicache_mooncake.transport.wire import SetHint
 
 MiB = 1 << 20
 PAGE = 60_000  # not a multiple of 4096: the header follows the body inside the slot
@@ -79,13 +79,14 @@ def write(store: ArenaStore, keys: list[str], owner: object = "w") -> list[int]:
     return [s for s, _ in reserved]
 
 
-def read(store: ArenaStore, ref: SlotRef, key: str) -> bytes | None:
-    """What a one-sided reader does: header, body, header; valid only if both headers match."""
+def read(store: ArenaStore, ref: Any, key: str) -> bytes | None:
+    """What a one-sided reader does with a LOOKUP record: header, body, header; valid only if
+    both headers match."""
     view = store.view
-    h1 = ObjectHeader.unpack(bytes(view[ref.header : ref.header + HEADER_SIZE]))
-    data = bytes(view[ref.offset : ref.offset + ref.size])
-    h2 = ObjectHeader.unpack(bytes(view[ref.header : ref.header + HEADER_SIZE]))
-    ok = h1.matches(key, ref.version, ref.size) and h2.matches(key, ref.version, ref.size)
+    h1 = ObjectHeader.unpack(bytes(view[ref["header"] : ref["header"] + HEADER_SIZE]))
+    data = bytes(view[ref["offset"] : ref["offset"] + ref["size"]])
+    h2 = ObjectHeader.unpack(bytes(view[ref["header"] : ref["header"] + HEADER_SIZE]))
+    ok = h1.matches(key, ref["version"], ref["size"]) and h2.matches(key, ref["version"], ref["size"])
     return data if ok else None
 
 
@@ -95,9 +96,9 @@ def test_written_pages_are_found_and_valid_and_immutable(make: Any) -> None:
     assert write(store, keys) == [RESERVED_NEW] * 5
     assert write(store, keys[:2]) == [RESERVED_PRESENT] * 2  # already there: nothing to send
     refs = store.lookup([(k, PAGE) for k in keys] + [("absent", PAGE)], FAR)
-    assert [r.found for r in refs] == [True] * 5 + [False]
+    assert [r["found"] for r in refs] == [True] * 5 + [False]
     assert all(read(store, r, k) == body(k) for r, k in zip(refs, keys, strict=False))
-    assert not store.lookup([("k0", PAGE + 1)], FAR)[0].found  # another size is a miss
+    assert not store.lookup([("k0", PAGE + 1)], FAR)[0]["found"]  # another size is a miss
     assert store.exists(keys + ["absent"]) == [True] * 5 + [False]
     assert store.stats()["objects"] == 5 and store.stats()["pending"] == 0
 
@@ -110,7 +111,7 @@ def test_a_removed_page_fails_the_header_check_even_when_its_slot_is_reused(make
     assert read(store, ref, "old") is None  # invalidated at removal
     write(store, ["new"])
     [new] = store.lookup([("new", PAGE)], FAR)
-    assert new.offset == ref.offset  # the slot was reused...
+    assert new["offset"] == ref["offset"]  # the slot was reused...
     assert read(store, ref, "old") is None  # ...and the stale reference still misses
 
 
@@ -122,7 +123,7 @@ def test_reservations_are_private_busy_for_others_and_released_with_their_owner(
     assert store.reserve([("k", PAGE, 0)], "b", SetHint(), FAR)[0][0] == RESERVED_BUSY
     assert store.writable(slot.offset, PAGE) and not store.readable(slot.offset, PAGE)
     assert store.commit([("k", slot.version)], "b", FAR) == [False]  # not b's
-    assert store.owns_pending("a") and not store.lookup([("k", PAGE)], FAR)[0].found
+    assert store.owns_pending("a") and not store.lookup([("k", PAGE)], FAR)[0]["found"]
     assert store.release_owner("a") == 1  # the connection went away
     assert store.stats()["pending"] == 0 and store.stats()["used"] == used
     assert not store.exists(["k"])[0] and not store.writable(slot.offset, PAGE)
@@ -157,7 +158,7 @@ def test_lookup_brings_ssd_pages_into_the_arena_within_the_call(make: Any) -> No
     assert tiers["ssd"]["entries"] >= 20 and tiers["dram"]["entries"] < 40
     before = tiers["placement"].get("promotions", 0)
     refs = store.lookup([(k, PAGE) for k in keys[:8]], time.monotonic() + 5)
-    assert all(r.found for r in refs)
+    assert all(r["found"] for r in refs)
     assert all(read(store, r, k) == body(k) for r, k in zip(refs, keys[:8], strict=True))
     assert store.store.stats()["placement"]["promotions"] - before == 8
 
@@ -186,8 +187,8 @@ def test_a_shared_arena_is_a_proven_file_another_mapping_reads(make: Any, tmp_pa
         assert header is not None and header.node_id == "unit" and header.token == spec.token
         mapped = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
     [ref] = store.lookup([("s", PAGE)], FAR)
-    assert ref.offset >= ARENA_HEADER_SIZE and ref.offset % 4096 == 0
-    assert mapped[ref.offset : ref.offset + PAGE] == body("s")  # what another process sees
+    assert ref["offset"] >= ARENA_HEADER_SIZE and ref["offset"] % 4096 == 0
+    assert mapped[ref["offset"] : ref["offset"] + PAGE] == body("s")  # what another process sees
     mapped.close()
     store.close()
     assert not os.path.exists(path)

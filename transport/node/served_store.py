@@ -24,7 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..wire import RESERVED_BUSY, RESERVED_NEW, RESERVED_NO_SPACE, RESERVED_PRESENT, SetHint, SlotRef
+import numpy as np
+
+from ..wire import RESERVED_BUSY, RESERVED_NEW, RESERVED_NO_SPACE, RESERVED_PRESENT, SetHint
 
 __all__ = [
     "RESERVED_BUSY",
@@ -81,8 +83,9 @@ class ServedStore(Protocol):
 
     def exists(self, keys: Sequence[str]) -> list[bool]: ...
 
-    def lookup(self, items: Sequence[tuple[str, int]], deadline: float) -> list[SlotRef]:
-        """``(key, expected size; 0: any)`` -> where the committed body and its header are."""
+    def lookup(self, items: Sequence[tuple[str, int]], deadline: float) -> np.ndarray:
+        """``(key, expected size; 0: any)`` -> where the committed body and its header are: one
+        record per item (``wire.lookup_records``: the fields of a ``SlotRef``)."""
         ...
 
     def pin(self, items: Sequence[tuple[str, int]], deadline: float) -> list[PinnedBody | None]: ...

@@ -37,6 +37,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .. import auth, wire
 from ..arena_files import ArenaSpec, collect_stale
 from ..arena_header import ArenaHeader
@@ -461,11 +463,14 @@ class NodeServer:
                 reply = wire.encode_flags(self.store.remove(wire.decode_keys(meta, self.limits)))
             elif op is Op.LOOKUP:
                 refs = self.store.lookup(wire.decode_get(meta, self.limits), deadline)
-                hits = [r for r in refs if r.found]
+                found = refs["found"] != 0
                 self._count(
-                    conn, lookups=len(refs), lookup_hits=len(hits), lookup_hit_bytes=sum(r.size for r in hits)
+                    conn,
+                    lookups=len(refs),
+                    lookup_hits=int(np.count_nonzero(found)),
+                    lookup_hit_bytes=int(refs["size"][found].sum()),
                 )
-                reply = wire.encode_lookup_reply(refs)
+                reply = wire.encode_lookup_records(refs)
             elif op is Op.ALLOC:
                 reply = self._alloc(conn, meta, deadline)
             elif op is Op.COMMIT:
