@@ -355,7 +355,8 @@ class NodeClient:
         sizes = _sizes(items)
 
         def go(conn: Connection, deadline: float, idx: list[int]) -> list[bool]:
-            return put(conn, deadline, [items[i] for i in idx], [sizes[i] for i in idx], obj_type, hint)
+            meta = wire.encode_put([(items[i][0], sizes[i], obj_type) for i in idx], conn.limits, hint)
+            return put(conn, deadline, [items[i] for i in idx], meta)  # PUT and ALLOC: the same meta
 
         return self._batched(keys, sizes, go, False, "put", stripe=self._two_sided)
 
@@ -374,19 +375,10 @@ class NodeClient:
         self.counters["get_misses"] += len(out) - sum(out)
         return out
 
-    def _put_tcp(
-        self,
-        conn: Connection,
-        deadline: float,
-        items: list[Item],
-        sizes: list[int],
-        obj_type: int,
-        hint: SetHint | None,
-    ) -> list[bool]:
+    def _put_tcp(self, conn: Connection, deadline: float, items: list[Item], meta: bytes) -> list[bool]:
+        """One PUT of ``items`` (``meta``: their ``wire.encode_put``), the bodies gathered from
+        the callers' views."""
         views = [as_bytes_view(p) for _, parts in items for p in parts]
-        meta = wire.encode_put(
-            [(k, n, obj_type) for (k, _), n in zip(items, sizes, strict=True)], conn.limits, hint
-        )
         _, rmeta = conn.request_into(
             Op.PUT, meta, wire.reply_meta_size(Op.PUT, len(items)), (), deadline, views
         )
@@ -454,46 +446,26 @@ class NodeClient:
             out[live[j]] = True
         return out
 
-    def _put_one_sided(
-        self,
-        conn: Connection,
-        deadline: float,
-        items: list[Item],
-        sizes: list[int],
-        obj_type: int,
-        hint: SetHint | None,
-    ) -> list[bool]:
+    def _put_one_sided(self, conn: Connection, deadline: float, items: list[Item], meta: bytes) -> list[bool]:
+        """ALLOC (``meta``: the items' ``wire.encode_put``), a one-sided write of the bodies into
+        the slots reserved, COMMIT (a write that failed aborts its slot)."""
         seg = self._segment_for(conn)
         if seg is None:
-            return self._put_tcp(conn, deadline, items, sizes, obj_type, hint)
-        meta = wire.encode_put(
-            [(k, n, obj_type) for (k, _), n in zip(items, sizes, strict=True)], conn.limits, hint
-        )
+            return self._put_tcp(conn, deadline, items, meta)
         _, rmeta = conn.request_into(Op.ALLOC, meta, wire.reply_meta_size(Op.ALLOC, len(items)), (), deadline)
-        slots = wire.decode_alloc_reply(rmeta, len(items))
-        out = [status == RESERVED_PRESENT for status, _, _ in slots]
-        fresh = [i for i, (status, _, _) in enumerate(slots) if status == RESERVED_NEW]
-        if not fresh:
+        slots = wire.decode_alloc_records(rmeta, len(items))
+        out: list[bool] = (slots["status"] == RESERVED_PRESENT).tolist()
+        fresh_idx = np.flatnonzero(slots["status"] == RESERVED_NEW)
+        if not fresh_idx.size:
             return out
-        flags = self.engine.write(seg.node_id, [(slots[i][1], items[i][1]) for i in fresh], deadline)
-        commits = [
-            (items[i][0], slots[i][2] if ok else slots[i][2] | _ABORT)
-            for i, ok in zip(fresh, flags, strict=True)
-        ]
-        _, cmeta = conn.request_into(
-            Op.COMMIT,
-            wire.encode_commit(commits, conn.limits),
-            wire.reply_meta_size(Op.COMMIT, len(commits)),
-            (),
-            deadline,
+        fresh = fresh_idx.tolist()
+        offsets, versions = slots["offset"][fresh_idx].tolist(), slots["version"][fresh_idx].tolist()
+        flags = self.engine.write(
+            seg.node_id, [(at, items[i][1]) for at, i in zip(offsets, fresh, strict=True)], deadline
         )
-        for i, ok in zip(fresh, wire.decode_flags(cmeta, len(commits)), strict=True):
-            out[i] = bool(ok)
-        return out
-        flags = self.engine.write(seg.node_id, [(slots[i][1], items[i][1]) for i in fresh], deadline)
         commits = [
-            (items[i][0], slots[i][2] if ok else slots[i][2] | _ABORT)
-            for i, ok in zip(fresh, flags, strict=True)
+            (items[i][0], version if ok else version | _ABORT)
+            for i, version, ok in zip(fresh, versions, flags, strict=True)
         ]
         _, cmeta = conn.request_into(
             Op.COMMIT,

@@ -156,16 +156,6 @@ def _encode_key(key: str, limits: Limits) -> bytes:
     return _U16.pack(len(raw)) + raw
 
 
-def _read_key(r: _Reader, limits: Limits) -> str:
-    (n,) = r.unpack(_U16)
-    if n == 0 or n > limits.max_key_len:
-        raise ProtocolError(f"key length {n} outside 1..{limits.max_key_len}")
-    try:
-        return bytes(r.take(n)).decode()
-    except UnicodeDecodeError as exc:
-        raise ProtocolError("key is not UTF-8") from exc
-
-
 def _encode_keyed(keys: Sequence[str], trailers: Any, trailer_size: int, limits: Limits) -> bytes:
     """A keyed list (native ``encode_keyed``): count, then each key and its trailer."""
     if len(keys) > limits.max_batch:
@@ -465,6 +455,21 @@ RESERVED_BUSY = 3
 def encode_alloc_reply(entries: Sequence[tuple[int, int, int]]) -> bytes:
     """(status: one of ``RESERVED_*``, body offset, version) per item."""
     return _U32.pack(len(entries)) + b"".join(_ALLOC_RESP.pack(*e) for e in entries)
+
+
+_ALLOC_RECORD = np.dtype([("status", "u1"), ("offset", ">u8"), ("version", ">u8")])
+assert _ALLOC_RECORD.itemsize == _ALLOC_RESP.size
+
+
+def decode_alloc_records(meta: bytes | bytearray | memoryview, expected: int) -> np.ndarray:
+    """The ALLOC reply as one numpy record per item (``status``, ``offset``, ``version``: what
+    ``decode_alloc_reply`` gives as tuples), with no object per item."""
+    if len(meta) != reply_meta_size(Op.ALLOC, expected):
+        raise ProtocolError(f"ALLOC reply of {len(meta)} bytes, expected {expected} entries")
+    (n,) = _U32.unpack_from(meta)
+    if n != expected:
+        raise ProtocolError(f"reply has {n} entries, expected {expected}")
+    return np.frombuffer(meta, _ALLOC_RECORD, offset=_U32.size)
 
 
 def decode_alloc_reply(meta: bytes | bytearray | memoryview, expected: int) -> list[tuple[int, int, int]]:

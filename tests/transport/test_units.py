@@ -63,6 +63,26 @@ def test_meta_encodings_roundtrip_and_reject_bad_input() -> None:
     ]
     refs = [wire.SlotRef(True, 4096, 10, 7, 1, 8192), wire.SlotRef(False)]
     assert wire.decode_lookup_reply(wire.encode_lookup_reply(refs), 2) == refs
+    # the same replies as records (the node's LOOKUP and the client's one-sided paths)
+    records = wire.decode_lookup_records(wire.encode_lookup_reply(refs), 2)
+    fields = ("found", "offset", "size", "version", "obj_type", "header")
+    assert [tuple(int(r[f]) for f in fields) for r in records] == [
+        (int(x.found), x.offset, x.size, x.version, x.obj_type, x.header) for x in refs
+    ]
+    made = wire.lookup_records(2)
+    made[0] = records[0]
+    assert wire.encode_lookup_records(made) == wire.encode_lookup_reply(refs)
+    entries = [(wire.RESERVED_NEW, 4096, 2**63 + 5), (wire.RESERVED_PRESENT, 0, 0)]
+    alloc = wire.decode_alloc_records(wire.encode_alloc_reply(entries), 2)
+    assert [(int(r["status"]), int(r["offset"]), int(r["version"])) for r in alloc] == entries
+    for bad in (
+        lambda: wire.decode_lookup_records(wire.encode_lookup_reply(refs), 3),
+        lambda: wire.decode_lookup_records(wire.encode_lookup_reply(refs)[:-1], 2),
+        lambda: wire.decode_alloc_records(wire.encode_alloc_reply(entries) + b"x", 2),
+        lambda: wire.decode_alloc_records(b"\0\0\0\3" + wire.encode_alloc_reply(entries)[4:], 2),
+    ):
+        with pytest.raises(ProtocolError):
+            bad()
     assert wire.decode_commit(wire.encode_commit([("a", 5)], LIM), LIM) == [("a", 5)]
     assert wire.decode_extents(wire.encode_extents([(0, 4)], LIM), LIM) == [(0, 4)]
     assert wire.decode_flags(wire.encode_flags([True, False]), 2) == [1, 0]
