@@ -420,12 +420,20 @@ def decode_lookup_records(meta: bytes | bytearray | memoryview, expected: int) -
     """The LOOKUP reply as one numpy record per key (fields ``found``, ``offset``, ``size``,
     ``version``, ``obj_type``, ``header``: what ``decode_lookup_reply`` puts in each
     ``SlotRef``), with no object per key."""
-    if len(meta) != reply_meta_size(Op.LOOKUP, expected):
-        raise ProtocolError(f"LOOKUP reply of {len(meta)} bytes, expected {expected} entries")
+    return _reply_records(meta, expected, Op.LOOKUP, _LOOKUP_RECORD)
+
+
+def _reply_records(
+    meta: bytes | bytearray | memoryview, expected: int, op: Op, record: np.dtype
+) -> np.ndarray:
+    """A counted reply of ``expected`` fixed-size entries of ``op`` viewed as ``record``s (no
+    copy); ProtocolError when its length or its count is not that."""
+    if len(meta) != reply_meta_size(op, expected):
+        raise ProtocolError(f"{op.name} reply of {len(meta)} bytes, expected {expected} entries")
     (n,) = _U32.unpack_from(meta)
     if n != expected:
         raise ProtocolError(f"reply has {n} entries, expected {expected}")
-    return np.frombuffer(meta, _LOOKUP_RECORD, offset=_U32.size)
+    return np.frombuffer(meta, record, offset=_U32.size)
 
 
 def decode_lookup_reply(meta: bytes | bytearray | memoryview, expected: int) -> list[SlotRef]:
@@ -464,12 +472,7 @@ assert _ALLOC_RECORD.itemsize == _ALLOC_RESP.size
 def decode_alloc_records(meta: bytes | bytearray | memoryview, expected: int) -> np.ndarray:
     """The ALLOC reply as one numpy record per item (``status``, ``offset``, ``version``: what
     ``decode_alloc_reply`` gives as tuples), with no object per item."""
-    if len(meta) != reply_meta_size(Op.ALLOC, expected):
-        raise ProtocolError(f"ALLOC reply of {len(meta)} bytes, expected {expected} entries")
-    (n,) = _U32.unpack_from(meta)
-    if n != expected:
-        raise ProtocolError(f"reply has {n} entries, expected {expected}")
-    return np.frombuffer(meta, _ALLOC_RECORD, offset=_U32.size)
+    return _reply_records(meta, expected, Op.ALLOC, _ALLOC_RECORD)
 
 
 def decode_alloc_reply(meta: bytes | bytearray | memoryview, expected: int) -> list[tuple[int, int, int]]:

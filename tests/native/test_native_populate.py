@@ -3,25 +3,15 @@ pages become resident without a byte changing, and bad buffers are refused by na
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import mmap
 
 import numpy as np
 import pytest
+from smaps import address_of, resident_kib
 
 from hicache_mooncake.native import memory
 from hicache_mooncake.native.memory import PopulateUnsupported, populate
-
-
-def _rss_kib(address: int) -> int:
-    with open("/proc/self/smaps") as f:
-        lines = f.read().splitlines()
-    for i, line in enumerate(lines):
-        head = line.split()[0]
-        if "-" in head and int(head.split("-")[0], 16) == address:
-            return next(int(x.split()[1]) for x in lines[i + 1 :] if x.startswith("Rss:"))
-    raise AssertionError(f"no mapping at {address:#x}")
 
 
 def test_a_range_is_faulted_in_and_keeps_its_bytes() -> None:
@@ -29,13 +19,13 @@ def test_a_range_is_faulted_in_and_keeps_its_bytes() -> None:
     m = mmap.mmap(-1, size)
     view = np.frombuffer(m, np.uint8)
     view[:4096] = 7
-    address = ctypes.addressof(ctypes.c_char.from_buffer(m))
-    assert _rss_kib(address) < 1024
+    address = address_of(m)
+    assert resident_kib(address) < 1024
     populate(view[1000 : 3 << 20])  # an unaligned start: its page is included
-    assert _rss_kib(address) >= 3 << 10
+    assert resident_kib(address) >= 3 << 10
     assert (view[:4096] == 7).all() and not view[4096:].any()
     populate(view)
-    assert _rss_kib(address) * 1024 >= size
+    assert resident_kib(address) * 1024 >= size
     populate(bytearray())  # nothing to do
     del view
 
