@@ -3,8 +3,8 @@
 A keyed list is ``count u32 | per item: key length u16 | key UTF-8 | trailer`` (big-endian; the
 trailer is a fixed number of bytes per item that the caller lays out, e.g. a numpy array of a
 big-endian structured dtype). ``transport.wire`` builds every keyed request on these. Both hold the
-GIL (they read and make str objects); a batch of 128 keys costs a few microseconds, where a Python
-loop of ``struct`` calls cost ~1 us per key on each side of every request.
+GIL (they read and make str objects); an ``exists`` of 128 keys through the host cache took 350 us
+with the Python loop of ``struct`` calls on both sides, 200 us with these.
 """
 
 from __future__ import annotations
