@@ -229,6 +229,7 @@ class Server:
             self._remove_tmpdir()
             return
         pgid = self.proc.pid
+        shm = self.shm_files()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
@@ -248,7 +249,28 @@ class Server:
         left = self.group_pids()
         if left:
             raise RuntimeError(f"processes of the server's group still alive after SIGKILL: {left}")
+        for path in shm:  # SGLang leaves these behind when the server is stopped
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
         self._remove_tmpdir()
+
+    def shm_files(self) -> set[str]:
+        """The files in /dev/shm that the server's live processes map and that only a server
+        makes (SGLang's ``sglang_loads_*.shm``, multiprocessing's ``sem.mp-*``), for ``stop`` to
+        remove once the group is gone: another process's files there (a host cache's arena) are
+        never named. (Semaphores of processes that exited before the stop are not found.)"""
+        out = set()
+        for pid in self.group_pids():
+            try:
+                maps = Path(f"/proc/{pid}/maps").read_text()
+            except OSError:
+                continue
+            for line in maps.splitlines():
+                fields = line.split(maxsplit=5)  # address perms offset dev inode [path]
+                path = fields[5] if len(fields) == 6 else ""
+                if path.startswith("/dev/shm/") and path[9:].startswith(("sglang_loads_", "sem.mp-")):
+                    out.add(path)
+        return out
 
     def _remove_tmpdir(self) -> None:
         if self.tmpdir is not None:
