@@ -96,11 +96,17 @@ class Reservation(NamedTuple):
     nbytes: int
     version: int
     obj_type: int
-    body: np.ndarray
+    arena: DramArena
     generation: int = 0
     """``DramTier.generation`` at reservation: ``publish`` refuses it after a clear (``clear``)."""
     tag: int = 0
     """The caller's own mark (``reserve``'s ``tag``; the store: its tenant-clear fence)."""
+
+    @property
+    def body(self) -> np.ndarray:
+        """The slot's body (made when asked: a one-sided writer copies into the arena itself
+        and never needs it)."""
+        return self.arena.view(self.offset, self.nbytes)
 
 
 class Located(NamedTuple):
@@ -288,9 +294,12 @@ class DramTier(Tier):
     def room_plan(self, nbytes: int) -> RoomPlan | None:
         """What could make room for objects of ``nbytes`` (``dram_room``), or None when taking out
         pages of any size helps: a slot of its class or a whole slab is free (or the store
-        must free bytes for another reason). Pages of other classes are listed only for
-        slabs every used slot of which holds a published page no reader pins; the index is
-        walked only when other classes hold slabs."""
+        must free bytes for another reason), or no usable slab serves another class (every page
+        taken out then frees a slot of this one, so the placement frees bytes: the policy's
+        victims, or its least recent DRAM pages demoted, exactly as a set that is short of
+        bytes). Pages of other classes are listed only for slabs every used slot of which
+        holds a published page no reader pins; the index is walked only when other classes
+        hold slabs."""
         need = self._slot_bytes(nbytes)
         if not self._allocator.fits(need):
             return RoomPlan(_no_class, 0, {}, {})
@@ -311,16 +320,17 @@ class DramTier(Tier):
             for other in alloc.classes.values():
                 if other.slot_size != slot:
                     used.update((s, n) for s, n in other.used_by_slab.items() if s < alloc.slab_count)
-            if used:
-                pinned = {offset // slab_size for offset in self._index.pinned_offsets()}
-                keys, offsets, *_rest = self._index.items()
-                for key, offset in zip(keys, offsets.tolist(), strict=True):
-                    slab = offset // slab_size
-                    if slab in used and slab not in pinned:
-                        slab_keys.setdefault(slab, []).append(key)
-                for slab in [s for s, keys in slab_keys.items() if len(keys) != used[s]]:
-                    del slab_keys[slab]  # a reserved or removed-while-read slot keeps it
-                slab_of = {key: slab for slab, keys in slab_keys.items() for key in keys}
+            if not used:
+                return None  # every usable slab serves this class: any page taken out makes room
+            pinned = {offset // slab_size for offset in self._index.pinned_offsets()}
+            keys, offsets, *_rest = self._index.items()
+            for key, offset in zip(keys, offsets.tolist(), strict=True):
+                slab = offset // slab_size
+                if slab in used and slab not in pinned:
+                    slab_keys.setdefault(slab, []).append(key)
+            for slab in [s for s, keys in slab_keys.items() if len(keys) != used[s]]:
+                del slab_keys[slab]  # a reserved or removed-while-read slot keeps it
+            slab_of = {key: slab for slab, keys in slab_keys.items() for key in keys}
         return RoomPlan(same_class, slab_size // slot, slab_of, slab_keys)
 
     @property
@@ -504,38 +514,34 @@ class DramTier(Tier):
         """Slots for ``(key, nbytes, obj_type)`` that the caller fills through ``Reservation.body``
         (None: no free slot of its class, too large, or closed), under one lock hold. Nobody finds
         them until ``publish``. ``tag``: kept in each ``Reservation`` for the caller."""
-        out: list[Reservation | None] = []
+        out: list[Reservation | None] = [None] * len(items)
         with self._lock:
             if self._closed:
-                return [None] * len(items)
+                return out
             offsets = self._alloc_batch_locked([nbytes for _key, nbytes, _otype in items])
-            for (key, nbytes, obj_type), offset in zip(items, offsets, strict=True):
-                if offset is None:
-                    out.append(None)
-                    continue
-                version = next(self._versions)
-                out.append(
-                    Reservation(
-                        key,
-                        offset,
-                        nbytes,
-                        version,
-                        obj_type,
-                        self._arena.view(offset, nbytes),
-                        self._generation,
-                        tag,
-                    )
-                )
+            got = [j for j, offset in enumerate(offsets) if offset is not None]
+            if not got:
+                return out
+            if len(got) < len(items):
+                items, offsets = [items[j] for j in got], [offsets[j] for j in got]
+            keys, sizes, kinds = zip(*items, strict=True)
+            slots = cast("list[int]", offsets)
+            versions = list(itertools.islice(self._versions, len(got)))
+            made = map(
+                Reservation,
+                keys,
+                slots,
+                sizes,
+                versions,
+                kinds,
+                itertools.repeat(self._arena),
+                itertools.repeat(self._generation),
+                itertools.repeat(tag),
+            )
+            for j, res in zip(got, made, strict=True):
+                out[j] = res
             if self.headers:
-                made = [r for r in out if r is not None]
-                self._write_headers(
-                    [r.offset for r in made],
-                    [r.nbytes for r in made],
-                    STATE_WRITING,
-                    [r.version for r in made],
-                    [r.key for r in made],
-                    [r.obj_type for r in made],
-                )
+                self._write_headers(slots, sizes, STATE_WRITING, versions, keys, kinds)
         return out
 
     def publish(self, reservations: Sequence[Reservation]) -> list[Located | None]:

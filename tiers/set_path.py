@@ -386,17 +386,20 @@ class SetPath:
         2. the placement frees room (deferred placement work settled first, so it knows every
            page DRAM holds): ``free_dram`` (the writing tenant's own pages first when it has a
            share, then its least recent DRAM pages are demoted, or victims dropped without an
-           SSD); when the pages' size class has no free slot and no slab is free, only pages that
-           make room for that class leave (``DramTier.room_plan``,
-           ``TierPlacement.free_dram_room``): none when none can. The demotions then run here.
+           SSD); when the pages' size class has no free slot, no slab is free and slabs of other
+           classes are in use, only pages that make room for that class leave
+           (``DramTier.room_plan``, ``TierPlacement.free_dram_room``): none when none can. The
+           demotions then run here. A served arena's reserve (the host cache) makes its room
+           here before the commit tells the placement, so in a full DRAM-only store this step
+           is where the policy's victims leave.
         """
         missing = self._attempt(attempt, idx)
         mover = self.state.mover  # one layout for the whole call (a runtime change publishes a new one)
         for make_room in (self._run_queued_demotions, self._free_dram):
             if not missing or time.monotonic() >= deadline:
                 break
-            make_room(_RoomAsk(keys, ctxs, missing, deadline, mover))
-            missing = self._attempt(attempt, missing)
+            if make_room(_RoomAsk(keys, ctxs, missing, deadline, mover)):
+                missing = self._attempt(attempt, missing)
         return missing
 
     @staticmethod
@@ -404,14 +407,17 @@ class SetPath:
         ok = attempt(idx)
         return [i for i, good in zip(idx, ok, strict=True) if not good]
 
-    def _run_queued_demotions(self, ask: _RoomAsk) -> None:
-        """Room step 1: queued demotions in this thread (when ``wait_for_room`` is on)."""
+    def _run_queued_demotions(self, ask: _RoomAsk) -> bool:
+        """Room step 1: queued demotions in this thread (when ``wait_for_room`` is on); False
+        when there is no such step (nothing changed: no second attempt)."""
         state, mover = self.state, ask.mover
-        if mover is not None and state.options.wait_for_room:
-            state.counts["waits_for_room"] += 1
-            mover.make_room(ask.ctxs[ask.missing[0]].size, len(ask.missing), ask.deadline)
+        if mover is None or not state.options.wait_for_room:
+            return False
+        state.counts["waits_for_room"] += 1
+        mover.make_room(ask.ctxs[ask.missing[0]].size, len(ask.missing), ask.deadline)
+        return True
 
-    def _free_dram(self, ask: _RoomAsk) -> None:
+    def _free_dram(self, ask: _RoomAsk) -> bool:
         """Room step 2: the placement frees DRAM for the pages ``missing`` (one placement call)."""
         state = self.state
         keys, ctxs, missing, deadline, mover = ask
@@ -431,6 +437,7 @@ class SetPath:
         state.apply(drops, demote)
         if demote and mover is not None and state.options.wait_for_room:
             mover.make_room(size, len(missing), deadline)
+        return True
 
     # ------------------------------------------------------------------ step 5: publish to the pools
     def _copy_to_pools(

@@ -384,12 +384,6 @@ class SlotRef:
     header: int = 0
 
 
-def encode_lookup_reply(refs: Sequence[SlotRef]) -> bytes:
-    return _U32.pack(len(refs)) + b"".join(
-        _LOOKUP_RESP.pack(int(x.found), x.offset, x.size, x.version, x.obj_type, x.header) for x in refs
-    )
-
-
 _LOOKUP_RECORD = np.dtype(
     [
         ("found", "u1"),
@@ -411,8 +405,8 @@ def lookup_records(n: int) -> np.ndarray:
 
 
 def encode_lookup_records(records: np.ndarray) -> bytes:
-    """The LOOKUP reply of ``records`` (``lookup_records``' layout): what ``encode_lookup_reply``
-    sends for the same ``SlotRef`` values, in one copy."""
+    """The LOOKUP reply of ``records`` (``lookup_records``' layout), in one copy: a counted list
+    of ``_LOOKUP_RESP`` entries, the layout ``decode_lookup_reply`` reads."""
     return _U32.pack(len(records)) + np.asarray(records, _LOOKUP_RECORD).tobytes()
 
 
@@ -470,19 +464,9 @@ assert _ALLOC_RECORD.itemsize == _ALLOC_RESP.size
 
 
 def decode_alloc_records(meta: bytes | bytearray | memoryview, expected: int) -> np.ndarray:
-    """The ALLOC reply as one numpy record per item (``status``, ``offset``, ``version``: what
-    ``decode_alloc_reply`` gives as tuples), with no object per item."""
+    """The ALLOC reply (``encode_alloc_reply``) as one numpy record per item (``status``,
+    ``offset``, ``version``), with no object per item."""
     return _reply_records(meta, expected, Op.ALLOC, _ALLOC_RECORD)
-
-
-def decode_alloc_reply(meta: bytes | bytearray | memoryview, expected: int) -> list[tuple[int, int, int]]:
-    r = _Reader(meta)
-    (n,) = r.unpack(_U32)
-    if n != expected:
-        raise ProtocolError(f"reply has {n} entries, expected {expected}")
-    out = [r.unpack(_ALLOC_RESP) for _ in range(n)]
-    r.done()
-    return [(int(a), int(b), int(c)) for a, b, c in out]
 
 
 def encode_commit(items: Sequence[tuple[str, int]], limits: Limits) -> bytes:

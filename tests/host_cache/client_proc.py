@@ -41,7 +41,7 @@ def main() -> None:
     client = tier.client  # type: ignore[attr-defined]
     conn = client.pool.acquire(time.monotonic() + 5)
     _, meta = conn.request(wire.Op.ALLOC, wire.encode_put([("orphan", 256 << 10, 0)], conn.limits))
-    status = wire.decode_alloc_reply(meta, 1)[0][0]
+    status = int(wire.decode_alloc_records(meta, 1)["status"][0])
     with open(out, "w") as f:
         json.dump({"status": status}, f)
     os._exit(9)  # dies holding the reservation

@@ -51,6 +51,28 @@ def test_placement_charges_sizes_and_demotes_to_the_low_watermark() -> None:
     assert pl.free_dram(11) == ([], ["e"]) and pl.dram_used == 0
 
 
+@pytest.mark.parametrize("policy", ["s3fifo", "reuse", "lru"])
+def test_free_dram_without_an_ssd_drops_the_policys_victims_in_order(policy: str) -> None:
+    """Short of DRAM slots with no SSD below: the policy's next victims leave (in one pass when
+    only the policy keeps per-page state), as many as free the bytes asked for, and the counts
+    stay those of the pages still resident."""
+    pl = TierPlacement(make_policy(policy), capacity=100, dram_capacity=100)
+    twin = make_policy(policy)
+    keys = [f"k{i}" for i in range(10)]
+    ctxs = [c._replace(size=10) for c in set_contexts(keys, [])]
+    for key, ctx in zip(keys, ctxs, strict=True):
+        pl.set(key, ctx)
+        twin.on_set(key, ctx)
+    for key in ("k0", "k1", "k0"):
+        pl.hit(key, ctxs[0])
+        twin.on_hit(key, ctxs[0])
+    expected = [twin.pop_victim() for _ in range(3)]
+    drops, demoted = pl.free_dram(25)  # three pages of 10 free 25 bytes
+    assert demoted == [] and drops == [(k, DRAM) for k in expected]
+    assert pl.used == pl.dram_used == 70 and len(pl) == pl.dram_len == 7
+    assert all(k not in pl for k in expected) and pl.ledger.dram_used[""] == 70
+
+
 def test_placement_without_dram_and_without_capacity() -> None:
     pl = TierPlacement(make_policy("reuse"), capacity=2, dram_capacity=0)
     assert _set(pl, ["x"]) == [SetOutcome.NEW_SSD]

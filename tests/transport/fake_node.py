@@ -42,7 +42,7 @@ def serve(sock: socket.socket, secret: bytes, info: bytes) -> None:
         elif h.op == Op.COMMIT:
             out = wire.encode_flags([True] * len(wire.decode_commit(meta, LIMITS)))
         elif h.op == Op.LOOKUP:
-            out = wire.encode_lookup_reply([wire.SlotRef(False)] * len(wire.decode_get(meta, LIMITS)))
+            out = wire.encode_lookup_records(wire.lookup_records(len(wire.decode_get(meta, LIMITS))))
         elif h.op in (Op.EXISTS, Op.REMOVE):
             out = wire.encode_flags([False] * len(wire.decode_keys(meta, LIMITS)))
         else:

@@ -122,7 +122,7 @@ def test_engine_level_read_write(cluster: Cluster, engine: str) -> None:
         eng.open_segment(seg, c.pool)
         payload = bytearray(os.urandom(8192))
         _, meta = conn.request(wire.Op.ALLOC, wire.encode_put([(f"{engine}-eng", len(payload), 0)], c.limits))
-        status, offset, version = wire.decode_alloc_reply(meta, 1)[0]
+        [(status, offset, version)] = wire.decode_alloc_records(meta, 1).tolist()
         assert status == 0
         assert eng.write(seg.node_id, [(offset, [memoryview(payload)])], time.monotonic() + 2) == [True]
         _, meta = conn.request(wire.Op.COMMIT, wire.encode_commit([(f"{engine}-eng", version)], c.limits))

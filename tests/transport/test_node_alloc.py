@@ -70,7 +70,7 @@ def alloc(node: NodeProc, items: list[tuple[str, int]]) -> list[int]:
     try:
         meta = wire.encode_put([(k, size, 0) for k, size in items], conn.limits)
         _, reply = conn.request(Op.ALLOC, meta, (), time.monotonic() + 5.0)
-        return [status for status, _offset, _version in wire.decode_alloc_reply(reply, len(items))]
+        return wire.decode_alloc_records(reply, len(items))["status"].tolist()
     finally:
         conn.close()
 

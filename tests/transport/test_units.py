@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import struct
 import time
+from collections.abc import Sequence
 
 import pytest
 
@@ -19,6 +21,24 @@ from hicache_mooncake.transport.rdma.wr import Sge, build_work_requests, windows
 from hicache_mooncake.transport.registry import engine_names, make_engine
 
 LIM = wire.Limits(max_key_len=64, max_batch=8)
+
+# The per-tuple codecs of two replies, kept as reference models of the record forms the product
+# uses (``encode_lookup_records``, ``decode_alloc_records``): one struct per entry, big-endian.
+_LOOKUP_ENTRY = struct.Struct("!BQQQBQ")  # found, body offset, size, version, type, header offset
+_ALLOC_ENTRY = struct.Struct("!BQQ")  # status, body offset, version
+
+
+def encode_lookup_reply(refs: Sequence[wire.SlotRef]) -> bytes:
+    return struct.pack("!I", len(refs)) + b"".join(
+        _LOOKUP_ENTRY.pack(int(x.found), x.offset, x.size, x.version, x.obj_type, x.header) for x in refs
+    )
+
+
+def decode_alloc_reply(meta: bytes, expected: int) -> list[tuple[int, int, int]]:
+    (n,) = struct.unpack_from("!I", meta)
+    if n != expected or len(meta) != 4 + n * _ALLOC_ENTRY.size:
+        raise ProtocolError(f"reply has {n} entries in {len(meta)} bytes, expected {expected}")
+    return [_ALLOC_ENTRY.unpack_from(meta, 4 + i * _ALLOC_ENTRY.size) for i in range(n)]
 
 
 def test_header_roundtrip_and_limits() -> None:
@@ -62,22 +82,23 @@ def test_meta_encodings_roundtrip_and_reject_bad_input() -> None:
         (False, 0, 0),
     ]
     refs = [wire.SlotRef(True, 4096, 10, 7, 1, 8192), wire.SlotRef(False)]
-    assert wire.decode_lookup_reply(wire.encode_lookup_reply(refs), 2) == refs
+    assert wire.decode_lookup_reply(encode_lookup_reply(refs), 2) == refs
     # the same replies as records (the node's LOOKUP and the client's one-sided paths)
-    records = wire.decode_lookup_records(wire.encode_lookup_reply(refs), 2)
+    records = wire.decode_lookup_records(encode_lookup_reply(refs), 2)
     fields = ("found", "offset", "size", "version", "obj_type", "header")
     assert [tuple(int(r[f]) for f in fields) for r in records] == [
         (int(x.found), x.offset, x.size, x.version, x.obj_type, x.header) for x in refs
     ]
     made = wire.lookup_records(2)
     made[0] = records[0]
-    assert wire.encode_lookup_records(made) == wire.encode_lookup_reply(refs)
+    assert wire.encode_lookup_records(made) == encode_lookup_reply(refs)
     entries = [(wire.RESERVED_NEW, 4096, 2**63 + 5), (wire.RESERVED_PRESENT, 0, 0)]
     alloc = wire.decode_alloc_records(wire.encode_alloc_reply(entries), 2)
     assert [(int(r["status"]), int(r["offset"]), int(r["version"])) for r in alloc] == entries
+    assert decode_alloc_reply(wire.encode_alloc_reply(entries), 2) == entries
     for bad in (
-        lambda: wire.decode_lookup_records(wire.encode_lookup_reply(refs), 3),
-        lambda: wire.decode_lookup_records(wire.encode_lookup_reply(refs)[:-1], 2),
+        lambda: wire.decode_lookup_records(encode_lookup_reply(refs), 3),
+        lambda: wire.decode_lookup_records(encode_lookup_reply(refs)[:-1], 2),
         lambda: wire.decode_alloc_records(wire.encode_alloc_reply(entries) + b"x", 2),
         lambda: wire.decode_alloc_records(b"\0\0\0\3" + wire.encode_alloc_reply(entries)[4:], 2),
     ):

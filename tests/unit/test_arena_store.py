@@ -140,6 +140,28 @@ def test_a_full_dram_only_store_makes_room_by_its_policy(make: Any) -> None:
     assert store.reserve([("huge", 2 * MiB, 0)], "w", SetHint(), FAR) == [(RESERVED_NO_SPACE, None)]
 
 
+def test_a_full_served_store_drops_its_policys_victims_not_its_least_recent_pages(make: Any) -> None:
+    """A one-sided writer reserves its slots before its commit reaches the placement, so every
+    reserve of a full store must make room first. With one page size in every slab that room is
+    the policy's victims (here S3-FIFO's: pages read twice outlive pages never read, although
+    they were read before the others were written); DRAM's least recent pages are not."""
+    store = make(dram_mib=4, policy="s3fifo")
+    slots = store.dram.capacity_objects(PAGE)
+    read_twice = [f"a{i}" for i in range(slots // 2)]
+    never_read = [f"b{i}" for i in range(slots // 2)]
+    write(store, read_twice)
+    for _ in range(2):
+        assert all(store.lookup([(k, PAGE) for k in read_twice], FAR)["found"])
+    write(store, never_read)
+    assert store.store.flush(5)
+    newer = [f"c{i}" for i in range(slots // 4)]
+    assert write(store, newer) == [RESERVED_NEW] * len(newer)
+    assert store.store.flush(5)
+    assert all(store.exists(read_twice)) and all(store.exists(newer))
+    assert store.exists(never_read).count(False) == len(newer)
+    assert store.store.stats()["placement"]["dropped"] == len(newer)
+
+
 def test_commit_goes_through_the_placement(make: Any) -> None:
     store = make()
     write(store, ["a", "b"])

@@ -299,12 +299,12 @@ class TierPlacement:
         recency order, no superseded or trailing object tracked): ``_pop_plain`` may evict."""
         return not self.ledger.ordered and self.superseded.empty
 
-    def _pop_plain(self, gone: list[tuple[str, int, bool]]) -> None:
-        """``_make_room``'s victims while ``_plain``: taken out of the residents and of DRAM and
-        added to ``gone`` as ``(key, size, was in DRAM)``; the caller tells the ledger and the
-        drops (``_gone_plain``)."""
+    def _pop_plain(self, gone: list[tuple[str, int, bool]], target: int | None = None) -> None:
+        """``_make_room``'s victims while ``_plain``, until ``used <= target`` (default: the
+        capacity): taken out of the residents and of DRAM and added to ``gone`` as ``(key, size,
+        was in DRAM)``; the caller tells the ledger and the drops (``_gone_plain``)."""
         pop_victim, resident, dram = self.policy.pop_victim, self._size, self._dram
-        used, capacity = self.used, self.capacity
+        used, capacity = self.used, self.capacity if target is None else target
         dram_freed = 0
         while used > capacity:
             victim = pop_victim()
@@ -481,12 +481,16 @@ class TierPlacement:
                     self.leave_dram(key)
                     demote.append(key)
                     freed += size
-            while self._dram and freed < nbytes:
-                key, size = self._dram.popitem(last=False)
-                self.dram_used -= size
-                self.ledger.to_ssd(key, size)
-                demote.append(key)
+            oldest, sizes = [], []
+            dram = self._dram
+            while dram and freed < nbytes:
+                key, size = dram.popitem(last=False)
+                oldest.append(key)
+                sizes.append(size)
                 freed += size
+            self.dram_used -= sum(sizes)
+            self.ledger.moved_batch(oldest, sizes, to_dram=False)
+            demote.extend(oldest)
             return self.settle()[0], demote
         for key in own:
             if freed >= nbytes:
@@ -495,6 +499,11 @@ class TierPlacement:
             if size:
                 self._drops.append((key, DRAM))
                 freed += size
+        if freed < nbytes and self._plain:  # the policy's victims in one pass (no SSD: all in DRAM)
+            gone: list[tuple[str, int, bool]] = []
+            self._pop_plain(gone, self.used - (nbytes - freed))
+            self._gone_plain(gone)
+            return self.settle()
         while freed < nbytes:
             victim = self._next_victim()
             if victim is None:
