@@ -18,9 +18,11 @@ mapping (``view``), header page included.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Sequence
-from typing import Any
+from itertools import repeat
+from typing import Any, cast
 
 import numpy as np
 
@@ -30,9 +32,8 @@ from hicache_mooncake.transport.node.served_store import (
     RESERVED_NO_SPACE,
     RESERVED_PRESENT,
     PinnedBody,
-    Reserved,
 )
-from hicache_mooncake.transport.wire import SetHint, lookup_records
+from hicache_mooncake.transport.wire import SetHint, alloc_records, lookup_records
 
 from .dram_tier import DramTier, Reservation
 from .policy import AccessContext, ObjectType
@@ -40,6 +41,8 @@ from .policy.contexts import set_contexts
 from .tiered_store import TieredStore
 
 _CLAIMED = None  # a key being reserved right now (placeholder in ``_pending``)
+_OFFSET = operator.attrgetter("offset")
+_VERSION = operator.attrgetter("version")
 
 
 def _obj_type(value: int) -> ObjectType:
@@ -126,19 +129,32 @@ class ArenaStore:
 
     def reserve(
         self, items: Sequence[tuple[str, int, int]], owner: object, hint: SetHint, deadline: float
-    ) -> list[tuple[int, Reserved | None]]:
-        out: list[tuple[int, Reserved | None]] = [(RESERVED_BUSY, None)] * len(items)
-        mine: list[int] = []
+    ) -> np.ndarray:
+        """The ALLOC records (``wire.alloc_records``) of ``items``: one array, no object per key
+        beyond the pending reservations themselves. A key reserved by another writer (or earlier
+        in ``items``) is BUSY."""
+        out = alloc_records(len(items))  # RESERVED_NO_SPACE
+        keys = [key for key, _size, _otype in items]
         with self._lock:
             if self._closed:
-                return [(RESERVED_NO_SPACE, None)] * len(items)
-            for i, (key, _size, _otype) in enumerate(items):
-                if key not in self._pending:
-                    self._pending[key] = _CLAIMED
-                    mine.append(i)
-        if not mine:
-            return out
-        keys = [items[i][0] for i in mine]
+                return out
+            pending = self._pending
+            if len(set(keys)) == len(keys) and pending.keys().isdisjoint(keys):
+                mine = list(range(len(keys)))  # the usual call: every key new to the pending
+                pending.update(dict.fromkeys(keys, _CLAIMED))
+            else:
+                mine = []
+                for i, key in enumerate(keys):
+                    if key not in pending:
+                        pending[key] = _CLAIMED
+                        mine.append(i)
+        busy = len(keys) - len(mine)
+        if busy:
+            out["status"] = RESERVED_BUSY
+            out["status"][mine] = RESERVED_NO_SPACE
+            if not mine:
+                return out
+            keys = [keys[i] for i in mine]
         ctxs = set_contexts(
             keys,
             hint.prefix_len or 0,
@@ -147,16 +163,25 @@ class ArenaStore:
             obj_type=_obj_type(items[mine[0]][2]),
         )
         got = self.store.served.reserve_batch(keys, ctxs, deadline)
-        w = self.dram.wire_offset
+        new = [j for j, res in enumerate(got) if res.__class__ is Reservation]
+        made = cast("list[Reservation]", [got[j] for j in new])
         with self._lock:
-            for i, ctx, res in zip(mine, ctxs, got, strict=True):
-                key = items[i][0]
-                if isinstance(res, Reservation):
-                    self._pending[key] = (res, owner, ctx)
-                    out[i] = (RESERVED_NEW, Reserved(key, w(res.offset), res.nbytes, res.version))
-                else:
-                    del self._pending[key]
-                    out[i] = (RESERVED_PRESENT if res else RESERVED_NO_SPACE, None)
+            pending.update(
+                zip([keys[j] for j in new], zip(made, repeat(owner), [ctxs[j] for j in new]), strict=True)
+            )
+            if len(new) < len(keys):
+                for j, res in enumerate(got):
+                    if res.__class__ is not Reservation:
+                        del pending[keys[j]]
+                        if res:
+                            out["status"][mine[j]] = RESERVED_PRESENT
+        if new:
+            at = [mine[j] for j in new] if busy or len(new) < len(keys) else mine
+            out["status"][at] = RESERVED_NEW
+            out["offset"][at] = np.fromiter(map(_OFFSET, made), np.uint64, len(made)) + np.uint64(
+                self.dram.wire_offset(0)
+            )
+            out["version"][at] = np.fromiter(map(_VERSION, made), np.uint64, len(made))
         return out
 
     def _take(

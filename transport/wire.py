@@ -463,6 +463,21 @@ _ALLOC_RECORD = np.dtype([("status", "u1"), ("offset", ">u8"), ("version", ">u8"
 assert _ALLOC_RECORD.itemsize == _ALLOC_RESP.size
 
 
+def alloc_records(n: int) -> np.ndarray:
+    """``n`` ALLOC reply records (fields ``status``, ``offset``, ``version``), all
+    ``RESERVED_NO_SPACE``: a store sets the others' fields and ``encode_alloc_records`` sends
+    them as they are."""
+    out = np.zeros(n, _ALLOC_RECORD)
+    out["status"] = RESERVED_NO_SPACE
+    return out
+
+
+def encode_alloc_records(records: np.ndarray) -> bytes:
+    """The ALLOC reply of ``records`` (``alloc_records``' layout), in one copy: what
+    ``encode_alloc_reply`` sends for the same entries."""
+    return _U32.pack(len(records)) + np.asarray(records, _ALLOC_RECORD).tobytes()
+
+
 def decode_alloc_records(meta: bytes | bytearray | memoryview, expected: int) -> np.ndarray:
     """The ALLOC reply (``encode_alloc_reply``) as one numpy record per item (``status``,
     ``offset``, ``version``), with no object per item."""

@@ -70,13 +70,13 @@ def write(store: ArenaStore, keys: list[str], owner: object = "w") -> list[int]:
     reserved = store.reserve([(k, PAGE, 0) for k in keys], owner, SetHint(0, None), FAR)
     view = store.view
     todo = []
-    for key, (status, slot) in zip(keys, reserved, strict=True):
+    for key, (status, offset, version) in zip(keys, reserved.tolist(), strict=True):
         if status == RESERVED_NEW:
-            assert slot is not None and slot.offset % 4096 == 0  # bodies stay page-aligned
-            view[slot.offset : slot.offset + PAGE] = body(key)
-            todo.append((key, slot.version))
+            assert offset % 4096 == 0  # bodies stay page-aligned
+            view[offset : offset + PAGE] = body(key)
+            todo.append((key, version))
     assert all(store.commit(todo, owner, FAR))
-    return [s for s, _ in reserved]
+    return reserved["status"].tolist()
 
 
 def read(store: ArenaStore, ref: Any, key: str) -> bytes | None:
@@ -118,15 +118,34 @@ def test_a_removed_page_fails_the_header_check_even_when_its_slot_is_reused(make
 def test_reservations_are_private_busy_for_others_and_released_with_their_owner(make: Any) -> None:
     store = make(dram_mib=1)
     used = store.stats()["used"]
-    [(status, slot)] = store.reserve([("k", PAGE, 0)], "a", SetHint(), FAR)
-    assert status == RESERVED_NEW and slot is not None
-    assert store.reserve([("k", PAGE, 0)], "b", SetHint(), FAR)[0][0] == RESERVED_BUSY
-    assert store.writable(slot.offset, PAGE) and not store.readable(slot.offset, PAGE)
-    assert store.commit([("k", slot.version)], "b", FAR) == [False]  # not b's
+    [(status, offset, version)] = store.reserve([("k", PAGE, 0)], "a", SetHint(), FAR).tolist()
+    assert status == RESERVED_NEW
+    assert store.reserve([("k", PAGE, 0)], "b", SetHint(), FAR)["status"].tolist() == [RESERVED_BUSY]
+    assert store.writable(offset, PAGE) and not store.readable(offset, PAGE)
+    assert store.commit([("k", version)], "b", FAR) == [False]  # not b's
     assert store.owns_pending("a") and not store.lookup([("k", PAGE)], FAR)[0]["found"]
     assert store.release_owner("a") == 1  # the connection went away
     assert store.stats()["pending"] == 0 and store.stats()["used"] == used
-    assert not store.exists(["k"])[0] and not store.writable(slot.offset, PAGE)
+    assert not store.exists(["k"])[0] and not store.writable(offset, PAGE)
+
+
+def test_one_reserve_answers_new_present_and_busy_per_key(make: Any) -> None:
+    store = make()
+    write(store, ["held"])
+    items = [("a", PAGE, 0), ("held", PAGE, 0), ("a", PAGE, 0), ("b", PAGE, 0)]
+    records = store.reserve(items, "w", SetHint(), FAR).tolist()
+    # the second "a" of the same call is busy: the first holds the reservation
+    assert [r[0] for r in records] == [RESERVED_NEW, RESERVED_PRESENT, RESERVED_BUSY, RESERVED_NEW]
+    (_, a_at, a_version), (_, b_at, b_version) = records[0], records[3]
+    assert a_at != b_at and a_at % 4096 == 0 and b_at % 4096 == 0
+    assert store.writable(a_at, PAGE) and store.writable(b_at, PAGE)
+    assert records[1][1:] == (0, 0) and records[2][1:] == (0, 0)
+    store.view[a_at : a_at + PAGE] = body("a")
+    store.view[b_at : b_at + PAGE] = body("b")
+    assert store.commit([("a", a_version), ("b", b_version)], "w", FAR) == [True, True]
+    refs = store.lookup([("a", PAGE), ("b", PAGE)], FAR)
+    assert [read(store, r, k) for r, k in zip(refs, "ab", strict=True)] == [body("a"), body("b")]
+    assert store.stats()["pending"] == 0
 
 
 def test_a_full_dram_only_store_makes_room_by_its_policy(make: Any) -> None:
@@ -137,7 +156,9 @@ def test_a_full_dram_only_store_makes_room_by_its_policy(make: Any) -> None:
     held = store.exists(keys)
     assert store.dram.capacity_objects(PAGE) == 17
     assert held[-1] and 0 < sum(held) <= 17  # the newest stay, the policy's victims went
-    assert store.reserve([("huge", 2 * MiB, 0)], "w", SetHint(), FAR) == [(RESERVED_NO_SPACE, None)]
+    assert store.reserve([("huge", 2 * MiB, 0)], "w", SetHint(), FAR)["status"].tolist() == [
+        RESERVED_NO_SPACE
+    ]
 
 
 def test_a_full_served_store_drops_its_policys_victims_not_its_least_recent_pages(make: Any) -> None:

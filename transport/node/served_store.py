@@ -34,19 +34,8 @@ __all__ = [
     "RESERVED_NO_SPACE",
     "RESERVED_PRESENT",
     "PinnedBody",
-    "Reserved",
     "ServedStore",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Reserved:
-    """A reservation as the server sees it: where the body goes and the version to commit."""
-
-    key: str
-    offset: int
-    size: int
-    version: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +83,10 @@ class ServedStore(Protocol):
 
     def reserve(
         self, items: Sequence[tuple[str, int, int]], owner: object, hint: SetHint, deadline: float
-    ) -> list[tuple[int, Reserved | None]]:
-        """``(key, size, object type)`` -> ``(RESERVED_*, reservation if RESERVED_NEW)``."""
+    ) -> np.ndarray:
+        """``(key, size, object type)`` -> one record per item (``wire.alloc_records``):
+        ``status`` (``RESERVED_*``), and for ``RESERVED_NEW`` the body's wire ``offset`` and the
+        ``version`` to commit."""
         ...
 
     def commit(self, items: Sequence[tuple[str, int]], owner: object, deadline: float) -> list[bool]:

@@ -50,7 +50,7 @@ from ..throttle import worth_logging
 from ..wire import FrameHeader, Op, Status
 from .config import NodeConfig
 from .handshake_gate import GateLimits, HandshakeGate
-from .served_store import RESERVED_NEW, RESERVED_NO_SPACE, RESERVED_PRESENT, Reserved, ServedStore
+from .served_store import RESERVED_NEW, RESERVED_PRESENT, ServedStore
 
 log = logging.getLogger(__name__)
 _ABORT = 1 << 63  # COMMIT of (key, version | _ABORT) releases the reservation instead
@@ -519,30 +519,34 @@ class NodeServer:
         if h.payload_len:
             _wait_readable(sock, deadline)  # reserve nothing for a body that never comes
         reserved = self._reserve(conn, items, hint, deadline)
-        self._count(conn, **self._reserved_counts(reserved))
+        self._count(conn, **self._reserved_counts(reserved, items))
+        statuses = reserved["status"].tolist()
+        offsets, versions = reserved["offset"].tolist(), reserved["version"].tolist()
+        fresh = [i for i, status in enumerate(statuses) if status == RESERVED_NEW]
+        mine = [(items[i][0], versions[i]) for i in fresh]
         try:
             into: list[memoryview] = []  # the bodies in order: one scatter receive, not one per object
-            for (_key, size, _otype), (status, slot) in zip(items, reserved, strict=True):
-                if status == RESERVED_NEW and slot is not None:
-                    into.append(view[slot.offset : slot.offset + size])
+            for (_key, size, _otype), status, offset in zip(items, statuses, offsets, strict=True):
+                if status == RESERVED_NEW:
+                    into.append(view[offset : offset + size])
                 else:
                     into.extend(discarded(size))
             recv_into_all(sock, into, deadline)
         except BaseException:
-            self.store.abort([(s.key, s.version) for _, s in reserved if s is not None], conn)
+            self.store.abort(mine, conn)
             raise
-        fresh = [s for _, s in reserved if s is not None]
-        results = self.store.commit([(s.key, s.version) for s in fresh], conn, deadline)
-        self._count(conn, **self._committed_counts(fresh, results))
+        results = self.store.commit(mine, conn, deadline)
+        done = [items[i][1] for i, ok in zip(fresh, results, strict=True) if ok]
+        self._count(conn, committed=len(done), committed_bytes=sum(done))
         committed = iter(results)
-        for status, slot in reserved:
-            oks.append(next(committed) if slot is not None else status == RESERVED_PRESENT)
+        for status in statuses:
+            oks.append(next(committed) if status == RESERVED_NEW else status == RESERVED_PRESENT)
         self._send(sock, Op.PUT, Status.OK, h.req_id, wire.encode_flags(oks), deadline=deadline)
         return True
 
     def _reserve(
         self, conn: _Conn, items: list[tuple[str, int, int]], hint: wire.SetHint, deadline: float
-    ) -> list[tuple[int, Reserved | None]]:
+    ) -> np.ndarray:
         """``store.reserve`` of the objects the store ``fits``. One larger than its largest slot
         (an ALLOC of 2^64-1 bytes, a PUT over the slab) is "no space" at once, before the store is
         asked: a store makes room for what it reserves (it evicts), and no eviction could make
@@ -562,22 +566,15 @@ class NodeServer:
                 "this node's arena, nothing evicted (%d refused so far)",
                 refused, max(unfit), conn.client, total,
             )  # fmt: skip
-        out: list[tuple[int, Reserved | None]] = [(RESERVED_NO_SPACE, None)] * len(items)
+        out = wire.alloc_records(len(items))  # RESERVED_NO_SPACE
         if fit:
-            got = self.store.reserve([items[i] for i in fit], conn, hint, deadline)
-            for i, result in zip(fit, got, strict=True):
-                out[i] = result
+            out[fit] = self.store.reserve([items[i] for i in fit], conn, hint, deadline)
         return out
 
     @staticmethod
-    def _reserved_counts(reserved: list[tuple[int, Reserved | None]]) -> dict[str, int]:
-        fresh = [s for _, s in reserved if s is not None]
-        return {"reserved": len(fresh), "reserved_bytes": sum(s.size for s in fresh)}
-
-    @staticmethod
-    def _committed_counts(fresh: list[Reserved], results: list[bool]) -> dict[str, int]:
-        done = [s.size for s, ok in zip(fresh, results, strict=True) if ok]
-        return {"committed": len(done), "committed_bytes": sum(done)}
+    def _reserved_counts(reserved: np.ndarray, items: list[tuple[str, int, int]]) -> dict[str, int]:
+        fresh = np.flatnonzero(reserved["status"] == RESERVED_NEW).tolist()
+        return {"reserved": len(fresh), "reserved_bytes": sum(items[i][1] for i in fresh)}
 
     def _get(self, conn: _Conn, h: FrameHeader, meta: bytearray, deadline: float) -> bool:
         items = wire.decode_get(meta, self.limits)
@@ -608,10 +605,8 @@ class NodeServer:
     def _alloc(self, conn: _Conn, meta: bytearray, deadline: float) -> bytes:
         items, hint = wire.decode_put_request(meta, None, self.limits)
         reserved = self._reserve(conn, items, hint, deadline)
-        self._count(conn, **self._reserved_counts(reserved))
-        return wire.encode_alloc_reply(
-            [(status, slot.offset if slot else 0, slot.version if slot else 0) for status, slot in reserved]
-        )
+        self._count(conn, **self._reserved_counts(reserved, items))
+        return wire.encode_alloc_records(reserved)
 
     def _commit(self, conn: _Conn, meta: bytearray, deadline: float) -> bytes:
         items = wire.decode_commit(meta, self.limits)
