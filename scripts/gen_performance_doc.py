@@ -181,6 +181,10 @@ def render_sglang(d: dict[str, Any]) -> list[str]:
                 "host cache (set in one process, get in another) vs memcpy",
                 fmt(d.get("host_cache_ratio_vs_memcpy")),
             ],
+            [
+                "host cache, into a full cache (every set makes room) vs memcpy",
+                fmt(d.get("host_cache_full_set_ratio_vs_memcpy")),
+            ],
         ],
     )
     rows = [
