@@ -72,6 +72,13 @@ _ITEM_KEY = operator.itemgetter(0)
 _ITEM_PARTS = operator.itemgetter(1)
 _ITEM_CTX = operator.itemgetter(2)
 _CTX_TYPE = operator.attrgetter("obj_type")
+# a Reservation's fields, read by C-level passes over a batch
+_KEY = operator.attrgetter("key")
+_OFFSET = operator.attrgetter("offset")
+_NBYTES = operator.attrgetter("nbytes")
+_VERSION = operator.attrgetter("version")
+_OBJ_TYPE = operator.attrgetter("obj_type")
+_GENERATION = operator.attrgetter("generation")
 
 
 def _no_class(_nbytes: int) -> bool:
@@ -551,31 +558,9 @@ class DramTier(Tier):
         fingerprint (the slot is freed; counted), or when a clear ran (or runs) since the slot
         was reserved (its slot is freed: bytes filled before a clear never land after it)."""
         out: list[Located | None] = [None] * len(reservations)
-        keys = [res.key for res in reservations]
-        fps = fingerprints(keys)
-        with self._lock:
-            if self._closed:
-                return out
-            live: list[int] = []
-            for j, res in enumerate(reservations):
-                if self._open_locked(res.generation):
-                    live.append(j)
-                    continue
-                self._invalidate(res.offset, res.nbytes)
-                self._allocator.free(res.offset, self._slot_bytes(res.nbytes))
-                self._counts["refused_after_clear"] += 1
-            if not live:
-                return out
-            chosen = [reservations[j] for j in live]
-            live_keys = [keys[j] for j in live]
-            slots, nbytes, kinds = (
-                [r.offset for r in chosen],
-                [r.nbytes for r in chosen],
-                [r.obj_type for r in chosen],
-            )
-            index_rows = self._index.rows(slots, nbytes, [r.version for r in chosen], kinds)
-            done = self._publish_locked(live_keys, fps[live], index_rows, slots, nbytes, kinds)
-            look = self._index.lookup(live_keys, fps[live])
+        live, done, look = self._publish(reservations, where=True)
+        if look is None:
+            return out
         rows = zip(
             live,
             done,
@@ -590,6 +575,54 @@ class DramTier(Tier):
             if ok and found:
                 out[j] = Located(offset, nbytes, version, otype, header_offset(offset, nbytes))
         return out
+
+    def publish_flags(self, reservations: Sequence[Reservation]) -> list[bool]:
+        """``publish``, answering only whether each key is findable now (``publish`` is not
+        None): no second index lookup and no ``Located`` per key (a served commit's answer)."""
+        out = [False] * len(reservations)
+        live, done, _ = self._publish(reservations, where=False)
+        if len(live) == len(out):
+            return done
+        for j, ok in zip(live, done, strict=True):
+            out[j] = ok
+        return out
+
+    def _publish(self, reservations: Sequence[Reservation], where: bool) -> tuple[list[int], list[bool], Any]:
+        """``publish``'s work under one lock hold: ``(live, done, lookup)``: the positions of the
+        reservations made since the last clear (the others are freed, counted), whether each
+        of them is findable now (``_publish_locked``), and with ``where`` the index lookup of
+        their keys (None when closed or nothing is live, or without ``where``)."""
+        keys = list(map(_KEY, reservations))
+        fps = fingerprints(keys)
+        with self._lock:
+            if self._closed:
+                return [], [], None
+            gens = set(map(_GENERATION, reservations))
+            if len(gens) == 1 and self._open_locked(next(iter(gens))):
+                live = list(range(len(reservations)))  # the usual commit: no clear since
+                chosen, live_keys, live_fps = reservations, keys, fps
+            else:
+                live = []
+                for j, res in enumerate(reservations):
+                    if self._open_locked(res.generation):
+                        live.append(j)
+                        continue
+                    self._invalidate(res.offset, res.nbytes)
+                    self._allocator.free(res.offset, self._slot_bytes(res.nbytes))
+                    self._counts["refused_after_clear"] += 1
+                if not live:
+                    return [], [], None
+                chosen = [reservations[j] for j in live]
+                live_keys, live_fps = [keys[j] for j in live], fps[live]
+            slots, nbytes, kinds = (
+                list(map(_OFFSET, chosen)),
+                list(map(_NBYTES, chosen)),
+                list(map(_OBJ_TYPE, chosen)),
+            )
+            index_rows = self._index.rows(slots, nbytes, list(map(_VERSION, chosen)), kinds)
+            done = self._publish_locked(live_keys, live_fps, index_rows, slots, nbytes, kinds)
+            look = self._index.lookup(live_keys, live_fps) if where else None
+        return live, done, look
 
     def cancel(self, reservations: Sequence[Reservation]) -> None:
         """Free reservations that will not be published."""

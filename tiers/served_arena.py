@@ -19,6 +19,7 @@ import contextlib
 import logging
 import operator
 from collections.abc import Callable, Sequence
+from itertools import compress
 
 from .dram_tier import DramTier, Located, Reservation
 from .policy import AccessContext, ObjectType
@@ -178,15 +179,15 @@ class ServedArena:
         assert self.state.dram is not None
         deadline = self.state.deadline(deadline)
         epoch = self.state.clear_epoch  # before the publish: a clear after it keeps pool copies out
-        located = self.state.dram.publish(reservations)
-        live = [(reservations[i].key, ctxs[i]) for i, loc in enumerate(located) if loc is not None]
+        published = self.state.dram.publish_flags(reservations)
+        live = [(res.key, ctx) for res, ctx in compress(zip(reservations, ctxs, strict=True), published)]
         if live:
             if any(p.write_through for p in self.state.pools):
                 self._place_committed(live, deadline, epoch)
             else:
                 with contextlib.suppress(RuntimeError):  # closing: nothing to place any more
                     self.state.worker.submit(self._place_committed_later, live, deadline, epoch)
-        return [loc is not None for loc in located]
+        return published
 
     def _place_committed_later(
         self, live: Sequence[tuple[str, AccessContext]], deadline: float, epoch: int

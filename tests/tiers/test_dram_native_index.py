@@ -103,6 +103,36 @@ def test_a_served_reservation_whose_fingerprint_is_taken_is_not_published(collid
         tier.close()
 
 
+def test_publish_flags_answer_what_publish_locates(colliding: None) -> None:
+    """A served commit asks ``publish_flags``: True where ``publish`` would locate the key (its
+    own slot, or the first value of a key published meanwhile), False for a reservation made
+    before a clear and for a fingerprint another key holds; the same slots are freed."""
+    first, second = colliding_pair()
+    flags = DramTier(capacity=4 * MiB, slab_size=MiB, object_headers=True)
+    where = DramTier(capacity=4 * MiB, slab_size=MiB, object_headers=True)
+    try:
+        for tier in (flags, where):
+            assert put_all(tier, [(first, value_of(first, 8192))]) == [True]
+        answers = []
+        for tier, publish in ((flags, flags.publish_flags), (where, where.publish)):
+            old = tier.reserve([("before-clear", 8192, 0)])
+            tier.clear()
+            assert put_all(tier, [(first, value_of(first, 8192))]) == [True]
+            made = tier.reserve([(second, 8192, 0), ("k", 8192, 0), ("k", 8192, 0)])
+            for res in made:
+                assert res is not None
+                res.body[:] = np.frombuffer(value_of(res.key, 8192), np.uint8)
+            answers.append(publish([*old, *made]))  # type: ignore[list-item]
+        assert answers[0] == [False, False, True, True]
+        assert answers[0] == [loc is not None for loc in answers[1]]
+        assert flags.stats()["entries"] == where.stats()["entries"] == 2
+        assert flags.stats()["used_bytes"] == where.stats()["used_bytes"]
+        assert get_all(flags, ["k"], [8192]) == [value_of("k", 8192)]
+    finally:
+        flags.close()
+        where.close()
+
+
 @pytest.fixture(params=[0, COLLIDING_MASK], ids=["fingerprints", "forced-collisions"])
 def mask(request: pytest.FixtureRequest) -> Iterator[int]:
     set_test_fingerprint_mask(request.param)
