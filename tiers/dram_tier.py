@@ -60,7 +60,7 @@ from hicache_mooncake.transport.object_header import (
 )
 
 from .dram_arena import DramArena
-from .dram_index import DramIndex
+from .dram_index import DramIndex, Lookup
 from .parts import Parts, pages_sizes
 from .policy import AccessContext
 from .policy.dram_room import RoomPlan
@@ -587,7 +587,9 @@ class DramTier(Tier):
             out[j] = ok
         return out
 
-    def _publish(self, reservations: Sequence[Reservation], where: bool) -> tuple[list[int], list[bool], Any]:
+    def _publish(
+        self, reservations: Sequence[Reservation], where: bool
+    ) -> tuple[list[int], list[bool], Lookup | None]:
         """``publish``'s work under one lock hold: ``(live, done, lookup)``: the positions of the
         reservations made since the last clear (the others are freed, counted), whether each
         of them is findable now (``_publish_locked``), and with ``where`` the index lookup of

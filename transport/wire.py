@@ -454,11 +454,6 @@ RESERVED_BUSY = 3
 """Another writer holds a reservation for the key right now."""
 
 
-def encode_alloc_reply(entries: Sequence[tuple[int, int, int]]) -> bytes:
-    """(status: one of ``RESERVED_*``, body offset, version) per item."""
-    return _U32.pack(len(entries)) + b"".join(_ALLOC_RESP.pack(*e) for e in entries)
-
-
 _ALLOC_RECORD = np.dtype([("status", "u1"), ("offset", ">u8"), ("version", ">u8")])
 assert _ALLOC_RECORD.itemsize == _ALLOC_RESP.size
 
@@ -473,13 +468,13 @@ def alloc_records(n: int) -> np.ndarray:
 
 
 def encode_alloc_records(records: np.ndarray) -> bytes:
-    """The ALLOC reply of ``records`` (``alloc_records``' layout), in one copy: what
-    ``encode_alloc_reply`` sends for the same entries."""
+    """The ALLOC reply of ``records`` (``alloc_records``' layout), in one copy: a counted list of
+    ``_ALLOC_RESP`` entries (status: one of ``RESERVED_*``, body offset, version)."""
     return _U32.pack(len(records)) + np.asarray(records, _ALLOC_RECORD).tobytes()
 
 
 def decode_alloc_records(meta: bytes | bytearray | memoryview, expected: int) -> np.ndarray:
-    """The ALLOC reply (``encode_alloc_reply``) as one numpy record per item (``status``,
+    """The ALLOC reply (``encode_alloc_records``) as one numpy record per item (``status``,
     ``offset``, ``version``), with no object per item."""
     return _reply_records(meta, expected, Op.ALLOC, _ALLOC_RECORD)
 

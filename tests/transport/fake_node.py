@@ -38,7 +38,9 @@ def serve(sock: socket.socket, secret: bytes, info: bytes) -> None:
         recv_exact(sock, h.payload_len, None)
         if h.op == Op.ALLOC:
             items = wire.decode_put(meta, None, LIMITS)
-            out = wire.encode_alloc_reply([(RESERVED_NEW, 0, 1) for _ in items])
+            records = wire.alloc_records(len(items))
+            records["status"], records["version"] = RESERVED_NEW, 1
+            out = wire.encode_alloc_records(records)
         elif h.op == Op.COMMIT:
             out = wire.encode_flags([True] * len(wire.decode_commit(meta, LIMITS)))
         elif h.op == Op.LOOKUP:

@@ -23,7 +23,8 @@ from hicache_mooncake.transport.registry import engine_names, make_engine
 LIM = wire.Limits(max_key_len=64, max_batch=8)
 
 # The per-tuple codecs of two replies, kept as reference models of the record forms the product
-# uses (``encode_lookup_records``, ``decode_alloc_records``): one struct per entry, big-endian.
+# uses (``encode_lookup_records``, ``encode_alloc_records``, ``decode_alloc_records``): one struct
+# per entry, big-endian.
 _LOOKUP_ENTRY = struct.Struct("!BQQQBQ")  # found, body offset, size, version, type, header offset
 _ALLOC_ENTRY = struct.Struct("!BQQ")  # status, body offset, version
 
@@ -32,6 +33,10 @@ def encode_lookup_reply(refs: Sequence[wire.SlotRef]) -> bytes:
     return struct.pack("!I", len(refs)) + b"".join(
         _LOOKUP_ENTRY.pack(int(x.found), x.offset, x.size, x.version, x.obj_type, x.header) for x in refs
     )
+
+
+def encode_alloc_reply(entries: Sequence[tuple[int, int, int]]) -> bytes:
+    return struct.pack("!I", len(entries)) + b"".join(_ALLOC_ENTRY.pack(*e) for e in entries)
 
 
 def decode_alloc_reply(meta: bytes, expected: int) -> list[tuple[int, int, int]]:
@@ -93,14 +98,19 @@ def test_meta_encodings_roundtrip_and_reject_bad_input() -> None:
     made[0] = records[0]
     assert wire.encode_lookup_records(made) == encode_lookup_reply(refs)
     entries = [(wire.RESERVED_NEW, 4096, 2**63 + 5), (wire.RESERVED_PRESENT, 0, 0)]
-    alloc = wire.decode_alloc_records(wire.encode_alloc_reply(entries), 2)
+    alloc = wire.decode_alloc_records(encode_alloc_reply(entries), 2)
     assert [(int(r["status"]), int(r["offset"]), int(r["version"])) for r in alloc] == entries
-    assert decode_alloc_reply(wire.encode_alloc_reply(entries), 2) == entries
+    assert decode_alloc_reply(encode_alloc_reply(entries), 2) == entries
+    made_alloc = wire.alloc_records(2)
+    made_alloc[0] = (wire.RESERVED_NEW, 4096, 2**63 + 5)
+    made_alloc[1]["status"] = wire.RESERVED_PRESENT
+    assert wire.encode_alloc_records(made_alloc) == encode_alloc_reply(entries)
+    assert wire.alloc_records(1)["status"].tolist() == [wire.RESERVED_NO_SPACE]
     for bad in (
         lambda: wire.decode_lookup_records(encode_lookup_reply(refs), 3),
         lambda: wire.decode_lookup_records(encode_lookup_reply(refs)[:-1], 2),
-        lambda: wire.decode_alloc_records(wire.encode_alloc_reply(entries) + b"x", 2),
-        lambda: wire.decode_alloc_records(b"\0\0\0\3" + wire.encode_alloc_reply(entries)[4:], 2),
+        lambda: wire.decode_alloc_records(encode_alloc_reply(entries) + b"x", 2),
+        lambda: wire.decode_alloc_records(b"\0\0\0\3" + encode_alloc_reply(entries)[4:], 2),
     ):
         with pytest.raises(ProtocolError):
             bad()
