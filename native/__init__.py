@@ -53,6 +53,7 @@ from .io import (  # noqa: E402
     set_io_threads,
     write_entries,
 )
+from .key_order import KeyOrder  # noqa: E402
 from .page_keys import check_page_keys, join_keys  # noqa: E402
 from .page_views import AffinePages  # noqa: E402
 from .recency_log import RecencyLog  # noqa: E402
@@ -68,6 +69,7 @@ __all__ = [
     "EntryVerdict",
     "WritesInFlight",
     "FpTable",
+    "KeyOrder",
     "RecencyLog",
     "ReuseLedger",
     "SlotIndex",

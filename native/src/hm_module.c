@@ -7,6 +7,7 @@
 #include "hm_entry.h"
 #include "hm_io.h"
 #include "hm_keys.h"
+#include "hm_keyorder.h"
 #include "hm_pageviews.h"
 #include "hm_populate.h"
 #include "hm_recency.h"
@@ -81,7 +82,8 @@ static struct PyModuleDef core_module = {
 
 PyMODINIT_FUNC PyInit__core(void) {
     if (PyType_Ready(&hm_FpTableType) < 0 || PyType_Ready(&hm_RecencyLogType) < 0 ||
-        PyType_Ready(&hm_SlotIndexType) < 0 || PyType_Ready(&hm_ReuseLedgerType) < 0)
+        PyType_Ready(&hm_SlotIndexType) < 0 || PyType_Ready(&hm_ReuseLedgerType) < 0 ||
+        PyType_Ready(&hm_KeyOrderType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&core_module);
     if (!m)
@@ -90,6 +92,7 @@ PyMODINIT_FUNC PyInit__core(void) {
         PyModule_AddObjectRef(m, "RecencyLog", (PyObject *)&hm_RecencyLogType) < 0 ||
         PyModule_AddObjectRef(m, "SlotIndex", (PyObject *)&hm_SlotIndexType) < 0 ||
         PyModule_AddObjectRef(m, "ReuseLedger", (PyObject *)&hm_ReuseLedgerType) < 0 ||
+        PyModule_AddObjectRef(m, "KeyOrder", (PyObject *)&hm_KeyOrderType) < 0 ||
         PyModule_AddIntConstant(m, "ENTRY_OK", HM_ENTRY_OK) < 0 ||
         PyModule_AddIntConstant(m, "ENTRY_SHORT", HM_ENTRY_SHORT) < 0 ||
         PyModule_AddIntConstant(m, "ENTRY_BAD_HEADER", HM_ENTRY_BAD_HEADER) < 0 ||

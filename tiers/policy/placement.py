@@ -35,17 +35,16 @@ from __future__ import annotations
 import enum
 import itertools
 import operator
-from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from hicache_mooncake.native import KeyOrder
 
 from .base import TRAILING_TYPES, AccessContext, EvictionPolicy
 from .dram_room import RoomPlan, choose
 from .hints import Hints
 from .quotas import TenantLedger
 from .superseded import SupersededSet
-
-_SHARED_SIZES = 64  # distinct page sizes given one shared int each (the rest keep their own)
 
 DRAM, SSD = "dram", "ssd"
 _CTX_SIZE = operator.attrgetter("size")
@@ -111,9 +110,10 @@ class TierPlacement:
         self.capacity = capacity
         self.dram_capacity = dram_capacity
         self.dram_low = low
-        self._size: dict[str, int] = {}  # resident key -> charged size
-        self._sizes: dict[int, int] = {}  # see _shared_size
-        self._dram: OrderedDict[str, int] = OrderedDict()  # DRAM keys in LRU order (MRU last) -> size
+        # resident key -> charged size, in placement order; DRAM keys -> size in LRU order (MRU
+        # last). Native ordered maps (``native.KeyOrder``): a batch of pages is one call each.
+        self._size = KeyOrder()
+        self._dram = KeyOrder()
         self.used = 0
         self.dram_used = 0
         self._drops: list[tuple[str, str]] = []
@@ -125,16 +125,6 @@ class TierPlacement:
         self.type_aware = type_aware
         self.superseded = SupersededSet()
 
-    def _shared_size(self, size: int) -> int:
-        """One int object per distinct page size (a model has a handful): every resident key
-        keeps its size, and a fresh 32-byte int per key is memory the index does not need."""
-        shared = self._sizes.get(size)
-        if shared is None:
-            if len(self._sizes) >= _SHARED_SIZES:
-                return size
-            shared = self._sizes[size] = size
-        return shared
-
     # ------------------------------------------------------------------ queries
     def tier_of(self, key: str) -> str | None:
         if key in self._dram:
@@ -143,8 +133,8 @@ class TierPlacement:
 
     def placed_on_ssd(self, keys: Sequence[str]) -> list[bool]:
         """Per key, ``tier_of(key) == SSD`` (resident, not in DRAM), in C-level passes."""
-        on_dram = map(self._dram.__contains__, keys)
-        return list(map(operator.and_, map(self._size.__contains__, keys), map(operator.not_, on_dram)))
+        on_dram = map(operator.not_, self._dram.contains_many(keys))
+        return list(map(operator.and_, self._size.contains_many(keys), on_dram))
 
     def __contains__(self, key: object) -> bool:
         return key in self._size
@@ -170,7 +160,7 @@ class TierPlacement:
         if fast is not None:
             return fast
         on_set, ledger, superseded = self.policy.on_set, self.ledger, self.superseded
-        resident, dram, sizes = self._size, self._dram, self._sizes
+        resident, dram = self._size, self._dram
         to_dram, type_aware = self.dram_capacity > 0, self.type_aware
         out: list[SetOutcome] = []
         for key, ctx in zip(keys, ctxs, strict=True):
@@ -181,7 +171,6 @@ class TierPlacement:
                 continue
             if before is None:
                 size = ctx.size or 1
-                size = sizes.get(size) or self._shared_size(size)
                 resident[key] = size
                 self.used += size
                 if to_dram:  # a new page goes straight to DRAM: one ledger event, not two
@@ -217,24 +206,17 @@ class TierPlacement:
         key of the batch). None (nothing done) otherwise: the caller then takes the per-key
         loop, which decides the same way."""
         resident = self._size
-        if (
-            len(keys) < 2
-            or self.ledger.limited
-            or not resident.keys().isdisjoint(keys)
-            or len(set(keys)) != len(keys)
-        ):
+        if len(keys) < 2 or self.ledger.limited or resident.any_in(keys) or len(set(keys)) != len(keys):
             return None
-        raw = list(map(_CTX_SIZE, ctxs))
-        if 0 in raw:
+        sizes = list(map(_CTX_SIZE, ctxs))
+        if 0 in sizes:
             return None
-        evicting = self.used + sum(raw) > self.capacity
-        interleaved = evicting and not (self.policy.evicts_oldest_first and sum(raw) <= self.capacity)
+        evicting = self.used + sum(sizes) > self.capacity
+        interleaved = evicting and not (self.policy.evicts_oldest_first and sum(sizes) <= self.capacity)
         if interleaved and not self._plain:
             return None
         if self.type_aware and not TRAILING_TYPES.isdisjoint(map(_CTX_TYPE, ctxs)):
             return None
-        shared = {size: self._shared_size(size) for size in set(raw)}
-        sizes = list(map(shared.__getitem__, raw))
         if interleaved:
             return self._set_new_evicting(keys, ctxs, sizes)
         taken = self.policy.on_set_batch(keys, ctxs)
@@ -248,11 +230,12 @@ class TierPlacement:
                 list(itertools.compress(sizes, taken)),
             )
         total = sum(kept_sizes)
-        resident.update(zip(kept_keys, kept_sizes, strict=True))
+        if not resident.add_new(kept_keys, kept_sizes):  # checked above: new and distinct
+            raise AssertionError("a batch checked new and distinct was refused")
         self.used += total
         to_dram = self.dram_capacity > 0
         if to_dram:
-            self._dram.update(zip(kept_keys, kept_sizes, strict=True))
+            self._dram.add_new(kept_keys, kept_sizes)
             self.dram_used += total
         self.ledger.placed_batch(kept_keys, kept_sizes, in_dram=to_dram)
         if evicting:
@@ -348,13 +331,11 @@ class TierPlacement:
         """``hit`` of each key, in C-level passes, when every key is in DRAM and nothing else is
         kept per read (no tenant recency order, no trailing object tracked): the policy's calls
         and the DRAM order end as ``hit`` leaves them. False (nothing done) otherwise."""
-        dram = self._dram
         if self.ledger.ordered or (self.type_aware and self.superseded.trailing):
             return False
-        if not all(map(dram.__contains__, keys)):
+        if not self._dram.touch_many(keys):  # all or nothing: every key in DRAM, moved to MRU
             return False
         self.policy.on_hit_batch(keys, ctxs)
-        deque(map(dram.move_to_end, keys), maxlen=0)
         return True
 
     def hit_batch(
@@ -366,9 +347,9 @@ class TierPlacement:
         ``hit`` of each leaves it. Returns each key's tier before the read; None (nothing done)
         otherwise: the caller then takes ``hit`` per key."""
         dram, resident = self._dram, self._size
-        if len(set(keys)) != len(keys) or not all(map(resident.__contains__, keys)):
+        if len(set(keys)) != len(keys) or not all(resident.contains_many(keys)):
             return None
-        before = [DRAM if key in dram else SSD for key in keys]
+        before = list(map(_TIER_OF.__getitem__, dram.contains_many(keys)))
         self.policy.on_hit_batch(keys, ctxs)
         trailing = self.superseded.trailing if self.type_aware else None
         ordered, up_allowed = self.ledger.ordered, self.dram_capacity > 0
@@ -387,7 +368,7 @@ class TierPlacement:
                     dram[key] = resident[key]
                     up_keys.append(key)
         if up_keys:
-            sizes = list(map(resident.__getitem__, up_keys))
+            sizes = resident.values_of(up_keys)
             self.dram_used += sum(sizes)
             self.ledger.moved_batch(up_keys, sizes, to_dram=True)
         return before
@@ -399,7 +380,7 @@ class TierPlacement:
             return self.hit(key, ctx, promote=tier == DRAM) is not None
         if self.capacity <= 0 or not self.policy.on_set(key, ctx):
             return False
-        size = self._shared_size(ctx.size or 1)
+        size = ctx.size or 1
         self._size[key] = size
         self.used += size
         self.ledger.placed(key, size)
@@ -440,14 +421,8 @@ class TierPlacement:
         demote: list[str] = self._demote_over_share()
         if self.dram_used > self.dram_capacity:
             demote.extend(self._demote_superseded(self.dram_used - self.dram_low))
-            oldest, sizes = [], []
-            dram, used, low = self._dram, self.dram_used, self.dram_low
-            while dram and used > low:
-                key, size = dram.popitem(last=False)
-                used -= size
-                oldest.append(key)
-                sizes.append(size)
-            self.dram_used = used
+            oldest, sizes = self._dram.pop_oldest(self.dram_used - self.dram_low)
+            self.dram_used -= sum(sizes)
             self.ledger.moved_batch(oldest, sizes, to_dram=False)
             demote.extend(oldest)
         if demote and self.ledger.shares:  # demoted pages may put a tenant over its SSD share
@@ -481,13 +456,7 @@ class TierPlacement:
                     self.leave_dram(key)
                     demote.append(key)
                     freed += size
-            oldest, sizes = [], []
-            dram = self._dram
-            while dram and freed < nbytes:
-                key, size = dram.popitem(last=False)
-                oldest.append(key)
-                sizes.append(size)
-                freed += size
+            oldest, sizes = self._dram.pop_oldest(nbytes - freed)
             self.dram_used -= sum(sizes)
             self.ledger.moved_batch(oldest, sizes, to_dram=False)
             demote.extend(oldest)
@@ -666,14 +635,14 @@ class TierPlacement:
 
     def resident_keys(self) -> list[str]:
         """Every resident key (a copy), oldest placement first."""
-        return list(self._size)
+        return self._size.keys()
 
     def hottest_cut(self, limit: int) -> HottestCut:
         """What ``hottest`` needs, copied by C-level passes (a few ms at 256k pages: callers take it
         under the store lock and run ``HottestCut.pages`` after releasing it)."""
-        dram = list(itertools.islice(reversed(self._dram.items()), limit))
+        dram = self._dram.newest(limit)
         # the first ``limit`` placed pages hold at most len(dram) DRAM ones: enough SSD ones follow
-        placed = list(itertools.islice(reversed(self._size.items()), limit))
+        placed = self._size.newest(limit)
         return HottestCut(dram, placed, limit)
 
     def hottest(self, limit: int) -> list[tuple[str, int, bool]]:
