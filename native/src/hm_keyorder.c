@@ -544,6 +544,36 @@ static PyObject *KeyOrder_any_in(KeyOrder *t, PyObject *keys) {
     return PyBool_FromLong(found);
 }
 
+/* The values argument of a batch call: one int for all (*one, *vals NULL), or a sequence as long as
+ * the keys (*vals, PyMem: the caller frees it). -1 with an error set. */
+static int ko_batch_values(PyObject *values, Py_ssize_t n, int64_t *one, int64_t **vals) {
+    *vals = NULL;
+    if (PyLong_Check(values))
+        return ko_value(values, one);
+    PyObject *vfast = PySequence_Fast(values, "values must be an int or a sequence of ints");
+    if (!vfast)
+        return -1;
+    int rc = -1;
+    if (hm_check_len("values", PySequence_Fast_GET_SIZE(vfast), "keys", n) < 0)
+        goto done;
+    *vals = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    if (!*vals) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    PyObject **vitems = PySequence_Fast_ITEMS(vfast);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (ko_value(vitems[i], &(*vals)[i]) < 0) {
+            PyMem_Free(*vals);
+            *vals = NULL;
+            goto done;
+        }
+    rc = 0;
+done:
+    Py_DECREF(vfast);
+    return rc;
+}
+
 /* add_new(keys, values) -> bool: when no key is present and none repeats, every key joins the
  * newest end in order with its value (values: one int for all, or a sequence as long as keys);
  * otherwise False and nothing changes. */
@@ -552,31 +582,14 @@ static PyObject *KeyOrder_add_new(KeyOrder *t, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_TypeError, "add_new(keys, values)");
         return NULL;
     }
-    PyObject *fast, *vfast = NULL, *result = NULL;
+    PyObject *fast, *result = NULL;
     Py_ssize_t n;
     Py_hash_t *h = ko_batch_hashes(args[0], &fast, &n);
     if (!h)
         return NULL;
     int64_t one = 0, *vals = NULL;
-    if (PyLong_Check(args[1])) {
-        if (ko_value(args[1], &one) < 0)
-            goto done;
-    } else {
-        vfast = PySequence_Fast(args[1], "values must be an int or a sequence of ints");
-        if (!vfast)
-            goto done;
-        if (hm_check_len("values", PySequence_Fast_GET_SIZE(vfast), "keys", n) < 0)
-            goto done;
-        vals = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
-        if (!vals) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        PyObject **vitems = PySequence_Fast_ITEMS(vfast);
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (ko_value(vitems[i], &vals[i]) < 0)
-                goto done;
-    }
+    if (ko_batch_values(args[1], n, &one, &vals) < 0)
+        goto done;
     PyObject **items = PySequence_Fast_ITEMS(fast);
     for (Py_ssize_t i = 0; i < n; i++) {
         size_t slot;
@@ -603,7 +616,40 @@ static PyObject *KeyOrder_add_new(KeyOrder *t, PyObject *const *args, Py_ssize_t
 done:
     PyMem_Free(vals);
     PyMem_Free(h);
-    Py_XDECREF(vfast);
+    Py_DECREF(fast);
+    return result;
+}
+
+/* put_many(keys, values): self[key] = value for each in order (a present key keeps its place, a
+ * new one joins the newest end), as dict.update of the pairs; a bad key or value changes nothing. */
+static PyObject *KeyOrder_put_many(KeyOrder *t, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "put_many(keys, values)");
+        return NULL;
+    }
+    PyObject *fast;
+    Py_ssize_t n;
+    Py_hash_t *h = ko_batch_hashes(args[0], &fast, &n);
+    if (!h)
+        return NULL;
+    int64_t one = 0, *vals = NULL;
+    PyObject *result = NULL;
+    if (ko_batch_values(args[1], n, &one, &vals) < 0 || ko_reserve(t, n) < 0)
+        goto done;
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        size_t slot;
+        int64_t e = ko_find(t, items[i], h[i], &slot);
+        int64_t v = vals ? vals[i] : one;
+        if (e >= 0)
+            t->entries[e].value = v;
+        else
+            ko_insert_at(t, slot, items[i], h[i], v);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_Free(vals);
+    PyMem_Free(h);
     Py_DECREF(fast);
     return result;
 }
@@ -726,6 +772,8 @@ static PyMethodDef KeyOrder_methods[] = {
     {"any_in", (PyCFunction)KeyOrder_any_in, METH_O, "any_in(keys) -> whether some key is present"},
     {"add_new", HM_FASTCALL(KeyOrder_add_new), METH_FASTCALL,
      "add_new(keys, values) -> bool: all keys new and distinct -> added newest last, else nothing"},
+    {"put_many", HM_FASTCALL(KeyOrder_put_many), METH_FASTCALL,
+     "put_many(keys, values): self[key] = value of each pair in order (dict.update)"},
     {"touch_many", (PyCFunction)KeyOrder_touch_many, METH_O,
      "touch_many(keys) -> bool: all present -> each moved to the newest end in order, else nothing"},
     {"values_of", (PyCFunction)KeyOrder_values_of, METH_O, "values_of(keys) -> list (KeyError: absent)"},

@@ -1,7 +1,7 @@
-"""The native KeyOrder against ``collections.OrderedDict`` (the reference model it replaces in the
-placement and the LRU policy): seeded random operation streams over keys that collide in the
-index (ints of equal Python hash, strs of few distinct hashes' low bits), growth and shrinking,
-and the all-or-nothing batch calls."""
+"""The native KeyOrder against ``collections.OrderedDict`` (the reference model of the dicts and
+ordered dicts it replaces in the placement, the LRU policy and the reuse policy's run map): seeded
+random operation streams over str and int keys, some ints sharing their Python hash, growth and
+shrinking, and the batch calls (all or nothing where they refuse)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _same(ko: KeyOrder, od: OrderedDict[Any, int]) -> None:
 
 
 def _step(rng: random.Random, ko: KeyOrder, od: OrderedDict[Any, int], pool: list[Any]) -> None:
-    op = rng.randrange(12)
+    op = rng.randrange(13)
     key = rng.choice(pool)
     probe = _fresh_copy(key) if rng.random() < 0.5 else key
     if op == 0:
@@ -93,6 +93,13 @@ def _step(rng: random.Random, ko: KeyOrder, od: OrderedDict[Any, int], pool: lis
     elif op == 10:
         limit = rng.randrange(0, 50)
         assert ko.newest(limit) == list(reversed(od.items()))[:limit]
+    elif op == 12:
+        batch = [rng.choice(pool) for _ in range(rng.randrange(0, 30))]  # repeats allowed
+        value: int | list[int] = (
+            rng.randrange(1 << 20) if rng.random() < 0.5 else [rng.randrange(9) for _ in batch]
+        )
+        ko.put_many([_fresh_copy(k) for k in batch], value)
+        od.update(zip(batch, value if isinstance(value, list) else [value] * len(batch), strict=True))
     elif op == 11 and rng.random() < 0.02:
         ko.clear()
         od.clear()
@@ -148,6 +155,10 @@ def test_batch_calls_change_nothing_when_refused() -> None:
         ko.add_new(["c"], [1, 2])
     with pytest.raises(TypeError):
         ko.add_new(["c", 3.5], 1)
+    with pytest.raises(TypeError):
+        ko.put_many(["c", None], 1)
+    with pytest.raises(TypeError):
+        ko.put_many(["c", "d"], [1, "x"])
     assert ko.items() == before
 
 

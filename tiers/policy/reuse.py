@@ -75,12 +75,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from itertools import compress, repeat
+from itertools import compress
 from typing import ClassVar
 
 import numpy as np
 
-from hicache_mooncake.native import RecencyLog, ReuseLedger
+from hicache_mooncake.native import KeyOrder, RecencyLog, ReuseLedger
 
 from .base import DEFAULT_CONTEXT, AccessContext, EvictionPolicy
 from .hints import Hints, HintState
@@ -177,8 +177,9 @@ class ReusePolicy(EvictionPolicy):
 
     def _reset(self) -> None:
         self.alpha = self.base_alpha
-        # resident pages: key -> run id; runs: run id -> keys (chain order); heap of (prio, order, run)
-        self._where: dict[str, int] = {}
+        # resident pages: key -> run id (a native ordered map: a batch is one call); runs: run id ->
+        # keys (chain order); heap of (prio, order, run)
+        self._where = KeyOrder()
         self._runs: dict[int, list[str]] = {}
         # heap entries: (priority, order, run, floor at the push, class; -1 for a pinned page)
         self._heap: list[tuple[float, int, int, float, int]] = []
@@ -447,13 +448,13 @@ class ReusePolicy(EvictionPolicy):
             if index > at:
                 seg = keys[at:index]
                 runs[rid].extend(seg)
-                where.update(zip(seg, repeat(rid)))
+                where.put_many(seg, rid)
             runs[new_rid] = []
             heapq.heappush(self._heap, (prio, order, new_rid, floor, cls))
             rid, at = new_rid, index
         seg = keys[at:stop]
         runs[rid].extend(seg)
-        where.update(zip(seg, repeat(rid)))
+        where.put_many(seg, rid)
         self._slots += stop - start
 
     def _sweep(self, budget: int) -> None:
@@ -506,7 +507,7 @@ class ReusePolicy(EvictionPolicy):
             return super().on_set_batch(keys, ctxs)
         keys = keys if isinstance(keys, list | tuple) else list(keys)
         ctxs = ctxs if isinstance(ctxs, list | tuple) else list(ctxs)
-        self._record(keys, ctxs, False, bytes(map(self._where.__contains__, keys)))
+        self._record(keys, ctxs, False, bytes(self._where.contains_many(keys)))
         return [True] * len(keys)
 
     def on_insert(self, key: str, ctx: AccessContext = DEFAULT_CONTEXT) -> None:
@@ -519,7 +520,7 @@ class ReusePolicy(EvictionPolicy):
     def on_hit_batch(self, keys: Sequence[str], ctxs: Sequence[AccessContext]) -> None:
         """The resident keys' hits in one ledger call (unknown keys are ignored, as ``on_hit``
         does)."""
-        tracked = list(map(self._where.__contains__, keys))
+        tracked = self._where.contains_many(keys)
         if all(tracked):
             keys = keys if isinstance(keys, list | tuple) else list(keys)
             ctxs = ctxs if isinstance(ctxs, list | tuple) else list(ctxs)
