@@ -9,8 +9,8 @@
  * str and int: their hash and comparison run no Python code, so no call sees the map change
  * under it, and a key's hash is cached by the str itself. Values are converted before any
  * change, so a bad value changes nothing. Every call holds the GIL (a store call's keys: tens of
- * microseconds at most) except none; the map is not thread-safe beyond the GIL.
- * 32 bytes per entry plus 8-16 of index.
+ * microseconds at most); the map is not thread-safe beyond the GIL. Memory: 32 bytes per entry
+ * (the array grows by half) plus 8-16 of index; the index is rebuilt in one pass when it doubles.
  */
 #include "hm_keyorder.h"
 
@@ -99,7 +99,9 @@ static int ko_set_slots(KeyOrder *t, size_t slots) {
     t->slots = slots;
     t->shift = shift;
     size_t mask = slots - 1;
-    for (uint32_t e = t->head; e != KO_NIL; e = t->entries[e].next) {
+    for (uint32_t e = 0; e < t->top; e++) { /* in memory order: a rebuild streams the entries */
+        if (!t->entries[e].key)
+            continue;
         size_t i = ko_home(t, t->entries[e].hash);
         while (index[i])
             i = (i + 1) & mask;
@@ -123,7 +125,7 @@ static int ko_reserve(KeyOrder *t, Py_ssize_t more) {
             return -1;
     }
     if (need > t->cap) {
-        size_t cap = t->cap ? (size_t)t->cap * 2 : 16;
+        size_t cap = t->cap ? (size_t)t->cap + t->cap / 2 : 16; /* 1.5x: less slack than doubling */
         if (cap < need)
             cap = need;
         if (cap > KO_MAX_ENTRIES)
