@@ -58,6 +58,7 @@ from .page_keys import check_page_keys, join_keys  # noqa: E402
 from .page_views import AffinePages  # noqa: E402
 from .recency_log import RecencyLog  # noqa: E402
 from .reuse_ledger import ReuseLedger  # noqa: E402
+from .row_tuples import row_tuples  # noqa: E402
 from .slot_index import SlotIndex  # noqa: E402
 from .slots import copy_slots, page_sizes  # noqa: E402
 from .wire_keys import decode_keyed, encode_keyed  # noqa: E402
@@ -90,6 +91,7 @@ __all__ = [
     "pwrite_batch",
     "read_entries",
     "reserve_io_staging",
+    "row_tuples",
     "set_io_threads",
     "set_test_fingerprint_mask",
     "set_xxh3_library",

@@ -11,6 +11,7 @@
 #include "hm_pageviews.h"
 #include "hm_populate.h"
 #include "hm_recency.h"
+#include "hm_rows.h"
 #include "hm_reuse.h"
 #include "hm_slotindex.h"
 #include "hm_slots.h"
@@ -34,6 +35,8 @@ static PyMethodDef module_methods[] = {
      "join_keys(prefix, hashes, tail) -> [prefix + h + tail for h in hashes]"},
     {"set_test_fingerprint_mask", hm_py_set_test_fingerprint_mask, METH_O,
      "set_test_fingerprint_mask(mask): TEST-ONLY"},
+    {"row_tuples", HM_FASTCALL(hm_py_row_tuples), METH_FASTCALL,
+     "row_tuples(cls, n, fields, kinds) -> n instances of the tuple subclass cls (kinds: 0 shared, 1 per item, 2 index)"},
     {"copy_pages", HM_FASTCALL(hm_py_copy_pages), METH_FASTCALL,
      "copy_pages(dst, dst_offsets, src, src_offsets, lengths)"},
     {"copy_slots", HM_FASTCALL(hm_py_copy_slots), METH_FASTCALL,

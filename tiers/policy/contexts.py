@@ -14,7 +14,9 @@ real ``TieredStore`` and the replay simulator, so the policy sees the same input
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import repeat
+
+from hicache_mooncake.native import row_tuples
+from hicache_mooncake.native.row_tuples import INDEX, PER_ITEM, SHARED
 
 from .base import AccessContext, ObjectType
 
@@ -23,7 +25,9 @@ def _sizes(sizes: Sequence[int] | int, n: int) -> Sequence[int]:
     return [sizes] * n if isinstance(sizes, int) else sizes
 
 
-_make = tuple.__new__  # AccessContext's fields positionally: a third of keyword construction
+#: how ``_contexts`` fills each field of AccessContext (``native.row_tuples``): the position is the
+#: key's index, the size and the previous key are per key, the rest shared by the call
+_KINDS = bytes((SHARED, INDEX, SHARED, SHARED, PER_ITEM, PER_ITEM, SHARED, SHARED, SHARED, SHARED))
 
 
 def _contexts(
@@ -36,15 +40,12 @@ def _contexts(
     request_len: int,
 ) -> list[AccessContext]:
     """Key ``i``'s context: position ``i`` of ``n``, ``sizes[i]``, ``prevs[i]``, the rest shared.
-    Built in C-level passes (no Python code per key). Field order: now, position, batch_len,
+    Built in one native call (no Python code per key). Field order: now, position, batch_len,
     prefix_hits, size, prev_key, obj_type, demoted, promoted, request_len (checked by a test)."""
     if len(sizes) != n or len(prevs) != n:
         raise ValueError(f"{n} keys, {len(sizes)} sizes, {len(prevs)} previous keys")
-    fields = zip(
-        repeat(now), range(n), repeat(n), repeat(prefix_hits), sizes, prevs,
-        repeat(obj_type), repeat(False), repeat(False), repeat(request_len),
-    )  # fmt: skip
-    return list(map(_make, repeat(AccessContext), fields))
+    fields = (now, None, n, prefix_hits, sizes, prevs, obj_type, False, False, request_len)
+    return row_tuples(AccessContext, n, fields, _KINDS)
 
 
 def set_contexts(
