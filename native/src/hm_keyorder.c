@@ -235,6 +235,13 @@ static size_t ko_slot_of(const KeyOrder *t, uint32_t e) {
 }
 
 static int ko_value(PyObject *obj, int64_t *out) {
+    if (PyLong_CheckExact(obj)) { /* the usual value: no index conversion */
+        long long v = PyLong_AsLongLong(obj);
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        *out = (int64_t)v;
+        return 0;
+    }
     PyObject *n = PyNumber_Index(obj);
     if (!n)
         return -1;

@@ -254,24 +254,32 @@ class TierPlacement:
         to_dram = self.dram_capacity > 0
         new = SetOutcome.NEW_DRAM if to_dram else SetOutcome.NEW_SSD
         refused = SetOutcome.REFUSED
+        # the keys enter the maps in one call each, ahead of the loop: a key not yet set is no
+        # policy's victim, the DRAM order ends the same, and the refused ones leave again after
+        resident.add_new(keys, sizes)
+        if to_dram:
+            dram.add_new(keys, sizes)
         gone: list[tuple[str, int, bool]] = []
         kept_keys: list[str] = []
         kept_sizes: list[int] = []
+        refused_keys: list[str] = []
         out: list[SetOutcome] = []
         for key, ctx, size in zip(keys, ctxs, sizes, strict=True):
             if not on_set(key, ctx):
-                out.append(refused)  # nothing superseded to forget (``_plain``)
+                refused_keys.append(key)  # nothing superseded to forget (``_plain``)
+                out.append(refused)
                 continue
-            resident[key] = size
             self.used += size
             if to_dram:
-                dram[key] = size
                 self.dram_used += size
             kept_keys.append(key)
             kept_sizes.append(size)
             if self.used > self.capacity:
                 self._pop_plain(gone)
             out.append(new if key in resident else refused)
+        for key in refused_keys:
+            resident.pop(key, None)
+            dram.pop(key, None)
         self.ledger.placed_batch(kept_keys, kept_sizes, in_dram=to_dram)
         self._gone_plain(gone)
         return out
