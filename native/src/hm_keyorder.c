@@ -494,234 +494,213 @@ static PyObject *KeyOrder_iter(KeyOrder *t) {
 
 /* ---------------------------------------------------------------- batch calls */
 
-/* keys as a fast sequence with every item a str or int, and their hashes (PyMem); NULL on error. */
-static Py_hash_t *ko_batch_hashes(PyObject *keys, PyObject **fast, Py_ssize_t *n) {
-    *fast = PySequence_Fast(keys, "keys must be a sequence");
-    if (!*fast)
-        return NULL;
-    *n = PySequence_Fast_GET_SIZE(*fast);
-    PyObject **items = PySequence_Fast_ITEMS(*fast);
-    Py_hash_t *hashes = PyMem_Malloc((size_t)(*n ? *n : 1) * sizeof(Py_hash_t));
-    if (!hashes) {
-        Py_CLEAR(*fast);
+/* One batch call's arguments: the keys as a fast sequence (every item a str or int) with their
+ * hashes, and for the calls that take values, one int for all (`one`) or one per key (`vals`). */
+typedef struct {
+    PyObject *fast;
+    PyObject **items;
+    Py_ssize_t n;
+    Py_hash_t *h;
+    int64_t one, *vals;
+} KOBatch;
+
+static void ko_batch_close(KOBatch *b) {
+    PyMem_Free(b->vals);
+    PyMem_Free(b->h);
+    Py_XDECREF(b->fast);
+}
+
+/* Reads keys (and values, unless NULL) before any change; 0, or -1 with an error set and nothing
+ * held. A value is an int or a sequence of ints as long as the keys (ValueError naming both). */
+static int ko_batch_open(KOBatch *b, PyObject *keys, PyObject *values) {
+    memset(b, 0, sizeof(*b));
+    b->fast = PySequence_Fast(keys, "keys must be a sequence");
+    if (!b->fast)
+        return -1;
+    b->n = PySequence_Fast_GET_SIZE(b->fast);
+    b->items = PySequence_Fast_ITEMS(b->fast);
+    size_t count = (size_t)(b->n ? b->n : 1);
+    b->h = PyMem_Malloc(count * sizeof(Py_hash_t));
+    if (!b->h) {
         PyErr_NoMemory();
-        return NULL;
+        goto fail;
     }
-    for (Py_ssize_t i = 0; i < *n; i++) {
-        if (ko_check_key(items[i]) < 0 || ((hashes[i] = PyObject_Hash(items[i])) == -1 && PyErr_Occurred())) {
-            PyMem_Free(hashes);
-            Py_CLEAR(*fast);
-            return NULL;
+    for (Py_ssize_t i = 0; i < b->n; i++)
+        if (ko_check_key(b->items[i]) < 0 || ((b->h[i] = PyObject_Hash(b->items[i])) == -1 && PyErr_Occurred()))
+            goto fail;
+    if (!values)
+        return 0;
+    if (PyLong_Check(values)) {
+        if (ko_value(values, &b->one) == 0)
+            return 0;
+        goto fail;
+    }
+    PyObject *vfast = PySequence_Fast(values, "values must be an int or a sequence of ints");
+    if (!vfast)
+        goto fail;
+    int ok = hm_check_len("values", PySequence_Fast_GET_SIZE(vfast), "keys", b->n) == 0;
+    if (ok && !(b->vals = PyMem_Malloc(count * sizeof(int64_t)))) {
+        PyErr_NoMemory();
+        ok = 0;
+    }
+    /* a value's __index__ may run Python code that changes the list: its size is read each step */
+    for (Py_ssize_t i = 0; ok && i < b->n; i++) {
+        ok = i < PySequence_Fast_GET_SIZE(vfast);
+        if (!ok)
+            PyErr_SetString(PyExc_ValueError, "values changed while they were read");
+        else {
+            PyObject *value = Py_NewRef(PySequence_Fast_ITEMS(vfast)[i]); /* alive while it runs */
+            ok = ko_value(value, &b->vals[i]) == 0;
+            Py_DECREF(value);
         }
     }
-    return hashes;
+    Py_DECREF(vfast);
+    if (ok)
+        return 0;
+fail:
+    ko_batch_close(b);
+    return -1;
+}
+
+static int64_t ko_batch_value(const KOBatch *b, Py_ssize_t i) { return b->vals ? b->vals[i] : b->one; }
+
+/* The entry of batch key i, or -1 (absent; *slot: where it would go). */
+static int64_t ko_batch_find(const KeyOrder *t, const KOBatch *b, Py_ssize_t i, size_t *slot) {
+    return ko_find(t, b->items[i], b->h[i], slot);
+}
+
+static int ko_two_args(Py_ssize_t nargs, const char *usage) {
+    if (nargs == 2)
+        return 0;
+    PyErr_SetString(PyExc_TypeError, usage);
+    return -1;
 }
 
 static PyObject *KeyOrder_contains_many(KeyOrder *t, PyObject *keys) {
-    PyObject *fast;
-    Py_ssize_t n;
-    Py_hash_t *h = ko_batch_hashes(keys, &fast, &n);
-    if (!h)
+    KOBatch b;
+    if (ko_batch_open(&b, keys, NULL) < 0)
         return NULL;
-    PyObject *out = PyList_New(n);
-    if (out) {
-        PyObject **items = PySequence_Fast_ITEMS(fast);
-        for (Py_ssize_t i = 0; i < n; i++) {
-            size_t slot;
-            PyList_SET_ITEM(out, i, Py_NewRef(ko_find(t, items[i], h[i], &slot) >= 0 ? Py_True : Py_False));
-        }
+    PyObject *out = PyList_New(b.n);
+    for (Py_ssize_t i = 0; out && i < b.n; i++) {
+        size_t slot;
+        PyList_SET_ITEM(out, i, Py_NewRef(ko_batch_find(t, &b, i, &slot) >= 0 ? Py_True : Py_False));
     }
-    PyMem_Free(h);
-    Py_DECREF(fast);
+    ko_batch_close(&b);
     return out;
 }
 
 static PyObject *KeyOrder_any_in(KeyOrder *t, PyObject *keys) {
-    PyObject *fast;
-    Py_ssize_t n;
-    Py_hash_t *h = ko_batch_hashes(keys, &fast, &n);
-    if (!h)
+    KOBatch b;
+    if (ko_batch_open(&b, keys, NULL) < 0)
         return NULL;
-    PyObject **items = PySequence_Fast_ITEMS(fast);
     int found = 0;
-    for (Py_ssize_t i = 0; i < n && !found; i++) {
+    for (Py_ssize_t i = 0; i < b.n && !found; i++) {
         size_t slot;
-        found = ko_find(t, items[i], h[i], &slot) >= 0;
+        found = ko_batch_find(t, &b, i, &slot) >= 0;
     }
-    PyMem_Free(h);
-    Py_DECREF(fast);
+    ko_batch_close(&b);
     return PyBool_FromLong(found);
-}
-
-/* The values argument of a batch call: one int for all (*one, *vals NULL), or a sequence as long as
- * the keys (*vals, PyMem: the caller frees it). -1 with an error set. */
-static int ko_batch_values(PyObject *values, Py_ssize_t n, int64_t *one, int64_t **vals) {
-    *vals = NULL;
-    if (PyLong_Check(values))
-        return ko_value(values, one);
-    PyObject *vfast = PySequence_Fast(values, "values must be an int or a sequence of ints");
-    if (!vfast)
-        return -1;
-    int rc = -1;
-    if (hm_check_len("values", PySequence_Fast_GET_SIZE(vfast), "keys", n) < 0)
-        goto done;
-    *vals = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
-    if (!*vals) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    PyObject **vitems = PySequence_Fast_ITEMS(vfast);
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (ko_value(vitems[i], &(*vals)[i]) < 0) {
-            PyMem_Free(*vals);
-            *vals = NULL;
-            goto done;
-        }
-    rc = 0;
-done:
-    Py_DECREF(vfast);
-    return rc;
 }
 
 /* add_new(keys, values) -> bool: when no key is present and none repeats, every key joins the
  * newest end in order with its value (values: one int for all, or a sequence as long as keys);
  * otherwise False and nothing changes. */
 static PyObject *KeyOrder_add_new(KeyOrder *t, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "add_new(keys, values)");
+    KOBatch b;
+    if (ko_two_args(nargs, "add_new(keys, values)") < 0 || ko_batch_open(&b, args[0], args[1]) < 0)
         return NULL;
-    }
-    PyObject *fast, *result = NULL;
-    Py_ssize_t n;
-    Py_hash_t *h = ko_batch_hashes(args[0], &fast, &n);
-    if (!h)
-        return NULL;
-    int64_t one = 0, *vals = NULL;
-    if (ko_batch_values(args[1], n, &one, &vals) < 0)
-        goto done;
-    PyObject **items = PySequence_Fast_ITEMS(fast);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        size_t slot;
-        if (ko_find(t, items[i], h[i], &slot) >= 0) {
-            result = Py_NewRef(Py_False);
+    PyObject *result = Py_False;
+    size_t slot;
+    for (Py_ssize_t i = 0; i < b.n; i++)
+        if (ko_batch_find(t, &b, i, &slot) >= 0)
             goto done;
-        }
-    }
-    if (ko_reserve(t, n) < 0)
+    if (ko_reserve(t, b.n) < 0) {
+        result = NULL;
         goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        size_t slot;
-        if (ko_find(t, items[i], h[i], &slot) >= 0) { /* a repeat within the batch: undo it all */
+    }
+    for (Py_ssize_t i = 0; i < b.n; i++) {
+        if (ko_batch_find(t, &b, i, &slot) >= 0) { /* a repeat within the batch: undo it all */
             for (Py_ssize_t j = 0; j < i; j++) {
                 uint32_t e = t->tail;
                 Py_DECREF(ko_remove_at(t, ko_slot_of(t, e), e));
             }
-            result = Py_NewRef(Py_False);
             goto done;
         }
-        ko_insert_at(t, slot, items[i], h[i], vals ? vals[i] : one);
+        ko_insert_at(t, slot, b.items[i], b.h[i], ko_batch_value(&b, i));
     }
-    result = Py_NewRef(Py_True);
+    result = Py_True;
 done:
-    PyMem_Free(vals);
-    PyMem_Free(h);
-    Py_DECREF(fast);
-    return result;
+    ko_batch_close(&b);
+    return Py_XNewRef(result);
 }
 
 /* put_many(keys, values): self[key] = value for each in order (a present key keeps its place, a
  * new one joins the newest end), as dict.update of the pairs; a bad key or value changes nothing. */
 static PyObject *KeyOrder_put_many(KeyOrder *t, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "put_many(keys, values)");
+    KOBatch b;
+    if (ko_two_args(nargs, "put_many(keys, values)") < 0 || ko_batch_open(&b, args[0], args[1]) < 0)
         return NULL;
-    }
-    PyObject *fast;
-    Py_ssize_t n;
-    Py_hash_t *h = ko_batch_hashes(args[0], &fast, &n);
-    if (!h)
-        return NULL;
-    int64_t one = 0, *vals = NULL;
     PyObject *result = NULL;
-    if (ko_batch_values(args[1], n, &one, &vals) < 0 || ko_reserve(t, n) < 0)
-        goto done;
-    PyObject **items = PySequence_Fast_ITEMS(fast);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        size_t slot;
-        int64_t e = ko_find(t, items[i], h[i], &slot);
-        int64_t v = vals ? vals[i] : one;
-        if (e >= 0)
-            t->entries[e].value = v;
-        else
-            ko_insert_at(t, slot, items[i], h[i], v);
+    if (ko_reserve(t, b.n) == 0) {
+        for (Py_ssize_t i = 0; i < b.n; i++) {
+            size_t slot;
+            int64_t e = ko_batch_find(t, &b, i, &slot);
+            if (e >= 0)
+                t->entries[e].value = ko_batch_value(&b, i);
+            else
+                ko_insert_at(t, slot, b.items[i], b.h[i], ko_batch_value(&b, i));
+        }
+        result = Py_None;
     }
-    result = Py_NewRef(Py_None);
-done:
-    PyMem_Free(vals);
-    PyMem_Free(h);
-    Py_DECREF(fast);
-    return result;
+    ko_batch_close(&b);
+    return Py_XNewRef(result);
 }
 
 /* touch_many(keys) -> bool: when every key is present, each moves to the newest end in order
  * (move_to_end of each); otherwise False and nothing changes. */
 static PyObject *KeyOrder_touch_many(KeyOrder *t, PyObject *keys) {
-    PyObject *fast;
-    Py_ssize_t n;
-    Py_hash_t *h = ko_batch_hashes(keys, &fast, &n);
-    if (!h)
+    KOBatch b;
+    if (ko_batch_open(&b, keys, NULL) < 0)
         return NULL;
-    uint32_t *found = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(uint32_t));
-    PyObject *result = NULL;
-    if (!found) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    PyObject **items = PySequence_Fast_ITEMS(fast);
-    for (Py_ssize_t i = 0; i < n; i++) {
+    uint32_t *found = PyMem_Malloc((size_t)(b.n ? b.n : 1) * sizeof(uint32_t));
+    PyObject *result = found ? Py_True : PyErr_NoMemory();
+    for (Py_ssize_t i = 0; found && i < b.n; i++) {
         size_t slot;
-        int64_t e = ko_find(t, items[i], h[i], &slot);
+        int64_t e = ko_batch_find(t, &b, i, &slot);
         if (e < 0) {
-            result = Py_NewRef(Py_False);
-            goto done;
+            result = Py_False;
+            break;
         }
         found[i] = (uint32_t)e;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; result == Py_True && i < b.n; i++) {
         ko_unlink(t, found[i]);
         ko_link_tail(t, found[i]);
     }
-    result = Py_NewRef(Py_True);
-done:
     PyMem_Free(found);
-    PyMem_Free(h);
-    Py_DECREF(fast);
-    return result;
+    ko_batch_close(&b);
+    return Py_XNewRef(result);
 }
 
 /* values_of(keys) -> list of their values; KeyError naming the first absent key. */
 static PyObject *KeyOrder_values_of(KeyOrder *t, PyObject *keys) {
-    PyObject *fast;
-    Py_ssize_t n;
-    Py_hash_t *h = ko_batch_hashes(keys, &fast, &n);
-    if (!h)
+    KOBatch b;
+    if (ko_batch_open(&b, keys, NULL) < 0)
         return NULL;
-    PyObject *out = PyList_New(n);
-    PyObject **items = PySequence_Fast_ITEMS(fast);
-    for (Py_ssize_t i = 0; out && i < n; i++) {
+    PyObject *out = PyList_New(b.n);
+    for (Py_ssize_t i = 0; out && i < b.n; i++) {
         size_t slot;
-        int64_t e = ko_find(t, items[i], h[i], &slot);
+        int64_t e = ko_batch_find(t, &b, i, &slot);
         PyObject *v = e >= 0 ? PyLong_FromLongLong(t->entries[e].value) : NULL;
         if (!v) {
             if (e < 0)
-                PyErr_SetObject(PyExc_KeyError, items[i]);
+                PyErr_SetObject(PyExc_KeyError, b.items[i]);
             Py_CLEAR(out);
             break;
         }
         PyList_SET_ITEM(out, i, v);
     }
-    PyMem_Free(h);
-    Py_DECREF(fast);
+    ko_batch_close(&b);
     return out;
 }
 

@@ -176,3 +176,23 @@ def test_keys_of_other_types_are_refused_on_insert_and_missed_on_lookup() -> Non
         ko.move_to_end("absent")
     with pytest.raises(KeyError):
         ko.values_of(["absent"])
+
+
+def test_values_whose_index_changes_their_list_are_refused_and_change_nothing() -> None:
+    class Shrinking:
+        """An int-like value whose conversion empties the list it came in."""
+
+        def __init__(self, values: list[Any]) -> None:
+            self.values = values
+
+        def __index__(self) -> int:
+            self.values.clear()
+            return 1
+
+    ko = KeyOrder()
+    ko["a"] = 5
+    values: list[Any] = [0, 0]
+    values[0] = Shrinking(values)
+    with pytest.raises(ValueError, match="changed while they were read"):
+        ko.put_many(["x", "y"], values)
+    assert ko.items() == [("a", 5)]
