@@ -241,3 +241,28 @@ def test_a_policy_that_hooks_each_set_and_hit_sees_every_key_of_a_batch() -> Non
     assert p.hit_in_dram_batch(keys[::-1], set_contexts(keys, 0, None, 1))
     assert policy.calls == [("set", k) for k in keys] + [("hit", k) for k in keys[::-1]]
     assert policy.evicts_oldest_first  # its victims are still LRU's
+
+
+def test_a_policy_that_fails_inside_a_full_cache_batch_leaves_the_placement_consistent() -> None:
+    """A full cache's batch enters the placement's maps before its per-key loop: a policy that
+    raises in the middle leaves only the keys it answered for resident (and the counts theirs),
+    so the next calls see what the policy holds."""
+    from hicache_mooncake.tiers.policy.s3fifo import S3FifoPolicy
+
+    class FailingAt(S3FifoPolicy):
+        def on_set(self, key: str, ctx: Any = None) -> bool:
+            if key == "b:3":
+                raise RuntimeError("policy bug")
+            return super().on_set(key, ctx) if ctx is not None else super().on_set(key)
+
+    p = TierPlacement(FailingAt(), 10, 10)
+    fill = [f"a:{i}" for i in range(10)]
+    p.set_batch(fill, set_contexts(fill, 0, None, 1))
+    keys = [f"b:{i}" for i in range(6)]
+    with pytest.raises(RuntimeError, match="policy bug"):
+        p.set_batch(keys, set_contexts(keys, 0, None, 1))
+    resident = set(p.resident_keys())
+    assert {"b:3", "b:4", "b:5"}.isdisjoint(resident)
+    assert resident <= {*fill, "b:0", "b:1", "b:2"}
+    assert p.used == len(resident) and p.dram_used == len(resident)
+    assert all(key in p.policy for key in resident)

@@ -264,22 +264,27 @@ class TierPlacement:
         kept_sizes: list[int] = []
         refused_keys: list[str] = []
         out: list[SetOutcome] = []
-        for key, ctx, size in zip(keys, ctxs, sizes, strict=True):
-            if not on_set(key, ctx):
-                refused_keys.append(key)  # nothing superseded to forget (``_plain``)
-                out.append(refused)
-                continue
-            self.used += size
-            if to_dram:
-                self.dram_used += size
-            kept_keys.append(key)
-            kept_sizes.append(size)
-            if self.used > self.capacity:
-                self._pop_plain(gone)
-            out.append(new if key in resident else refused)
-        for key in refused_keys:
-            resident.pop(key, None)
-            dram.pop(key, None)
+        asked = 0  # keys the policy has answered for (the rest leave the maps if it raises)
+        try:
+            for key, ctx, size in zip(keys, ctxs, sizes, strict=True):
+                taken = on_set(key, ctx)
+                asked += 1
+                if not taken:
+                    refused_keys.append(key)  # nothing superseded to forget (``_plain``)
+                    out.append(refused)
+                    continue
+                self.used += size
+                if to_dram:
+                    self.dram_used += size
+                kept_keys.append(key)
+                kept_sizes.append(size)
+                if self.used > self.capacity:
+                    self._pop_plain(gone)
+                out.append(new if key in resident else refused)
+        finally:
+            for key in itertools.chain(refused_keys, keys[asked:]):
+                resident.pop(key, None)
+                dram.pop(key, None)
         self.ledger.placed_batch(kept_keys, kept_sizes, in_dram=to_dram)
         self._gone_plain(gone)
         return out
