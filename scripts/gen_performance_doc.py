@@ -94,10 +94,31 @@ def _machine(data: dict[str, Any]) -> str:
         load = load[0]
     if isinstance(load, (int, float)):
         parts.append(f"load average {load:.1f} at the start")
+    host = data.get("host")
+    speeds = _host_speeds(host) if isinstance(host, dict) else ""
+    if speeds:
+        parts.append(speeds)
     cpus = data.get("cpu_count", data.get("cpus"))
     if isinstance(cpus, int):
         return f"a {cpus}-CPU VM of this project" + (f" ({', '.join(parts)})" if parts else "")
     return "a 2-core VM of this project (the file records no machine)"
+
+
+def _host_speeds(host: dict[str, Any]) -> str:
+    """The ``host`` block ``bench --json`` adds (``tools.host_probe``) in words: the CPU
+    model and the reference speeds before and after the run."""
+
+    def speed(probe: Any) -> str:
+        if not isinstance(probe, dict):
+            return "?"
+        loops, copy = probe.get("python_loops_per_s"), probe.get("memcpy_gbps")
+        if not isinstance(loops, (int, float)) or not isinstance(copy, (int, float)):
+            return "?"
+        return f"{loops / 1e6:.0f}M Python loops/s and memcpy at {copy:.1f} GB/s"
+
+    model = host.get("cpu_model")
+    words = f"{model}: " if isinstance(model, str) else ""
+    return f"{words}{speed(host.get('before'))} before the run, {speed(host.get('after'))} after"
 
 
 RECORDED_ROW = re.compile(

@@ -5,8 +5,10 @@ optional modules it imports: torch, sglang; ``hicache_mooncake.optional_deps``) 
 any, and ``replot(result, out)`` where it draws a figure (``--replot JSON --plot OUT`` redraws it
 from its JSON, nothing measured, a JSON of another shape refused with exit status 2; a target
 without one says that ``--plot`` is not written). The common options (``--json OUT``, ``--plot
-OUT.png``) are added here for all of them. Its optional modules, and ``--plot``'s (matplotlib),
-are checked before any work: a missing one is one line naming the extra to install, exit status 2. No target installs anything or drops the
+OUT.png``) are added here for all of them; with ``--json`` the file also gets a ``host`` block
+(``tools.host_probe``: the CPU model and a Python-loop and memcpy speed measured just before
+and just after the run), so figures of runs on different hosts can be told apart. Its optional
+modules, and ``--plot``'s (matplotlib), are checked before any work: a missing one is one line naming the extra to install, exit status 2. No target installs anything or drops the
 page cache unless a flag says so; each says what it skipped without it.
 
 Help stays short: ``bench --help`` lists one line per target, ``bench TARGET --help`` shows the
@@ -82,9 +84,31 @@ def _runner(module: Any) -> Any:
             args.plot_out = None
         if args.plot_out:
             require("matplotlib", needed_for="--plot")
-        return int(module.run(args) or 0)
+        if not args.json_out:
+            return int(module.run(args) or 0)
+        from hicache_mooncake.tools import host_probe
+
+        before = host_probe.speeds()
+        status = int(module.run(args) or 0)
+        _add_host(args.json_out, host_probe.host_block(before, host_probe.speeds()))
+        return status
 
     return run
+
+
+def _add_host(path: str, host: dict[str, Any]) -> None:
+    """Add the ``host`` block (``tools.host_probe``) to the result file the target wrote
+    (nothing when it wrote none, or not a JSON object: a failed run says why itself)."""
+    from hicache_mooncake.tools.results_json import write_json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            result = json.load(fh)
+    except (OSError, json.JSONDecodeError):
+        return
+    if isinstance(result, dict):
+        result["host"] = host
+        write_json(path, result)
 
 
 def _replot(module: Any, args: argparse.Namespace) -> int:

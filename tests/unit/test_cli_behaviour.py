@@ -302,8 +302,14 @@ def test_disk_bench_uses_the_temp_dir_and_drops_no_cache_by_default(tmp_path: Pa
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "page cache NOT dropped" in out.stdout and "--drop-caches" in out.stdout
-    (row,) = json.loads(out_json.read_text())["results"]
+    result = json.loads(out_json.read_text())
+    (row,) = result["results"]
     assert row["page_cache_dropped"] is False and row["bytes_ok"] is True
+    # what the host could do around the run: runs on different VM hosts can be told apart
+    host = result["host"]
+    assert host["cpu_count"] == os.cpu_count() and host["cpu_model"]
+    for probe in (host["before"], host["after"]):
+        assert probe["python_loops_per_s"] > 1e6 and probe["memcpy_gbps"] > 0.1
     assert list(work.iterdir()) == []  # measured there, nothing left
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "tmp"]  # nothing in the cwd
 

@@ -121,3 +121,22 @@ def test_the_page_reads_no_clock(tmp_path: Path) -> None:
     first = gen.render_page(repo)
     assert first == gen.render_page(repo)
     assert "| `ratio` | 1.50 |" in first and "a 2-CPU VM of this project" in first
+
+
+def test_the_machine_names_the_cpu_and_its_reference_speeds(tmp_path: Path) -> None:
+    """A result with the ``host`` block that ``bench --json`` adds: the page says which CPU the
+    run had and how fast it was before and after (VM hosts change between hours)."""
+    gen = generator()
+    probe = {"python_loops_per_s": 56.2e6, "memcpy_gbps": 13.34, "load_average_1m": 0.5}
+    host = {
+        "cpu_model": "Some CPU @ 2.0GHz",
+        "cpu_count": 2,
+        "before": probe,
+        "after": {**probe, "memcpy_gbps": 22.5},
+    }
+    repo = _repo_with(tmp_path, {"bench_x.json": {"ratio": 1.5, "cpu_count": 2, "host": host}})
+    page = gen.render_page(repo)
+    assert (
+        "a 2-CPU VM of this project (Some CPU @ 2.0GHz: 56M Python loops/s and memcpy at 13.3 GB/s "
+        "before the run, 56M Python loops/s and memcpy at 22.5 GB/s after)"
+    ) in page
