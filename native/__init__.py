@@ -59,6 +59,7 @@ from .page_views import AffinePages  # noqa: E402
 from .recency_log import RecencyLog  # noqa: E402
 from .reuse_ledger import ReuseLedger  # noqa: E402
 from .row_tuples import row_tuples  # noqa: E402
+from .slab_allocator import SlabAllocator  # noqa: E402
 from .slot_index import SlotIndex  # noqa: E402
 from .slots import copy_slots, page_sizes  # noqa: E402
 from .wire_keys import decode_keyed, encode_keyed  # noqa: E402
@@ -73,6 +74,7 @@ __all__ = [
     "KeyOrder",
     "RecencyLog",
     "ReuseLedger",
+    "SlabAllocator",
     "SlotIndex",
     "copy_pages",
     "AffinePages",

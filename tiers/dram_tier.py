@@ -292,10 +292,10 @@ class DramTier(Tier):
 
     def free_objects(self, nbytes: int) -> int:
         """Objects of ``nbytes`` that fit in free slots now."""
-        slot = slot_size_for(self._slot_bytes(nbytes))
+        need = self._slot_bytes(nbytes)
+        slot = slot_size_for(need)
         with self._lock:
-            cls = self._allocator.classes.get(slot)
-            free = sum(len(v) for v in cls.free_by_slab.values()) if cls is not None else 0
+            free = self._allocator.free_slots(need)
             return free + self._allocator.free_slab_count * (self._allocator.slab_size // slot)
 
     def room_plan(self, nbytes: int) -> RoomPlan | None:
@@ -320,13 +320,9 @@ class DramTier(Tier):
         slab_keys: dict[int, list[str]] = {}
         with self._lock:
             alloc = self._allocator
-            cls = alloc.classes.get(slot)
-            if alloc.free_slab_count or (cls is not None and cls.free_by_slab):
+            if alloc.free_slab_count or alloc.free_slots(need):
                 return None
-            used: dict[int, int] = {}
-            for other in alloc.classes.values():
-                if other.slot_size != slot:
-                    used.update((s, n) for s, n in other.used_by_slab.items() if s < alloc.slab_count)
+            used = alloc.slabs_in_use(need)  # slabs of the other classes below the limit
             if not used:
                 return None  # every usable slab serves this class: any page taken out makes room
             pinned = {offset // slab_size for offset in self._index.pinned_offsets()}
@@ -881,22 +877,16 @@ class DramTier(Tier):
     # ------------------------------------------------------------------ internals
     def _alloc_batch_locked(self, sizes: Sequence[int]) -> list[int | None]:
         """A slot offset for each of ``sizes`` (in order; None: larger than a slab, or no free slot
-        of its class, each counted), one allocator call per run of equal sizes."""
-        out: list[int | None] = []
-        for nbytes, run in itertools.groupby(sizes):
-            count = len(list(run))
-            need = self._slot_bytes(nbytes)
-            if not self._allocator.fits(need):
-                self._counts["rejected_too_large"] += count
-                out.extend([None] * count)
-            else:
-                got: list[int | None] = list(self._allocator.alloc_many(need, count))
-                missing = count - len(got)
-                if missing:
-                    self._counts["rejected_no_space"] += missing
-                    got.extend([None] * missing)
-                out.extend(got)
-        return out
+        of its class, each counted), in one allocator call."""
+        offsets, too_large = self._allocator.alloc_batch(
+            list(map(self._slot_bytes, sizes)) if self.headers else sizes
+        )
+        if too_large:
+            self._counts["rejected_too_large"] += too_large
+        missing = offsets.count(None) - too_large
+        if missing:
+            self._counts["rejected_no_space"] += missing
+        return offsets
 
     def _publish_locked(
         self,

@@ -13,6 +13,7 @@
 #include "hm_recency.h"
 #include "hm_rows.h"
 #include "hm_reuse.h"
+#include "hm_slabs.h"
 #include "hm_slotindex.h"
 #include "hm_slots.h"
 #include "hm_staging.h"
@@ -86,7 +87,7 @@ static struct PyModuleDef core_module = {
 PyMODINIT_FUNC PyInit__core(void) {
     if (PyType_Ready(&hm_FpTableType) < 0 || PyType_Ready(&hm_RecencyLogType) < 0 ||
         PyType_Ready(&hm_SlotIndexType) < 0 || PyType_Ready(&hm_ReuseLedgerType) < 0 ||
-        PyType_Ready(&hm_KeyOrderType) < 0)
+        PyType_Ready(&hm_KeyOrderType) < 0 || PyType_Ready(&hm_SlabAllocatorType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&core_module);
     if (!m)
@@ -96,6 +97,7 @@ PyMODINIT_FUNC PyInit__core(void) {
         PyModule_AddObjectRef(m, "SlotIndex", (PyObject *)&hm_SlotIndexType) < 0 ||
         PyModule_AddObjectRef(m, "ReuseLedger", (PyObject *)&hm_ReuseLedgerType) < 0 ||
         PyModule_AddObjectRef(m, "KeyOrder", (PyObject *)&hm_KeyOrderType) < 0 ||
+        PyModule_AddObjectRef(m, "SlabAllocator", (PyObject *)&hm_SlabAllocatorType) < 0 ||
         PyModule_AddIntConstant(m, "ENTRY_OK", HM_ENTRY_OK) < 0 ||
         PyModule_AddIntConstant(m, "ENTRY_SHORT", HM_ENTRY_SHORT) < 0 ||
         PyModule_AddIntConstant(m, "ENTRY_BAD_HEADER", HM_ENTRY_BAD_HEADER) < 0 ||

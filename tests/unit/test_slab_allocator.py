@@ -1,6 +1,14 @@
+"""The DRAM tier's slab allocator (native ``SlabAllocator``): its promises, and the native
+allocator held state for state to its Python reference model (``slab_allocator_reference``, the
+product's allocator before it moved into the native core) over seeded random streams of every
+call, resizes and resets included."""
+
+from __future__ import annotations
+
 import random
 
 import pytest
+from slab_allocator_reference import SlabAllocator as ReferenceAllocator
 
 from hicache_mooncake.tiers.slab_allocator import SlabAllocator, slot_size_for
 
@@ -82,12 +90,7 @@ def test_alloc_many_hands_out_what_one_by_one_allocs_would():
 
 
 def _state(alloc: SlabAllocator) -> tuple[object, ...]:
-    classes = {
-        size: (list(c.free_by_slab.items()), list(c.used_by_slab.items()))
-        for size, c in alloc.classes.items()
-    }
-    retired = {slab: (size, list(free)) for slab, (size, free) in alloc._retired_free.items()}
-    return classes, list(alloc._free_slabs), retired, list(alloc.released), alloc.used_bytes
+    return alloc.state()
 
 
 def test_free_many_leaves_what_one_by_one_frees_leave():
@@ -124,6 +127,132 @@ def test_free_many_refuses_a_slot_not_in_use_and_changes_nothing():
     alloc = SlabAllocator(capacity=1 << 20, slab_size=256 << 10)
     got = alloc.alloc_many(4096, 3)
     before = _state(alloc)
-    with pytest.raises(ValueError, match="slots freed"):
+    with pytest.raises(ValueError, match="slab 1 holds no slots of 4096 bytes"):
         alloc.free_many([got[0], got[0] + (256 << 10)], 4096)  # the second: a slab never used
     assert _state(alloc) == before
+
+
+@pytest.mark.parametrize(
+    ("offsets", "nbytes", "error"),
+    [
+        ([4096, 4096], 4096, "not in use"),  # one slot listed twice
+        ([12288], 4096, "not in use"),  # a slot never handed out
+        ([2048], 4096, "not the start of a slot"),
+        ([4096], 8192, "no slots of 8192 bytes were handed out"),
+        ([1 << 30], 4096, "outside the arena"),
+        ([-1], 4096, "offset must be in"),
+    ],
+)
+def test_a_bad_free_names_what_is_wrong_and_changes_nothing(
+    offsets: list[int], nbytes: int, error: str
+) -> None:
+    """A free the allocator did not hand out (twice, between slots, of another class, outside
+    the arena) would hand one slot to two objects later: refused, nothing changed, by one slot
+    (``free``) or in a batch (``free_many``)."""
+    alloc = SlabAllocator(capacity=1 << 20, slab_size=256 << 10)
+    alloc.alloc_many(4096, 3)
+    before = _state(alloc)
+    with pytest.raises(ValueError, match=error):
+        alloc.free_many(offsets, nbytes)
+    if len(offsets) == 1:
+        with pytest.raises(ValueError, match=error):
+            alloc.free(offsets[0], nbytes)
+    assert _state(alloc) == before
+    alloc.free_many([0, 4096, 8192], 4096)  # the real slots still free normally
+    assert alloc.used_bytes == 0 and alloc.free_slab_count == 4
+
+
+def test_bad_sizes_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="nbytes must be in"):
+        SlabAllocator(1 << 20, 256 << 10).alloc(-1)
+    with pytest.raises(TypeError, match="nbytes must be an int"):
+        SlabAllocator(1 << 20, 256 << 10).alloc_batch([4096, "4096"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="capacity must be in"):
+        SlabAllocator(-1, 4096)
+    with pytest.raises(ValueError, match="slab count must be in 1..4"):
+        SlabAllocator(1 << 20, 256 << 10).set_slab_limit(5)
+
+
+def test_alloc_batch_takes_each_run_as_alloc_many_and_counts_the_too_large() -> None:
+    batched = SlabAllocator(capacity=1 << 20, slab_size=256 << 10)
+    single = ReferenceAllocator(capacity=1 << 20, slab_size=256 << 10)
+    sizes = [4096] * 70 + [300_000] * 2 + [65536] * 20 + [4096] * 3
+    offsets, too_large = batched.alloc_batch(sizes)
+    want: list[int | None] = []
+    for size, count in ((4096, 70), (300_000, 2), (65536, 20), (4096, 3)):
+        got: list[int | None] = list(single.alloc_many(size, count))
+        want += got + [None] * (count - len(got))
+    assert offsets == want and too_large == 2
+    assert None in offsets[72:92]  # the arena ran out for the 64 KiB run
+    assert batched.state() == single.state()
+
+
+def test_the_native_allocator_matches_its_reference_model() -> None:
+    """Seeded random streams of every call (single and batched allocations and frees, resizes
+    down and up with slots in retired slabs, released slabs taken, resets) leave the native
+    allocator and the reference model in the same state after each step, and answer alike."""
+    for seed in range(6):
+        rng = random.Random(seed)
+        slab = rng.choice((64 << 10, 128 << 10, 256 << 10))
+        args = (slab * rng.randint(2, 8), slab, slab * 10)
+        native, ref = SlabAllocator(*args), ReferenceAllocator(*args)
+        live: list[tuple[int, int]] = []
+        sizes = [4096, 5000, 8192, 20000, 65536, slab, slab + 1]
+        for step in range(700):
+            op = rng.random()
+            if op < 0.3:
+                size = rng.choice(sizes)
+                count = rng.randint(-1, 40)
+                got = native.alloc_many(size, count)
+                assert got == ref.alloc_many(size, count), (seed, step)
+                live += [(o, size) for o in got]
+            elif op < 0.4:
+                size = rng.choice(sizes)
+                got1 = native.alloc(size)
+                assert got1 == ref.alloc(size), (seed, step)
+                if got1 is not None:
+                    live.append((got1, size))
+            elif op < 0.5:
+                batch = [rng.choice(sizes[:5]) for _ in range(rng.randint(1, 8))]
+                batch = [s for s in batch for _ in range(rng.randint(1, 6))]
+                offsets, _too_large = native.alloc_batch(batch)
+                want = []
+                for size in batch:  # each run as alloc_many: the same as one by one here
+                    want.append(ref.alloc(size))
+                assert offsets == want, (seed, step)
+                live += [(o, s) for o, s in zip(offsets, batch, strict=True) if o is not None]
+            elif op < 0.75 and live:
+                rng.shuffle(live)
+                size = live[0][1]
+                same = [o for o, s in live if slot_size_for(s) == slot_size_for(size)]
+                freed = same[: rng.randint(1, len(same))]
+                if len(freed) == 1 and rng.random() < 0.5:
+                    native.free(freed[0], size)
+                    ref.free(freed[0], size)
+                else:
+                    native.free_many(freed, size)
+                    ref.free_many(freed, size)
+                gone = set(freed)
+                live = [(o, s) for o, s in live if o not in gone]
+            elif op < 0.85:
+                limit = rng.randint(1, native.max_slabs)
+                assert native.set_slab_limit(limit) == ref.set_slab_limit(limit), (seed, step)
+            elif op < 0.92:
+                assert native.take_released() == ref.take_released()
+            elif op < 0.93:
+                native.reset()
+                ref.reset()
+                live = []
+            else:
+                assert native.largest_class() == ref.largest_class()
+                size = rng.choice(sizes)
+                assert native.fits(size) == ref.fits(size)
+            assert native.state() == ref.state(), (seed, step)
+            assert (native.used_bytes, native.free_slab_count, native.retired_in_use, native.capacity) == (
+                ref.used_bytes,
+                ref.free_slab_count,
+                ref.retired_in_use,
+                ref.capacity,
+            )
+            for offset, _size in live[:5]:
+                assert native.is_retired(offset) == ref.is_retired(offset)
