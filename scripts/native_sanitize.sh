@@ -39,7 +39,7 @@ PY
 # that drive their indexes on the native table, read SSD entries natively and copy SGLang's pool parts natively, the DRAM
 # tier's slab allocator (held to its reference model, and through the tier's resizes), and the
 # reuse policy's own tests (its batches one native ReuseLedger call, every access a RecencyLog touch), the placement's
-# batches (its resident and DRAM orders and the LRU policy's order are native KeyOrders) (a file listed here that is gone
+# batches (its resident and DRAM orders and the LRU policy's order are native KeyOrders), S3-FIFO on its KeyOrder queues (a file listed here that is gone
 # fails the run: update the list with the move). All of tests/ssd passes too, in ~2 min: too long for every CI run.
 paths=("$@")
 ((${#paths[@]})) || paths=(
@@ -47,7 +47,7 @@ paths=("$@")
   tests/ssd/test_ssd_index.py tests/ssd/test_ssd_fingerprint_collisions.py tests/ssd/test_ssd_native_checksums.py
   tests/tiers/test_dram_native_index.py tests/unit/test_dram_tier.py tests/unit/test_slab_allocator.py tests/unit/test_dram_resize.py
   tests/policy/test_placement_reuse.py tests/policy/test_reuse_sweep.py tests/policy/test_reuse_native.py
-  tests/policy/test_set_batch.py
+  tests/policy/test_set_batch.py tests/policy/test_s3fifo_native.py
 )
 LD_PRELOAD=$libasan "$VENV/bin/python" -m pytest -q -p no:cacheprovider --capture=sys "${paths[@]}"
 echo "native sanitizers: ok in $(($(date +%s) - start)) s"

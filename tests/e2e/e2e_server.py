@@ -139,6 +139,13 @@ def _http(
         return status, text
 
 
+def _semaphores() -> set[str]:
+    try:
+        return {name for name in os.listdir("/dev/shm") if name.startswith("sem.mp-")}
+    except OSError:
+        return set()
+
+
 @dataclass
 class Server:
     """One running server: its URL, log and the seconds it took to answer /health.
@@ -156,6 +163,8 @@ class Server:
     start_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
     tmpdir: Path | None = None
+    semaphores_before: frozenset[str] = frozenset()
+    """``sem.mp-*`` files in /dev/shm before the start (``_remove_leaked_semaphores``)."""
 
     @property
     def url(self) -> str:
@@ -169,6 +178,7 @@ class Server:
 
     def start(self) -> Server:
         started = time.monotonic()
+        self.semaphores_before = frozenset(_semaphores())
         self.tmpdir = Path(tempfile.mkdtemp(prefix="hm-e2e-", dir="/tmp"))
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
@@ -252,7 +262,27 @@ class Server:
         for path in shm:  # SGLang leaves these behind when the server is stopped
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+        self._remove_leaked_semaphores()
         self._remove_tmpdir()
+
+    def _remove_leaked_semaphores(self) -> None:
+        """multiprocessing's named semaphores (``sem.mp-*``) that appeared since the start and that
+        no live process maps: left by the server's processes that exited before the stop (its
+        spawned children's resource tracker dies with the group, so nothing unlinks them). A
+        semaphore another process still has open is mapped by it, and stays."""
+        new = _semaphores() - self.semaphores_before
+        if not new:
+            return
+        mapped: set[str] = set()
+        for maps in Path("/proc").glob("[0-9]*/maps"):
+            try:
+                text = maps.read_text()
+            except OSError:
+                continue
+            mapped.update(name for name in new if name in text)
+        for name in new - mapped:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"/dev/shm/{name}")
 
     def shm_files(self) -> set[str]:
         """The files in /dev/shm that the server's live processes map and that only a server
