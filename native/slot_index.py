@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from ._arrays import U64, BoolArray, U64Array, as_u64
+from ._arrays import U64, BoolArray, I64Array, U64Array, as_u64
 
 ROW_WORDS = 3
 I64 = np.dtype(np.int64)
@@ -71,6 +71,14 @@ class SlotIndex:
         rows = np.empty((k.size, ROW_WORDS), dtype=U64)
         self._t.lookup(keys, k, found, occupied, rows)
         return found, occupied, rows
+
+    def sizes(self, keys: Sequence[str], fps: Any) -> tuple[I64Array, int]:
+        """(each key's published size, -1 where absent; the keys whose fingerprint another key
+        holds, absent too): ``lookup`` without the rows, in one call."""
+        k = as_u64("fps", fps)
+        out = np.empty(k.size, dtype=I64)
+        collisions = self._t.sizes(keys, k, out)
+        return out, int(collisions)
 
     @property
     def zombie_count(self) -> int:

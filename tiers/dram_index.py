@@ -79,6 +79,10 @@ class DramIndex:
         word1 = rows[:, 1]
         return Lookup(fps, found, occupied, rows[:, 0], word1 & _SIZE_MASK, rows[:, 2], word1 >> _TYPE_SHIFT)
 
+    def sizes(self, keys: Sequence[str], fps: np.ndarray) -> np.ndarray:
+        """Each key's published size, -1 where absent (int64), in one native call (no rows)."""
+        return self._index.sizes(keys, fps)[0]
+
     def read_into(
         self, keys: Sequence[str], fps: np.ndarray, arena: np.ndarray, pages: Sequence[Parts]
     ) -> tuple[int, list[bool] | None, int]:

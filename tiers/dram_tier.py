@@ -258,8 +258,7 @@ class DramTier(Tier):
         if fps is None:
             fps = fingerprints(keys)
         with self._lock:
-            look = self._index.lookup(keys, fps)
-        return np.where(look.found, look.sizes.astype(np.int64), np.int64(-1))
+            return self._index.sizes(keys, fps)
 
     def entry_count(self) -> int:
         return len(self._index)

@@ -208,6 +208,8 @@ class SetPath:
                     for i in on_ssd:
                         size = ssd.engine.object_size(keys[i])
                         held[i] = -1 if size is None else size
+        if len(held) == 0 or held.max() < 0:  # nothing stored under these keys (the usual set)
+            return None
         other = np.flatnonzero((held >= 0) & (held != np.asarray(sizes, np.int64))).tolist()
         if not other:
             return None

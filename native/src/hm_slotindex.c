@@ -371,6 +371,39 @@ done:
     return result;
 }
 
+/* sizes(keys, fps, out_sizes) -> collisions: each key's published size, -1 where it is absent
+ * (its fingerprint held by another key included: those are counted and returned); no read is
+ * counted. What a set screens its batch with, without the rows. */
+static PyObject *SlotIndex_sizes(SlotIndex *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (wrong_nargs(nargs, 3, "sizes(keys, fps, out_sizes)") < 0)
+        return NULL;
+    borrowed bs = {.n = 0};
+    uint64_t *fps, **found_rows = NULL;
+    int64_t *sizes;
+    Py_ssize_t n, collisions = 0;
+    PyObject *keys = NULL, *result = NULL;
+    if (arg_u64(&bs, args[1], "fps", 0, -1, &fps, &n) < 0 || !(keys = arg_keys(args[0], n)) ||
+        arg_i64_out(&bs, args[2], "out_sizes", n, &sizes) < 0)
+        goto done;
+    PyObject **items = PySequence_Fast_ITEMS(keys);
+    if (!(found_rows = row_array(n)))
+        goto done;
+    find_rows(self, fps, n, found_rows);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int r = row_key(self, found_rows[i], items[i], i);
+        if (r == -2)
+            goto done;
+        collisions += r == 0;
+        sizes[i] = r == 1 ? (int64_t)(found_rows[i][1] & SIZE_MASK) : -1;
+    }
+    result = PyLong_FromSsize_t(collisions);
+done:
+    PyMem_Free(found_rows);
+    Py_XDECREF(keys);
+    release_all(&bs);
+    return result;
+}
+
 /* read_into(keys, fps, arena, pages) -> (hits, hit, freed): every key found whose row's size is
  * its page's (the page's parts together) is pinned, counted as a read and copied out of the arena
  * (from its slot offset, the page's parts back to back) into its page's parts, then unpinned.
@@ -946,6 +979,7 @@ static PyObject *SlotIndex_get_read_counts(SlotIndex *self, void *closure) {
 
 static PyMethodDef SlotIndex_methods[] = {
     {"lookup", HM_FASTCALL(SlotIndex_lookup), METH_FASTCALL, "lookup(keys, fps, out_found, out_occupied, out_rows)"},
+    {"sizes", HM_FASTCALL(SlotIndex_sizes), METH_FASTCALL, "sizes(keys, fps, out_sizes) -> collisions"},
     {"read_into", HM_FASTCALL(SlotIndex_read_into), METH_FASTCALL,
      "read_into(keys, fps, arena, pages) -> (hits, hit, freed)"},
     {"take_freed", (PyCFunction)SlotIndex_take_freed, METH_NOARGS, "take_freed() -> list of (offset, size)"},

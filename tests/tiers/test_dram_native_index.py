@@ -72,6 +72,7 @@ def test_two_keys_with_one_fingerprint_never_read_each_others_bytes(colliding: N
         assert put_all(tier, [(second, b)]) == [False]  # its fingerprint is taken: refused
         assert get_all(tier, [first, second], [20_000, 20_000]) == [a, None]
         assert tier.contains_batch([first, second]) == [True, False]
+        assert tier.stored_sizes([first, second]).tolist() == [20_000, -1]  # a set's screen
         assert tier.locate([second]) == [None] and tier.pin_entries([second]) == [None]
         assert not tier.remove(second) and tier.contains(first)  # the other key's entry stays
         collisions = tier.stats()["fingerprint_collisions"]
@@ -166,6 +167,7 @@ def test_random_sequences_answer_as_the_reference_model(mask: int, seed: int) ->
                 ]
             elif op < 0.85:
                 assert tier.contains_batch(keys) == [model.contains(k) for k in keys]
+                assert tier.stored_sizes(keys).tolist() == [size_of[k] if model.contains(k) else -1 for k in keys]
             elif op < 0.98:
                 assert tier.remove_batch(keys) == sum(model.remove(k) for k in keys)
             else:
