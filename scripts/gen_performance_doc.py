@@ -99,6 +99,8 @@ def _machine(data: dict[str, Any]) -> str:
     if speeds:
         parts.append(speeds)
     cpus = data.get("cpu_count", data.get("cpus"))
+    if not isinstance(cpus, int) and isinstance(host, dict):
+        cpus = host.get("cpu_count")
     if isinstance(cpus, int):
         return f"a {cpus}-CPU VM of this project" + (f" ({', '.join(parts)})" if parts else "")
     return "a 2-core VM of this project (the file records no machine)"
