@@ -167,7 +167,9 @@ def test_random_sequences_answer_as_the_reference_model(mask: int, seed: int) ->
                 ]
             elif op < 0.85:
                 assert tier.contains_batch(keys) == [model.contains(k) for k in keys]
-                assert tier.stored_sizes(keys).tolist() == [size_of[k] if model.contains(k) else -1 for k in keys]
+                assert tier.stored_sizes(keys).tolist() == [
+                    size_of[k] if model.contains(k) else -1 for k in keys
+                ]
             elif op < 0.98:
                 assert tier.remove_batch(keys) == sum(model.remove(k) for k in keys)
             else:
