@@ -32,6 +32,25 @@ except ImportError as exc:  # pragma: no cover - exercised by a broken install o
         + ": build it with `pip install -e .` or `scripts/dev.sh setup` (needs gcc and the Python headers)"
     ) from exc
 
+from ._source_hash import source_hash  # noqa: E402
+
+
+def check_built_from_these_sources() -> None:
+    """A checkout (``native/src`` beside this package: an editable install) whose C sources differ
+    from those ``_core`` was built from is refused: the Python wrappers here follow the sources,
+    so a stale build fails later in confusing ways (a method missing, an argument count wrong)."""
+    built = getattr(_core, "SOURCE_HASH", "")
+    here = source_hash(Path(__file__).resolve().parent / "src")
+    if built and here and built != here:
+        raise ImportError(
+            "hicache_mooncake.native._core was built from other sources than native/src holds now "
+            f"(built {built}, sources {here}): rebuild it with `pip install -e .` or `scripts/dev.sh setup` "
+            "(`python setup.py build_ext --inplace --force` where the sources are older than the build)"
+        )
+
+
+check_built_from_these_sources()
+
 from ._xxh3_loader import SYSTEM_LIBRARY, SYSTEM_SYMBOL, load_xxh3, set_xxh3_library  # noqa: E402
 
 XXH3_SOURCE: tuple[str, str] = load_xxh3()

@@ -216,6 +216,7 @@ ENTRY_STALE: int
 ENTRY_OTHER_KEY: int
 ENTRY_BAD_PAYLOAD: int
 STAGING_KEEP_BYTES: int
+SOURCE_HASH: str
 
 def reserve_io_staging(count: int, nbytes: int, /) -> int: ...
 def set_io_threads(n: int, /) -> None: ...

@@ -72,11 +72,20 @@ setup() {
 build_native() {
   # The C extension hicache_mooncake.native._core, rebuilt in place when a source under native/src
   # changed (setuptools compares timestamps; ~1 s when nothing changed). A warning fails the build.
+  # A build whose compiled-in source hash is not the sources' (their bytes changed but not their
+  # timestamps: files copied with old times) is rebuilt with --force (native/_source_hash.py).
   local log; log=$(mktemp)
   if ! "$VENV/bin/python" setup.py -q build_ext --inplace >"$log" 2>&1; then
     cat "$log" >&2; rm -f "$log"
     echo "error: building the native extension failed (see above)" >&2
     return 1
+  fi
+  if "$VENV/bin/python" -c "import hicache_mooncake.native" 2>&1 | grep -q "built from other sources"; then
+    if ! "$VENV/bin/python" setup.py -q build_ext --inplace --force >"$log" 2>&1; then
+      cat "$log" >&2; rm -f "$log"
+      echo "error: building the native extension failed (see above)" >&2
+      return 1
+    fi
   fi
   rm -f "$log"
 }

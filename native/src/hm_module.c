@@ -20,6 +20,11 @@
 #include "hm_wire.h"
 #include "hm_xxh3.h"
 
+/* The hash of native/src this module was built from (setup.py; native/_source_hash.py). */
+#ifndef HM_SOURCE_HASH
+#define HM_SOURCE_HASH ""
+#endif
+
 static PyMethodDef module_methods[] = {
     {"set_xxh3_library", HM_FASTCALL(hm_py_set_xxh3_library), METH_FASTCALL,
      "set_xxh3_library(path, symbol): load xxh3_64 from a shared library"},
@@ -104,7 +109,8 @@ PyMODINIT_FUNC PyInit__core(void) {
         PyModule_AddIntConstant(m, "ENTRY_STALE", HM_ENTRY_STALE) < 0 ||
         PyModule_AddIntConstant(m, "ENTRY_OTHER_KEY", HM_ENTRY_OTHER_KEY) < 0 ||
         PyModule_AddIntConstant(m, "ENTRY_BAD_PAYLOAD", HM_ENTRY_BAD_PAYLOAD) < 0 ||
-        PyModule_AddIntConstant(m, "STAGING_KEEP_BYTES", HM_STAGING_KEEP) < 0) {
+        PyModule_AddIntConstant(m, "STAGING_KEEP_BYTES", HM_STAGING_KEEP) < 0 ||
+        PyModule_AddStringConstant(m, "SOURCE_HASH", HM_SOURCE_HASH) < 0) {
         Py_DECREF(m);
         return NULL;
     }
