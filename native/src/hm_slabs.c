@@ -56,7 +56,7 @@ typedef struct {
     uint32_t nreleased;
     SAClass *classes;    /* in the order they were first asked for */
     uint32_t nclasses, classes_cap;
-    uint32_t *class_of;  /* slot_size / 4096 - 1 -> class number + 1 (0: none); slab_size / 4096 */
+    uint32_t last_class; /* the class found last (a workload has one or a few page sizes) */
     uint64_t used_bytes;
     uint64_t carve_seq;
 } SlabAllocator;
@@ -77,9 +77,13 @@ static int sa_parse_nbytes(PyObject *obj, uint64_t *out) { return hm_parse_u64(o
 /* The class of slot size `size` (<= slab_size), made when `create`; -1 when there is none (or
  * MemoryError set when making one failed: check PyErr_Occurred). */
 static int64_t sa_class(SlabAllocator *a, uint64_t size, int create) {
-    uint32_t *slot = &a->class_of[size / SA_ALIGN - 1];
-    if (*slot)
-        return (int64_t)*slot - 1;
+    if (a->last_class < a->nclasses && a->classes[a->last_class].slot_size == size)
+        return a->last_class;
+    for (uint32_t ci = 0; ci < a->nclasses; ci++) /* classes are few: one per page size in use */
+        if (a->classes[ci].slot_size == size) {
+            a->last_class = ci;
+            return ci;
+        }
     if (!create)
         return -1;
     if (a->nclasses == a->classes_cap) {
@@ -97,8 +101,8 @@ static int64_t sa_class(SlabAllocator *a, uint64_t size, int create) {
     c->per_slab = (uint32_t)(a->slab_size / size);
     c->head = c->tail = SA_NIL;
     c->slabs = 0;
-    *slot = ++a->nclasses;
-    return (int64_t)a->nclasses - 1;
+    a->last_class = a->nclasses++;
+    return a->last_class;
 }
 
 static void sa_list_append(SlabAllocator *a, SAClass *c, uint32_t s) {
@@ -300,7 +304,6 @@ static void SlabAllocator_dealloc(SlabAllocator *a) {
     PyMem_Free(a->pool);
     PyMem_Free(a->released);
     PyMem_Free(a->classes);
-    PyMem_Free(a->class_of);
     Py_TYPE(a)->tp_free((PyObject *)a);
 }
 
@@ -348,8 +351,7 @@ static PyObject *SlabAllocator_new(PyTypeObject *type, PyObject *args, PyObject 
     a->slabs = PyMem_Calloc(max_slabs, sizeof(SASlab));
     a->pool = PyMem_Malloc(max_slabs * sizeof(uint32_t));
     a->released = PyMem_Malloc(max_slabs * sizeof(uint32_t));
-    a->class_of = PyMem_Calloc(slab_size / SA_ALIGN, sizeof(uint32_t));
-    if (!a->slabs || !a->pool || !a->released || !a->class_of) {
+    if (!a->slabs || !a->pool || !a->released) {
         Py_DECREF(a);
         return PyErr_NoMemory();
     }
@@ -659,7 +661,6 @@ static PyObject *SlabAllocator_reset(SlabAllocator *a, PyObject *Py_UNUSED(ignor
         a->slabs[s].prev = a->slabs[s].next = SA_NIL;
         a->slabs[s].listed = 0;
     }
-    memset(a->class_of, 0, (size_t)(a->slab_size / SA_ALIGN) * sizeof(uint32_t));
     a->nclasses = 0;
     a->used_bytes = 0;
     sa_fill_pool(a);
@@ -830,8 +831,7 @@ static PyObject *SlabAllocator_get_retired_in_use(SlabAllocator *a, void *Py_UNU
 }
 static PyObject *SlabAllocator_get_nbytes(SlabAllocator *a, void *Py_UNUSED(c)) {
     uint64_t total = (uint64_t)a->max_slabs * (sizeof(SASlab) + 2 * sizeof(uint32_t)) +
-                     (uint64_t)a->classes_cap * sizeof(SAClass) +
-                     a->slab_size / SA_ALIGN * sizeof(uint32_t);
+                     (uint64_t)a->classes_cap * sizeof(SAClass);
     for (uint32_t s = 0; s < a->max_slabs; s++)
         if (a->slabs[s].cls) {
             uint64_t per = a->classes[a->slabs[s].cls - 1].per_slab;
