@@ -217,6 +217,7 @@ def test_reads_done_after_the_deadline_never_land_in_the_callers_buffer() -> Non
     still read after it are counted as discarded. Repeated until a run was in flight at a deadline."""
     fd = os.open("/dev/zero", os.O_RDONLY)
     late_before = native.io_late_items()[0]
+    timed_out = 0
     plen = (16 << 20) - ENTRY_BLOCK
     dst = np.full(plen, SENTINEL, np.uint8)  # every entry's one part: the same range (never written)
     try:
@@ -228,12 +229,16 @@ def test_reads_done_after_the_deadline_never_land_in_the_callers_buffer() -> Non
                 dst_offsets=[0] * 8, part_lengths=[plen] * 8, max_key=MAX_KEY, timeout_s=0.001,
             ).tolist()  # fmt: skip
             assert time.monotonic() - start < 2.0
-            assert set(res) <= {EntryVerdict.BAD_HEADER, -errno.ETIMEDOUT} and -errno.ETIMEDOUT in res
+            # every run either timed out or was read whole (its zeros: no entry); a caller thread
+            # descheduled past the reads (a loaded host) may find them all done: the next round
+            assert set(res) <= {EntryVerdict.BAD_HEADER, -errno.ETIMEDOUT}
+            timed_out += -errno.ETIMEDOUT in res
             time.sleep(0.2)  # the pool finishes the runs in flight into its own staging
             if native.io_late_items()[0] > late_before:
                 break
     finally:
         os.close(fd)  # the workers read on their own dup of it
+    assert timed_out, "no call ever returned at its deadline"
     assert native.io_late_items()[0] > late_before, "no read was ever in flight at a deadline"
     assert (dst == SENTINEL).all()
 
