@@ -4,7 +4,8 @@ it never touches the arena's bytes), native.
 Why native: the tier takes a call's slots under its lock once per store call; in Python a run of
 128 slots cost ~20 us (list slicing, dict lookups), and every free slot of a slab in use was a
 Python int in a list (36 bytes each: ~0.9% of a 4 KiB-page arena). Here a call of 128 slots is one
-C loop, a free slot costs 4 bytes and a slot in use one bit.
+C loop, and every slot of a slab in use costs 4 bytes (its room on the slab's stack of free
+slots) and a bit (whether it is in use), free or not; a free slab costs nothing.
 
 The arena is cut into equal slabs. A slab belongs to at most one size class at a time (a slot
 size: a multiple of 4 KiB, ``tiers.slab_allocator.slot_size_for``); a slab whose slots are all
