@@ -72,7 +72,28 @@ static uint64_t sa_slot_size(uint64_t nbytes) {
     return size < SA_ALIGN ? SA_ALIGN : size;
 }
 
-static int sa_parse_nbytes(PyObject *obj, uint64_t *out) { return hm_parse_u64(obj, "nbytes", out); }
+/* An object size: a non-negative int. One of 2**63 bytes or more reads as UINT64_MAX (larger than
+ * any slab: it never fits, as a request for more than the node could ever grant must not). */
+static int sa_parse_nbytes(PyObject *obj, uint64_t *out) {
+    if (!PyLong_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "nbytes must be an int, got %.80s", Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow > 0) {
+        *out = UINT64_MAX;
+        return 0;
+    }
+    if (overflow < 0 || v < 0) {
+        PyErr_Format(PyExc_ValueError, "nbytes must be >= 0, got %R", obj);
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
 
 /* The class of slot size `size` (<= slab_size), made when `create`; -1 when there is none (or
  * MemoryError set when making one failed: check PyErr_Occurred). */

@@ -163,8 +163,11 @@ def test_a_bad_free_names_what_is_wrong_and_changes_nothing(
 
 
 def test_bad_sizes_are_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="nbytes must be in"):
+    with pytest.raises(ValueError, match="nbytes must be >= 0"):
         SlabAllocator(1 << 20, 256 << 10).alloc(-1)
+    huge = SlabAllocator(1 << 20, 256 << 10)  # more than any slab (past 2**64 with a header added)
+    assert not huge.fits((1 << 64) + 64) and huge.alloc(1 << 70) is None
+    assert huge.alloc_batch([1 << 64, 4096]) == ([None, 0], 1) and huge.alloc_many(1 << 64, 3) == []
     with pytest.raises(TypeError, match="nbytes must be an int"):
         SlabAllocator(1 << 20, 256 << 10).alloc_batch([4096, "4096"])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="capacity must be in"):
